@@ -1,0 +1,270 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KIND_UNSPECIFIED: _ClassVar[Kind]
+    UTTERANCE: _ClassVar[Kind]
+    REPLY: _ClassVar[Kind]
+    DELIVERY_ACK: _ClassVar[Kind]
+    PRESENCE: _ClassVar[Kind]
+    REVOCATION: _ClassVar[Kind]
+
+class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    SEAL_UNSPECIFIED: _ClassVar[Seal]
+    BOX: _ClassVar[Seal]
+    GROUP: _ClassVar[Seal]
+
+class DeliveryState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DELIVERY_STATE_UNSPECIFIED: _ClassVar[DeliveryState]
+    RENDERED: _ClassVar[DeliveryState]
+    PLAYED: _ClassVar[DeliveryState]
+
+class PresenceState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PRESENCE_STATE_UNSPECIFIED: _ClassVar[PresenceState]
+    ONLINE: _ClassVar[PresenceState]
+    OFFLINE: _ClassVar[PresenceState]
+KIND_UNSPECIFIED: Kind
+UTTERANCE: Kind
+REPLY: Kind
+DELIVERY_ACK: Kind
+PRESENCE: Kind
+REVOCATION: Kind
+SEAL_UNSPECIFIED: Seal
+BOX: Seal
+GROUP: Seal
+DELIVERY_STATE_UNSPECIFIED: DeliveryState
+RENDERED: DeliveryState
+PLAYED: DeliveryState
+PRESENCE_STATE_UNSPECIFIED: PresenceState
+ONLINE: PresenceState
+OFFLINE: PresenceState
+
+class EnvelopeBody(_message.Message):
+    __slots__ = ("version", "home_id", "sender", "counter", "time_ms", "kind", "recipient", "trace_id", "seal", "sealed")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOME_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    COUNTER_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RECIPIENT_FIELD_NUMBER: _ClassVar[int]
+    TRACE_ID_FIELD_NUMBER: _ClassVar[int]
+    SEAL_FIELD_NUMBER: _ClassVar[int]
+    SEALED_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    home_id: str
+    sender: str
+    counter: int
+    time_ms: int
+    kind: Kind
+    recipient: str
+    trace_id: str
+    seal: Seal
+    sealed: bytes
+    def __init__(self, version: _Optional[int] = ..., home_id: _Optional[str] = ..., sender: _Optional[str] = ..., counter: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[_Union[Kind, str]] = ..., recipient: _Optional[str] = ..., trace_id: _Optional[str] = ..., seal: _Optional[_Union[Seal, str]] = ..., sealed: _Optional[bytes] = ...) -> None: ...
+
+class SignedEnvelope(_message.Message):
+    __slots__ = ("body", "signature")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class Utterance(_message.Message):
+    __slots__ = ("id", "text", "channel", "started_ms", "ended_ms", "source")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    CHANNEL_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    ENDED_MS_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    text: str
+    channel: str
+    started_ms: int
+    ended_ms: int
+    source: str
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., channel: _Optional[str] = ..., started_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+
+class Reply(_message.Message):
+    __slots__ = ("id", "utterance_id", "text", "placeholder", "seq")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    utterance_id: str
+    text: str
+    placeholder: bool
+    seq: int
+    def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ...) -> None: ...
+
+class DeliveryAck(_message.Message):
+    __slots__ = ("reply_id", "state", "at_ms")
+    REPLY_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    reply_id: str
+    state: DeliveryState
+    at_ms: int
+    def __init__(self, reply_id: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class Presence(_message.Message):
+    __slots__ = ("state", "session", "since_ms", "version")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    SINCE_MS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    state: PresenceState
+    session: str
+    since_ms: int
+    version: str
+    def __init__(self, state: _Optional[_Union[PresenceState, str]] = ..., session: _Optional[str] = ..., since_ms: _Optional[int] = ..., version: _Optional[str] = ...) -> None: ...
+
+class Revocation(_message.Message):
+    __slots__ = ("device_id", "revoked_ms")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_MS_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    revoked_ms: int
+    def __init__(self, device_id: _Optional[str] = ..., revoked_ms: _Optional[int] = ...) -> None: ...
+
+class DeviceCertificate(_message.Message):
+    __slots__ = ("version", "home_id", "device_id", "name", "profile", "scopes", "sign_pk", "box_pk", "issued_ms", "expires_ms")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    HOME_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SCOPES_FIELD_NUMBER: _ClassVar[int]
+    SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    BOX_PK_FIELD_NUMBER: _ClassVar[int]
+    ISSUED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    version: int
+    home_id: str
+    device_id: str
+    name: str
+    profile: str
+    scopes: _containers.RepeatedScalarFieldContainer[str]
+    sign_pk: bytes
+    box_pk: bytes
+    issued_ms: int
+    expires_ms: int
+    def __init__(self, version: _Optional[int] = ..., home_id: _Optional[str] = ..., device_id: _Optional[str] = ..., name: _Optional[str] = ..., profile: _Optional[str] = ..., scopes: _Optional[_Iterable[str]] = ..., sign_pk: _Optional[bytes] = ..., box_pk: _Optional[bytes] = ..., issued_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ...) -> None: ...
+
+class SignedCertificate(_message.Message):
+    __slots__ = ("body", "signature")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class IdentifyRequest(_message.Message):
+    __slots__ = ("nonce",)
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    def __init__(self, nonce: _Optional[bytes] = ...) -> None: ...
+
+class HubIdentity(_message.Message):
+    __slots__ = ("home_id", "hub_sign_pk", "hub_box_pk", "mqtt_port", "grpc_port", "version", "nonce")
+    HOME_ID_FIELD_NUMBER: _ClassVar[int]
+    HUB_SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    HUB_BOX_PK_FIELD_NUMBER: _ClassVar[int]
+    MQTT_PORT_FIELD_NUMBER: _ClassVar[int]
+    GRPC_PORT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    home_id: str
+    hub_sign_pk: bytes
+    hub_box_pk: bytes
+    mqtt_port: int
+    grpc_port: int
+    version: str
+    nonce: bytes
+    def __init__(self, home_id: _Optional[str] = ..., hub_sign_pk: _Optional[bytes] = ..., hub_box_pk: _Optional[bytes] = ..., mqtt_port: _Optional[int] = ..., grpc_port: _Optional[int] = ..., version: _Optional[str] = ..., nonce: _Optional[bytes] = ...) -> None: ...
+
+class IdentifyResponse(_message.Message):
+    __slots__ = ("identity", "signature")
+    IDENTITY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    identity: bytes
+    signature: bytes
+    def __init__(self, identity: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
+class PairDetails(_message.Message):
+    __slots__ = ("name", "profile", "sign_pk", "box_pk", "time_ms")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PROFILE_FIELD_NUMBER: _ClassVar[int]
+    SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    BOX_PK_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    profile: str
+    sign_pk: bytes
+    box_pk: bytes
+    time_ms: int
+    def __init__(self, name: _Optional[str] = ..., profile: _Optional[str] = ..., sign_pk: _Optional[bytes] = ..., box_pk: _Optional[bytes] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
+class PairRequest(_message.Message):
+    __slots__ = ("code_id", "salt", "details", "mac")
+    CODE_ID_FIELD_NUMBER: _ClassVar[int]
+    SALT_FIELD_NUMBER: _ClassVar[int]
+    DETAILS_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    code_id: str
+    salt: bytes
+    details: bytes
+    mac: bytes
+    def __init__(self, code_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., details: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
+
+class PairSecrets(_message.Message):
+    __slots__ = ("mqtt_username", "mqtt_password", "group_key")
+    MQTT_USERNAME_FIELD_NUMBER: _ClassVar[int]
+    MQTT_PASSWORD_FIELD_NUMBER: _ClassVar[int]
+    GROUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    mqtt_username: str
+    mqtt_password: str
+    group_key: bytes
+    def __init__(self, mqtt_username: _Optional[str] = ..., mqtt_password: _Optional[str] = ..., group_key: _Optional[bytes] = ...) -> None: ...
+
+class PairGrant(_message.Message):
+    __slots__ = ("certificate", "home_id", "hub_sign_pk", "hub_box_pk", "mqtt_port", "grpc_port", "sealed_secrets", "home_sign_pk")
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
+    HOME_ID_FIELD_NUMBER: _ClassVar[int]
+    HUB_SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    HUB_BOX_PK_FIELD_NUMBER: _ClassVar[int]
+    MQTT_PORT_FIELD_NUMBER: _ClassVar[int]
+    GRPC_PORT_FIELD_NUMBER: _ClassVar[int]
+    SEALED_SECRETS_FIELD_NUMBER: _ClassVar[int]
+    HOME_SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    certificate: SignedCertificate
+    home_id: str
+    hub_sign_pk: bytes
+    hub_box_pk: bytes
+    mqtt_port: int
+    grpc_port: int
+    sealed_secrets: bytes
+    home_sign_pk: bytes
+    def __init__(self, certificate: _Optional[_Union[SignedCertificate, _Mapping]] = ..., home_id: _Optional[str] = ..., hub_sign_pk: _Optional[bytes] = ..., hub_box_pk: _Optional[bytes] = ..., mqtt_port: _Optional[int] = ..., grpc_port: _Optional[int] = ..., sealed_secrets: _Optional[bytes] = ..., home_sign_pk: _Optional[bytes] = ...) -> None: ...
+
+class PairResponse(_message.Message):
+    __slots__ = ("grant", "mac")
+    GRANT_FIELD_NUMBER: _ClassVar[int]
+    MAC_FIELD_NUMBER: _ClassVar[int]
+    grant: bytes
+    mac: bytes
+    def __init__(self, grant: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...

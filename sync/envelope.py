@@ -1,0 +1,276 @@
+"""Envelopes: sign and seal on the way out; verify, check and open on the way in.
+
+Wire form: :class:`protos.mesh_pb2.SignedEnvelope`. The receiver's :meth:`Opener.open`
+never raises on hostile bytes: it returns :class:`Opened` or :class:`Dropped` with a
+:class:`DropReason`, and the caller counts and logs the drop.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from google.protobuf.message import Message
+from nacl.exceptions import BadSignatureError, CryptoError
+from nacl.public import Box, PrivateKey, PublicKey
+from nacl.secret import SecretBox
+from nacl.signing import SigningKey, VerifyKey
+
+from protos import mesh_pb2
+from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
+
+ENVELOPE_VERSION = 1
+MAX_ENVELOPE_BYTES = 256 * 1024
+"""bytes: larger envelopes are dropped unread"""
+MAX_ID_CHARS = 128
+"""characters allowed in sender, recipient and trace id"""
+REPLAY_WINDOW = 1024
+"""counters: how far below the highest seen counter a not-yet-seen one is still accepted"""
+HUB = "hub"
+BROADCAST = "*"
+
+PAYLOAD_TYPES: dict[int, type[Message]] = {
+    mesh_pb2.UTTERANCE: mesh_pb2.Utterance,
+    mesh_pb2.REPLY: mesh_pb2.Reply,
+    mesh_pb2.DELIVERY_ACK: mesh_pb2.DeliveryAck,
+    mesh_pb2.PRESENCE: mesh_pb2.Presence,
+    mesh_pb2.REVOCATION: mesh_pb2.Revocation,
+}
+"""Kind → payload message class; a kind not here is malformed."""
+
+
+class DropReason(enum.StrEnum):
+    """Why an incoming envelope was dropped (the hub counts drops by these)."""
+
+    OVERSIZE = "oversize"
+    MALFORMED = "malformed"
+    WRONG_HOME = "wrong_home"
+    WRONG_RECIPIENT = "wrong_recipient"
+    UNKNOWN_SENDER = "unknown_sender"
+    REVOKED = "revoked"
+    BAD_SIGNATURE = "bad_signature"
+    REPLAYED = "replayed"
+    STALE = "stale"
+    UNDECRYPTABLE = "undecryptable"
+    SPOOFED_TOPIC = "spoofed_topic"
+
+
+@dataclass(frozen=True)
+class Peer:
+    """What a receiver knows of a sender: its keys and whether it was revoked."""
+
+    node_id: str
+    sign_pk: bytes
+    box_pk: bytes
+    revoked: bool = False
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A verified, decrypted envelope."""
+
+    sender: str
+    counter: int
+    time_ms: int
+    kind: int
+    recipient: str
+    trace_id: str
+    payload: Message
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A refused envelope and why; ``sender`` is whatever it claimed (may be empty)."""
+
+    reason: DropReason
+    sender: str = ""
+    detail: str = ""
+
+
+def new_trace_id() -> str:
+    return uuid.uuid4().hex
+
+
+class ReplayGuard:
+    """Per-sender sliding window of counters (as in IPsec's anti-replay window).
+
+    ``check`` is pure; ``commit`` records a counter once the message was accepted.
+    ``state``/``restore`` let the owner persist the window next to what it ingested.
+    """
+
+    def __init__(self, window: int = REPLAY_WINDOW) -> None:
+        self.window = window
+        self._highest: dict[str, int] = {}
+        self._seen: dict[str, int] = {}  # bit i set: counter (highest - i) was seen
+
+    def check(self, sender: str, counter: int) -> DropReason | None:
+        highest = self._highest.get(sender)
+        if counter <= 0:
+            return DropReason.MALFORMED
+        if highest is None or counter > highest:
+            return None
+        offset = highest - counter
+        if offset >= self.window:
+            return DropReason.STALE
+        if (self._seen[sender] >> offset) & 1:
+            return DropReason.REPLAYED
+        return None
+
+    def commit(self, sender: str, counter: int) -> None:
+        highest = self._highest.get(sender)
+        mask = (1 << self.window) - 1
+        if highest is None:
+            self._highest[sender], self._seen[sender] = counter, 1
+        elif counter > highest:
+            self._seen[sender] = ((self._seen[sender] << (counter - highest)) | 1) & mask
+            self._highest[sender] = counter
+        else:
+            self._seen[sender] |= 1 << (highest - counter)
+
+    def state(self, sender: str) -> tuple[int, bytes] | None:
+        if sender not in self._highest:
+            return None
+        return self._highest[sender], self._seen[sender].to_bytes(self.window // 8, "big")
+
+    def restore(self, sender: str, highest: int, seen: bytes) -> None:
+        self._highest[sender] = highest
+        self._seen[sender] = int.from_bytes(seen, "big")
+
+
+@dataclass
+class Sealer:
+    """Signs and seals envelopes from one node."""
+
+    home_id: str
+    node_id: str
+    sign_key: SigningKey
+    box_key: PrivateKey
+    next_counter: Callable[[], int]
+    group_key: bytes | None = None
+    _boxes: dict[bytes, Box] = field(default_factory=dict, repr=False)
+
+    def seal(
+        self,
+        kind: int,
+        payload: Message,
+        *,
+        recipient: str,
+        recipient_box_pk: bytes | None = None,
+        trace_id: str | None = None,
+    ) -> bytes:
+        """Return the wire bytes. ``recipient_box_pk=None`` seals with the group key."""
+        plain = payload.SerializeToString()
+        if recipient_box_pk is None:
+            if self.group_key is None:
+                raise ValueError("no group key to seal a broadcast with")
+            seal, sealed = mesh_pb2.GROUP, bytes(SecretBox(self.group_key).encrypt(plain))
+        else:
+            box = self._boxes.get(recipient_box_pk)
+            if box is None:
+                box = self._boxes[recipient_box_pk] = Box(self.box_key, PublicKey(recipient_box_pk))
+            seal, sealed = mesh_pb2.BOX, bytes(box.encrypt(plain))
+        body = mesh_pb2.EnvelopeBody(
+            version=ENVELOPE_VERSION,
+            home_id=self.home_id,
+            sender=self.node_id,
+            counter=self.next_counter(),
+            time_ms=int(time.time() * 1000),
+            kind=kind,  # type: ignore[arg-type]
+            recipient=recipient,
+            trace_id=trace_id or new_trace_id(),
+            seal=seal,
+            sealed=sealed,
+        ).SerializeToString()
+        sig = self.sign_key.sign(signing_input(ENVELOPE_CONTEXT, body)).signature
+        return mesh_pb2.SignedEnvelope(body=body, signature=sig).SerializeToString()
+
+
+@dataclass
+class Opener:
+    """Verifies and opens envelopes addressed to one node (or broadcast to the mesh)."""
+
+    home_id: str
+    node_id: str
+    box_key: PrivateKey
+    lookup: Callable[[str], Peer | None]
+    replay: ReplayGuard
+    group_key: bytes | None = None
+    max_bytes: int = MAX_ENVELOPE_BYTES
+    _boxes: dict[bytes, Box] = field(default_factory=dict, repr=False)
+
+    def open(self, data: bytes, *, commit: bool = True) -> Opened | Dropped:
+        """Verify ``data``; with ``commit=False`` the caller records the counter itself."""
+        if len(data) > self.max_bytes:
+            return Dropped(DropReason.OVERSIZE, detail=f"{len(data)} bytes")
+        outer = parse(mesh_pb2.SignedEnvelope, data, self.max_bytes)
+        if outer is None:
+            return Dropped(DropReason.MALFORMED, detail="not an envelope")
+        body = parse(mesh_pb2.EnvelopeBody, outer.body, self.max_bytes)
+        if body is None or len(outer.signature) != 64:
+            return Dropped(DropReason.MALFORMED, detail="bad body or signature length")
+        sender = body.sender[:MAX_ID_CHARS]
+        if (
+            body.version != ENVELOPE_VERSION
+            or not body.sender
+            or max(len(body.sender), len(body.recipient), len(body.trace_id)) > MAX_ID_CHARS
+        ):
+            return Dropped(DropReason.MALFORMED, sender, "header fields")
+        if body.home_id != self.home_id:
+            return Dropped(DropReason.WRONG_HOME, sender, body.home_id[:MAX_ID_CHARS])
+        if body.recipient not in (self.node_id, BROADCAST):
+            return Dropped(DropReason.WRONG_RECIPIENT, sender, body.recipient)
+        peer = self.lookup(body.sender)
+        if peer is None:
+            return Dropped(DropReason.UNKNOWN_SENDER, sender)
+        try:
+            VerifyKey(peer.sign_pk).verify(
+                signing_input(ENVELOPE_CONTEXT, outer.body), outer.signature
+            )
+        except (BadSignatureError, ValueError):
+            return Dropped(DropReason.BAD_SIGNATURE, sender)
+        if peer.revoked:
+            return Dropped(DropReason.REVOKED, sender)
+        verdict = self.replay.check(body.sender, body.counter)
+        if verdict is not None:
+            return Dropped(verdict, sender, f"counter {body.counter}")
+        plain = self._unseal(body, peer)
+        if plain is None:
+            return Dropped(DropReason.UNDECRYPTABLE, sender)
+        cls = PAYLOAD_TYPES.get(body.kind)
+        payload = parse(cls, plain, self.max_bytes) if cls is not None else None
+        if payload is None:
+            return Dropped(DropReason.MALFORMED, sender, f"payload of kind {body.kind}")
+        if commit:
+            self.replay.commit(body.sender, body.counter)
+        return Opened(
+            sender=body.sender,
+            counter=body.counter,
+            time_ms=body.time_ms,
+            kind=body.kind,
+            recipient=body.recipient,
+            trace_id=body.trace_id,
+            payload=payload,
+        )
+
+    def _unseal(self, body: mesh_pb2.EnvelopeBody, peer: Peer) -> bytes | None:
+        try:
+            if body.seal == mesh_pb2.GROUP and body.recipient == BROADCAST:
+                if self.group_key is None:
+                    return None
+                return bytes(SecretBox(self.group_key).decrypt(body.sealed))
+            if body.seal == mesh_pb2.BOX and body.recipient == self.node_id:
+                box = self._boxes.get(peer.box_pk)
+                if box is None:
+                    box = self._boxes[peer.box_pk] = Box(self.box_key, PublicKey(peer.box_pk))
+                return bytes(box.decrypt(body.sealed))
+        except (CryptoError, ValueError, TypeError):
+            return None
+        return None
+
+
+def random_id(prefix: str = "") -> str:
+    return prefix + secrets.token_hex(12)

@@ -1,0 +1,44 @@
+"""SQLite databases (through apsw): one way to open them, WAL, busy timeout, migrations."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import apsw
+
+BUSY_TIMEOUT_MS = 10_000
+"""milliseconds a writer waits for another process's lock"""
+
+
+def open_db(path: Path, schema: str, *, synchronous: str = "FULL") -> apsw.Connection:
+    """Open (creating if needed) a WAL database at ``path`` and apply ``schema`` (idempotent DDL).
+
+    Files are created with mode 0600: they may hold counters and credentials' hashes.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.close(fd)
+    conn = apsw.Connection(str(path))
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    conn.execute("PRAGMA foreign_keys=ON")
+    with transaction(conn):
+        conn.execute(schema)
+    return conn
+
+
+@contextmanager
+def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): one writer at a time."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
