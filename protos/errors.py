@@ -28,6 +28,7 @@ MESSAGES: dict[str, str] = {
     "pair.code_invalid": "pairing refused: the code is wrong, expired or already used",
     "pair.rate_limited": "pairing refused: too many attempts; try again in {seconds} s",
     "pair.hub_unproven": "pairing refused: the hub could not prove it knows the code",
+    "pair.refused": "pairing refused by the hub: {reason}",
     "pair.unreachable": "pairing failed: no hub answered at {target}: {reason}",
     "pair.code_format": "pairing code {code!r} is malformed; it looks like ABCD-EFGH-JKMN-PQRS",
     # sync / mesh

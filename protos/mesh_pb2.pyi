@@ -98,18 +98,20 @@ class Utterance(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., channel: _Optional[str] = ..., started_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
 
 class Reply(_message.Message):
-    __slots__ = ("id", "utterance_id", "text", "placeholder", "seq")
+    __slots__ = ("id", "utterance_id", "text", "placeholder", "seq", "reply_seq")
     ID_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
+    REPLY_SEQ_FIELD_NUMBER: _ClassVar[int]
     id: str
     utterance_id: str
     text: str
     placeholder: bool
     seq: int
-    def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ...) -> None: ...
+    reply_seq: int
+    def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ..., reply_seq: _Optional[int] = ...) -> None: ...
 
 class DeliveryAck(_message.Message):
     __slots__ = ("reply_id", "state", "at_ms")

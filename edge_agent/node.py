@@ -1,0 +1,311 @@
+"""A device's presence on the mesh: hub location, MQTT session, outbox, replies and ACKs.
+
+Used by both ``yimi edge run`` (long-lived: presence with a last will, a persistent MQTT
+session, a flusher that empties the outbox whenever the hub is reachable) and ``yimi say``
+(one utterance, then exit). Both may run at once on one bundle: they share the counter
+and the outbox (SQLite) and serialise flushing with a file lock; the hub deduplicates by
+utterance id, so whichever process delivers an item, it lands once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from types import TracebackType
+
+import aiomqtt
+
+from protos import mesh_pb2
+from provisioning.bundle import Bundle
+from sync import topics
+from sync.backoff import Backoff
+from sync.counter import PersistentCounter
+from sync.envelope import (
+    HUB,
+    Dropped,
+    Opened,
+    Opener,
+    Peer,
+    ReplayGuard,
+    Sealer,
+    new_trace_id,
+    random_id,
+)
+from sync.errors import SyncError
+from sync.locate import HubAddress, HubLocator
+from sync.mqtt import MqttSession
+from sync.outbox import Outbox
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+REPLY_TIMEOUT_S = 10.0
+"""seconds to wait for the hub's reply to one outbox item before backing off"""
+FLUSH_POLL_S = 2.0
+"""seconds between outbox checks of a long-lived node (items queued by other processes)"""
+
+ReplyHandler = Callable[[mesh_pb2.Reply, Opened], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    mode: str = "edge"
+    """``edge`` (long-lived, presence) or ``say`` (transient)"""
+    hub: str | None = None
+    """explicit ``HOST:PORT`` of the hub's gRPC; otherwise last good address, then zeroconf"""
+
+
+class DeviceNode:
+    def __init__(self, bundle: Bundle, options: NodeOptions, on_reply: ReplyHandler) -> None:
+        self.bundle = bundle
+        self.options = options
+        self._on_reply = on_reply
+        state = bundle.state_dir
+        self.counter = PersistentCounter(state / "counter.db")
+        self.outbox = Outbox(state / "outbox.db")
+        self.sealer = Sealer(
+            home_id=bundle.home_id,
+            node_id=bundle.device_id,
+            sign_key=bundle.keys.sign,
+            box_key=bundle.keys.box,
+            next_counter=self.counter.next,
+            group_key=bundle.group_key,
+        )
+        hub_peer = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
+        self.opener = Opener(
+            home_id=bundle.home_id,
+            node_id=bundle.device_id,
+            box_key=bundle.keys.box,
+            lookup=lambda sender: hub_peer if sender == HUB else None,
+            replay=ReplayGuard(),
+            group_key=bundle.group_key,
+        )
+        hub = bundle.hub
+        self.locator = HubLocator(
+            pinned=bundle.pinned_fingerprint,
+            home_id=bundle.home_id,
+            explicit=options.hub,
+            hint=(str(hub.get("host") or ""), int(hub.get("grpc_port") or 0)),
+            cache=state / "hub.json",
+        )
+        self.session_id = secrets.token_hex(8)
+        self._waiters: dict[str, asyncio.Future[mesh_pb2.Reply]] = {}
+        self._wake = asyncio.Event()
+        self._stack = AsyncExitStack()
+        self.mqtt: MqttSession | None = None
+        self.hub_address: HubAddress | None = None
+        self.revoked = asyncio.Event()
+        self.delivered = 0
+        """outbox items this process saw answered"""
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> DeviceNode:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            self._close_files()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        edge = self.options.mode == "edge"
+        b = self.bundle
+        self.mqtt = await self._stack.enter_async_context(
+            MqttSession(
+                target=self._target,
+                username=b.mqtt_username,
+                password=b.mqtt_password,
+                identifier=f"{b.device_id}-{'edge' if edge else 'say-' + secrets.token_hex(3)}",
+                subscriptions=[topics.inbox(b.home_id, b.device_id), topics.mesh(b.home_id)],
+                on_message=self._on_message,
+                on_connect=self._on_connect,
+                will=self._will if edge else None,
+                clean_session=not edge,
+                backoff=Backoff(initial=0.2, cap=10.0),
+            )
+        )
+        if edge:
+            tasks = await self._stack.enter_async_context(TaskOwner(f"edge-{b.name}"))
+            tasks.spawn(self._flusher(), "outbox-flush")
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            if (
+                self.options.mode == "edge"
+                and self.mqtt is not None
+                and self.mqtt.connected.is_set()
+            ):
+                await self._publish_presence(mesh_pb2.OFFLINE)
+        except SyncError:
+            pass
+        finally:
+            await self._stack.aclose()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self.counter.close()
+        self.outbox.close()
+
+    async def _target(self) -> tuple[str, int]:
+        self.hub_address = await self.locator.locate()
+        return self.hub_address.host, self.hub_address.mqtt_port
+
+    # ------------------------------------------------------------------ presence
+    def _presence_envelope(self, state: int) -> bytes:
+        return self.sealer.seal(
+            mesh_pb2.PRESENCE,
+            mesh_pb2.Presence(
+                state=state,  # type: ignore[arg-type]
+                session=self.session_id,
+                since_ms=int(time.time() * 1000),
+            ),
+            recipient=HUB,
+            recipient_box_pk=self.bundle.hub_box_pk,
+        )
+
+    def _will(self) -> aiomqtt.Will:
+        self.session_id = secrets.token_hex(8)
+        topic = topics.presence(self.bundle.home_id, self.bundle.device_id)
+        return aiomqtt.Will(topic, self._presence_envelope(mesh_pb2.OFFLINE), qos=1, retain=True)
+
+    async def _publish_presence(self, state: int) -> None:
+        assert self.mqtt is not None
+        topic = topics.presence(self.bundle.home_id, self.bundle.device_id)
+        await self.mqtt.publish(topic, self._presence_envelope(state), qos=1, retain=True)
+
+    async def _on_connect(self, client: aiomqtt.Client) -> None:
+        if self.options.mode == "edge":
+            await self._publish_presence(mesh_pb2.ONLINE)
+            log.info("connected to hub %s", self.hub_address)
+        self._wake.set()
+
+    # ------------------------------------------------------------------ sending
+    def queue_utterance(self, text: str, *, channel: str | None = None) -> tuple[str, int]:
+        """Commit an utterance to the outbox; returns (id, items waiting)."""
+        now = int(time.time() * 1000)
+        utt = mesh_pb2.Utterance(
+            id=random_id("u-"),
+            text=text,
+            channel=channel or self.bundle.profile.channel or self.bundle.name,
+            started_ms=now,
+            ended_ms=now,
+            source="typed",
+        )
+        waiting = self.outbox.put(
+            utt.id, mesh_pb2.UTTERANCE, utt.SerializeToString(), new_trace_id(), now
+        )
+        self._wake.set()
+        return utt.id, waiting
+
+    async def flush(self, *, stop_after: str | None = None) -> bool:
+        """Send every queued item in order, each after the previous one's reply.
+
+        Returns ``True`` when the outbox was emptied (or ``stop_after`` was answered).
+        Raises :class:`SyncError` if the hub does not answer in time.
+        """
+        while True:
+            with self.outbox.flushing(block=False) as mine:
+                if mine:
+                    return await self._flush_locked(stop_after)
+            # another process is flushing: wait until it is done (or our item is answered)
+            if stop_after is not None and not self.outbox.contains(stop_after):
+                return True
+            await asyncio.sleep(0.05)
+
+    async def _flush_locked(self, stop_after: str | None) -> bool:
+        assert self.mqtt is not None
+        hub_box = self.bundle.hub_box_pk
+        uplink = topics.uplink(self.bundle.home_id, self.bundle.device_id)
+        while True:
+            items = self.outbox.pending(limit=1)
+            if not items:
+                return True
+            item = items[0]
+            waiter = self._waiters.setdefault(item.id, asyncio.get_running_loop().create_future())
+            payload = mesh_pb2.Utterance.FromString(item.payload)
+            data = self.sealer.seal(
+                item.kind, payload, recipient=HUB, recipient_box_pk=hub_box, trace_id=item.trace_id
+            )
+            self.outbox.attempted(item.id)
+            await self.mqtt.publish(uplink, data, qos=1)
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), REPLY_TIMEOUT_S)
+            except TimeoutError:
+                raise SyncError("say.timeout", seconds=REPLY_TIMEOUT_S) from None
+            self.outbox.done(item.id)
+            if item.id == stop_after:
+                return True
+
+    async def wait_reply(self, item_id: str) -> mesh_pb2.Reply:
+        fut = self._waiters.setdefault(item_id, asyncio.get_running_loop().create_future())
+        return await fut
+
+    async def _flusher(self) -> None:
+        backoff = Backoff(initial=0.5, cap=15.0)
+        while True:
+            try:
+                await asyncio.wait_for(self._wake.wait(), FLUSH_POLL_S)
+            except TimeoutError:
+                pass
+            self._wake.clear()
+            if self.mqtt is None or not self.mqtt.connected.is_set() or not self.outbox.count():
+                continue
+            try:
+                await self.flush()
+                backoff.reset()
+            except SyncError as exc:
+                delay = backoff.next_delay()
+                log.info("outbox: %s; retrying in %.1f s", exc, delay)
+                await asyncio.sleep(delay)
+
+    # ------------------------------------------------------------------ receiving
+    async def _on_message(self, message: aiomqtt.Message) -> None:
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        result = self.opener.open(payload)
+        if isinstance(result, Dropped):
+            log.warning(
+                "dropped message on %s: %s %s", message.topic, result.reason.value, result.detail
+            )
+            return
+        if result.kind == mesh_pb2.REPLY:
+            await self._handle_reply(result)
+        elif result.kind == mesh_pb2.REVOCATION:
+            rev = result.payload
+            assert isinstance(rev, mesh_pb2.Revocation)
+            if rev.device_id == self.bundle.device_id:
+                log.error("this device was revoked by the hub")
+                self.revoked.set()
+
+    async def _handle_reply(self, opened: Opened) -> None:
+        reply = opened.payload
+        assert isinstance(reply, mesh_pb2.Reply)
+        if self.outbox.done(reply.utterance_id):
+            self.delivered += 1
+        fut = self._waiters.pop(reply.utterance_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result(reply)
+        await self._on_reply(reply, opened)
+
+    async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
+        """Tell the hub the reply was shown (``RENDERED``) or spoken (``PLAYED``)."""
+        assert self.mqtt is not None
+        data = self.sealer.seal(
+            mesh_pb2.DELIVERY_ACK,
+            mesh_pb2.DeliveryAck(reply_id=reply.id, state=state, at_ms=int(time.time() * 1000)),  # type: ignore[arg-type]
+            recipient=HUB,
+            recipient_box_pk=self.bundle.hub_box_pk,
+        )
+        await self.mqtt.publish(
+            topics.uplink(self.bundle.home_id, self.bundle.device_id), data, qos=1
+        )

@@ -1,0 +1,423 @@
+"""The hub daemon: broker, gRPC, zeroconf advert, and the authority over what arrives.
+
+:class:`HubDaemon` is an async context manager that owns everything it starts: the
+mosquitto process, the gRPC server, the advertisement, the MQTT session and its named
+tasks; leaving it stops them all. Incoming envelopes go through one table of handlers by
+kind; every drop is counted by reason and logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import aiomqtt
+import grpc
+from zeroconf import get_all_addresses
+
+from hub.broker import Broker, BrokerAccount
+from hub.grpc_server import HubService, start_server
+from hub.timeline import HubStore, StoredReply
+from protos import mesh_pb2
+from protos.version import VERSION
+from provisioning.credentials import mosquitto_hash
+from provisioning.home import Home
+from provisioning.registry import DeviceRecord, Registry
+from sync import discovery, topics
+from sync.counter import PersistentCounter
+from sync.envelope import (
+    HUB,
+    Dropped,
+    DropReason,
+    Opened,
+    Opener,
+    Peer,
+    ReplayGuard,
+    Sealer,
+    random_id,
+)
+from sync.mqtt import MqttSession
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+REGISTRY_POLL_S = 0.2
+"""seconds between checks of the registry for new devices and revocations"""
+STATS_FLUSH_S = 0.5
+"""seconds between writes of drop counters to hub.db"""
+PLACEHOLDER_PREFIX = "[placeholder reply: the brain is not wired in yet] "
+
+Handler = Callable[[Opened], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class HubOptions:
+    mqtt_port: int
+    grpc_port: int
+    bind: str = "0.0.0.0"
+    """address the broker and gRPC listen on"""
+    advertise: bool = True
+
+
+class HubDaemon:
+    def __init__(self, home: Home, options: HubOptions) -> None:
+        self.home = home
+        self.options = options
+        self.store = HubStore(home.path / "hub.db")
+        self.registry = Registry(home.path / "registry.db")
+        self.peers: dict[str, Peer] = {}
+        self.revoked: set[str] = set()
+        self.drops: Counter[str] = Counter()
+        self.replay = ReplayGuard()
+        for sender, highest, seen in self.store.replay_windows():
+            self.replay.restore(sender, highest, seen)
+        self.opener = Opener(
+            home_id=home.home_id,
+            node_id=HUB,
+            box_key=home.hub_keys.box,
+            lookup=self.peers.get,
+            replay=self.replay,
+            group_key=home.group_key,
+        )
+        # Presence has its own replay lane: a last will is signed when a device connects,
+        # so its counter is older than what the device sends afterwards.
+        self.presence_opener = Opener(
+            home_id=home.home_id,
+            node_id=HUB,
+            box_key=home.hub_keys.box,
+            lookup=self.peers.get,
+            replay=ReplayGuard(),
+            group_key=home.group_key,
+        )
+        self._counter = PersistentCounter(home.path / "hub-counter.db")
+        self.sealer = Sealer(
+            home_id=home.home_id,
+            node_id=HUB,
+            sign_key=home.hub_keys.sign,
+            box_key=home.hub_keys.box,
+            next_counter=self._counter.next,
+            group_key=home.group_key,
+        )
+        self.handlers: dict[int, Handler] = {
+            mesh_pb2.UTTERANCE: self._on_utterance,
+            mesh_pb2.DELIVERY_ACK: self._on_ack,
+        }
+        self._stack = AsyncExitStack()
+        self.broker: Broker | None = None
+        self.mqtt: MqttSession | None = None
+        self.grpc: grpc.aio.Server | None = None
+        self._registry_version = -1
+        self._hub_hash = mosquitto_hash(home.broker_password)
+        self.ready = asyncio.Event()
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> HubDaemon:
+        try:
+            await self._start()
+        except BaseException:
+            await self._stack.aclose()
+            self._close_files()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        opts, home = self.options, self.home
+        self.store.mark_all_offline()
+        self._load_registry()
+        self.broker = await self._stack.enter_async_context(
+            Broker(
+                home.path / "broker",
+                home_id=home.home_id,
+                host=opts.bind,
+                port=opts.mqtt_port,
+                accounts=self._accounts(),
+            )
+        )
+        service = HubService(
+            home,
+            mqtt_port=opts.mqtt_port,
+            grpc_port=opts.grpc_port,
+            version=VERSION,
+            on_enrolled=self._refresh_registry,
+        )
+        self.grpc = await start_server(service, opts.bind, opts.grpc_port)
+        self._stack.push_async_callback(self.grpc.stop, 1.0)
+        if opts.advertise:
+            await self._stack.enter_async_context(
+                discovery.HubAdvertiser(
+                    home_id=home.home_id,
+                    fingerprint=home.fingerprint,
+                    grpc_port=opts.grpc_port,
+                    mqtt_port=opts.mqtt_port,
+                    version=VERSION,
+                    addresses=advertise_addresses(opts.bind),
+                )
+            )
+        host = "127.0.0.1" if opts.bind in ("0.0.0.0", "") else opts.bind
+
+        async def target() -> tuple[str, int]:
+            return host, opts.mqtt_port
+
+        self.mqtt = await self._stack.enter_async_context(
+            MqttSession(
+                target=target,
+                username=HUB,
+                password=home.broker_password,
+                identifier=f"hub-{home.home_id}",
+                subscriptions=[topics.all_uplinks(home.home_id), topics.all_presence(home.home_id)],
+                on_message=self._on_message,
+                clean_session=False,
+            )
+        )
+        tasks = await self._stack.enter_async_context(TaskOwner("hub"))
+        tasks.spawn(self._watch_registry(), "registry-watch")
+        tasks.spawn(self._flush_stats(), "stats")
+        self._write_pidfile()
+        self._stack.callback(self._remove_pidfile)
+        await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
+        self.ready.set()
+        log.info(
+            "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
+            home.home_id,
+            opts.bind,
+            opts.mqtt_port,
+            opts.bind,
+            opts.grpc_port,
+            home.fingerprint,
+        )
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._stack.aclose()
+        finally:
+            self._flush_drops()
+            self._close_files()
+
+    def _close_files(self) -> None:
+        self._counter.close()
+        self.store.close()
+        self.registry.close()
+
+    def _write_pidfile(self) -> None:
+        (self.home.path / "hub.pid").write_text(str(os.getpid()))
+
+    def _remove_pidfile(self) -> None:
+        (self.home.path / "hub.pid").unlink(missing_ok=True)
+
+    # ------------------------------------------------------------------ registry
+    def _load_registry(self) -> list[DeviceRecord]:
+        records = self.registry.devices()
+        self._registry_version = self.registry.data_version()
+        self.peers.clear()
+        for rec in records:
+            self.peers[rec.device_id] = Peer(rec.device_id, rec.sign_pk, rec.box_pk, rec.revoked)
+        return records
+
+    def _accounts(self) -> list[BrokerAccount]:
+        hashes = {r.device_id: r.mqtt_hash for r in self.registry.devices()}
+        accounts = [BrokerAccount(HUB, self._hub_hash, "hub")]
+        accounts += [
+            BrokerAccount(p.node_id, hashes[p.node_id], "device")
+            for p in self.peers.values()
+            if not p.revoked and p.node_id in hashes
+        ]
+        return accounts
+
+    async def _refresh_registry(self) -> None:
+        before = {d for d, p in self.peers.items() if p.revoked}
+        self._load_registry()
+        newly_revoked = {d for d, p in self.peers.items() if p.revoked} - before
+        if self.broker is not None:
+            await self.broker.update_accounts(self._accounts())
+        for device_id in sorted(newly_revoked):
+            log.warning("device %s revoked: its messages are now refused", device_id)
+            await self._broadcast(
+                mesh_pb2.REVOCATION,
+                mesh_pb2.Revocation(device_id=device_id, revoked_ms=int(time.time() * 1000)),
+            )
+
+    async def _watch_registry(self) -> None:
+        while True:
+            await asyncio.sleep(REGISTRY_POLL_S)
+            try:
+                if self.registry.data_version() != self._registry_version:
+                    await self._refresh_registry()
+            except Exception:
+                log.exception("registry refresh failed")
+
+    # ------------------------------------------------------------------ incoming
+    async def _on_message(self, message: aiomqtt.Message) -> None:
+        topic = message.topic.value
+        device = topics.device_of(topic)
+        payload = message.payload if isinstance(message.payload, bytes) else b""
+        if topic.endswith("/presence"):
+            if not payload:  # a cleared retained message
+                return
+            result = self.presence_opener.open(payload)
+        else:
+            result = self.opener.open(payload, commit=False)
+        if isinstance(result, Dropped):
+            self._drop(result.reason, result.sender or device or "?", result.detail)
+            return
+        if result.sender != device:
+            self._drop(DropReason.SPOOFED_TOPIC, result.sender, f"sent on {topic}")
+            return
+        if result.kind == mesh_pb2.PRESENCE:
+            if topic.endswith("/presence"):
+                await self._on_presence(result)
+            else:
+                self._drop(DropReason.MALFORMED, result.sender, "presence outside presence topic")
+            return
+        handler = self.handlers.get(result.kind)
+        if handler is None:
+            self._drop(DropReason.MALFORMED, result.sender, f"kind {result.kind} not accepted")
+            return
+        await handler(result)
+
+    def _drop(self, reason: DropReason, sender: str, detail: str) -> None:
+        self.drops[f"rejected.{reason.value}"] += 1
+        log.warning("dropped envelope from %s: %s %s", sender[:64], reason.value, detail[:120])
+
+    def _commit_counter(self, opened: Opened) -> tuple[str, int, bytes] | None:
+        self.replay.commit(opened.sender, opened.counter)
+        return (opened.sender, *state) if (state := self.replay.state(opened.sender)) else None
+
+    async def _on_utterance(self, opened: Opened) -> None:
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        if not utt.id or len(utt.id) > 128 or len(utt.text) > 16_000:
+            self._drop(DropReason.MALFORMED, opened.sender, "utterance id or text")
+            return
+        now = int(time.time() * 1000)
+        reply, duplicate = self.store.ingest_utterance(
+            utterance_id=utt.id,
+            device=opened.sender,
+            text=utt.text,
+            ts_ms=utt.started_ms or opened.time_ms,
+            received_ms=now,
+            trace_id=opened.trace_id,
+            meta={
+                "channel": utt.channel,
+                "source": utt.source or "typed",
+                "counter": opened.counter,
+            },
+            make_reply=self._placeholder_reply,
+            replay_state=self._commit_counter(opened),
+        )
+        if duplicate:
+            log.info(
+                "utterance %s from %s already on the timeline: reply re-sent", utt.id, opened.sender
+            )
+        await self._send_reply(reply)
+
+    @staticmethod
+    def _placeholder_reply(seq: int, text: str) -> tuple[str, str, bool]:
+        return random_id("r-"), f"{PLACEHOLDER_PREFIX}I heard: {text}", True
+
+    async def _send_reply(self, reply: StoredReply) -> None:
+        device = reply.device
+        peer = self.peers.get(device)
+        if peer is None or peer.revoked or self.mqtt is None:
+            return
+        data = self.sealer.seal(
+            mesh_pb2.REPLY,
+            mesh_pb2.Reply(
+                id=reply.id,
+                utterance_id=reply.utterance_id,
+                text=reply.text,
+                placeholder=reply.placeholder,
+                seq=reply.utterance_seq,
+                reply_seq=reply.reply_seq,
+            ),
+            recipient=device,
+            recipient_box_pk=peer.box_pk,
+            trace_id=reply.trace_id,
+        )
+        try:
+            await self.mqtt.publish(topics.inbox(self.home.home_id, device), data, qos=1)
+        except Exception as exc:  # the device will get it on its next ONLINE
+            log.info("reply to %s not sent now: %s", device, exc)
+
+    async def _on_ack(self, opened: Opened) -> None:
+        ack = opened.payload
+        assert isinstance(ack, mesh_pb2.DeliveryAck)
+        state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
+        fresh = self.store.record_delivery(
+            ack.reply_id[:128],
+            opened.sender,
+            state,
+            ack.at_ms or opened.time_ms,
+            self._commit_counter(opened),
+        )
+        if fresh:
+            log.debug("reply %s %s on %s", ack.reply_id, state, opened.sender)
+
+    async def _on_presence(self, opened: Opened) -> None:
+        pres = opened.payload
+        assert isinstance(pres, mesh_pb2.Presence)
+        now = int(time.time() * 1000)
+        current = self.store.presence().get(opened.sender)
+        if pres.state == mesh_pb2.ONLINE:
+            self.store.set_presence(opened.sender, "online", pres.session, pres.since_ms, now)
+            for reply in self.store.unacked_replies(opened.sender):
+                await self._send_reply(reply)
+        elif pres.state == mesh_pb2.OFFLINE:
+            if current is None or current.session == pres.session:
+                self.store.set_presence(opened.sender, "offline", pres.session, pres.since_ms, now)
+
+    async def _broadcast(self, kind: int, payload: mesh_pb2.Revocation) -> None:
+        if self.mqtt is None or not self.mqtt.connected.is_set():
+            return
+        data = self.sealer.seal(kind, payload, recipient="*")
+        try:
+            await self.mqtt.publish(topics.mesh(self.home.home_id), data, qos=1)
+        except Exception as exc:
+            log.info("broadcast not sent: %s", exc)
+
+    # ------------------------------------------------------------------ stats
+    def _flush_drops(self) -> None:
+        if self.drops:
+            try:
+                self.store.add_counts(self.drops.items())
+                self.drops.clear()
+            except Exception:
+                log.exception("could not store drop counters")
+
+    async def _flush_stats(self) -> None:
+        while True:
+            await asyncio.sleep(STATS_FLUSH_S)
+            self._flush_drops()
+
+
+def advertise_addresses(bind: str) -> list[str]:
+    """The addresses the zeroconf advert names: the bind address, else every IPv4 one."""
+    if bind not in ("0.0.0.0", ""):
+        return [bind]
+    chosen = discovery.mdns_interfaces()
+    if isinstance(chosen, list):
+        return chosen
+    found = [a for a in get_all_addresses() if not a.startswith("127.")]
+    return found or ["127.0.0.1"]
+
+
+def hub_pid(home: Path) -> int | None:
+    """The pid of the hub running on ``home``, if one is."""
+    try:
+        pid = int((home / "hub.pid").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid

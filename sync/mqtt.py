@@ -1,0 +1,153 @@
+"""One MQTT session kept alive: connect, subscribe, dispatch, reconnect with backoff.
+
+:class:`MqttSession` is an async context manager that owns its connection task. Each
+connection gets a fresh last will (so the will can carry a fresh signed envelope) and runs
+``on_connect`` as a task of that connection; message handlers never take the loop down.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from types import TracebackType
+
+import aiomqtt
+
+from sync.backoff import Backoff
+from sync.errors import SyncError
+
+log = logging.getLogger(__name__)
+
+Target = tuple[str, int]
+"""(host, port) of the broker"""
+
+
+class MqttSession:
+    def __init__(
+        self,
+        *,
+        target: Callable[[], Awaitable[Target]],
+        username: str,
+        password: str,
+        identifier: str,
+        subscriptions: Sequence[str],
+        on_message: Callable[[aiomqtt.Message], Awaitable[None]],
+        on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
+        will: Callable[[], aiomqtt.Will | None] | None = None,
+        clean_session: bool = True,
+        backoff: Backoff | None = None,
+        keepalive: int = 15,
+    ) -> None:
+        self._target = target
+        self._username = username
+        self._password = password
+        self._identifier = identifier
+        self._subscriptions = list(subscriptions)
+        self._on_message = on_message
+        self._on_connect = on_connect
+        self._will = will
+        self._clean_session = clean_session
+        self._backoff = backoff or Backoff(initial=0.2, cap=5.0)
+        self._keepalive = keepalive
+        self._client: aiomqtt.Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.connected = asyncio.Event()
+        self.connections = 0
+        """successful connections so far (1 + reconnects)"""
+        self.last_error: str = ""
+
+    async def __aenter__(self) -> MqttSession:
+        self._task = asyncio.create_task(self._run(), name=f"mqtt:{self._identifier}")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        self.connected.clear()
+
+    async def publish(
+        self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
+    ) -> None:
+        client = self._client
+        if client is None or not self.connected.is_set():
+            raise SyncError("hub.unreachable", target="broker", reason="not connected")
+        try:
+            await client.publish(topic, payload, qos=qos, retain=retain)
+        except aiomqtt.MqttError as exc:
+            raise SyncError("hub.unreachable", target="broker", reason=exc) from None
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                host, port = await self._target()
+                await self._connect_once(host, port)
+            except asyncio.CancelledError:
+                raise
+            except (aiomqtt.MqttError, SyncError, OSError) as exc:
+                self.last_error = str(exc)
+                log.info("mqtt %s: %s", self._identifier, exc)
+            finally:
+                self.connected.clear()
+                self._client = None
+            await asyncio.sleep(self._backoff.next_delay())
+
+    async def _connect_once(self, host: str, port: int) -> None:
+        client = aiomqtt.Client(
+            host,
+            port,
+            username=self._username,
+            password=self._password,
+            identifier=self._identifier,
+            will=self._will() if self._will else None,
+            clean_session=self._clean_session,
+            keepalive=self._keepalive,
+            timeout=5.0,
+            max_queued_outgoing_messages=10_000,
+        )
+        async with client:
+            for topic in self._subscriptions:
+                await client.subscribe(topic, qos=1)
+            self._client = client
+            self.connections += 1
+            self._backoff.reset()
+            self.connected.set()
+            log.debug("mqtt %s connected to %s:%d", self._identifier, host, port)
+            hook = (
+                asyncio.create_task(
+                    self._guarded_on_connect(client), name=f"on-connect:{self._identifier}"
+                )
+                if self._on_connect is not None
+                else None
+            )
+            try:
+                async for message in client.messages:
+                    try:
+                        await self._on_message(message)
+                    except Exception:  # a handler bug must not take the session down
+                        log.exception(
+                            "mqtt %s: handler failed on %s", self._identifier, message.topic
+                        )
+            finally:
+                if hook is not None:
+                    hook.cancel()
+                    await asyncio.gather(hook, return_exceptions=True)
+            raise aiomqtt.MqttError("message stream ended")
+
+    async def _guarded_on_connect(self, client: aiomqtt.Client) -> None:
+        assert self._on_connect is not None
+        try:
+            await self._on_connect(client)
+        except (aiomqtt.MqttError, SyncError) as exc:
+            log.info("mqtt %s: on-connect stopped: %s", self._identifier, exc)
+        except Exception:
+            log.exception("mqtt %s: on-connect failed", self._identifier)

@@ -1,0 +1,117 @@
+"""The device outbox: store and forward, in order, exactly once on the hub.
+
+An item is committed (fsynced) before the sender is told it is queued, and leaves the
+outbox only when the hub's reply for it arrives. Retries re-seal the payload with a new
+counter; the hub deduplicates by the item id, so a retry never doubles an entry.
+Flushing is serialised across processes by an ``flock`` on ``outbox.lock``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import apsw
+
+from sync.errors import SyncError
+from sync.store import open_db, transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS outbox (
+    pos        INTEGER PRIMARY KEY AUTOINCREMENT,
+    id         TEXT NOT NULL UNIQUE,
+    kind       INTEGER NOT NULL,
+    payload    BLOB NOT NULL,
+    trace_id   TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    attempts   INTEGER NOT NULL DEFAULT 0
+);
+"""
+MAX_ITEMS = 100_000
+"""items: beyond this the outbox refuses new ones rather than fill the disk"""
+
+
+@dataclass(frozen=True)
+class OutboxItem:
+    pos: int
+    id: str
+    kind: int
+    payload: bytes
+    trace_id: str
+    created_ms: int
+    attempts: int
+
+
+class Outbox:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._conn: apsw.Connection = open_db(path, SCHEMA)
+        self._lock_path = path.with_suffix(".lock")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def put(self, item_id: str, kind: int, payload: bytes, trace_id: str, created_ms: int) -> int:
+        """Queue an item (idempotent on ``item_id``); returns how many are waiting."""
+        with transaction(self._conn):
+            count = self.count()
+            if count >= MAX_ITEMS:
+                raise SyncError("outbox.full", path=self.path, count=count)
+            self._conn.execute(
+                "INSERT OR IGNORE INTO outbox (id, kind, payload, trace_id, created_ms) "
+                "VALUES (?,?,?,?,?)",
+                (item_id, kind, payload, trace_id, created_ms),
+            )
+            return self.count()
+
+    def count(self) -> int:
+        row = self._conn.execute("SELECT count(*) FROM outbox").fetchone()
+        return int(row[0]) if row else 0
+
+    def pending(self, limit: int = 1000) -> list[OutboxItem]:
+        rows = self._conn.execute(
+            "SELECT pos, id, kind, payload, trace_id, created_ms, attempts FROM outbox "
+            "ORDER BY pos LIMIT ?",
+            (limit,),
+        )
+        return [OutboxItem(r[0], r[1], r[2], bytes(r[3]), r[4], r[5], r[6]) for r in rows]
+
+    def contains(self, item_id: str) -> bool:
+        return (
+            self._conn.execute("SELECT 1 FROM outbox WHERE id=?", (item_id,)).fetchone() is not None
+        )
+
+    def attempted(self, item_id: str) -> None:
+        with transaction(self._conn):
+            self._conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id=?", (item_id,))
+
+    def done(self, item_id: str) -> bool:
+        """Remove a delivered item; ``False`` if it was already gone."""
+        with transaction(self._conn):
+            return (
+                self._conn.execute(
+                    "DELETE FROM outbox WHERE id=? RETURNING id", (item_id,)
+                ).fetchone()
+                is not None
+            )
+
+    @contextmanager
+    def flushing(self, *, block: bool = True) -> Iterator[bool]:
+        """Hold the cross-process flush lock; yields ``False`` if not blocking and busy."""
+        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
