@@ -36,8 +36,8 @@ A profile is a YAML mapping (see ``profiles/*.yaml`` for the built-in ones and
 Every problem raises :class:`~provisioning.errors.ProvisioningError` with key
 ``profile.invalid`` and fields ``file``, ``field`` (a path such as ``roles[2]`` or
 ``storage.window_days``; ``<document>`` for the file as a whole) and ``reason``; its text is
-one line. An unknown built-in name or a missing file raises ``profile.unknown``. YAML is
-read with a safe loader that also refuses duplicate keys.
+one line. An unknown built-in name or a missing file raises ``profile.unknown``. YAML is read
+with a ``yaml.SafeLoader`` subclass that also refuses duplicate keys and aliases (``*name``).
 """
 
 from __future__ import annotations

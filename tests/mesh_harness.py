@@ -1,0 +1,201 @@
+"""Test harness: real ``yimi`` processes (hub, edge daemons, CLI) on loopback ports.
+
+Every process is started in its own session and is killed (with its children) when the
+harness closes; waiting is always polling with a deadline, never a blind sleep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def env() -> dict[str, str]:
+    e = dict(os.environ)
+    e["YIMI_MDNS_INTERFACES"] = "127.0.0.1"
+    e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
+    e["PYTHONUNBUFFERED"] = "1"
+    return e
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen[bytes]
+    log: Path
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+
+@dataclass
+class Mesh:
+    """One home in ``root`` with a hub on free loopback ports."""
+
+    root: Path
+    mqtt_port: int = field(default_factory=free_port)
+    grpc_port: int = field(default_factory=free_port)
+    procs: list[Proc] = field(default_factory=list)
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def hub_target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def yimi(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """Run ``yimi ARGS`` to completion."""
+        proc = subprocess.run(
+            [sys.executable, "-m", "hub.cli", *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=env(),
+            cwd=self.root,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"yimi {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def spawn(self, name: str, *args: str) -> Proc:
+        log = self.root / f"{name}.{len(self.procs)}.log"
+        fh = log.open("wb")
+        popen = subprocess.Popen(
+            [sys.executable, "-m", "hub.cli", *args],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            env=env(),
+            cwd=self.root,
+            start_new_session=True,
+        )
+        fh.close()
+        proc = Proc(name, popen, log)
+        self.procs.append(proc)
+        return proc
+
+    # ------------------------------------------------------------------ home and hub
+    def init(self) -> str:
+        out = self.yimi(
+            "home", "init", "--home", str(self.home), "--mqtt-port", str(self.mqtt_port),
+            "--grpc-port", str(self.grpc_port), "--hub-host", "127.0.0.1", check=True,
+        ).stdout
+        return out
+
+    def add_device(self, name: str, profile: str = "glasses") -> Path:
+        out = self.root / f"bundle-{name}"
+        self.yimi(
+            "device", "add", "--home", str(self.home), "--profile", profile, "--name", name,
+            "--out", str(out), check=True,
+        )
+        return out
+
+    def start_hub(self, *extra: str, timeout: float = 30) -> Proc:
+        hub = self.spawn(
+            "hub", "hub", "run", "--home", str(self.home), "--bind", "127.0.0.1",
+            "--mqtt-port", str(self.mqtt_port), "--grpc-port", str(self.grpc_port), *extra,
+        )
+        start = len(hub.text())
+        wait_for(
+            lambda: " up: " in hub.text()[start:] or not hub.alive(), timeout, "the hub to come up"
+        )
+        assert hub.alive(), f"hub exited: {hub.text()}"
+        return hub
+
+    def start_edge(self, bundle: Path, *, hub: str | None = None) -> Proc:
+        args = ["edge", "run", "--bundle", str(bundle)]
+        if hub:
+            args += ["--hub", hub]
+        edge = self.spawn(f"edge-{bundle.name}", *args)
+        wait_for(lambda: "connected to hub" in edge.text() or not edge.alive(), 30, "edge to connect")
+        assert edge.alive(), edge.text()
+        return edge
+
+    def say(self, bundle: Path, text: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return self.yimi("say", "--bundle", str(bundle), *args, text, timeout=timeout)
+
+    def stop(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
+        if proc.alive():
+            os.killpg(proc.popen.pid, sig)
+        return proc.popen.wait(timeout=timeout)
+
+    def close(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.alive():
+                try:
+                    os.killpg(proc.popen.pid, signal.SIGTERM)
+                    proc.popen.wait(timeout=10)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    try:
+                        os.killpg(proc.popen.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                    proc.popen.wait(timeout=10)
+        self.procs.clear()
+
+    # ------------------------------------------------------------------ reading state
+    def hub_timeline(self) -> list[tuple[int, str, str, str]]:
+        """(seq, device, kind, text) of every hub timeline entry, read from hub.db."""
+        import apsw
+
+        conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
+        try:
+            return [tuple(r) for r in conn.execute("SELECT seq, device, kind, text FROM timeline ORDER BY seq")]  # type: ignore[misc]
+        finally:
+            conn.close()
+
+    def hub_query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
+        import apsw
+
+        conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
+        conn.set_busy_timeout(5000)
+        try:
+            return [tuple(r) for r in conn.execute(sql, params)]
+        finally:
+            conn.close()
+
+
+def mosquitto_pids(conf_fragment: str) -> list[int]:
+    """Pids of live mosquitto processes whose command line mentions ``conf_fragment``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "mosquitto" in cmd and conf_fragment in cmd:
+            pids.append(int(entry.name))
+    return pids
