@@ -62,7 +62,10 @@ def cmd_home_init(args: argparse.Namespace) -> int:
     from provisioning.identity import short_fingerprint
 
     home = Home.init(
-        args.home, force=args.force, mqtt_port=args.mqtt_port, grpc_port=args.grpc_port,
+        args.home,
+        force=args.force,
+        mqtt_port=args.mqtt_port,
+        grpc_port=args.grpc_port,
         hub_host=args.hub_host,
     )
     print(f"home id:          {home.home_id}")
@@ -77,7 +80,9 @@ def cmd_device_add(args: argparse.Namespace) -> int:
     from provisioning.home import Home
 
     home = Home.load(args.home)
-    bundle = flash(home, profile_name=args.profile, name=args.name, out=args.out, hub_host=args.hub_host)
+    bundle = flash(
+        home, profile_name=args.profile, name=args.name, out=args.out, hub_host=args.hub_host
+    )
     print(f"device {bundle.name} ({bundle.profile.name}) enrolled as {bundle.device_id}")
     print(f"bundle written to {bundle.path}")
     if args.user_data:
@@ -86,7 +91,9 @@ def cmd_device_add(args: argparse.Namespace) -> int:
 
         text = user_data(bundle.path, hostname=f"yimi-{bundle.name}", source=args.source)
         write_secret(args.user_data, text.encode())
-        print(f"cloud-init user-data (holds the device keys, mode 0600) written to {args.user_data}")
+        print(
+            f"cloud-init user-data (holds the device keys, mode 0600) written to {args.user_data}"
+        )
     return EXIT_OK
 
 
@@ -191,7 +198,9 @@ def cmd_hub_pair_code(args: argparse.Namespace) -> int:
     home = Home.load(args.home)
     code, expires = issue_code(home, ttl_s=args.ttl)
     print(code)
-    print(f"valid once, until {_fmt_ms(expires)}; hub fingerprint {home.fingerprint}", file=sys.stderr)
+    print(
+        f"valid once, until {_fmt_ms(expires)}; hub fingerprint {home.fingerprint}", file=sys.stderr
+    )
     return EXIT_OK
 
 
@@ -215,16 +224,23 @@ def cmd_say(args: argparse.Namespace) -> int:
 
 
 def cmd_timeline(args: argparse.Namespace) -> int:
+    rows: list[tuple[int | None, str, int, str, str]]
     if args.home is not None:
         from hub.timeline import HubStore
         from provisioning.home import Home
 
-        Home.load(args.home)
+        home = Home.load(args.home)
+        registry = home.registry()
         store = HubStore(args.home / "hub.db")
         try:
-            rows = [(e.seq, e.device, e.ts_ms, e.kind, e.text) for e in store.entries(limit=args.limit)]
+            names = {d.device_id: d.name for d in registry.devices()}
+            rows = [
+                (e.seq, names.get(e.device, e.device), e.ts_ms, e.kind, e.text)
+                for e in store.entries(limit=args.limit)
+            ]
         finally:
             store.close()
+            registry.close()
     else:
         from edge_agent.local_timeline import LocalTimeline
         from provisioning.bundle import Bundle
@@ -237,13 +253,17 @@ def cmd_timeline(args: argparse.Namespace) -> int:
             local.close()
     print(f"{'SEQ':>6}  {'DEVICE':<16} {'TIME':<19}  {'KIND':<9} TEXT")
     for seq, device, ts, kind, text in rows:
-        print(f"{seq if seq is not None else 'pending':>6}  {device:<16} {_fmt_ms(ts):<19}  {kind:<9} {text}")
+        print(
+            f"{seq if seq is not None else 'pending':>6}  {device:<16} {_fmt_ms(ts):<19}  {kind:<9} {text}"
+        )
     return EXIT_OK
 
 
 # ---------------------------------------------------------------- parser
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="yimi", description="Yimi Mesh: your own assistant, on your own devices.")
+    p = argparse.ArgumentParser(
+        prog="yimi", description="Yimi Mesh: your own assistant, on your own devices."
+    )
     p.add_argument("-v", "--verbose", action="count", default=0, help="more logging")
     sub = p.add_subparsers(dest="command", required=True)
 

@@ -31,7 +31,7 @@ from provisioning.credentials import mosquitto_hash, new_password
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
-from provisioning.profiles import Profile, dump_profile, load_profile, parse_profile
+from provisioning.profiles import Profile, dump_profile, load_profile
 from provisioning.registry import DeviceRecord, check_name, now_ms
 
 BUNDLE_VERSION = 1
@@ -103,9 +103,7 @@ class Bundle:
                 bytes.fromhex(config["home_sign_pk"]),
                 home_id=config["home_id"],
             )
-            profile = parse_profile(
-                yaml.safe_load((path / "profile.yaml").read_text()), file=str(path / "profile.yaml")
-            )
+            profile = load_profile(path / "profile.yaml")
             if (
                 cert.sign_pk != keys.sign_pk
                 or fingerprint(bytes.fromhex(config["hub"]["sign_pk"]))

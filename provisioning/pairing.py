@@ -43,6 +43,8 @@ MAX_FAILURES_TOTAL = 20
 MAX_REQUEST_BYTES = 4096
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 PAIRABLE_PROFILES = ("glasses", "mac", "phone", "watch")
+REFUSALS = ("profile.unknown", "device.exists", "device.name_invalid", "certificate.invalid")
+"""error keys the hub sends back that explain a refusal (shown to the user as is)"""
 
 
 def new_code() -> tuple[str, str, str]:
@@ -261,6 +263,8 @@ async def pair_over_grpc(target: str, request: mesh_pb2.PairRequest, timeout: fl
             raise ProvisioningError("pair.rate_limited", seconds=RATE_WINDOW_S) from None
         if key == "pair.code_invalid":
             raise ProvisioningError("pair.code_invalid") from None
-        if key in ("profile.unknown", "device.exists", "device.name_invalid", "certificate.invalid"):
-            raise ProvisioningError("pair.refused", reason=exc.details().partition("|")[2]) from None
-        raise ProvisioningError("pair.unreachable", target=target, reason=exc.code().name.lower()) from None
+        if key in REFUSALS:
+            reason = (exc.details() or "").partition("|")[2]
+            raise ProvisioningError("pair.refused", reason=reason) from None
+        reason = exc.code().name.lower()
+        raise ProvisioningError("pair.unreachable", target=target, reason=reason) from None
