@@ -1,0 +1,1 @@
+"""The device daemon (``yimi edge run``) and one-shot device commands (``yimi say``)."""

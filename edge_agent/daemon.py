@@ -30,8 +30,10 @@ async def run_edge(bundle: Bundle, *, hub: str | None) -> int:
     node: DeviceNode | None = None
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened) -> None:
-        record_reply(timeline, bundle, reply, opened)
-        print(f"[{bundle.name}] hub: {reply.text}", flush=True)
+        # A reply the hub re-sends (it never saw our ACK) is ACKed again, not shown twice.
+        if not timeline.has(reply.id):
+            record_reply(timeline, bundle, reply, opened)
+            print(f"[{bundle.name}] hub: {reply.text}", flush=True)
         assert node is not None
         await node.ack(reply, mesh_pb2.RENDERED)
 

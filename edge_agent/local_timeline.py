@@ -50,6 +50,9 @@ class LocalTimeline:
                 (entry.id, entry.seq, entry.device, entry.kind, entry.text, entry.ts_ms),
             )
 
+    def has(self, entry_id: str) -> bool:
+        return self._conn.execute("SELECT 1 FROM entries WHERE id=?", (entry_id,)).fetchone() is not None
+
     def sequenced(self, entry_id: str, seq: int) -> None:
         with transaction(self._conn):
             self._conn.execute("UPDATE entries SET seq=? WHERE id=?", (seq, entry_id))

@@ -1,0 +1,1 @@
+"""The wire schema (``mesh.proto`` and its generated modules), codec helpers and user-facing error texts."""

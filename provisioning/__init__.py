@@ -1,0 +1,1 @@
+"""Identities, certificates, device profiles, bundles, pairing codes and revocation."""

@@ -1,0 +1,1 @@
+"""Moving state between nodes: envelopes, MQTT session, discovery, hub location, outbox, counters."""
