@@ -76,6 +76,8 @@ class HubDaemon:
         self.peers: dict[str, Peer] = {}
         self.revoked: set[str] = set()
         self.drops: Counter[str] = Counter()
+        self.last_seen: dict[str, int] = {}
+        """device → ms of its last accepted message, not yet written to hub.db"""
         self.replay = ReplayGuard()
         for sender, highest, seen in self.store.replay_windows():
             self.replay.restore(sender, highest, seen)
@@ -275,6 +277,7 @@ class HubDaemon:
         if result.sender != device:
             self._drop(DropReason.SPOOFED_TOPIC, result.sender, f"sent on {topic}")
             return
+        self.last_seen[result.sender] = int(time.time() * 1000)
         if result.kind == mesh_pb2.PRESENCE:
             if topic.endswith("/presence"):
                 await self._on_presence(result)
@@ -389,10 +392,11 @@ class HubDaemon:
 
     # ------------------------------------------------------------------ stats
     def _flush_drops(self) -> None:
-        if self.drops:
+        if self.drops or self.last_seen:
             try:
-                self.store.add_counts(self.drops.items())
+                self.store.add_counts(self.drops.items(), self.last_seen.items())
                 self.drops.clear()
+                self.last_seen.clear()
             except Exception:
                 log.exception("could not store drop counters")
 

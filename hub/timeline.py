@@ -265,18 +265,24 @@ class HubStore:
             (name, by, by),
         )
 
-    def add_counts(self, counts: Iterable[tuple[str, int]]) -> None:
+    def add_counts(
+        self, counts: Iterable[tuple[str, int]], seen: Iterable[tuple[str, int]] = ()
+    ) -> None:
+        """Add to message counters and move devices' last-seen times forward, in one go."""
         with transaction(self.conn):
             for name, by in counts:
                 self._bump(name, by)
+            for device, at_ms in seen:
+                self.conn.execute(
+                    "INSERT INTO presence VALUES (?, 'offline', '', 0, ?) ON CONFLICT(device) "
+                    "DO UPDATE SET last_seen_ms=max(last_seen_ms, excluded.last_seen_ms)",
+                    (device, at_ms),
+                )
 
     def counters(self) -> dict[str, int]:
         return {
             r[0]: r[1] for r in self.conn.execute("SELECT name, value FROM counters ORDER BY name")
         }
-
-    def touch(self, device: str, now: int) -> None:
-        self.conn.execute("UPDATE presence SET last_seen_ms=? WHERE device=?", (now, device))
 
     # ------------------------------------------------------------------ reading
     def entries(self, *, after: int = 0, limit: int = 1000) -> list[Entry]:
