@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from types import TracebackType
+from typing import Any
 
 import aiomqtt
 
@@ -96,6 +97,8 @@ class DeviceNode:
         self.session_id = secrets.token_hex(8)
         self._waiters: dict[str, asyncio.Future[mesh_pb2.Reply]] = {}
         self._wake = asyncio.Event()
+        self._relinked = asyncio.Event()
+        """set on every (re)connection of the MQTT session"""
         self._stack = AsyncExitStack()
         self.mqtt: MqttSession | None = None
         self.hub_address: HubAddress | None = None
@@ -185,6 +188,7 @@ class DeviceNode:
         await self.mqtt.publish(topic, self._presence_envelope(state), qos=1, retain=True)
 
     async def _on_connect(self, client: aiomqtt.Client) -> None:
+        self._relinked.set()
         if self.options.mode == "edge":
             await self._publish_presence(mesh_pb2.ONLINE)
             log.info("connected to hub %s", self.hub_address)
@@ -238,14 +242,37 @@ class DeviceNode:
                 item.kind, payload, recipient=HUB, recipient_box_pk=hub_box, trace_id=item.trace_id
             )
             self.outbox.attempted(item.id)
+            link = self.mqtt.connections
             await self.mqtt.publish(uplink, data, qos=1)
-            try:
-                await asyncio.wait_for(asyncio.shield(waiter), REPLY_TIMEOUT_S)
-            except TimeoutError:
-                raise SyncError("say.timeout", seconds=REPLY_TIMEOUT_S) from None
+            if not await self._reply_or_relink(waiter, link):
+                continue  # reconnected meanwhile: what was in flight may be lost, send it again
             self.outbox.done(item.id)
             if item.id == stop_after:
                 return True
+
+    async def _reply_or_relink(self, waiter: asyncio.Future[mesh_pb2.Reply], link: int) -> bool:
+        """Wait for ``waiter``; ``False`` as soon as the MQTT session has reconnected since
+        connection number ``link``. Raises :class:`SyncError` after ``REPLY_TIMEOUT_S``."""
+        assert self.mqtt is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + REPLY_TIMEOUT_S
+        while not waiter.done():
+            if self.mqtt.connections != link:
+                return False
+            self._relinked.clear()
+            relinked = asyncio.ensure_future(self._relinked.wait())
+            try:
+                either: set[asyncio.Future[Any]] = {waiter, relinked}
+                done, _ = await asyncio.wait(
+                    either,
+                    timeout=max(0.0, deadline - loop.time()),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+            finally:
+                relinked.cancel()
+            if not done:
+                raise SyncError("say.timeout", seconds=REPLY_TIMEOUT_S)
+        return True
 
     async def wait_reply(self, item_id: str) -> mesh_pb2.Reply:
         fut = self._waiters.setdefault(item_id, asyncio.get_running_loop().create_future())

@@ -268,6 +268,9 @@ class Broker:
             "connection_messages true",
             "max_packet_size 524288",
             "max_queued_messages 10000",
+            # No Nagle on client sockets: otherwise each small message can wait ~40 ms for
+            # the delayed ACK of the previous one (clients set TCP_NODELAY too, sync/mqtt.py).
+            "set_tcp_nodelay true",
             f"listener {self.port} {self.host}",
         ]
         return "\n".join(lines) + "\n"

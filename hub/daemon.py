@@ -99,7 +99,7 @@ class HubDaemon:
             replay=ReplayGuard(),
             group_key=home.group_key,
         )
-        self._counter = PersistentCounter(home.path / "hub-counter.db")
+        self._counter = PersistentCounter(home.path / "hub-counter.db", block=256)
         self.sealer = Sealer(
             home_id=home.home_id,
             node_id=HUB,

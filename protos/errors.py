@@ -63,6 +63,8 @@ def render(key: str, fields: dict[str, Any]) -> str:
     if template is None:
         return f"{key}: {fields}"
     try:
-        return template.format(**fields)
+        text = template.format(**fields)
     except (KeyError, IndexError, ValueError):
         return f"{template} ({fields})"
+    # a field may span lines (a YAML parser's message): the text stays one line
+    return " ".join(line.strip() for line in text.splitlines() if line.strip())

@@ -126,9 +126,12 @@ class ReplayGuard:
         if highest is None:
             self._highest[sender], self._seen[sender] = counter, 1
         elif counter > highest:
-            self._seen[sender] = ((self._seen[sender] << (counter - highest)) | 1) & mask
+            # a jump past the whole window forgets it (never shift by a 64-bit gap)
+            shift = counter - highest
+            seen = (self._seen[sender] << shift) | 1 if shift < self.window else 1
+            self._seen[sender] = seen & mask
             self._highest[sender] = counter
-        else:
+        elif highest - counter < self.window:
             self._seen[sender] |= 1 << (highest - counter)
 
     def state(self, sender: str) -> tuple[int, bytes] | None:
@@ -209,6 +212,10 @@ class Opener:
         outer = parse(mesh_pb2.SignedEnvelope, data, self.max_bytes)
         if outer is None:
             return Dropped(DropReason.MALFORMED, detail="not an envelope")
+        # one wire form per envelope: no unknown, repeated or reordered outer fields
+        canonical = mesh_pb2.SignedEnvelope(body=outer.body, signature=outer.signature)
+        if canonical.SerializeToString() != data:
+            return Dropped(DropReason.MALFORMED, detail="not in canonical form")
         body = parse(mesh_pb2.EnvelopeBody, outer.body, self.max_bytes)
         if body is None or len(outer.signature) != 64:
             return Dropped(DropReason.MALFORMED, detail="bad body or signature length")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
@@ -21,6 +22,9 @@ log = logging.getLogger(__name__)
 
 Target = tuple[str, int]
 """(host, port) of the broker"""
+SOCKET_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
+"""No Nagle: with it, a small publish waits for the ACK of the previous small packet, which
+the peer delays (~40 ms) — every hop of a round trip stalled. The broker sets it too."""
 
 
 class MqttSession:
@@ -113,6 +117,7 @@ class MqttSession:
             keepalive=self._keepalive,
             timeout=5.0,
             max_queued_outgoing_messages=10_000,
+            socket_options=SOCKET_OPTIONS,
         )
         async with client:
             for topic in self._subscriptions:
@@ -133,6 +138,8 @@ class MqttSession:
                 async for message in client.messages:
                     try:
                         await self._on_message(message)
+                    except (aiomqtt.MqttError, SyncError) as exc:  # the link dropped mid-handler
+                        log.info("mqtt %s: handler stopped: %s", self._identifier, exc)
                     except Exception:  # a handler bug must not take the session down
                         log.exception(
                             "mqtt %s: handler failed on %s", self._identifier, message.topic

@@ -1,0 +1,892 @@
+"""Bench: the full signed+sealed round trip device → hub → reply → ACK, against raw MQTT.
+
+Run::
+
+    .venv/bin/python bench/mesh_roundtrip.py [--trips 1000] [--devices 50] [--quick]
+
+Everything runs on loopback, in a temporary folder that is removed afterwards:
+
+1. a home is made and devices are flashed (in process, exactly as ``yimi device add``);
+2. a real hub is started in its own process (``python -m hub.cli hub run``), which starts
+   its own mosquitto; the bench waits until the hub's log says `` up: ``;
+3. **ours** — one device drives trips one after the other through
+   :class:`edge_agent.node.DeviceNode`, the code path of ``yimi say``. A trip is timed from
+   the start of the outbox flush (the utterance is sealed, signed and published, QoS 1)
+   until the hub's reply was received and opened and the sealed ACK was published (QoS 1,
+   PUBACK received). The outbox commit before it is reported as a separate line;
+4. **raw** — on the same mosquitto, an aiomqtt client publishes (QoS 1) to a topic, an echo
+   client in another process republishes it (QoS 1) to a reply topic, the first client
+   receives it. Ours and raw run in alternating blocks, so drift of a noisy machine hits
+   both alike; the ratio of their medians is printed per block and overall;
+5. **concurrent** — ``--devices`` devices (DeviceNodes spread over ``--procs`` worker
+   processes) each drive ``--per-device`` trips at the same time.
+
+The hub (and with it its mosquitto) is stopped on every exit path — Ctrl-C, SIGTERM, an
+error — and the bench checks that no mosquitto of its home is left. Child processes also
+get ``PR_SET_PDEATHSIG``, so even a ``kill -9`` of the bench takes them down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ctypes
+import json
+import math
+import os
+import platform
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import aiomqtt
+import apsw
+
+from edge_agent.node import DeviceNode, NodeOptions
+from protos import mesh_pb2
+from provisioning.bundle import Bundle, flash
+from provisioning.home import Home
+from sync.envelope import Opened
+from sync.mqtt import SOCKET_OPTIONS
+
+SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parent.parent
+HUB_START_TIMEOUT_S = 30.0
+HUB_STOP_TIMEOUT_S = 15.0
+MOSQUITTO_GONE_TIMEOUT_S = 8.0
+CONNECT_TIMEOUT_S = 20.0
+TRIP_TIMEOUT_S = 30.0
+"""seconds one trip may take before the bench gives up"""
+CHILD_READY_TIMEOUT_S = 90.0
+DRAIN_TIMEOUT_S = 20.0
+"""seconds the hub gets after the last trip to record the last ACKs"""
+RAW_PAYLOAD_BYTES = 400
+"""bytes per raw message: about the size of a sealed utterance envelope"""
+PR_SET_PDEATHSIG = 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+# ---------------------------------------------------------------------------- statistics
+def percentile(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``values``, linearly interpolated."""
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    k = (len(ordered) - 1) * q
+    lo = math.floor(k)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
+
+
+@dataclass
+class Series:
+    label: str
+    ms: list[float] = field(default_factory=list)
+
+    def row(self) -> str:
+        v = self.ms
+        if not v:
+            return f"{self.label:<44} {0:>6}" + "       -" * 5
+        cells = [percentile(v, q) for q in (0.5, 0.9, 0.99)] + [max(v), statistics.fmean(v)]
+        return f"{self.label:<44} {len(v):>6}" + "".join(f" {c:>7.2f}" for c in cells)
+
+
+TABLE_HEAD = f"{'':<44} {'n':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'mean':>7}   (ms)"
+
+
+# ---------------------------------------------------------------------------- processes
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["YIMI_MDNS_INTERFACES"] = "127.0.0.1"
+    return env
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the parent dies; exit now if it already has."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a live process (0 if it is gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def mosquitto_pids(fragment: str) -> list[int]:
+    """Live mosquitto processes whose command line mentions ``fragment``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "mosquitto" in cmd and fragment in cmd:
+            pids.append(int(entry.name))
+    return pids
+
+
+class HubProcess:
+    """``python -m hub.cli hub run`` in its own session; :meth:`stop` leaves nothing behind."""
+
+    def __init__(self, root: Path, home: Path, mqtt_port: int, grpc_port: int) -> None:
+        self.root = root
+        self.home = home
+        self.mqtt_port = mqtt_port
+        self.grpc_port = grpc_port
+        self.log = root / "hub.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def mosquitto_pid(self) -> int | None:
+        try:
+            return int((self.home / "broker" / "mosquitto.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(self) -> None:
+        parent = os.getpid()
+        with self.log.open("wb") as fh:
+            self.popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hub.cli",
+                    "hub",
+                    "run",
+                    "--home",
+                    str(self.home),
+                    "--bind",
+                    "127.0.0.1",
+                    "--mqtt-port",
+                    str(self.mqtt_port),
+                    "--grpc-port",
+                    str(self.grpc_port),
+                    "--no-advertise",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+                cwd=self.root,
+                start_new_session=True,
+                preexec_fn=lambda: die_with_parent(parent),
+            )
+        deadline = time.monotonic() + HUB_START_TIMEOUT_S
+        while " up: " not in self.log.read_text(errors="replace"):
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"the hub exited ({self.popen.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hub did not come up in {HUB_START_TIMEOUT_S:g} s")
+            time.sleep(0.05)
+
+    def stop(self) -> list[str]:
+        """SIGTERM (then SIGKILL) the hub's process group; make sure its mosquitto is gone.
+
+        Returns warnings (empty when everything went away on its own).
+        """
+        warnings: list[str] = []
+        popen = self.popen
+        if popen is not None and popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=HUB_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                warnings.append(f"hub ignored SIGTERM for {HUB_STOP_TIMEOUT_S:g} s: killed")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(timeout=HUB_STOP_TIMEOUT_S)
+        fragment = str(self.home / "broker")
+        deadline = time.monotonic() + MOSQUITTO_GONE_TIMEOUT_S
+        while (left := mosquitto_pids(fragment)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in left:
+            warnings.append(f"mosquitto {pid} outlived the hub: killed")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return warnings
+
+
+async def spawn_child(mode: str, *args: str, log: Path) -> asyncio.subprocess.Process:
+    """This script in ``--echo`` or ``--worker`` mode, in its own session."""
+    with log.open("ab") as err:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            str(SCRIPT),
+            mode,
+            "--parent",
+            str(os.getpid()),
+            *args,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=err,
+            env=child_env(),
+            cwd=REPO,
+            start_new_session=True,
+        )
+
+
+def file_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+async def read_line(
+    proc: asyncio.subprocess.Process, what: str, log: Path, timeout: float = CHILD_READY_TIMEOUT_S
+) -> str:
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+    except TimeoutError:
+        line = b""
+    if not line:
+        raise RuntimeError(f"{what} (pid {proc.pid}) gave no answer; its log:\n{file_tail(log)}")
+    return line.decode().strip()
+
+
+async def stop_children(procs: Sequence[asyncio.subprocess.Process]) -> None:
+    for proc in procs:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.terminate()
+    for proc in procs:
+        try:
+            await asyncio.wait_for(proc.wait(), 5)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+# ---------------------------------------------------------------------------- our round trip
+@dataclass(frozen=True)
+class Trip:
+    queued: float
+    sealed: float
+    replied: float
+    acked: float
+
+    @property
+    def seal_to_ack_ms(self) -> float:
+        return (self.acked - self.sealed) * 1000
+
+    @property
+    def seal_to_reply_ms(self) -> float:
+        return (self.replied - self.sealed) * 1000
+
+    @property
+    def queue_to_ack_ms(self) -> float:
+        return (self.acked - self.queued) * 1000
+
+
+class TripDriver:
+    """One device on the mesh, driven trip by trip through DeviceNode (``yimi say``'s path).
+
+    ``queue_utterance`` commits the utterance to the outbox; ``flush`` seals, signs and
+    publishes it and returns when the reply arrived; the reply handler (as in ``yimi say``)
+    publishes the sealed ACK, and the trip ends when that publish is acknowledged.
+    """
+
+    def __init__(self, bundle: Bundle, hub: str) -> None:
+        self.bundle = bundle
+        self.hub = hub
+        self.node: DeviceNode | None = None
+        self._acked: dict[str, asyncio.Future[tuple[float, float]]] = {}
+        self._stack = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> TripDriver:
+        try:
+            node = await self._stack.enter_async_context(
+                DeviceNode(self.bundle, NodeOptions(mode="say", hub=self.hub), self._on_reply)
+            )
+            self.node = node
+            assert node.mqtt is not None
+            try:
+                await asyncio.wait_for(node.mqtt.connected.wait(), CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise RuntimeError(
+                    f"{self.bundle.name} did not connect: {node.mqtt.last_error}"
+                ) from None
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+
+    async def _on_reply(self, reply: mesh_pb2.Reply, opened: Opened) -> None:
+        replied = time.perf_counter()
+        assert self.node is not None
+        await self.node.ack(reply, mesh_pb2.RENDERED)
+        acked = time.perf_counter()
+        fut = self._acked.pop(reply.utterance_id, None)
+        if fut is not None and not fut.done():
+            fut.set_result((replied, acked))
+
+    async def trip(self, text: str) -> Trip:
+        node = self.node
+        assert node is not None
+        queued = time.perf_counter()
+        utterance_id, _ = node.queue_utterance(text)
+        fut = asyncio.get_running_loop().create_future()
+        self._acked[utterance_id] = fut
+        sealed = time.perf_counter()
+        try:
+            async with asyncio.timeout(TRIP_TIMEOUT_S):
+                await node.flush(stop_after=utterance_id)
+                replied, acked = await fut
+        finally:
+            self._acked.pop(utterance_id, None)
+        return Trip(queued, sealed, replied, acked)
+
+    async def trips(self, count: int, tag: str) -> list[Trip]:
+        return [await self.trip(f"bench {tag} trip {i}") for i in range(count)]
+
+
+# ---------------------------------------------------------------------------- raw baseline
+def raw_topics(home_id: str) -> tuple[str, str]:
+    return f"yimi/{home_id}/bench/ping", f"yimi/{home_id}/bench/pong"
+
+
+class RawLoop:
+    """Publish → echo (another process) → receive, on the hub's mosquitto, as the hub user."""
+
+    def __init__(self, home: Home, port: int) -> None:
+        self.home = home
+        self.port = port
+        self.ping, self.pong = raw_topics(home.home_id)
+        self._waiting: dict[bytes, asyncio.Future[float]] = {}
+        self._client: aiomqtt.Client | None = None
+        self._stack = contextlib.AsyncExitStack()
+        self._seq = 0
+
+    async def __aenter__(self) -> RawLoop:
+        try:
+            client = aiomqtt.Client(
+                "127.0.0.1",
+                self.port,
+                username="hub",
+                password=self.home.broker_password,
+                identifier=f"bench-raw-{secrets.token_hex(3)}",
+                timeout=5.0,
+                socket_options=SOCKET_OPTIONS,
+            )
+            self._client = await self._stack.enter_async_context(client)
+            await client.subscribe(self.pong, qos=1)
+            reader = asyncio.create_task(self._read(client), name="raw-reader")
+            self._stack.push_async_callback(_cancel, reader)
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._stack.aclose()
+
+    async def _read(self, client: aiomqtt.Client) -> None:
+        async for message in client.messages:
+            payload = message.payload if isinstance(message.payload, bytes) else b""
+            fut = self._waiting.pop(payload[:16], None)
+            if fut is not None and not fut.done():
+                fut.set_result(time.perf_counter())
+
+    async def trip(self) -> float:
+        assert self._client is not None
+        self._seq += 1
+        key = f"{self._seq:016d}".encode()
+        payload = key + secrets.token_bytes(RAW_PAYLOAD_BYTES - len(key))
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting[key] = fut
+        start = time.perf_counter()
+        async with asyncio.timeout(TRIP_TIMEOUT_S):
+            await self._client.publish(self.ping, payload, qos=1)
+            end = await fut
+        return (end - start) * 1000
+
+    async def trips(self, count: int) -> list[float]:
+        return [await self.trip() for _ in range(count)]
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+        await task
+
+
+async def echo_main(home_path: Path, port: int) -> int:
+    """``--echo``: republish every ping as a pong until terminated."""
+    home = Home.load(home_path)
+    ping, pong = raw_topics(home.home_id)
+    async with aiomqtt.Client(
+        "127.0.0.1",
+        port,
+        username="hub",
+        password=home.broker_password,
+        identifier=f"bench-echo-{secrets.token_hex(3)}",
+        timeout=5.0,
+        socket_options=SOCKET_OPTIONS,
+    ) as client:
+        await client.subscribe(ping, qos=1)
+        print("ready", flush=True)
+        async for message in client.messages:
+            payload = message.payload if isinstance(message.payload, bytes) else b""
+            await client.publish(pong, payload, qos=1)
+    return 0
+
+
+# ---------------------------------------------------------------------------- concurrent
+async def worker_main(hub: str, bundles: Sequence[Path], trips: int, warmup: int) -> int:
+    """``--worker``: drive several devices at once; report latencies as one JSON line."""
+    loaded = [Bundle.load(p) for p in bundles]
+    async with contextlib.AsyncExitStack() as stack:
+        drivers = [await stack.enter_async_context(TripDriver(b, hub)) for b in loaded]
+        await asyncio.gather(*(d.trips(warmup, "warm-up") for d in drivers))
+        print("ready", flush=True)
+        go = await asyncio.to_thread(sys.stdin.readline)
+        if go.strip() != "go":
+            return 1
+        cpu0, start = time.process_time(), time.monotonic()
+        done = await asyncio.gather(*(d.trips(trips, "concurrent") for d in drivers))
+        end, cpu1 = time.monotonic(), time.process_time()
+        flat = [t for per_device in done for t in per_device]
+        print(
+            json.dumps(
+                {
+                    "seal_to_ack": [t.seal_to_ack_ms for t in flat],
+                    "seal_to_reply": [t.seal_to_reply_ms for t in flat],
+                    "queue_to_ack": [t.queue_to_ack_ms for t in flat],
+                    "start": start,
+                    "end": end,
+                    "cpu": cpu1 - cpu0,
+                }
+            ),
+            flush=True,
+        )
+    return 0
+
+
+# ---------------------------------------------------------------------------- the run
+@dataclass(frozen=True)
+class Config:
+    trips: int
+    warmup: int
+    blocks: int
+    devices: int
+    per_device: int
+    device_warmup: int
+    procs: int
+
+    @property
+    def expected(self) -> int:
+        """utterances (and ACKs) the hub should have recorded at the end"""
+        return self.warmup + self.trips + self.devices * (self.per_device + self.device_warmup)
+
+
+@dataclass
+class CpuMeter:
+    """CPU seconds spent by the hub, its mosquitto and the bench's own side of a phase."""
+
+    hub: HubProcess
+    others: Callable[[], float] = lambda: 0.0
+    totals: dict[str, float] = field(default_factory=dict)
+
+    def sample(self) -> dict[str, float]:
+        return {
+            "hub": cpu_seconds(self.hub.pid),
+            "mosquitto": cpu_seconds(self.hub.mosquitto_pid()),
+            "devices": time.process_time() + self.others(),
+        }
+
+    def add(self, before: dict[str, float], after: dict[str, float], extra: float = 0.0) -> None:
+        for k in before:
+            self.totals[k] = self.totals.get(k, 0.0) + after[k] - before[k]
+        self.totals["devices"] = self.totals.get("devices", 0.0) + extra
+
+    def per_trip(self, trips: int) -> str:
+        if trips <= 0:
+            return "-"
+        return ", ".join(f"{k} {v * 1000 / trips:.2f}" for k, v in self.totals.items())
+
+
+@dataclass
+class Results:
+    ours: Series = field(default_factory=lambda: Series("ours: seal → reply opened → ACK sent"))
+    ours_reply: Series = field(default_factory=lambda: Series("  of which seal → reply opened"))
+    ours_queue: Series = field(
+        default_factory=lambda: Series("  queue → ACK sent (+ outbox commit)")
+    )
+    raw: Series = field(default_factory=lambda: Series("raw aiomqtt: publish → echo → receive"))
+    conc: Series = field(default_factory=lambda: Series(""))
+    conc_reply: Series = field(default_factory=lambda: Series("  of which seal → reply opened"))
+    conc_queue: Series = field(
+        default_factory=lambda: Series("  queue → ACK sent (+ outbox commit)")
+    )
+    block_ratios: list[tuple[float, float]] = field(default_factory=list)
+    conc_seconds: float = 0.0
+    cpu_ours: str = "-"
+    cpu_raw: str = "-"
+    cpu_conc: str = "-"
+    drain_seconds: float = 0.0
+
+
+async def run_bench(
+    cfg: Config, home: Home, hub: HubProcess, solo: Bundle, fleet: Sequence[Bundle], root: Path
+) -> Results:
+    res = Results()
+    res.conc.label = f"{len(fleet)} devices at once: seal → ACK sent"
+    echo_log = root / "echo.log"
+    echo = await spawn_child(
+        "--echo", "--home", str(home.path), "--port", str(hub.mqtt_port), log=echo_log
+    )
+    try:
+        if await read_line(echo, "the echo client", echo_log) != "ready":
+            raise RuntimeError("the echo client did not start")
+        cpu_ours, cpu_raw = CpuMeter(hub), CpuMeter(hub, lambda: cpu_seconds(echo.pid))
+        async with TripDriver(solo, hub.target) as driver, RawLoop(home, hub.mqtt_port) as raw:
+            print(f"warm-up: {cfg.warmup} trips each", flush=True)
+            await driver.trips(cfg.warmup, "warm-up")
+            await raw.trips(cfg.warmup)
+            sizes = [
+                cfg.trips // cfg.blocks + (i < cfg.trips % cfg.blocks) for i in range(cfg.blocks)
+            ]
+            for i, n in enumerate(sizes):
+                before = cpu_ours.sample()
+                trips = await driver.trips(n, f"block {i}")
+                cpu_ours.add(before, cpu_ours.sample())
+                before = cpu_raw.sample()
+                raw_ms = await raw.trips(n)
+                cpu_raw.add(before, cpu_raw.sample())
+                ours_ms = [t.seal_to_ack_ms for t in trips]
+                res.ours.ms += ours_ms
+                res.ours_reply.ms += [t.seal_to_reply_ms for t in trips]
+                res.ours_queue.ms += [t.queue_to_ack_ms for t in trips]
+                res.raw.ms += raw_ms
+                ratio = (
+                    percentile(ours_ms, 0.5) / percentile(raw_ms, 0.5),
+                    percentile(ours_ms, 0.99) / percentile(raw_ms, 0.99),
+                )
+                res.block_ratios.append(ratio)
+                print(
+                    f"  block {i + 1}/{cfg.blocks}: ours p50 {percentile(ours_ms, 0.5):.2f} ms, "
+                    f"raw p50 {percentile(raw_ms, 0.5):.2f} ms, ratio {ratio[0]:.1f}x",
+                    flush=True,
+                )
+        res.cpu_ours = cpu_ours.per_trip(len(res.ours.ms))
+        res.cpu_raw = cpu_raw.per_trip(len(res.raw.ms))
+    finally:
+        await stop_children([echo])
+
+    # concurrent devices, spread over worker processes
+    procs = max(1, min(cfg.procs, len(fleet)))
+    groups = [fleet[i::procs] for i in range(procs)]
+    print(
+        f"concurrent: {len(fleet)} devices in {procs} processes, "
+        f"{cfg.per_device} trips each (+{cfg.device_warmup} warm-up)",
+        flush=True,
+    )
+    workers: list[asyncio.subprocess.Process] = []
+    logs: list[Path] = []
+    try:
+        for i, group in enumerate(groups):
+            logs.append(root / f"worker-{i}.log")
+            workers.append(
+                await spawn_child(
+                    "--worker",
+                    "--hub",
+                    hub.target,
+                    "--per-device",
+                    str(cfg.per_device),
+                    "--device-warmup",
+                    str(cfg.device_warmup),
+                    *[str(b.path) for b in group],
+                    log=logs[-1],
+                )
+            )
+        for proc, log in zip(workers, logs, strict=True):
+            if await read_line(proc, "a worker", log) != "ready":
+                raise RuntimeError("a worker did not get ready")
+        results_timeout = CHILD_READY_TIMEOUT_S + cfg.per_device * TRIP_TIMEOUT_S
+        meter = CpuMeter(hub)
+        before = meter.sample()
+        for proc in workers:
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+        await asyncio.gather(*(p.stdin.drain() for p in workers if p.stdin is not None))
+        reports = [
+            json.loads(await read_line(p, "a worker", log, timeout=results_timeout))
+            for p, log in zip(workers, logs, strict=True)
+        ]
+        meter.add(before, meter.sample(), extra=sum(r["cpu"] for r in reports))
+        for r in reports:
+            res.conc.ms += r["seal_to_ack"]
+            res.conc_reply.ms += r["seal_to_reply"]
+            res.conc_queue.ms += r["queue_to_ack"]
+        res.conc_seconds = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+        res.cpu_conc = meter.per_trip(len(res.conc.ms))
+    finally:
+        await stop_children(workers)
+    return res
+
+
+def hub_check(home: Path) -> tuple[int, int, dict[str, int]]:
+    """(utterances on the timeline, deliveries, rejected.* counters) from hub.db."""
+    conn = apsw.Connection(str(home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)
+    try:
+        utterances = conn.execute("SELECT count(*) FROM timeline WHERE kind='utterance'").fetchone()
+        deliveries = conn.execute("SELECT count(*) FROM deliveries").fetchone()
+        rejected = {
+            str(r[0]): int(r[1])
+            for r in conn.execute("SELECT name, value FROM counters WHERE name LIKE 'rejected.%'")
+        }
+    finally:
+        conn.close()
+    return (
+        int(utterances[0] if utterances else 0),
+        int(deliveries[0] if deliveries else 0),
+        rejected,
+    )
+
+
+def wait_for_hub(home: Path, expected: int, timeout: float = DRAIN_TIMEOUT_S) -> float:
+    """Wait until the hub recorded every utterance and ACK (the last ACKs may still be in
+    flight when the devices are done); returns the seconds waited."""
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        utterances, deliveries, _ = hub_check(home)
+        if utterances >= expected and deliveries >= expected:
+            break
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) -> None:
+    print()
+    print(TABLE_HEAD)
+    print(
+        f"-- one device, {len(res.ours.ms)} sequential trips (after {cfg.warmup} warm-up), "
+        f"interleaved with raw in {cfg.blocks} blocks"
+    )
+    for s in (res.ours, res.ours_reply, res.ours_queue, res.raw):
+        print(s.row())
+    print(f"-- {cfg.devices} devices concurrently, {cfg.per_device} trips each")
+    for s in (res.conc, res.conc_reply, res.conc_queue):
+        print(s.row())
+    print()
+    ours50, raw50 = percentile(res.ours.ms, 0.5), percentile(res.raw.ms, 0.5)
+    ours99, raw99 = percentile(res.ours.ms, 0.99), percentile(res.raw.ms, 0.99)
+    print(f"ratio ours/raw   p50 {ours50 / raw50:.1f}x   p99 {ours99 / raw99:.1f}x   (pooled)")
+    if res.block_ratios:
+        p50s = [r[0] for r in res.block_ratios]
+        p99s = [r[1] for r in res.block_ratios]
+        print(
+            f"                 p50 {statistics.median(p50s):.1f}x"
+            f"   p99 {statistics.median(p99s):.1f}x   (median of {len(p50s)} blocks;"
+            " p50 per block: " + " ".join(f"{r:.1f}" for r in p50s) + ")"
+        )
+    if res.conc_seconds > 0:
+        print(
+            f"concurrent       {len(res.conc.ms) / res.conc_seconds:.0f} trips/s "
+            f"({len(res.conc.ms)} trips in {res.conc_seconds:.2f} s), "
+            f"p50 {percentile(res.conc.ms, 0.5):.2f} ms, p99 {percentile(res.conc.ms, 0.99):.2f} ms"
+        )
+    print(f"CPU ms per trip  ours: {res.cpu_ours}")
+    print(f"                 raw:  {res.cpu_raw}   (devices = bench + echo client)")
+    print(f"                 {cfg.devices} devices: {res.cpu_conc}")
+    expected = cfg.expected
+    utterances, deliveries, rejected = check
+    verdict = "ok" if utterances == expected == deliveries and not rejected else "MISMATCH"
+    print(
+        f"hub check        {utterances} utterances on the timeline (expected {expected}), "
+        f"{deliveries} ACKs recorded, rejected: {rejected or 'none'} -> {verdict}"
+        + (
+            f" (after {res.drain_seconds:.1f} s for the last ACKs)"
+            if res.drain_seconds > 0.2
+            else ""
+        )
+    )
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def bench(args: argparse.Namespace) -> int:
+    if args.quick:
+        trips, devices = args.trips or 200, args.devices or 10
+    else:
+        trips, devices = args.trips or 1000, args.devices or 50
+    cfg = Config(
+        trips=trips,
+        warmup=args.warmup,
+        blocks=max(1, min(args.blocks, trips)),
+        devices=devices,
+        per_device=args.per_device,
+        device_warmup=args.device_warmup,
+        procs=args.procs,
+    )
+    signal.signal(signal.SIGTERM, _raise_interrupt)
+    root = Path(tempfile.mkdtemp(prefix="yimi-bench-", dir=args.dir))
+    hub: HubProcess | None = None
+    status = 0
+    started = time.monotonic()
+    try:
+        mosq = subprocess.run(
+            ["/usr/sbin/mosquitto", "-h"], capture_output=True, text=True, check=False
+        ).stdout.splitlines()[:1]
+        print(
+            f"Yimi Mesh round-trip bench: {os.cpu_count()} CPUs, Python "
+            f"{platform.python_version()}, {(mosq or ['mosquitto ?'])[0]}, "
+            f"aiomqtt {aiomqtt.__version__}; data in {root}",
+            flush=True,
+        )
+        mqtt_port, grpc_port = free_port(), free_port()
+        home = Home.init(
+            root / "home", mqtt_port=mqtt_port, grpc_port=grpc_port, hub_host="127.0.0.1"
+        )
+        profiles = ("glasses", "phone", "watch", "mac")
+        solo = flash(home, profile_name="glasses", name="bench-solo", out=root / "bundle-solo")
+        fleet = [
+            flash(
+                home,
+                profile_name=profiles[i % len(profiles)],
+                name=f"bench-{i:03d}",
+                out=root / f"bundle-{i:03d}",
+            )
+            for i in range(cfg.devices)
+        ]
+        print(f"home {home.home_id}: {len(fleet) + 1} devices flashed", flush=True)
+        hub = HubProcess(root, home.path, mqtt_port, grpc_port)
+        hub.start()
+        print(
+            f"hub up (pid {hub.pid}, mosquitto pid {hub.mosquitto_pid()}) on "
+            f"mqtt {mqtt_port}, grpc {grpc_port}",
+            flush=True,
+        )
+        res = asyncio.run(run_bench(cfg, home, hub, solo, fleet, root))
+        res.drain_seconds = wait_for_hub(home.path, cfg.expected)
+        warnings = hub.stop()
+        report(cfg, res, hub_check(home.path))
+        for w in warnings:
+            print(f"warning: {w}")
+    except KeyboardInterrupt:
+        print("\ninterrupted", file=sys.stderr)
+        status = 130
+    except Exception as exc:
+        print(f"bench failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if hub is not None:
+            print(f"hub log (last lines):\n{hub.log_tail()}", file=sys.stderr)
+        status = 1
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if hub is not None:
+            for w in hub.stop():
+                print(f"warning: {w}", file=sys.stderr)
+        left = mosquitto_pids(str(root))
+        if left:
+            print(f"warning: mosquitto still running: {left}", file=sys.stderr)
+            status = status or 1
+        if args.keep:
+            print(f"kept {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"total run time {time.monotonic() - started:.1f} s; no mosquitto left: "
+        f"{not mosquitto_pids(str(root))}"
+    )
+    return status
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--trips", type=int, default=0, help="sequential trips (default 1000)")
+    p.add_argument("--devices", type=int, default=0, help="concurrent devices (default 50)")
+    p.add_argument("--quick", action="store_true", help="smoke run: 200 trips, 10 devices")
+    p.add_argument("--warmup", type=int, default=20, help="warm-up trips (not measured)")
+    p.add_argument("--blocks", type=int, default=5, help="alternating ours/raw blocks")
+    p.add_argument("--per-device", type=int, default=20, help="trips per concurrent device")
+    p.add_argument("--device-warmup", type=int, default=2, help="warm-up trips per device")
+    p.add_argument("--procs", type=int, default=2, help="worker processes for the devices")
+    p.add_argument("--dir", type=Path, default=None, help="where the temporary home goes")
+    p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    # internal: child processes
+    p.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--parent", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--home", type=Path, help=argparse.SUPPRESS)
+    p.add_argument("--port", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--hub", default="", help=argparse.SUPPRESS)
+    p.add_argument("bundles", nargs="*", type=Path, help=argparse.SUPPRESS)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.echo or args.worker:
+        die_with_parent(args.parent)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if args.echo:
+            return asyncio.run(echo_main(args.home, args.port))
+        return asyncio.run(worker_main(args.hub, args.bundles, args.per_device, args.device_warmup))
+    return bench(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

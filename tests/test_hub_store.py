@@ -1,0 +1,215 @@
+"""The hub's store: one timeline seq, idempotent ingestion and ACKs, atomic transactions."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hub.timeline import HubStore, ReplyMaker, StoredReply
+from sync.envelope import DropReason, ReplayGuard
+
+_ids = itertools.count(1)
+
+
+def maker(calls: list[tuple[int, str]] | None = None) -> ReplyMaker:
+    def make(seq: int, text: str) -> tuple[str, str, bool]:
+        if calls is not None:
+            calls.append((seq, text))
+        return f"r-{next(_ids)}", f"heard: {text}", True
+
+    return make
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HubStore]:
+    s = HubStore(tmp_path / "hub.db")
+    yield s
+    s.close()
+
+
+def ingest(
+    store: HubStore,
+    utterance_id: str,
+    device: str = "dev-a",
+    text: str = "hello",
+    *,
+    make_reply: ReplyMaker | None = None,
+    replay_state: tuple[str, int, bytes] | None = None,
+) -> tuple[StoredReply, bool]:
+    return store.ingest_utterance(
+        utterance_id=utterance_id,
+        device=device,
+        text=text,
+        ts_ms=1000,
+        received_ms=2000,
+        trace_id=f"trace-{utterance_id}",
+        meta={"channel": "mic"},
+        make_reply=make_reply or maker(),
+        replay_state=replay_state,
+    )
+
+
+def test_ingest_assigns_consecutive_seqs(store: HubStore) -> None:
+    calls: list[tuple[int, str]] = []
+    r1, dup1 = ingest(store, "u1", text="one", make_reply=maker(calls))
+    r2, dup2 = ingest(store, "u2", device="dev-b", text="two", make_reply=maker(calls))
+    assert not dup1 and not dup2
+    assert (r1.utterance_seq, r1.reply_seq) == (1, 2)
+    assert (r2.utterance_seq, r2.reply_seq) == (3, 4)
+    assert calls == [(1, "one"), (3, "two")]  # the maker saw the utterance's seq
+    assert (r1.utterance_id, r1.device, r1.text, r1.placeholder, r1.trace_id) == (
+        "u1",
+        "dev-a",
+        "heard: one",
+        True,
+        "trace-u1",
+    )
+    entries = store.entries()
+    assert [(e.seq, e.kind, e.id) for e in entries] == [
+        (1, "utterance", "u1"),
+        (2, "reply", r1.id),
+        (3, "utterance", "u2"),
+        (4, "reply", r2.id),
+    ]
+    assert entries[0].device == "dev-a" and entries[1].device == "hub"
+    assert entries[0].trace_id == entries[1].trace_id == "trace-u1"
+    assert [e.seq for e in store.entries(after=2)] == [3, 4]
+    assert store.counters()["accepted.utterance"] == 2
+
+
+def test_same_utterance_twice_returns_the_same_reply(tmp_path: Path) -> None:
+    store = HubStore(tmp_path / "hub.db")
+    calls: list[tuple[int, str]] = []
+    first, dup = ingest(store, "u1", make_reply=maker(calls))
+    again, dup2 = ingest(store, "u1", text="a retry", make_reply=maker(calls))
+    assert not dup and dup2
+    assert again == first
+    assert len(calls) == 1  # no second reply was made
+    assert len(store.entries()) == 2
+    assert store.counters()["accepted.duplicate"] == 1
+    # and it survives a restart
+    store.close()
+    reopened = HubStore(tmp_path / "hub.db")
+    try:
+        third, dup3 = ingest(reopened, "u1")
+        assert dup3 and third == first
+        assert len(reopened.entries()) == 2
+    finally:
+        reopened.close()
+
+
+def test_record_delivery_idempotent(store: HubStore) -> None:
+    reply, _ = ingest(store, "u1")
+    assert [r.id for r in store.unacked_replies("dev-a")] == [reply.id]
+    assert store.record_delivery(reply.id, "dev-a", "rendered", 3000, None) is True
+    assert store.record_delivery(reply.id, "dev-a", "rendered", 3001, None) is False
+    assert store.unacked_replies("dev-a") == []
+    assert store.record_delivery(reply.id, "dev-a", "played", 3002, None) is True
+    counters = store.counters()
+    assert counters["accepted.ack"] == 2 and counters["accepted.ack_duplicate"] == 1
+
+
+def test_record_delivery_refuses_another_devices_reply(store: HubStore) -> None:
+    reply_a, _ = ingest(store, "u1", device="dev-a")
+    assert store.record_delivery(reply_a.id, "dev-b", "rendered", 3000, None) is False
+    assert store.record_delivery("no-such-reply", "dev-b", "rendered", 3000, None) is False
+    # the owner's own ACK still counts: the refused one left no trace
+    assert [r.id for r in store.unacked_replies("dev-a")] == [reply_a.id]
+    assert store.record_delivery(reply_a.id, "dev-a", "rendered", 3000, None) is True
+    assert store.counters()["rejected.ack_unknown_reply"] == 2
+
+
+def test_replay_windows_persist(tmp_path: Path) -> None:
+    guard = ReplayGuard()
+    for c in (7, 3, 9):
+        guard.commit("dev-a", c)
+    state = guard.state("dev-a")
+    assert state is not None
+    store = HubStore(tmp_path / "hub.db")
+    reply, _ = ingest(store, "u1", replay_state=("dev-a", *state))
+    guard.commit("dev-a", 10)
+    state10 = guard.state("dev-a")
+    assert state10 is not None
+    store.record_delivery(reply.id, "dev-a", "rendered", 1, ("dev-a", *state10))
+    guard.commit("dev-b", 1)
+    state_b = guard.state("dev-b")
+    assert state_b is not None
+    # a refused ACK still moves the sender's window: its counter was used
+    store.record_delivery("unknown", "dev-b", "rendered", 1, ("dev-b", *state_b))
+    store.close()
+
+    reopened = HubStore(tmp_path / "hub.db")
+    try:
+        windows = {w[0]: w for w in reopened.replay_windows()}
+    finally:
+        reopened.close()
+    assert set(windows) == {"dev-a", "dev-b"}
+    assert windows["dev-a"] == ("dev-a", *state10)
+    restored = ReplayGuard()
+    for sender, highest, seen in windows.values():
+        restored.restore(sender, highest, seen)
+    for c in (3, 7, 9, 10):
+        assert restored.check("dev-a", c) == DropReason.REPLAYED
+    assert restored.check("dev-a", 8) is None
+    assert restored.check("dev-b", 1) == DropReason.REPLAYED
+
+
+def test_duplicate_still_saves_the_replay_window(store: HubStore) -> None:
+    ingest(store, "u1", replay_state=("dev-a", 1, b"\x01"))
+    _, dup = ingest(store, "u1", replay_state=("dev-a", 2, b"\x03"))
+    assert dup
+    assert store.replay_windows() == [("dev-a", 2, b"\x03")]
+
+
+class Crash(Exception):
+    pass
+
+
+def crashing(seq: int, text: str) -> tuple[str, str, bool]:
+    raise Crash("power cut while making the reply")
+
+
+def test_crash_inside_ingestion_leaves_nothing_half_written(store: HubStore) -> None:
+    ingest(store, "u0")
+    before = (store.entries(), store.counters(), store.replay_windows())
+    with pytest.raises(Crash):
+        ingest(store, "u1", make_reply=crashing, replay_state=("dev-a", 5, b"\x01"))
+    assert (store.entries(), store.counters(), store.replay_windows()) == before
+    assert len(store.unacked_replies("dev-a")) == 1
+    # the retry goes through as if the crash never happened, with the next seqs
+    reply, dup = ingest(store, "u1", replay_state=("dev-a", 5, b"\x01"))
+    assert not dup
+    assert (reply.utterance_seq, reply.reply_seq) == (3, 4)
+    assert store.replay_windows() == [("dev-a", 5, b"\x01")]
+
+
+def test_crash_is_not_visible_to_another_connection(tmp_path: Path) -> None:
+    writer, reader = HubStore(tmp_path / "hub.db"), HubStore(tmp_path / "hub.db")
+    try:
+        with pytest.raises(Crash):
+            ingest(writer, "u1", make_reply=crashing)
+        assert reader.entries() == [] and reader.counters() == {}
+        # the writer is still usable afterwards
+        ingest(writer, "u1")
+        assert [e.kind for e in reader.entries()] == ["utterance", "reply"]
+    finally:
+        writer.close()
+        reader.close()
+
+
+def test_reply_id_clash_rolls_back_the_utterance(store: HubStore) -> None:
+    """A failure after the utterance row was written (a reply id already used) undoes it."""
+    first, _ = ingest(store, "u1")
+    before = store.entries()
+
+    def reuse(seq: int, text: str) -> tuple[str, str, bool]:
+        return first.id, "clash", False
+
+    with pytest.raises(Exception):  # noqa: B017 - apsw's constraint error
+        ingest(store, "u2", make_reply=reuse)
+    assert store.entries() == before
+    reply, dup = ingest(store, "u2")
+    assert not dup and reply.utterance_seq == 3
