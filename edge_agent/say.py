@@ -74,6 +74,6 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
 
 
 def _queued(node: DeviceNode, item_id: str, reason: str) -> int:
-    print(render("say.queued", {"id": item_id, "count": node.outbox.count()}), file=sys.stderr)
-    log.info("hub unreachable: %s", reason)
+    fields = {"id": item_id, "count": node.outbox.count(), "reason": reason}
+    print(render("say.queued", fields), file=sys.stderr)
     return EXIT_QUEUED

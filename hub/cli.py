@@ -218,7 +218,7 @@ def cmd_say(args: argparse.Namespace) -> int:
     from edge_agent.say import say
     from provisioning.bundle import Bundle
 
-    _setup_logging(args.verbose, default=logging.WARNING)
+    _setup_logging(args.verbose, default=logging.ERROR)  # the outcome is one line on its own
     bundle = Bundle.load(args.bundle)
     return asyncio.run(say(bundle, " ".join(args.text), hub=args.hub, timeout=args.timeout))
 

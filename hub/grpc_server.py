@@ -13,7 +13,7 @@ from protos import mesh_pb2, mesh_pb2_grpc
 from protos.codec import IDENTIFY_CONTEXT, signing_input
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home
-from provisioning.pairing import PairingAuthority
+from provisioning.pairing import PairingAuthority, encode_refusal
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,7 @@ class HubService(mesh_pb2_grpc.HubServicer):
             except ProvisioningError as exc:
                 log.warning("pairing from %s refused: %s", peer, exc)
                 status = PAIR_STATUS.get(exc.key, grpc.StatusCode.INVALID_ARGUMENT)
-                await context.abort(status, f"{exc.key}|{exc}")
+                await context.abort(status, encode_refusal(exc))
         log.info("device paired from %s", peer)
         await self._on_enrolled()
         return response

@@ -44,7 +44,10 @@ MESSAGES: dict[str, str] = {
     "port.in_use": "port {port} on {host} is already in use",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
-    "say.queued": "hub unreachable: queued as {id} ({count} waiting); it will be sent on reconnect",
+    "say.queued": (
+        "hub unreachable ({reason}): queued as {id} ({count} waiting); "
+        "it will be sent when the hub is back"
+    ),
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from collections import deque
@@ -43,8 +44,15 @@ MAX_FAILURES_TOTAL = 20
 MAX_REQUEST_BYTES = 4096
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 PAIRABLE_PROFILES = ("glasses", "mac", "phone", "watch")
-REFUSALS = ("profile.unknown", "device.exists", "device.name_invalid", "certificate.invalid")
-"""error keys the hub sends back that explain a refusal (shown to the user as is)"""
+REFUSALS = (
+    "pair.code_invalid",
+    "pair.rate_limited",
+    "profile.unknown",
+    "device.exists",
+    "device.name_invalid",
+    "certificate.invalid",
+)
+"""error keys the hub sends back that explain a refusal (re-rendered on the device)"""
 
 
 def new_code() -> tuple[str, str, str]:
@@ -248,7 +256,28 @@ class PairingAuthority:
         return mesh_pb2.PairResponse(grant=grant, mac=_mac(key, b"grant", grant))
 
 
-async def pair_over_grpc(target: str, request: mesh_pb2.PairRequest, timeout: float = 15.0) -> mesh_pb2.PairResponse:
+def encode_refusal(exc: ProvisioningError) -> str:
+    """A refusal as gRPC status details: ``key|{json fields}`` (the device re-renders it)."""
+    return f"{exc.key}|{json.dumps(exc.fields, default=str)}"
+
+
+def decode_refusal(details: str) -> ProvisioningError | None:
+    """The hub's refusal from status details, if it is one this side knows how to say."""
+    key, _, fields = details.partition("|")
+    if key not in REFUSALS:
+        return None
+    try:
+        parsed = json.loads(fields)
+    except ValueError:
+        return None
+    if not isinstance(parsed, dict):
+        return None
+    return ProvisioningError(key, **{str(k): v for k, v in parsed.items()})
+
+
+async def pair_over_grpc(
+    target: str, request: mesh_pb2.PairRequest, timeout: float = 15.0
+) -> mesh_pb2.PairResponse:
     """The enrolment call: send the pairing request to the hub's gRPC at ``target``."""
     import grpc
 
@@ -258,13 +287,8 @@ async def pair_over_grpc(target: str, request: mesh_pb2.PairRequest, timeout: fl
         async with grpc.aio.insecure_channel(target) as channel:
             return await mesh_pb2_grpc.HubStub(channel).Pair(request, timeout=timeout)
     except grpc.aio.AioRpcError as exc:
-        key, _, _ = (exc.details() or "").partition("|")
-        if key == "pair.rate_limited":
-            raise ProvisioningError("pair.rate_limited", seconds=RATE_WINDOW_S) from None
-        if key == "pair.code_invalid":
-            raise ProvisioningError("pair.code_invalid") from None
-        if key in REFUSALS:
-            reason = (exc.details() or "").partition("|")[2]
-            raise ProvisioningError("pair.refused", reason=reason) from None
+        refusal = decode_refusal(exc.details() or "")
+        if refusal is not None:
+            raise refusal from None
         reason = exc.code().name.lower()
         raise ProvisioningError("pair.unreachable", target=target, reason=reason) from None
