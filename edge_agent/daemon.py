@@ -19,10 +19,14 @@ from sync.envelope import Opened
 log = logging.getLogger(__name__)
 
 
-def record_reply(timeline: LocalTimeline, bundle: Bundle, reply: mesh_pb2.Reply, opened: Opened) -> None:
+def record_reply(
+    timeline: LocalTimeline, bundle: Bundle, reply: mesh_pb2.Reply, opened: Opened
+) -> None:
     """Note a reply (and its utterance's seq) in the device's own timeline view."""
     timeline.sequenced(reply.utterance_id, reply.seq)
-    timeline.add(LocalEntry(reply.reply_seq or None, reply.id, "hub", "reply", reply.text, opened.time_ms))
+    timeline.add(
+        LocalEntry(reply.reply_seq or None, reply.id, "hub", "reply", reply.text, opened.time_ms)
+    )
 
 
 async def run_edge(bundle: Bundle, *, hub: str | None) -> int:

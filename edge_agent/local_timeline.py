@@ -51,7 +51,10 @@ class LocalTimeline:
             )
 
     def has(self, entry_id: str) -> bool:
-        return self._conn.execute("SELECT 1 FROM entries WHERE id=?", (entry_id,)).fetchone() is not None
+        return (
+            self._conn.execute("SELECT 1 FROM entries WHERE id=?", (entry_id,)).fetchone()
+            is not None
+        )
 
     def sequenced(self, entry_id: str, seq: int) -> None:
         with transaction(self._conn):

@@ -49,7 +49,9 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         nonlocal mine
         assert node is not None
         mine, _ = node.queue_utterance(text)
-        timeline.add(LocalEntry(None, mine, bundle.name, "utterance", text, int(time.time() * 1000)))
+        timeline.add(
+            LocalEntry(None, mine, bundle.name, "utterance", text, int(time.time() * 1000))
+        )
 
     try:
         async with DeviceNode(bundle, NodeOptions(mode="say", hub=hub), on_reply) as node:

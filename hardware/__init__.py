@@ -1,1 +1,3 @@
-"""Microphones, speakers, cameras and Bluetooth behind one interface each (real and simulated backends). Filled by the voice issue."""
+"""Microphones, speakers, cameras and Bluetooth behind one interface each (real and simulated
+backends). Filled by the voice issue.
+"""

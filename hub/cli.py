@@ -174,7 +174,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
     from hub.daemon import hub_pid
 
     pid = hub_pid(args.home)
-    print(f"hub: {'running (pid %d)' % pid if pid else 'not running'}")
+    print(f"hub: running (pid {pid})" if pid else "hub: not running")
     cmd_device_list(args)
     from hub.timeline import HubStore
 
@@ -253,9 +253,8 @@ def cmd_timeline(args: argparse.Namespace) -> int:
             local.close()
     print(f"{'SEQ':>6}  {'DEVICE':<16} {'TIME':<19}  {'KIND':<9} TEXT")
     for seq, device, ts, kind, text in rows:
-        print(
-            f"{seq if seq is not None else 'pending':>6}  {device:<16} {_fmt_ms(ts):<19}  {kind:<9} {text}"
-        )
+        shown = "pending" if seq is None else str(seq)
+        print(f"{shown:>6}  {device:<16} {_fmt_ms(ts):<19}  {kind:<9} {text}")
     return EXIT_OK
 
 

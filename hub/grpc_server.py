@@ -43,7 +43,7 @@ class HubService(mesh_pb2_grpc.HubServicer):
         self._pairing = PairingAuthority(home, mqtt_port=mqtt_port, grpc_port=grpc_port)
         self._pair_lock = asyncio.Lock()
 
-    async def Identify(  # noqa: N802 (gRPC method name)
+    async def Identify(
         self, request: mesh_pb2.IdentifyRequest, context: grpc.aio.ServicerContext
     ) -> mesh_pb2.IdentifyResponse:
         if not 16 <= len(request.nonce) <= 64:
@@ -60,7 +60,7 @@ class HubService(mesh_pb2_grpc.HubServicer):
         sig = self._home.hub_keys.sign.sign(signing_input(IDENTIFY_CONTEXT, identity)).signature
         return mesh_pb2.IdentifyResponse(identity=identity, signature=sig)
 
-    async def Pair(  # noqa: N802 (gRPC method name)
+    async def Pair(
         self, request: mesh_pb2.PairRequest, context: grpc.aio.ServicerContext
     ) -> mesh_pb2.PairResponse:
         peer = context.peer().rsplit(":", 1)[0]

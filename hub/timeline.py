@@ -12,6 +12,7 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -99,6 +100,14 @@ class PresenceRow:
     session: str
     since_ms: int
     last_seen_ms: int
+
+
+REPLY_COLUMNS = "id, utterance_id, device, text, placeholder, utterance_seq, reply_seq, trace_id"
+
+
+def _reply(row: tuple[Any, ...]) -> StoredReply:
+    rid, utterance_id, device, text, placeholder, useq, rseq, trace_id = row
+    return StoredReply(rid, utterance_id, device, text, bool(placeholder), useq, rseq, trace_id)
 
 
 class HubStore:
@@ -210,22 +219,20 @@ class HubStore:
 
     def _reply_for(self, utterance_id: str) -> StoredReply | None:
         row = self.conn.execute(
-            "SELECT id, utterance_id, device, text, placeholder, utterance_seq, reply_seq, trace_id "
-            "FROM replies WHERE utterance_id=?",
+            f"SELECT {REPLY_COLUMNS} FROM replies WHERE utterance_id=?",
             (utterance_id,),
         ).fetchone()
         if row is None:
             return None
-        return StoredReply(row[0], row[1], row[2], row[3], bool(row[4]), row[5], row[6], row[7])
+        return _reply(row)
 
     def unacked_replies(self, device: str, limit: int = 100) -> list[StoredReply]:
         rows = self.conn.execute(
-            "SELECT id, utterance_id, device, text, placeholder, utterance_seq, reply_seq, trace_id "
-            "FROM replies r WHERE device=? AND NOT EXISTS "
+            f"SELECT {REPLY_COLUMNS} FROM replies r WHERE device=? AND NOT EXISTS "
             "(SELECT 1 FROM deliveries d WHERE d.reply_id = r.id) ORDER BY utterance_seq LIMIT ?",
             (device, limit),
         )
-        return [StoredReply(r[0], r[1], r[2], r[3], bool(r[4]), r[5], r[6], r[7]) for r in rows]
+        return [_reply(r) for r in rows]
 
     # ------------------------------------------------------------------ replay windows
     def _save_replay(self, sender: str, highest: int, seen: bytes) -> None:

@@ -1,1 +1,3 @@
-"""The local model catalog and runners (VAD, wake word, speaker embedding, ASR, text embedding). Filled by the voice issue."""
+"""The local model catalog and runners (VAD, wake word, speaker embedding, ASR, text
+embedding). Filled by the voice issue.
+"""

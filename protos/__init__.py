@@ -1,1 +1,3 @@
-"""The wire schema (``mesh.proto`` and its generated modules), codec helpers and user-facing error texts."""
+"""The wire schema (``mesh.proto`` and its generated modules), codec helpers and user-facing
+error texts.
+"""

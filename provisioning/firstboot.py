@@ -57,7 +57,10 @@ def user_data(bundle_dir: Path, *, hostname: str, source: str | None = None) -> 
             ["git", "clone", source, "/opt/yimi"],
             ["/opt/yimi/scripts/setup", "--no-run"],
         ]
-    runcmd += [["systemctl", "daemon-reload"], ["systemctl", "enable", "--now", "yimi-edge.service"]]
+    runcmd += [
+        ["systemctl", "daemon-reload"],
+        ["systemctl", "enable", "--now", "yimi-edge.service"],
+    ]
     doc = {
         "hostname": hostname,
         "packages": ["python3-venv", "git"] if source else [],

@@ -1,1 +1,3 @@
-"""Moving state between nodes: envelopes, MQTT session, discovery, hub location, outbox, counters."""
+"""Moving state between nodes: envelopes, MQTT session, discovery, hub location, outbox,
+counters.
+"""

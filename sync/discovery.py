@@ -282,7 +282,7 @@ class HubAdvertiser:
 
 async def browse_hubs(
     *,
-    timeout: float = 3.0,  # noqa: ASYNC109 - the browse window, part of the API
+    timeout: float = 3.0,
     fingerprint: str | None = None,
     home_id: str | None = None,
     interfaces: Sequence[str] | None = None,

@@ -25,7 +25,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05) -> object:
+def wait_for(
+    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
+) -> object:
     """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
@@ -75,7 +77,9 @@ class Mesh:
     def hub_target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
-    def yimi(self, *args: str, timeout: float = 60, check: bool = False) -> subprocess.CompletedProcess[str]:
+    def yimi(
+        self, *args: str, timeout: float = 60, check: bool = False
+    ) -> subprocess.CompletedProcess[str]:
         """Run ``yimi ARGS`` to completion."""
         proc = subprocess.run(
             [sys.executable, "-m", "hub.cli", *args],
@@ -108,23 +112,51 @@ class Mesh:
     # ------------------------------------------------------------------ home and hub
     def init(self) -> str:
         out = self.yimi(
-            "home", "init", "--home", str(self.home), "--mqtt-port", str(self.mqtt_port),
-            "--grpc-port", str(self.grpc_port), "--hub-host", "127.0.0.1", check=True,
+            "home",
+            "init",
+            "--home",
+            str(self.home),
+            "--mqtt-port",
+            str(self.mqtt_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            "--hub-host",
+            "127.0.0.1",
+            check=True,
         ).stdout
         return out
 
     def add_device(self, name: str, profile: str = "glasses") -> Path:
         out = self.root / f"bundle-{name}"
         self.yimi(
-            "device", "add", "--home", str(self.home), "--profile", profile, "--name", name,
-            "--out", str(out), check=True,
+            "device",
+            "add",
+            "--home",
+            str(self.home),
+            "--profile",
+            profile,
+            "--name",
+            name,
+            "--out",
+            str(out),
+            check=True,
         )
         return out
 
     def start_hub(self, *extra: str, timeout: float = 30) -> Proc:
         hub = self.spawn(
-            "hub", "hub", "run", "--home", str(self.home), "--bind", "127.0.0.1",
-            "--mqtt-port", str(self.mqtt_port), "--grpc-port", str(self.grpc_port), *extra,
+            "hub",
+            "hub",
+            "run",
+            "--home",
+            str(self.home),
+            "--bind",
+            "127.0.0.1",
+            "--mqtt-port",
+            str(self.mqtt_port),
+            "--grpc-port",
+            str(self.grpc_port),
+            *extra,
         )
         start = len(hub.text())
         wait_for(
@@ -138,11 +170,15 @@ class Mesh:
         if hub:
             args += ["--hub", hub]
         edge = self.spawn(f"edge-{bundle.name}", *args)
-        wait_for(lambda: "connected to hub" in edge.text() or not edge.alive(), 30, "edge to connect")
+        wait_for(
+            lambda: "connected to hub" in edge.text() or not edge.alive(), 30, "edge to connect"
+        )
         assert edge.alive(), edge.text()
         return edge
 
-    def say(self, bundle: Path, text: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def say(
+        self, bundle: Path, text: str, *args: str, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
         return self.yimi("say", "--bundle", str(bundle), *args, text, timeout=timeout)
 
     def stop(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
@@ -171,7 +207,10 @@ class Mesh:
 
         conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
         try:
-            return [tuple(r) for r in conn.execute("SELECT seq, device, kind, text FROM timeline ORDER BY seq")]  # type: ignore[misc]
+            return [
+                tuple(r)
+                for r in conn.execute("SELECT seq, device, kind, text FROM timeline ORDER BY seq")
+            ]  # type: ignore[misc]
         finally:
             conn.close()
 

@@ -9,6 +9,7 @@ mesh took to converge (see it with ``pytest -s``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import re
@@ -68,22 +69,32 @@ def said(mesh: Mesh) -> list[tuple[str, str]]:
     return [(dev, text) for _, dev, kind, text in mesh.hub_timeline() if kind == "utterance"]
 
 
+def scalar(mesh: Mesh, sql: str, *params: object) -> int:
+    value = mesh.hub_query(sql, *params)[0][0]
+    assert isinstance(value, int), value
+    return value
+
+
 def utterance_count(mesh: Mesh) -> int:
-    return int(mesh.hub_query("SELECT count(*) FROM timeline WHERE kind='utterance'")[0][0])  # type: ignore[call-overload]
+    return scalar(mesh, "SELECT count(*) FROM timeline WHERE kind='utterance'")
+
+
+def has_utterances(mesh: Mesh, n: int) -> bool:
+    return utterance_count(mesh) >= n
 
 
 def acked(mesh: Mesh, device: str) -> int:
     """Replies to ``device`` that it ACKed as rendered."""
-    rows = mesh.hub_query(
+    return scalar(
+        mesh,
         "SELECT count(DISTINCT r.id) FROM replies r JOIN deliveries d ON d.reply_id = r.id "
         "WHERE r.device = ? AND d.state = 'rendered'",
         device,
     )
-    return int(rows[0][0])  # type: ignore[call-overload]
 
 
 def hub_counters(mesh: Mesh) -> dict[str, int]:
-    return {str(k): int(v) for k, v in mesh.hub_query("SELECT name, value FROM counters")}  # type: ignore[call-overload]
+    return {str(k): int(str(v)) for k, v in mesh.hub_query("SELECT name, value FROM counters")}
 
 
 def say_queued(mesh: Mesh, bundle: Path, text: str) -> str:
@@ -185,7 +196,7 @@ def test_edge_kill9_while_flushing_loses_and_duplicates_nothing(mesh: Mesh) -> N
     killed_at = []
     for threshold in (30, 60):
         wait_for(
-            lambda n=threshold: utterance_count(mesh) >= n,  # type: ignore[misc]
+            functools.partial(has_utterances, mesh, threshold),
             60,
             f"{threshold} utterances on the timeline",
             interval=0.01,

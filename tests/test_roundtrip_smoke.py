@@ -18,5 +18,7 @@ def test_say_from_two_devices_lands_in_order_and_is_acked(mesh: Mesh) -> None:
             assert f"I heard: hello {i} from {bundle.name}" in r.stdout
     rows = mesh.hub_timeline()
     utterances = [text for _, _, kind, text in rows if kind == "utterance"]
-    assert utterances == [f"hello {i} from {b}" for i in range(3) for b in ("bundle-glasses1", "bundle-phone1")]
+    assert utterances == [
+        f"hello {i} from {b}" for i in range(3) for b in ("bundle-glasses1", "bundle-phone1")
+    ]
     wait_for(lambda: len(mesh.hub_query("SELECT * FROM deliveries")) == 6, 10, "6 ACKs")
