@@ -54,6 +54,7 @@ import aiomqtt
 import apsw
 
 from edge_agent.node import DeviceNode, NodeOptions
+from hub.broker import mosquitto_pids
 from protos import mesh_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -138,21 +139,6 @@ def cpu_seconds(pid: int | None) -> float:
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
-
-
-def mosquitto_pids(fragment: str) -> list[int]:
-    """Live mosquitto processes whose command line mentions ``fragment``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "mosquitto" in cmd and fragment in cmd:
-            pids.append(int(entry.name))
-    return pids
 
 
 class HubProcess:

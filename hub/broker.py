@@ -571,3 +571,18 @@ def _die_with_parent(parent_pid: int) -> Callable[[], None]:
             os._exit(1)
 
     return preexec
+
+
+def mosquitto_pids(fragment: str) -> list[int]:
+    """Pids of live mosquitto processes whose command line mentions ``fragment``."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if "mosquitto" in cmd and fragment in cmd:
+            pids.append(int(entry.name))
+    return pids

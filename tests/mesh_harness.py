@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hub.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -223,18 +225,3 @@ class Mesh:
             return [tuple(r) for r in conn.execute(sql, params)]
         finally:
             conn.close()
-
-
-def mosquitto_pids(conf_fragment: str) -> list[int]:
-    """Pids of live mosquitto processes whose command line mentions ``conf_fragment``."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if "mosquitto" in cmd and conf_fragment in cmd:
-            pids.append(int(entry.name))
-    return pids
