@@ -35,7 +35,7 @@ def _setup_logging(verbose: int, default: int = logging.INFO) -> None:
     logging.basicConfig(
         level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
-    for noisy in ("grpc", "zeroconf", "aiomqtt"):
+    for noisy in ("grpc", "zeroconf", "aiomqtt", "mqtt"):
         logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
 
 

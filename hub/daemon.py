@@ -265,13 +265,19 @@ class HubDaemon:
         topic = message.topic.value
         device = topics.device_of(topic)
         payload = message.payload if isinstance(message.payload, bytes) else b""
-        if topic.endswith("/presence"):
+        is_presence = topic.endswith("/presence")
+        if is_presence:
             if not payload:  # a cleared retained message
                 return
             result = self.presence_opener.open(payload)
         else:
             result = self.opener.open(payload, commit=False)
         if isinstance(result, Dropped):
+            if is_presence and result.reason in (DropReason.REPLAYED, DropReason.STALE):
+                # A retained presence or last will the broker hands out again: expected.
+                self.drops["ignored.presence_repeat"] += 1
+                log.debug("repeated presence from %s ignored", result.sender)
+                return
             self._drop(result.reason, result.sender or device or "?", result.detail)
             return
         if result.sender != device:
@@ -279,7 +285,7 @@ class HubDaemon:
             return
         self.last_seen[result.sender] = int(time.time() * 1000)
         if result.kind == mesh_pb2.PRESENCE:
-            if topic.endswith("/presence"):
+            if is_presence:
                 await self._on_presence(result)
             else:
                 self._drop(DropReason.MALFORMED, result.sender, "presence outside presence topic")
