@@ -15,6 +15,13 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELIVERY_ACK: _ClassVar[Kind]
     PRESENCE: _ClassVar[Kind]
     REVOCATION: _ClassVar[Kind]
+    SYNC_UPDATE: _ClassVar[Kind]
+    SYNC_REQUEST: _ClassVar[Kind]
+    SYNC_RESPONSE: _ClassVar[Kind]
+    ROSTER: _ClassVar[Kind]
+    CARD: _ClassVar[Kind]
+    APPROVAL: _ClassVar[Kind]
+    CARD_UPDATE: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -39,6 +46,13 @@ REPLY: Kind
 DELIVERY_ACK: Kind
 PRESENCE: Kind
 REVOCATION: Kind
+SYNC_UPDATE: Kind
+SYNC_REQUEST: Kind
+SYNC_RESPONSE: Kind
+ROSTER: Kind
+CARD: Kind
+APPROVAL: Kind
+CARD_UPDATE: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal
