@@ -11,6 +11,8 @@ M = TypeVar("M", bound=Message)
 ENVELOPE_CONTEXT = b"yimi.envelope.v1"
 CERTIFICATE_CONTEXT = b"yimi.certificate.v1"
 IDENTIFY_CONTEXT = b"yimi.identify.v1"
+APPROVAL_CONTEXT = b"yimi.approval.v1"
+"""what a phone signs when it answers a confirmation card (consent.proto ApprovalBody)"""
 
 
 def signing_input(context: bytes, body: bytes) -> bytes:

@@ -1,0 +1,271 @@
+"""The MCP stdio client host: starts package servers lazily, calls tools, reclaims idle ones.
+
+:class:`PackageHost` is an async context manager that owns one runner task per live server
+process. A server starts on the first call of one of its tools (``runtime.start: lazy``; or
+when the host starts, ``eager``), and is stopped after ``runtime.idle_reclaim_s`` (900 s by
+default) without calls. A ``shared`` package has one process for everyone; a
+``dedicated`` one gets a process per task id. Leaving the host stops every server.
+
+:meth:`PackageHost.call` never raises for what a server does: it returns a
+:class:`ToolOutcome` whose ``error_code`` is ``TIMEOUT`` (no answer within the call
+timeout) or ``DISCONNECTED`` (the server died or the pipe broke) — the gateway turns both
+into ``unknown`` receipts. The ``variant`` picks the real server or the package's fake.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TextIO
+
+from mcp import Client, StdioServerParameters
+
+from hub.capabilities.errors import CapabilityError
+from hub.capabilities.manifest import Manifest, ServerSpec
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 30.0
+"""seconds a server has to start and answer the MCP handshake"""
+MAX_TEXT_CHARS = 64_000
+"""characters of unstructured tool output kept"""
+
+EnvFor = Callable[[Manifest, str], dict[str, str]]
+"""(manifest, variant) → extra environment for its server: config, resolved secrets"""
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What came back from one MCP tool call, before the gateway judged it."""
+
+    structured: dict[str, Any] | None = None
+    text: str = ""
+    is_error: bool = False
+    error_code: str = ""
+    """``TIMEOUT`` / ``DISCONNECTED`` / ``START_FAILED`` when the call did not complete"""
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class _Server:
+    key: tuple[str, str, str]
+    manifest: Manifest
+    spec: ServerSpec
+    client: Client | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: str = ""
+    inflight: int = 0
+    last_used: float = field(default_factory=time.monotonic)
+    activity: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task[None] | None = None
+    pid_hint: int | None = None
+
+
+class PackageHost:
+    def __init__(
+        self,
+        manifests: dict[str, Manifest],
+        *,
+        variant: str = "real",
+        env_for: EnvFor | None = None,
+        log_dir: Path | None = None,
+    ) -> None:
+        if variant not in ("real", "fake"):
+            raise ValueError(f"variant {variant!r} is not real or fake")
+        self.manifests = dict(manifests)
+        self.variant = variant
+        self._env_for = env_for
+        self._log_dir = log_dir
+        self._servers: dict[tuple[str, str, str], _Server] = {}
+        self._tasks = TaskOwner("package-host")
+        self._lock = asyncio.Lock()
+        self._logs: list[TextIO] = []
+        self.starts = 0
+        """server processes started so far"""
+
+    async def __aenter__(self) -> PackageHost:
+        for m in self.manifests.values():
+            if m.runtime.start == "eager":
+                await self._server(m, "")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        for s in list(self._servers.values()):
+            s.stop.set()
+        tasks = [s.task for s in self._servers.values() if s.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10)
+        await self._tasks.close()
+        for fh in self._logs:
+            fh.close()
+
+    def running(self) -> list[str]:
+        """Names of packages with a live server process."""
+        return sorted({k[0] for k, s in self._servers.items() if s.client is not None})
+
+    # ------------------------------------------------------------------ servers
+    def _spec(self, m: Manifest) -> ServerSpec:
+        if self.variant == "fake":
+            if m.fake is None:
+                raise CapabilityError("package.no_fake", package=m.name)
+            return m.fake
+        return m.server
+
+    async def _server(self, m: Manifest, task_id: str) -> _Server:
+        key = (m.name, self.variant, task_id if m.runtime.host == "dedicated" else "")
+        async with self._lock:
+            s = self._servers.get(key)
+            if s is None or s.task is None or s.task.done():
+                s = _Server(key, m, self._spec(m))
+                self._servers[key] = s
+                s.task = self._tasks.spawn(self._run(s), f"{m.name}:{self.variant}:{key[2]}")
+                self.starts += 1
+        try:
+            async with asyncio.timeout(START_TIMEOUT_S):
+                await s.ready.wait()
+        except TimeoutError:
+            s.failed = s.failed or "no MCP handshake in time"
+        return s
+
+    def _errlog(self, name: str) -> TextIO:
+        if self._log_dir is None:
+            return sys.stderr
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        fh = (self._log_dir / f"{name}.{self.variant}.stderr.log").open("a")
+        self._logs.append(fh)
+        return fh
+
+    async def _run(self, s: _Server) -> None:
+        m = s.manifest
+        command, args, env, cwd = s.spec.resolved(m.root)
+        extra = dict(env)
+        extra.setdefault("PYTHONUNBUFFERED", "1")
+        if self._env_for is not None:
+            extra.update(self._env_for(m, self.variant))
+        for name in ("PYTHONPATH", "LANG", "LC_ALL", "TMPDIR"):
+            if name in os.environ and name not in extra:
+                extra[name] = os.environ[name]
+        params = StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
+        try:
+            async with Client(params, raise_exceptions=False) as client:  # type: ignore[arg-type]
+                s.client = client
+                s.ready.set()
+                log.info("package %s (%s) started", m.name, self.variant)
+                await self._idle(s)
+        except Exception as exc:  # a server that cannot start or dies: its calls fail
+            s.failed = f"{type(exc).__name__}: {exc}"
+            log.warning("package %s (%s) server ended: %s", m.name, self.variant, s.failed)
+        finally:
+            s.client = None
+            s.ready.set()
+            log.info("package %s (%s) stopped", m.name, self.variant)
+
+    async def _idle(self, s: _Server) -> None:
+        idle = s.manifest.runtime.idle_reclaim_s
+        while not s.stop.is_set():
+            s.activity.clear()
+            wait = idle - (time.monotonic() - s.last_used)
+            if s.inflight == 0 and wait <= 0:
+                log.info("package %s idle for %d s: reclaimed", s.manifest.name, idle)
+                return
+            stop = asyncio.ensure_future(s.stop.wait())
+            act = asyncio.ensure_future(s.activity.wait())
+            try:
+                await asyncio.wait(
+                    {stop, act}, timeout=max(wait, 0.05), return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                stop.cancel()
+                act.cancel()
+
+    async def reclaim_idle(self) -> None:
+        """Wake every runner so it re-checks its idle time now (tests, shutdown paths)."""
+        for s in self._servers.values():
+            s.activity.set()
+
+    # ------------------------------------------------------------------ calls
+    async def call(
+        self,
+        package: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        task_id: str = "",
+        timeout: float | None = None,
+    ) -> ToolOutcome:
+        m = self.manifests.get(package)
+        if m is None:
+            raise CapabilityError("package.unknown", package=package)
+        started = time.monotonic()
+        s = await self._server(m, task_id)
+        client = s.client
+        if client is None:
+            return ToolOutcome(text=s.failed, is_error=True, error_code="START_FAILED")
+        s.inflight += 1
+        s.last_used = time.monotonic()
+        limit = timeout if timeout is not None else m.runtime.call_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                result = await client.call_tool(tool, args)
+        except TimeoutError:
+            return ToolOutcome(
+                text=f"no answer within {limit} s",
+                is_error=True,
+                error_code="TIMEOUT",
+                elapsed_s=time.monotonic() - started,
+            )
+        except Exception as exc:
+            return ToolOutcome(
+                text=f"{type(exc).__name__}: {exc}",
+                is_error=True,
+                error_code="DISCONNECTED",
+                elapsed_s=time.monotonic() - started,
+            )
+        finally:
+            s.inflight -= 1
+            s.last_used = time.monotonic()
+            s.activity.set()
+        text = "".join(getattr(c, "text", "") for c in result.content)[:MAX_TEXT_CHARS]
+        structured = result.structured_content
+        return ToolOutcome(
+            structured=structured if isinstance(structured, dict) else None,
+            text=text,
+            is_error=bool(result.is_error),
+            elapsed_s=time.monotonic() - started,
+        )
+
+    async def list_tools(self, package: str) -> dict[str, dict[str, Any]]:
+        """Tool name → input schema, as the package's server reports them."""
+        m = self.manifests.get(package)
+        if m is None:
+            raise CapabilityError("package.unknown", package=package)
+        s = await self._server(m, "")
+        if s.client is None:
+            raise CapabilityError("package.start_failed", package=package, reason=s.failed)
+        s.last_used = time.monotonic()
+        listed = await s.client.list_tools()
+        return {t.name: dict(t.input_schema or {}) for t in listed.tools}
+
+    async def stop(self, package: str) -> None:
+        """Stop a package's servers now (the next call starts them again)."""
+        for key, s in list(self._servers.items()):
+            if key[0] == package:
+                s.stop.set()
+                if s.task is not None:
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait({s.task}, timeout=10)

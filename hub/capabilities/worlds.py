@@ -1,0 +1,296 @@
+"""Fakes of the outside world for contract runs and tests, speaking the real protocols.
+
+- :class:`SmtpWorld` — a real local SMTP server (aiosmtpd) on a loopback port that keeps
+  what it receives; ``delay`` makes it slow to accept a message (timeouts).
+- :class:`MqttHomeWorld` — a mosquitto on a loopback port (generated config, anonymous,
+  loopback only) and :class:`FakeHomeDevices`, a Home Assistant MQTT-discovery device set
+  (kitchen light, kettle switch, temperature sensor, front-door lock) that answers commands
+  by reporting its new state.
+
+Both are async context managers that own what they start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from email import message_from_bytes
+from email.message import Message
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import aiomqtt
+
+from hub.broker import _accepts, _die_with_parent, _find_mosquitto
+from hub.capabilities.errors import CapabilityError
+
+log = logging.getLogger(__name__)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# ---------------------------------------------------------------- SMTP
+@dataclass
+class Received:
+    sender: str
+    recipients: list[str]
+    message: Message
+
+
+class _Handler:
+    def __init__(self, world: SmtpWorld) -> None:
+        self.world = world
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        if self.world.delay:
+            await asyncio.sleep(self.world.delay)
+        msg = message_from_bytes(envelope.content)
+        with self.world.lock:
+            self.world.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), msg))
+        self.world.arrived.set()
+        return "250 OK message accepted"
+
+
+class SmtpWorld:
+    """A local SMTP server (aiosmtpd in its own thread) on 127.0.0.1."""
+
+    def __init__(self, *, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.port = free_port()
+        self.host = "127.0.0.1"
+        self.received: list[Received] = []
+        self.lock = threading.Lock()
+        self.arrived = threading.Event()
+        self._controller: Any = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "YIMI_SMTP_HOST": self.host,
+            "YIMI_SMTP_PORT": str(self.port),
+            "YIMI_SMTP_FROM": "assistant@home.test",
+        }
+
+    def messages(self) -> list[Received]:
+        with self.lock:
+            return list(self.received)
+
+    async def __aenter__(self) -> SmtpWorld:
+        from aiosmtpd.controller import Controller
+
+        self._controller = Controller(_Handler(self), hostname=self.host, port=self.port)
+        await asyncio.to_thread(self._controller.start)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._controller is not None:
+            await asyncio.to_thread(self._controller.stop)
+
+
+# ---------------------------------------------------------------- MQTT home
+DEVICES: list[dict[str, Any]] = [
+    {
+        "component": "light",
+        "object_id": "kitchen",
+        "name": "Kitchen light",
+        "state": "OFF",
+        "command": True,
+    },
+    {
+        "component": "switch",
+        "object_id": "kettle",
+        "name": "Kettle",
+        "state": "OFF",
+        "command": True,
+    },
+    {
+        "component": "sensor",
+        "object_id": "living_temperature",
+        "name": "Living room temperature",
+        "state": "21.5",
+        "unit": "°C",
+    },
+    {
+        "component": "lock",
+        "object_id": "front_door",
+        "name": "Front door",
+        "state": "LOCKED",
+        "command": True,
+    },
+]
+
+
+@dataclass
+class FakeHomeDevices:
+    """Home Assistant-style devices on MQTT: retained discovery configs and states; they
+    obey commands by reporting the new state (unless ``deaf``)."""
+
+    host: str
+    port: int
+    prefix: str = "homeassistant"
+    devices: list[dict[str, Any]] = field(default_factory=lambda: [dict(d) for d in DEVICES])
+    deaf: set[str] = field(default_factory=set)
+    """entity ids that ignore commands (their state never confirms)"""
+    commands: list[tuple[str, str]] = field(default_factory=list)
+    _task: asyncio.Task[None] | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def _topics(self, d: dict[str, Any]) -> tuple[str, str, str]:
+        base = f"yimi-fake/{d['component']}/{d['object_id']}"
+        return (
+            f"{self.prefix}/{d['component']}/{d['object_id']}/config",
+            f"{base}/state",
+            f"{base}/set",
+        )
+
+    async def _run(self) -> None:
+        async with aiomqtt.Client(self.host, self.port, identifier="fake-home-devices") as c:
+            by_command: dict[str, dict[str, Any]] = {}
+            for d in self.devices:
+                config_t, state_t, command_t = self._topics(d)
+                cfg: dict[str, Any] = {
+                    "name": d["name"],
+                    "unique_id": d["object_id"],
+                    "state_topic": state_t,
+                }
+                if d.get("unit"):
+                    cfg["unit_of_measurement"] = d["unit"]
+                if d.get("command"):
+                    cfg["command_topic"] = command_t
+                    by_command[command_t] = d
+                await c.publish(config_t, json.dumps(cfg), qos=1, retain=True)
+                await c.publish(state_t, d["state"], qos=1, retain=True)
+            await c.subscribe("yimi-fake/+/+/set", qos=1)
+            self.ready.set()
+            async for msg in c.messages:
+                found = by_command.get(msg.topic.value)
+                if found is None:
+                    continue
+                d = found
+                payload = bytes(msg.payload or b"").decode()
+                entity = f"{d['component']}.{d['object_id']}"
+                self.commands.append((entity, payload))
+                if entity in self.deaf or d["component"] == "lock":
+                    continue
+                d["state"] = payload
+                await c.publish(self._topics(d)[1], payload, qos=1, retain=True)
+
+    async def __aenter__(self) -> FakeHomeDevices:
+        self._task = asyncio.create_task(self._run(), name="fake-home-devices")
+        done, _ = await asyncio.wait(
+            {self._task, asyncio.ensure_future(self.ready.wait())},
+            timeout=10,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if self._task in done:
+            self._task.result()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, aiomqtt.MqttError):
+                await self._task
+
+
+class Mosquitto:
+    """A throwaway mosquitto on 127.0.0.1 (anonymous, no persistence) for tests."""
+
+    def __init__(self, workdir: Path | None = None) -> None:
+        self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="yimi-mosq-")
+        self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
+        self.host, self.port = "127.0.0.1", free_port()
+        self._proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> Mosquitto:
+        conf = self.workdir / "mosquitto.conf"
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        conf.write_text(
+            f"listener {self.port} {self.host}\nallow_anonymous true\npersistence false\n"
+            f"log_dest file {self.workdir / 'mosquitto.log'}\n"
+        )
+        self._proc = await asyncio.create_subprocess_exec(
+            _find_mosquitto(),
+            "-c",
+            str(conf),
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
+        for _ in range(200):
+            if await _accepts(self.host, self.port):
+                return self
+            if self._proc.returncode is not None:
+                break
+            await asyncio.sleep(0.025)
+        await self.__aexit__(None, None, None)
+        raise CapabilityError("world.failed", what="mosquitto", reason="did not accept connections")
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            self._proc.terminate()
+            try:
+                async with asyncio.timeout(5):
+                    await self._proc.wait()
+            except TimeoutError:
+                self._proc.kill()
+                await self._proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class MqttHomeWorld:
+    """mosquitto + :class:`FakeHomeDevices`."""
+
+    def __init__(self, **devices: Any) -> None:
+        self.broker = Mosquitto()
+        self._kw = devices
+        self.devices: FakeHomeDevices | None = None
+        self._stack = contextlib.AsyncExitStack()
+
+    def env(self) -> dict[str, str]:
+        return {
+            "YIMI_MQTT_HOST": self.broker.host,
+            "YIMI_MQTT_PORT": str(self.broker.port),
+            "YIMI_CONFIRM_TIMEOUT": "3",
+        }
+
+    async def __aenter__(self) -> MqttHomeWorld:
+        try:
+            await self._stack.enter_async_context(self.broker)
+            self.devices = await self._stack.enter_async_context(
+                FakeHomeDevices(self.broker.host, self.broker.port, **self._kw)
+            )
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+
+
+WORLDS: dict[str, type[SmtpWorld] | type[MqttHomeWorld]] = {
+    "smtp": SmtpWorld,
+    "mqtt_home": MqttHomeWorld,
+}
+"""what a contract's ``needs:`` may name"""

@@ -1,0 +1,155 @@
+"""The audit log: append-only, hash-chained, one JSON record per line.
+
+Every decision, card, approval and receipt leaves a record with its trace id::
+
+    {"data":{...},"hash":"…","kind":"decision","prev":"…","seq":7,"trace_id":"…","ts_ms":…}
+
+``hash = SHA-256("yimi.audit.v1" || 0x00 || canonical JSON of the record without hash)``
+and ``prev`` is the previous record's hash (64 zeros for the first). Lines are canonical
+JSON (sorted keys, no spaces), so *every* byte of the file is covered: changing one breaks
+the line's canonical form, its hash, or the chain. A head file (``audit.head``: last seq
+and hash) is rewritten after every append, so removing the last record is detected too.
+
+Trace ids attribute; they never authorise. Writers take an exclusive ``flock``; appends
+are ``fsync``'d when ``durable`` (the default).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.gateway.receipts import canonical
+
+AUDIT_CONTEXT = b"yimi.audit.v1"
+GENESIS = "0" * 64
+MAX_LINE = 1024 * 1024
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return hashlib.sha256(AUDIT_CONTEXT + b"\x00" + canonical(body)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    records: int
+    problem: str = ""
+    line: int = 0
+
+
+class AuditLog:
+    """Appends records to ``directory/audit.jsonl``; :func:`verify` checks a log."""
+
+    def __init__(self, directory: Path, *, durable: bool = True) -> None:
+        self.dir = Path(directory)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.dir / "audit.jsonl"
+        self.head_path = self.dir / "audit.head"
+        self.durable = durable
+        fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
+        self._fh = os.fdopen(fd, "ab")
+
+    def close(self) -> None:
+        self._fh.close()
+
+    def _tail(self) -> tuple[int, str]:
+        try:
+            head = json.loads(self.head_path.read_text())
+            return int(head["seq"]), str(head["hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return 0, GENESIS
+
+    def append(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> dict[str, Any]:
+        fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX)
+        try:
+            seq, prev = self._tail()
+            record: dict[str, Any] = {
+                "seq": seq + 1,
+                "ts_ms": int(time.time() * 1000),
+                "kind": kind,
+                "trace_id": trace_id[:128],
+                "data": data,
+                "prev": prev,
+            }
+            record["hash"] = record_hash(record)
+            self._fh.write(canonical(record) + b"\n")
+            self._fh.flush()
+            if self.durable:
+                os.fsync(self._fh.fileno())
+            self._write_head(record["seq"], record["hash"])
+            return record
+        finally:
+            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+
+    def _write_head(self, seq: int, digest: str) -> None:
+        tmp = self.head_path.with_suffix(".head.tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(canonical({"seq": seq, "hash": digest}))
+            fh.flush()
+            if self.durable:
+                os.fsync(fh.fileno())
+        os.replace(tmp, self.head_path)
+
+
+def records(directory: Path) -> Iterator[dict[str, Any]]:
+    """Every parsable record in order (for ``yimi audit show``; use :func:`verify` to trust)."""
+    path = Path(directory) / "audit.jsonl"
+    if not path.exists():
+        return
+    with path.open("rb") as fh:
+        for line in fh:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                yield rec
+
+
+def verify(directory: Path) -> Verdict:
+    """Check every line, the chain and the head. Never raises on a damaged log."""
+    directory = Path(directory)
+    path, head_path = directory / "audit.jsonl", directory / "audit.head"
+    if not path.exists():
+        return Verdict(False, 0, "no audit log here")
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        return Verdict(False, 0, "the last line is incomplete", data.count(b"\n") + 1)
+    prev, n = GENESIS, 0
+    for n, line in enumerate(data.splitlines(), start=1):
+        if len(line) > MAX_LINE:
+            return Verdict(False, n - 1, "line too long", n)
+        try:
+            rec = json.loads(line)
+        except (ValueError, UnicodeDecodeError):
+            return Verdict(False, n - 1, "not JSON", n)
+        if not isinstance(rec, dict) or canonical(rec) != line:
+            return Verdict(False, n - 1, "not a canonical record", n)
+        if rec.get("seq") != n:
+            return Verdict(False, n - 1, f"seq {rec.get('seq')!r} where {n} belongs", n)
+        if rec.get("prev") != prev:
+            return Verdict(False, n - 1, "chain broken: prev is not the previous hash", n)
+        if rec.get("hash") != record_hash(rec):
+            return Verdict(False, n - 1, "hash does not match the record", n)
+        prev = rec["hash"]
+    try:
+        head = json.loads(head_path.read_text())
+    except (OSError, ValueError):
+        return Verdict(False, n, "head file missing or unreadable")
+    if not isinstance(head, dict) or head.get("seq") != n or head.get("hash") != prev:
+        return Verdict(
+            False,
+            n,
+            f"head names seq {head.get('seq') if isinstance(head, dict) else '?'}"
+            f" but the log ends at {n}: records removed or appended past the head",
+        )
+    return Verdict(True, n)

@@ -1,0 +1,668 @@
+"""The capability gateway: every tool call passes :meth:`Gateway.decide` before it runs and
+:meth:`Gateway.receipt` after; :meth:`Gateway.observe` checks the reply against receipts.
+
+Decision order (ARCHITECTURE F2): scope → duplicate / unknown → effect → gate.
+
+- **scope**: the turn's admission scope must be one the package (or tool) accepts;
+- **duplicate / unknown**: a call whose identical action already succeeded in this task is
+  blocked when the tool's retry rule is ``forbidden``; an action already waiting for the
+  owner is not asked twice; after an ``unknown``/``partial`` result the tool's
+  ``check_with`` tool must run before the tool runs again;
+- **effect**: from the manifest; ``effect_by_arg`` without a mapping for the value blocks;
+- **gate**: a table by effect (``observe``/``workspace`` allow; ``send`` and the others ask
+  through the consent authority; ``physical`` never touches locks; ``spend`` goes only
+  through the payment authority, not here). A call that needs a card in a scheduled run is
+  blocked instead.
+
+Outcomes: ``allow``, ``rewrite`` (trusted fields — session, run, call id, idempotency key —
+overwrote or filled the model's), ``block`` (a ``rejected`` receipt with the reason) and
+``confirm`` (a ``waiting`` receipt at once; the card goes to the owner's phone; the rest of
+the batch goes on). ``owner_requested`` is read, then stripped from the arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from hub.capabilities.host import PackageHost, ToolOutcome
+from hub.capabilities.manifest import Manifest, ToolSpec
+from hub.gateway import facts as factsmod
+from hub.gateway.audit import AuditLog
+from hub.gateway.consent import Answer, Card, ConsentAuthority
+from hub.gateway.errors import GatewayError
+from hub.gateway.ledger import Ledger
+from hub.gateway.receipts import (
+    Next,
+    Receipt,
+    canonical,
+    enforce,
+    gateway_receipt,
+    invalid,
+    parse_receipt,
+)
+from protos import consent_pb2
+
+log = logging.getLogger(__name__)
+
+DECIDE_TIMEOUT_S = 3.0
+"""the brain's hook waits this long for a decision; then the call is not executed"""
+RECEIPT_TIMEOUT_S = 3.0
+OWNER_REQUESTED = "owner_requested"
+TRUSTED = ("session_id", "run_id", "call_id", "idempotency_key")
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    package: str
+    tool: str
+    args: dict[str, Any]
+    call_id: str
+    task_id: str
+
+
+@dataclass(frozen=True)
+class CallContext:
+    owner: str = "owner"
+    scope: str = "owner"
+    session_id: str = ""
+    run_id: str = ""
+    trace_id: str = ""
+    scheduled: bool = False
+
+
+@dataclass(frozen=True)
+class Decision:
+    outcome: str
+    """``allow`` / ``rewrite`` / ``block`` / ``confirm``"""
+    reason: str = ""
+    args: dict[str, Any] = field(default_factory=dict)
+    """what the tool runs with (trusted fields set, ``owner_requested`` stripped)"""
+    effect: str = ""
+    target: str = ""
+    action_hash: str = ""
+    receipt: Receipt | None = None
+    """for ``block`` and ``confirm``: the receipt to hand back instead of running"""
+    card: Card | None = None
+
+    @property
+    def runs(self) -> bool:
+        return self.outcome in ("allow", "rewrite")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "reason": self.reason,
+            "args": self.args,
+            "effect": self.effect,
+            "target": self.target,
+            "action_hash": self.action_hash,
+            "card_id": self.card.card_id if self.card else "",
+        }
+
+
+class Courier(Protocol):
+    """Where cards go: the owner's phone (and a short form to the glasses HUD)."""
+
+    async def show(self, card: Card) -> None: ...
+
+    async def update(self, update: consent_pb2.CardUpdate, card: Card) -> None: ...
+
+
+@dataclass(frozen=True)
+class _Gate:
+    ctx: CallContext
+    spec: ToolSpec
+    effect: str
+    target: str
+    task_type: str
+    owner_requested: bool
+
+
+GateResult = tuple[str, str]
+"""(outcome: allow | block | confirm, reason)"""
+
+
+def _hash(obj: Any) -> str:
+    return hashlib.sha256(canonical(obj)).hexdigest()
+
+
+class Gateway:
+    def __init__(
+        self,
+        catalog: dict[str, Manifest],
+        ledger: Ledger,
+        audit: AuditLog,
+        *,
+        host: PackageHost | None = None,
+        courier: Courier | None = None,
+        on_result: Callable[[Receipt], Awaitable[None]] | None = None,
+    ) -> None:
+        self.catalog = catalog
+        self.ledger = ledger
+        self.audit = audit
+        self.consent = ConsentAuthority(ledger)
+        self.host = host
+        self.courier = courier
+        self.on_result = on_result
+        self.closed = False
+        self.gates: dict[str, Callable[[_Gate], GateResult]] = {
+            "observe": self._gate_allow,
+            "workspace": self._gate_allow,
+            "owner_data": self._gate_consent,
+            "account": self._gate_consent,
+            "delete": self._gate_consent,
+            "send": self._gate_consent,
+            "self_change": self._gate_consent,
+            "physical": self._gate_physical,
+            "spend": self._gate_spend,
+        }
+
+    def close(self) -> None:
+        self.closed = True
+
+    def _alive(self) -> None:
+        if self.closed:
+            raise GatewayError("gateway.down")
+
+    # ------------------------------------------------------------------ gates
+    def _gate_allow(self, g: _Gate) -> GateResult:
+        return "allow", ""
+
+    def _gate_consent(self, g: _Gate) -> GateResult:
+        if not self.consent.required(
+            g.effect,
+            owner_requested=g.owner_requested,
+            owner=g.ctx.owner,
+            target=g.target,
+            task_type=g.task_type,
+        ):
+            return "allow", ""
+        if g.ctx.scheduled:
+            return "block", "a scheduled run never shows a card: this call needs the owner"
+        if g.effect == "send":
+            why = (
+                "first send of this kind to this recipient"
+                if g.owner_requested
+                else ("the owner did not ask for this send")
+            )
+        else:
+            why = f"{g.effect} the owner did not ask for"
+        return "confirm", why
+
+    def _gate_physical(self, g: _Gate) -> GateResult:
+        if g.target.split(".", 1)[0] == "lock" or "lock" in g.target.split(".")[:1]:
+            return "block", "locks are read-only"
+        return self._gate_consent(g)
+
+    def _gate_spend(self, g: _Gate) -> GateResult:
+        return "block", "payments go through the payment authority, never a tool call"
+
+    # ------------------------------------------------------------------ decide
+    async def decide(self, call: ToolCall, ctx: CallContext) -> Decision:
+        """Decide one call. Idempotent on (task id, call id); other arguments conflict."""
+        self._alive()
+        args_fp = _hash({"p": call.package, "t": call.tool, "a": call.args})
+        old = self.ledger.call(call.task_id, call.call_id)
+        if old is not None:
+            if old.args_fp != args_fp:
+                raise GatewayError(
+                    "ledger.conflict",
+                    task=call.task_id,
+                    call=call.call_id,
+                    what="a different call was already decided",
+                )
+            return self._restore(old.decision, old.receipt)
+        decision = self._decide(call, ctx)
+        return await self._record(call, ctx, decision, args_fp)
+
+    def _decide(self, call: ToolCall, ctx: CallContext) -> Decision:
+        m = self.catalog.get(call.package)
+        spec = m.tool(call.tool) if m else None
+        if m is None or spec is None:
+            return self._block(f"no tool {call.package}.{call.tool}")
+        model_args = dict(call.args)
+        asked = model_args.pop(OWNER_REQUESTED, False) is True
+        # scope
+        scopes = spec.scopes if spec.scopes is not None else m.scopes
+        if ctx.scope not in scopes:
+            return self._block(f"scope {ctx.scope!r} may not use {m.name}.{spec.name}")
+        # trusted fields overwrite the model's
+        args = dict(model_args)
+        trusted = {
+            "session_id": ctx.session_id,
+            "run_id": ctx.run_id,
+            "call_id": call.call_id,
+            "idempotency_key": _hash([call.task_id, call.call_id])[:32],
+        }
+        for name in spec.trusted_args:
+            args[name] = trusted[name]
+        rewritten = args != model_args
+        effect = spec.effect_for(args)
+        target = str(args.get(spec.target, "")) if spec.target else ""
+        task_type = spec.task_type or f"{m.name}.{spec.name}"
+        action = {k: v for k, v in args.items() if k not in spec.trusted_args}
+        action_hash = _hash(
+            {
+                "package": m.name,
+                "tool": spec.name,
+                "args": action,
+                "effect": effect,
+                "target": target,
+                "task_type": task_type,
+                "owner": ctx.owner,
+            }
+        )
+        base = Decision("block", "", args, effect or "", target, action_hash)
+        # duplicate / unknown
+        for row in self.ledger.same_action(call.task_id, action_hash, call.call_id):
+            if row.status == "waiting":
+                return self._block("already waiting for the owner's answer", base)
+            if spec.retry == "forbidden" and row.status in (
+                None,
+                "succeeded",
+                "partial",
+                "running",
+            ):
+                return self._block(
+                    f"{spec.name} already {row.status or 'running'} in this task; "
+                    "retry is forbidden",
+                    base,
+                )
+        check = self.ledger.pending_check(call.task_id, m.name, spec.name)
+        if check is not None:
+            return self._block(
+                f"the last {spec.name} result is unknown: run {check} before any retry", base
+            )
+        # effect
+        if effect is None:
+            value = args.get(spec.effect_arg or "")
+            return self._block(
+                f"no effect is declared for {spec.effect_arg}={value!r}: blocked", base
+            )
+        # gate
+        outcome, reason = self.gates[effect](_Gate(ctx, spec, effect, target, task_type, asked))
+        if outcome == "allow" and rewritten:
+            outcome = "rewrite"
+        return replace(base, outcome=outcome, reason=reason)
+
+    def _block(self, reason: str, base: Decision | None = None) -> Decision:
+        d = base or Decision("block")
+        return replace(d, outcome="block", reason=reason)
+
+    async def _record(
+        self, call: ToolCall, ctx: CallContext, d: Decision, args_fp: str
+    ) -> Decision:
+        m = self.catalog.get(call.package)
+        spec = m.tool(call.tool) if m else None
+        if d.outcome == "block":
+            d = replace(
+                d,
+                receipt=self._stamp(
+                    gateway_receipt("rejected", d.reason, next=Next(retry="forbidden")), call, d
+                ),
+            )
+        elif d.outcome == "confirm":
+            assert m is not None and spec is not None
+            card, voided = self.consent.issue(
+                task_id=call.task_id,
+                call_id=call.call_id,
+                owner=ctx.owner,
+                package=m.name,
+                tool=spec.name,
+                args=d.args,
+                effect=d.effect,
+                target=d.target,
+                task_type=spec.task_type or f"{m.name}.{spec.name}",
+                title=self._title(spec, d),
+                preview=self._preview(spec, d.args),
+                action_hash=bytes.fromhex(d.action_hash),
+                context={
+                    "scope": ctx.scope,
+                    "session_id": ctx.session_id,
+                    "run_id": ctx.run_id,
+                    "trace_id": ctx.trace_id,
+                },
+            )
+            waiting = gateway_receipt(
+                "waiting",
+                d.reason,
+                next=Next(retry="forbidden", waiting_for="owner"),
+                card_id=card.card_id,
+            )
+            d = replace(d, card=card, receipt=self._stamp(waiting, call, d))
+            for old in voided:
+                await self._cancel(old, "voided", "the action changed", ctx.trace_id)
+        self.ledger.record_decision(
+            task_id=call.task_id,
+            call_id=call.call_id,
+            package=call.package,
+            tool=call.tool,
+            action_hash=d.action_hash,
+            args_fp=args_fp,
+            effect=d.effect,
+            target=d.target,
+            outcome=d.outcome,
+            decision=d.to_dict(),
+        )
+        self.audit.append(
+            "decision",
+            {
+                "task_id": call.task_id,
+                "call_id": call.call_id,
+                "package": call.package,
+                "tool": call.tool,
+                **{k: v for k, v in d.to_dict().items() if k != "args"},
+                "args_fp": args_fp,
+            },
+            trace_id=ctx.trace_id,
+        )
+        if d.receipt is not None:
+            stored = self._facts(
+                await self._store(call.task_id, call.call_id, d.receipt, ctx.trace_id)
+            )
+            d = replace(d, receipt=stored)
+        if d.card is not None and self.courier is not None:
+            try:
+                await self.courier.show(d.card)
+            except Exception:  # the card waits in the ledger; the phone gets it on sync
+                log.exception("card %s not delivered now", d.card.card_id)
+        return d
+
+    def _restore(self, decision: dict[str, Any], receipt: dict[str, Any] | None) -> Decision:
+        card = self.consent.card(decision["card_id"]) if decision.get("card_id") else None
+        return Decision(
+            decision["outcome"],
+            decision["reason"],
+            decision["args"],
+            decision["effect"],
+            decision["target"],
+            decision["action_hash"],
+            Receipt.from_dict(receipt) if receipt else None,
+            card,
+        )
+
+    @staticmethod
+    def _title(spec: ToolSpec, d: Decision) -> str:
+        what = spec.name.replace("_", " ")
+        return f"{d.effect}: {what}" + (f" → {d.target}" if d.target else "")
+
+    @staticmethod
+    def _preview(spec: ToolSpec, args: dict[str, Any]) -> str:
+        keys = spec.preview or tuple(k for k in args if k not in TRUSTED)
+        return "\n".join(f"{k}: {args[k]}" for k in keys if k in args)[:600]
+
+    def _stamp(self, r: Receipt, call: ToolCall, d: Decision, revision: int = 0) -> Receipt:
+        r = replace(
+            r,
+            package=call.package,
+            tool=call.tool,
+            task_id=call.task_id,
+            call_id=call.call_id,
+            effect=d.effect,
+            target=d.target,
+            revision=revision,
+        )
+        return replace(r, summary=factsmod.summary(r))
+
+    async def _store(self, task_id: str, call_id: str, r: Receipt, trace_id: str) -> Receipt:
+        stored, fresh = self.ledger.record_receipt(task_id, call_id, r)
+        if fresh:
+            self.audit.append(
+                "receipt",
+                {"task_id": task_id, "call_id": call_id, "receipt": stored.content()},
+                trace_id=trace_id,
+            )
+        return stored
+
+    def _facts(self, r: Receipt) -> Receipt:
+        new, said = self.ledger.split_facts(r.task_id, factsmod.fact_map([r]))
+        return replace(r, new_facts=tuple(new), said_facts=tuple(said))
+
+    # ------------------------------------------------------------------ receipt
+    async def receipt(
+        self,
+        call: ToolCall,
+        ctx: CallContext,
+        decision: Decision,
+        outcome: ToolOutcome,
+        *,
+        revision: int = 0,
+    ) -> Receipt:
+        """Judge what the tool returned, record it (idempotently) and return the receipt."""
+        self._alive()
+        m = self.catalog[call.package]
+        spec = m.tools[call.tool]
+        if outcome.error_code in ("TIMEOUT", "DISCONNECTED"):
+            raw = gateway_receipt("failed", outcome.text)
+            raw = replace(raw, error_code=outcome.error_code)
+        elif outcome.error_code == "START_FAILED":
+            raw = gateway_receipt("not_executed", f"the package did not start: {outcome.text}")
+        else:
+            parsed = parse_receipt(outcome.structured)
+            raw = (
+                parsed
+                if parsed is not None
+                else invalid(
+                    "not a valid receipt" + (f": {outcome.text[:300]}" if outcome.text else "")
+                )
+            )
+        if spec.long_running:
+            revision = max(revision, raw.revision)
+        r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
+        r = self._stamp(r, call, decision, revision)
+        stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id)
+        if stored.status in ("unknown", "partial") and spec.check_with:
+            self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)
+        if stored.status == "succeeded" and any(
+            t.check_with == spec.name for t in m.tools.values()
+        ):
+            self.ledger.check_ran(call.task_id, m.name, spec.name)
+        return self._facts(stored)
+
+    # ------------------------------------------------------------------ observe
+    async def observe(self, task_id: str, reply: str, *, voice: bool = False) -> factsmod.Checked:
+        """Check a reply against this task's receipts (removing contradictions, adding
+        missing facts). Facts count as said only after :meth:`delivered`."""
+        self._alive()
+        receipts = self.ledger.task_receipts(task_id)
+        said = self.ledger.split_facts(task_id, factsmod.fact_map(receipts))[1]
+        return factsmod.check_reply(reply, receipts, voice=voice, said=said)
+
+    def delivered(self, task_id: str, receipts: list[Receipt]) -> None:
+        """The reply carrying these receipts' facts was ACKed: they are now said."""
+        self.ledger.mark_said(task_id, list(factsmod.fact_map(receipts)))
+
+    # ------------------------------------------------------------------ one call
+    async def call(self, call: ToolCall, ctx: CallContext) -> Receipt:
+        """decide → run on the package host → receipt, guarded like the brain's hooks."""
+        host = self.host
+        if host is None:
+            raise GatewayError("gateway.no_host")
+
+        async def execute(args: dict[str, Any]) -> ToolOutcome:
+            return await host.call(call.package, call.tool, args, task_id=call.task_id)
+
+        return await guarded(self, call, ctx, execute)
+
+    # ------------------------------------------------------------------ consent
+    async def answer(
+        self,
+        approval: consent_pb2.Approval,
+        *,
+        device_id: str,
+        sign_pk: bytes,
+        scopes: tuple[str, ...] | list[str],
+        trace_id: str = "",
+    ) -> tuple[Answer, Receipt | None]:
+        """A phone's signed answer: refuse, cancel, or execute exactly once."""
+        self._alive()
+        ans = self.consent.answer(approval, device_id=device_id, sign_pk=sign_pk, scopes=scopes)
+        card = ans.card
+        self.audit.append(
+            "approval",
+            {
+                "card_id": card.card_id if card else "",
+                "device": device_id,
+                "outcome": ans.outcome,
+                "reason": ans.reason,
+            },
+            trace_id=trace_id,
+        )
+        if card is None:
+            return ans, None
+        if ans.outcome == "refused":
+            receipt = None
+            if card.state == "expired":
+                receipt = await self._cancel(card, "expired", "the card expired", trace_id)
+            else:
+                await self._update(card, consent_pb2.REFUSED, ans.reason)
+            return ans, receipt
+        if ans.outcome == "denied":
+            return ans, await self._cancel(card, "denied", "denied by the owner", trace_id)
+        assert ans.token is not None
+        return ans, await self._execute(card, ans.token, trace_id)
+
+    async def _execute(self, card: Card, token: str, trace_id: str) -> Receipt:
+        call = ToolCall(card.package, card.tool, card.args, card.call_id, card.task_id)
+        ctx_d = card.context
+        ctx = CallContext(
+            owner=card.owner,
+            scope=ctx_d.get("scope", "owner"),
+            session_id=ctx_d.get("session_id", ""),
+            run_id=ctx_d.get("run_id", ""),
+            trace_id=trace_id or ctx_d.get("trace_id", ""),
+        )
+        d = Decision(
+            "allow",
+            "approved by the owner",
+            card.args,
+            card.effect,
+            card.target,
+            card.action_hash.hex(),
+            card=card,
+        )
+        if not self.consent.consume_token(token, card):
+            raise GatewayError("consent.token_spent", card=card.card_id)
+        m = self.catalog.get(card.package)
+        spec = m.tool(card.tool) if m else None
+        problem = ""
+        if m is None or spec is None or self.host is None:
+            problem = "the package is not available"
+        elif spec.effect_for(card.args) != card.effect:
+            problem = "the action changed"
+        else:
+            for row in self.ledger.same_action(card.task_id, card.action_hash.hex(), card.call_id):
+                if spec.retry == "forbidden" and row.status in ("succeeded", "partial", None):
+                    problem = "the same action already ran in this task"
+        if problem:
+            self.consent.set_state(card.card_id, "voided", problem)
+            r = self._stamp(gateway_receipt("cancelled", problem), call, d, revision=1)
+            r = await self._store(card.task_id, card.call_id, r, trace_id)
+            await self._update(card, consent_pb2.VOIDED, problem, r)
+            return self._facts(r)
+        assert self.host is not None
+        outcome = await self.host.call(card.package, card.tool, card.args, task_id=card.task_id)
+        r = await self.receipt(call, ctx, d, outcome, revision=1)
+        self.consent.set_state(card.card_id, "executed")
+        if card.effect == "send" and r.status == "succeeded":
+            self.consent.remember_send(card.owner, card.target, card.task_type)
+        await self._update(card, consent_pb2.EXECUTED, "", r)
+        if self.on_result is not None:
+            await self.on_result(r)
+        return r
+
+    async def _cancel(self, card: Card, state: str, reason: str, trace_id: str) -> Receipt:
+        call = ToolCall(card.package, card.tool, card.args, card.call_id, card.task_id)
+        d = Decision("block", reason, card.args, card.effect, card.target, card.action_hash.hex())
+        if state != "expired":
+            self.consent.set_state(card.card_id, state, reason)
+        r = self._stamp(gateway_receipt("cancelled", reason), call, d, revision=1)
+        r = self._facts(await self._store(card.task_id, card.call_id, r, trace_id))
+        states = {
+            "denied": consent_pb2.DENIED,
+            "expired": consent_pb2.EXPIRED,
+            "voided": consent_pb2.VOIDED,
+        }
+        await self._update(card, states.get(state, consent_pb2.VOIDED), reason, r)
+        if self.on_result is not None:
+            await self.on_result(r)
+        return r
+
+    async def expire_cards(self) -> list[Receipt]:
+        """Cancel every card past its expiry (the hub runs this periodically)."""
+        self._alive()
+        return [
+            await self._cancel(c, "expired", "the card expired", "")
+            for c in self.consent.expire_due()
+        ]
+
+    async def _update(self, card: Card, state: int, reason: str, r: Receipt | None = None) -> None:
+        if self.courier is None:
+            return
+        update = consent_pb2.CardUpdate(
+            card_id=card.card_id,
+            state=state,  # type: ignore[arg-type]
+            reason=reason[:300],
+            status=r.status if r else "",
+            summary=(r.summary if r else "")[:600],
+            at_ms=_now_ms(),
+        )
+        try:
+            await self.courier.update(update, card)
+        except Exception:
+            log.exception("card update %s not delivered now", card.card_id)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+Execute = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]
+
+
+async def guarded(gateway: Gateway, call: ToolCall, ctx: CallContext, execute: Execute) -> Receipt:
+    """The one path a tool call takes (the brain's hooks do the same around MCP toolsets).
+
+    Gateway unreachable before execution → ``not_executed`` ("not executed"), the tool never
+    runs; unreachable after → ``unknown`` with "result not verified" — never assumed success.
+    """
+    base = Receipt(
+        status="not_executed",
+        package=call.package,
+        tool=call.tool,
+        task_id=call.task_id,
+        call_id=call.call_id,
+    )
+    try:
+        async with asyncio.timeout(DECIDE_TIMEOUT_S):
+            decision = await gateway.decide(call, ctx)
+    except Exception as exc:
+        log.warning("gateway unreachable before %s.%s: %s", call.package, call.tool, exc)
+        r = replace(
+            base, error="not executed: the gateway could not be reached", unknowns=("not executed",)
+        )
+        return replace(r, summary=factsmod.summary(r))
+    if not decision.runs:
+        assert decision.receipt is not None
+        return decision.receipt
+    outcome = await execute(decision.args)
+    try:
+        async with asyncio.timeout(RECEIPT_TIMEOUT_S):
+            return await gateway.receipt(call, ctx, decision, outcome)
+    except Exception as exc:
+        log.warning("gateway unreachable after %s.%s: %s", call.package, call.tool, exc)
+        r = replace(
+            base,
+            status="unknown",
+            error="result not verified",
+            unknowns=("result not verified",),
+            effect=decision.effect,
+            target=decision.target,
+        )
+        return replace(r, summary=factsmod.summary(r))

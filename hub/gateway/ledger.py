@@ -1,0 +1,333 @@
+"""The ledger (``gateway.db``): decisions and receipts per (task id, call id), pending
+checks, and which facts were already said.
+
+- Idempotent on (task id, call id): the same decision or receipt content returns the
+  recorded one; different content is a conflict (:class:`GatewayError` ``ledger.conflict``).
+- Long tasks carry a strictly increasing ``revision``: a receipt with a higher revision
+  replaces the recorded one (``waiting`` → ``succeeded`` after an approval is revision 1).
+- After an ``unknown``/``partial`` receipt whose tool has ``check_with``, a check is pending
+  for (task, package, tool) until a receipt of the check tool arrives in that task.
+- Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
+  :meth:`Ledger.split_facts` tells new from said.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+from hub.gateway.errors import GatewayError
+from hub.gateway.receipts import Receipt
+from sync.store import open_db, transaction
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    task_id     TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    package     TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    action_hash TEXT NOT NULL,
+    args_fp     TEXT NOT NULL,
+    effect      TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    outcome     TEXT NOT NULL,
+    decision    TEXT NOT NULL,
+    status      TEXT,
+    receipt     TEXT,
+    receipt_fp  TEXT,
+    revision    INTEGER NOT NULL DEFAULT -1,
+    created_ms  INTEGER NOT NULL,
+    updated_ms  INTEGER NOT NULL,
+    PRIMARY KEY (task_id, call_id)
+);
+CREATE INDEX IF NOT EXISTS calls_action ON calls (task_id, action_hash);
+CREATE TABLE IF NOT EXISTS checks (
+    task_id    TEXT NOT NULL,
+    package    TEXT NOT NULL,
+    tool       TEXT NOT NULL,
+    check_with TEXT NOT NULL,
+    since_ms   INTEGER NOT NULL,
+    PRIMARY KEY (task_id, package, tool)
+);
+CREATE TABLE IF NOT EXISTS facts (
+    task_id  TEXT NOT NULL,
+    fact_id  TEXT NOT NULL,
+    text     TEXT NOT NULL,
+    said_ms  INTEGER,
+    PRIMARY KEY (task_id, fact_id)
+);
+CREATE TABLE IF NOT EXISTS first_sends (
+    owner     TEXT NOT NULL,
+    recipient TEXT NOT NULL,
+    task_type TEXT NOT NULL,
+    first_ms  INTEGER NOT NULL,
+    PRIMARY KEY (owner, recipient, task_type)
+);
+CREATE TABLE IF NOT EXISTS cards (
+    card_id     TEXT PRIMARY KEY,
+    task_id     TEXT NOT NULL,
+    call_id     TEXT NOT NULL,
+    owner       TEXT NOT NULL,
+    package     TEXT NOT NULL,
+    tool        TEXT NOT NULL,
+    args        TEXT NOT NULL,
+    effect      TEXT NOT NULL,
+    target      TEXT NOT NULL,
+    task_type   TEXT NOT NULL,
+    title       TEXT NOT NULL,
+    preview     TEXT NOT NULL,
+    action_hash BLOB NOT NULL,
+    nonce       BLOB NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    expires_ms  INTEGER NOT NULL,
+    state       TEXT NOT NULL,
+    answered_by TEXT,
+    answered_ms INTEGER,
+    reason      TEXT NOT NULL DEFAULT '',
+    context     TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS cards_state ON cards (state, expires_ms);
+CREATE TABLE IF NOT EXISTS tokens (
+    token       TEXT PRIMARY KEY,
+    card_id     TEXT NOT NULL,
+    action_hash BLOB NOT NULL,
+    created_ms  INTEGER NOT NULL,
+    consumed_ms INTEGER
+);
+"""
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class CallRow:
+    task_id: str
+    call_id: str
+    package: str
+    tool: str
+    action_hash: str
+    args_fp: str
+    effect: str
+    target: str
+    outcome: str
+    decision: dict[str, Any]
+    status: str | None
+    receipt: dict[str, Any] | None
+    revision: int
+
+
+class Ledger:
+    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+        self.path = path
+        self.db: apsw.Connection = open_db(path, SCHEMA, synchronous=synchronous)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # ------------------------------------------------------------------ calls
+    def _row(self, r: Any) -> CallRow:
+        return CallRow(
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            r[4],
+            r[5],
+            r[6],
+            r[7],
+            r[8],
+            json.loads(r[9]),
+            r[10],
+            json.loads(r[11]) if r[11] else None,
+            r[12],
+        )
+
+    _COLS = (
+        "task_id, call_id, package, tool, action_hash, args_fp, effect, target, outcome, "
+        "decision, status, receipt, revision"
+    )
+
+    def call(self, task_id: str, call_id: str) -> CallRow | None:
+        for r in self.db.execute(
+            f"SELECT {self._COLS} FROM calls WHERE task_id=? AND call_id=?", (task_id, call_id)
+        ):
+            return self._row(r)
+        return None
+
+    def record_decision(
+        self,
+        *,
+        task_id: str,
+        call_id: str,
+        package: str,
+        tool: str,
+        action_hash: str,
+        args_fp: str,
+        effect: str,
+        target: str,
+        outcome: str,
+        decision: dict[str, Any],
+    ) -> CallRow:
+        """Record a decision once; the same (task, call) with other arguments conflicts."""
+        with transaction(self.db):
+            old = self.call(task_id, call_id)
+            if old is not None:
+                if old.args_fp != args_fp or (old.package, old.tool) != (package, tool):
+                    raise GatewayError(
+                        "ledger.conflict",
+                        task=task_id,
+                        call=call_id,
+                        what="a different call was already decided",
+                    )
+                return old
+            t = now_ms()
+            self.db.execute(
+                "INSERT INTO calls (task_id, call_id, package, tool, action_hash, args_fp, "
+                "effect, target, outcome, decision, created_ms, updated_ms) "
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    task_id,
+                    call_id,
+                    package,
+                    tool,
+                    action_hash,
+                    args_fp,
+                    effect,
+                    target,
+                    outcome,
+                    json.dumps(decision),
+                    t,
+                    t,
+                ),
+            )
+        row = self.call(task_id, call_id)
+        assert row is not None
+        return row
+
+    def record_receipt(self, task_id: str, call_id: str, receipt: Receipt) -> tuple[Receipt, bool]:
+        """Store the receipt of a decided call. Returns (stored receipt, fresh).
+
+        Same content → the stored record (not fresh); a higher revision replaces it;
+        anything else is a conflict."""
+        content = receipt.content()
+        fp = receipt.fingerprint()
+        with transaction(self.db):
+            row = None
+            for r in self.db.execute(
+                "SELECT receipt, receipt_fp, revision FROM calls WHERE task_id=? AND call_id=?",
+                (task_id, call_id),
+            ):
+                row = r
+            if row is None:
+                raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
+            stored, stored_fp, revision = row
+            if stored is not None:
+                if stored_fp == fp:
+                    return Receipt.from_dict(json.loads(stored)), False
+                if receipt.revision <= revision:
+                    raise GatewayError(
+                        "ledger.conflict",
+                        task=task_id,
+                        call=call_id,
+                        what=f"another receipt at revision {revision}",
+                    )
+            self.db.execute(
+                "UPDATE calls SET status=?, receipt=?, receipt_fp=?, revision=?, updated_ms=? "
+                "WHERE task_id=? AND call_id=?",
+                (
+                    receipt.status,
+                    json.dumps(content),
+                    fp,
+                    receipt.revision,
+                    now_ms(),
+                    task_id,
+                    call_id,
+                ),
+            )
+        return receipt, True
+
+    def same_action(self, task_id: str, action_hash: str, call_id: str) -> list[CallRow]:
+        """Other calls of this task with the same action (for the duplicate rule)."""
+        return [
+            self._row(r)
+            for r in self.db.execute(
+                f"SELECT {self._COLS} FROM calls WHERE task_id=? AND action_hash=? "
+                "AND call_id<>? AND outcome IN ('allow','rewrite')",
+                (task_id, action_hash, call_id),
+            )
+        ]
+
+    def task_receipts(self, task_id: str) -> list[Receipt]:
+        return [
+            Receipt.from_dict(json.loads(r[0]))
+            for r in self.db.execute(
+                "SELECT receipt FROM calls WHERE task_id=? AND receipt IS NOT NULL "
+                "ORDER BY created_ms",
+                (task_id,),
+            )
+        ]
+
+    # ------------------------------------------------------------------ checks
+    def require_check(self, task_id: str, package: str, tool: str, check_with: str) -> None:
+        with transaction(self.db):
+            self.db.execute(
+                "INSERT OR REPLACE INTO checks VALUES (?,?,?,?,?)",
+                (task_id, package, tool, check_with, now_ms()),
+            )
+
+    def pending_check(self, task_id: str, package: str, tool: str) -> str | None:
+        for (check_with,) in self.db.execute(
+            "SELECT check_with FROM checks WHERE task_id=? AND package=? AND tool=?",
+            (task_id, package, tool),
+        ):
+            return str(check_with)
+        return None
+
+    def check_ran(self, task_id: str, package: str, check_tool: str) -> list[str]:
+        """A check tool produced a receipt: clear the checks it satisfies; tools cleared."""
+        with transaction(self.db):
+            cleared = [
+                str(t)
+                for (t,) in self.db.execute(
+                    "SELECT tool FROM checks WHERE task_id=? AND package=? AND check_with=?",
+                    (task_id, package, check_tool),
+                )
+            ]
+            self.db.execute(
+                "DELETE FROM checks WHERE task_id=? AND package=? AND check_with=?",
+                (task_id, package, check_tool),
+            )
+        return cleared
+
+    # ------------------------------------------------------------------ facts
+    def split_facts(self, task_id: str, facts: dict[str, str]) -> tuple[list[str], list[str]]:
+        """Record facts (id → text); return (new ids, already said ids)."""
+        new: list[str] = []
+        said: list[str] = []
+        with transaction(self.db):
+            for fact_id, text in facts.items():
+                self.db.execute(
+                    "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
+                    (task_id, fact_id, text),
+                )
+                for (said_ms,) in self.db.execute(
+                    "SELECT said_ms FROM facts WHERE task_id=? AND fact_id=?", (task_id, fact_id)
+                ):
+                    (said if said_ms is not None else new).append(fact_id)
+        return new, said
+
+    def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
+        """Only ACKed facts count as said: call this when the reply's delivery is ACKed."""
+        with transaction(self.db):
+            for fact_id in fact_ids:
+                self.db.execute(
+                    "UPDATE facts SET said_ms=? WHERE task_id=? AND fact_id=? AND said_ms IS NULL",
+                    (now_ms(), task_id, fact_id),
+                )
