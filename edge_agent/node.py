@@ -21,6 +21,7 @@ from typing import Any
 
 import aiomqtt
 
+from edge_agent.cards import card_handlers
 from protos import mesh_pb2
 from provisioning.bundle import Bundle
 from sync import topics
@@ -102,6 +103,8 @@ class DeviceNode:
         self._stack = AsyncExitStack()
         self.mqtt: MqttSession | None = None
         self.hub_address: HubAddress | None = None
+        self.handlers: dict[int, Callable[[Opened], Awaitable[None]]] = card_handlers(self)
+        """more handlers by kind (confirmation cards on a phone or a HUD)"""
         self.revoked = asyncio.Event()
         self.delivered = 0
         """outbox items this process saw answered"""
@@ -304,6 +307,10 @@ class DeviceNode:
             log.warning(
                 "dropped message on %s: %s %s", message.topic, result.reason.value, result.detail
             )
+            return
+        extra = self.handlers.get(result.kind)
+        if extra is not None:
+            await extra(result)
             return
         if result.kind == mesh_pb2.REPLY:
             await self._handle_reply(result)

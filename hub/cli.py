@@ -333,6 +333,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--home", type=Path)
     where.add_argument("--bundle", type=Path)
     sp.add_argument("--limit", type=int, default=1000)
+    from hub.cli_gateway import add_commands
+
+    add_commands(sub, command)
     return p
 
 

@@ -24,6 +24,7 @@ import grpc
 from zeroconf import get_all_addresses
 
 from hub.broker import Broker, BrokerAccount
+from hub.gateway.courier import MeshConsent
 from hub.grpc_server import HubService, start_server
 from hub.timeline import HubStore, StoredReply
 from protos import mesh_pb2
@@ -108,9 +109,12 @@ class HubDaemon:
             next_counter=self._counter.next,
             group_key=home.group_key,
         )
+        self.consent = MeshConsent(self)
+        """the capability gateway and its cards (``self.consent.gateway``)"""
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self._on_ack,
+            mesh_pb2.APPROVAL: self.consent.on_approval,
         }
         self._stack = AsyncExitStack()
         self.broker: Broker | None = None
@@ -179,6 +183,7 @@ class HubDaemon:
                 clean_session=False,
             )
         )
+        await self._stack.enter_async_context(self.consent)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -383,6 +388,7 @@ class HubDaemon:
             self.store.set_presence(opened.sender, "online", pres.session, pres.since_ms, now)
             for reply in self.store.unacked_replies(opened.sender):
                 await self._send_reply(reply)
+            await self.consent.on_online(opened.sender)
         elif pres.state == mesh_pb2.OFFLINE:
             if current is None or current.session == pres.session:
                 self.store.set_presence(opened.sender, "offline", pres.session, pres.since_ms, now)

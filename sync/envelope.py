@@ -20,7 +20,7 @@ from nacl.public import Box, PrivateKey, PublicKey
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey, VerifyKey
 
-from protos import mesh_pb2
+from protos import consent_pb2, mesh_pb2
 from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
 
 ENVELOPE_VERSION = 1
@@ -39,6 +39,9 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.DELIVERY_ACK: mesh_pb2.DeliveryAck,
     mesh_pb2.PRESENCE: mesh_pb2.Presence,
     mesh_pb2.REVOCATION: mesh_pb2.Revocation,
+    mesh_pb2.CARD: consent_pb2.ConfirmCard,
+    mesh_pb2.APPROVAL: consent_pb2.Approval,
+    mesh_pb2.CARD_UPDATE: consent_pb2.CardUpdate,
 }
 """Kind → payload message class; a kind not here is malformed."""
 

@@ -6,9 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from protos.generate import ROOT, generate
+from protos.generate import PROTO_FILES, ROOT, generate
 
-GENERATED = ("mesh_pb2.py", "mesh_pb2.pyi", "mesh_pb2_grpc.py")
+GENERATED = tuple(
+    f"{Path(proto).stem}{suffix}"
+    for proto in PROTO_FILES
+    for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,7 +30,7 @@ def test_committed_module_matches_regenerated(regenerated: Path, name: str) -> N
     assert committed.is_file(), f"protos/{name} is not committed: run `python -m protos.generate`"
     assert fresh.read_bytes() == committed.read_bytes(), (
         f"protos/{name} is stale or hand-edited: it differs from what grpcio-tools generates "
-        "from protos/mesh.proto; run `python -m protos.generate` and commit the result"
+        "from its .proto; run `python -m protos.generate` and commit the result"
     )
 
 

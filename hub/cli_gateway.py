@@ -1,0 +1,171 @@
+"""``yimi`` subcommands for capability packages, cards and the audit log.
+
+| command | what it does |
+|---|---|
+| ``yimi package check DIR`` | validate a package's manifest (fields named) and layout |
+| ``yimi package test DIR [--variant fake|real]`` | run ``tests/contract.yaml`` on fake and real |
+| ``yimi cards --bundle PHONE`` | the cards waiting for the owner (synced from the hub) |
+| ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
+| ``yimi deny --bundle PHONE [CARD_ID]`` | deny it |
+| ``yimi audit verify --home DIR`` | check every record and the hash chain (exit 1 if broken) |
+| ``yimi audit show --home DIR [--limit N]`` | list audit records |
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+EXIT_OK, EXIT_ERROR = 0, 1
+
+Handler = Callable[[argparse.Namespace], int]
+
+
+def cmd_package_check(args: argparse.Namespace) -> int:
+    from hub.capabilities.manifest import check_layout, load
+
+    m = load(args.dir)
+    print(f"ok: {m.name} {m.version} ({m.maintainer}), {len(m.tools)} tools:")
+    for t in m.tools.values():
+        effect = t.effect or (
+            f"by {t.effect_arg}: " + ", ".join(f"{k}→{v}" for k, v in t.effect_values)
+        )
+        extra = f", target {t.target}" if t.target else ""
+        extra += f", retry {t.retry}" + (f", check with {t.check_with}" if t.check_with else "")
+        print(f"  {t.name}: {effect}{extra}")
+    for problem in check_layout(m):
+        print(f"warning: {problem}")
+    return EXIT_OK
+
+
+def cmd_package_test(args: argparse.Namespace) -> int:
+    from hub.capabilities.contract import run_contract
+
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    variants = tuple(args.variant) if args.variant else ("fake", "real")
+    report = asyncio.run(run_contract(args.dir, variants=variants))
+    for variant, case, passed, detail in report.results:
+        mark = "PASS" if passed else "FAIL"
+        print(f"{mark} [{variant}] {case}" + (f": {detail}" if detail else ""))
+    failed = sum(1 for r in report.results if not r[2])
+    print(f"{len(report.results) - failed} passed, {failed} failed")
+    return EXIT_OK if report.ok else EXIT_ERROR
+
+
+def _answer(args: argparse.Namespace, approve: bool) -> int:
+    from edge_agent.approve import answer_card
+    from provisioning.bundle import Bundle
+
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    bundle = Bundle.load(args.bundle)
+    print(
+        asyncio.run(
+            answer_card(bundle, args.card_id, approve=approve, hub=args.hub, timeout=args.timeout)
+        )
+    )
+    return EXIT_OK
+
+
+def cmd_approve(args: argparse.Namespace) -> int:
+    return _answer(args, True)
+
+
+def cmd_deny(args: argparse.Namespace) -> int:
+    return _answer(args, False)
+
+
+def cmd_cards(args: argparse.Namespace) -> int:
+    from edge_agent.approve import list_cards
+    from provisioning.bundle import Bundle
+
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    bundle = Bundle.load(args.bundle)
+    print(asyncio.run(list_cards(bundle, hub=args.hub, timeout=args.timeout, offline=args.offline)))
+    return EXIT_OK
+
+
+def _audit_dir(home: Path) -> Path:
+    return home / "gateway" / "audit"
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    from hub.gateway.audit import verify
+    from hub.gateway.errors import GatewayError
+
+    where = _audit_dir(args.home)
+    verdict = verify(where)
+    if not verdict.ok:
+        raise GatewayError(
+            "audit.broken", path=where / "audit.jsonl", line=verdict.line, problem=verdict.problem
+        )
+    print(f"ok: {verdict.records} records, hash chain and head intact")
+    return EXIT_OK
+
+
+def _brief(data: dict[str, Any]) -> str:
+    if "receipt" in data:
+        r = data["receipt"]
+        return (
+            f"{r.get('package')}.{r.get('tool')} {r.get('status')} rev {r.get('revision')}: "
+            f"{r.get('summary', '')}"
+        )
+    keys = ("package", "tool", "outcome", "reason", "card_id", "device", "effect", "target")
+    return " ".join(f"{k}={data[k]}" for k in keys if data.get(k))
+
+
+def cmd_audit_show(args: argparse.Namespace) -> int:
+    from hub.gateway.audit import records
+
+    rows = list(records(_audit_dir(args.home)))[-args.limit :]
+    for rec in rows:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(rec.get("ts_ms", 0) / 1000))
+        if args.json:
+            print(json.dumps(rec, ensure_ascii=False))
+        else:
+            print(
+                f"{rec.get('seq', '?'):>6}  {when}  {rec.get('kind', '?'):<9} "
+                f"trace {str(rec.get('trace_id', ''))[:12]:<12}  {_brief(rec.get('data', {}))}"
+            )
+    return EXIT_OK
+
+
+def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """Register the subcommands on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+    pkg = sub.add_parser("package", help="capability packages: validate and test")
+    pkg_sub = pkg.add_subparsers(dest="action", required=True)
+    sp = command(pkg_sub, "check", cmd_package_check, "validate a package folder's manifest")
+    sp.add_argument("dir", type=Path)
+    sp = command(pkg_sub, "test", cmd_package_test, "run a package's contract (fake and real)")
+    sp.add_argument("dir", type=Path)
+    sp.add_argument("--variant", action="append", choices=["fake", "real"])
+
+    for name, handler, text in (
+        ("approve", cmd_approve, "approve a confirmation card (phone bundle)"),
+        ("deny", cmd_deny, "deny a confirmation card (phone bundle)"),
+    ):
+        sp = command(sub, name, handler, text)
+        sp.add_argument("--bundle", type=Path, required=True)
+        sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
+        sp.add_argument("--timeout", type=float, default=30.0)
+        sp.add_argument("card_id", nargs="?", help="the card (default: the only pending one)")
+    sp = command(sub, "cards", cmd_cards, "list the cards waiting for the owner (phone bundle)")
+    sp.add_argument("--bundle", type=Path, required=True)
+    sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
+    sp.add_argument("--timeout", type=float, default=10.0)
+    sp.add_argument("--offline", action="store_true", help="only what the phone already has")
+
+    audit = sub.add_parser("audit", help="the hub's hash-chained audit log")
+    audit_sub = audit.add_subparsers(dest="action", required=True)
+    sp = command(audit_sub, "verify", cmd_audit_verify, "verify every record and the chain")
+    sp.add_argument("--home", type=Path, required=True)
+    sp = command(audit_sub, "show", cmd_audit_show, "list audit records")
+    sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument("--limit", type=int, default=100)
+    sp.add_argument("--json", action="store_true", help="one JSON record per line")

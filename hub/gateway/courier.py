@@ -1,0 +1,259 @@
+"""Consent over the mesh: the hub's gateway, its cards and the phones' answers.
+
+:class:`MeshConsent` is owned by the hub daemon (an async context manager). On enter it
+opens the hub's gateway (``HOME/gateway/``: ``gateway.db``, ``audit/``) over the packages
+named in ``HOME/packages.yaml`` (all built-in packages when the file is absent)::
+
+    messaging:                       # package name
+      path: /opt/yimi/packages/messaging   # optional; default: the built-in package
+      config: {SMTP_HOST: mail.example.org, SMTP_PORT: "587"}   # → YIMI_SMTP_HOST ...
+    home:
+      config: {MQTT_HOST: 127.0.0.1, MQTT_PORT: "1883"}
+
+Secrets live in ``HOME/keys/package-secrets.json`` (mode 0600; ``{"SMTP_PASSWORD": ...}``)
+and reach only the server of a package that declares the name — never model context.
+
+Cards go as ``CARD`` envelopes to every device whose certificate holds the ``approve``
+scope (the phone), and in short form to devices with the ``hud`` role (glasses). Pending
+cards are sent again when such a device comes online, and on request (an ``Approval``
+with ``sync`` set). Answers (``APPROVAL``) are checked and executed by the gateway; the
+outcome goes back as ``CARD_UPDATE``. Expired cards are cancelled every second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import AsyncExitStack
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from google.protobuf.message import Message
+
+from hub.capabilities.manifest import Manifest, load
+from hub.gateway import open_gateway
+from hub.gateway.consent import Card
+from hub.gateway.gateway import Gateway
+from protos import consent_pb2, mesh_pb2
+from protos.codec import parse
+from provisioning.profiles import load_profile
+from provisioning.registry import DeviceRecord
+from sync import topics
+from sync.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from hub.daemon import HubDaemon
+    from sync.envelope import Opened
+
+log = logging.getLogger(__name__)
+
+BUILTIN_PACKAGES = Path(__file__).resolve().parent.parent.parent / "packages"
+EXPIRY_SWEEP_S = 1.0
+
+
+def builtin_packages() -> list[Path]:
+    return sorted(p.parent for p in BUILTIN_PACKAGES.glob("*/plugin.json"))
+
+
+def package_settings(home: Path) -> dict[str, dict[str, Any]]:
+    """``HOME/packages.yaml`` (or every built-in package with no settings)."""
+    path = home / "packages.yaml"
+    if not path.exists():
+        return {p.name: {} for p in builtin_packages()}
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} is not a mapping")
+    return {str(k): dict(v or {}) for k, v in data.items()}
+
+
+def package_secrets(home: Path) -> dict[str, str]:
+    path = home / "keys" / "package-secrets.json"
+    if not path.exists():
+        return {}
+    data = json.loads(path.read_text())
+    return {str(k): str(v) for k, v in data.items()}
+
+
+class MeshConsent:
+    def __init__(self, daemon: HubDaemon) -> None:
+        self.daemon = daemon
+        self.home = daemon.home.path
+        self.gateway: Gateway | None = None
+        self._stack = AsyncExitStack()
+        self._tasks: TaskOwner | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
+        settings = package_settings(self.home)
+        catalog: dict[str, Manifest] = {}
+        for name, s in settings.items():
+            root = Path(s["path"]) if s.get("path") else BUILTIN_PACKAGES / name
+            if not root.is_absolute():
+                root = self.home / root
+            try:
+                m = load(root)
+            except Exception as exc:  # one broken package must not stop the hub
+                log.error("package %s not loaded: %s", name, exc)
+                continue
+            catalog[m.name] = m
+        return catalog, settings
+
+    async def __aenter__(self) -> MeshConsent:
+        catalog, settings = self._catalog()
+        secrets = package_secrets(self.home)
+
+        def env_for(m: Manifest, variant: str) -> dict[str, str]:
+            s = settings.get(m.name, {})
+            env = {f"YIMI_{k}": str(v) for k, v in (s.get("config") or {}).items()}
+            env.update({k: secrets[k] for k in m.secrets if k in secrets})
+            state = self.home / "package-state" / m.name
+            state.mkdir(parents=True, exist_ok=True)
+            env["YIMI_STATE_DIR"] = str(state)
+            return env
+
+        try:
+            self.gateway = await self._stack.enter_async_context(
+                open_gateway(
+                    self.home / "gateway", manifests=catalog, env_for=env_for, courier=self
+                )
+            )
+            self._tasks = await self._stack.enter_async_context(TaskOwner("consent"))
+            self._tasks.spawn(self._sweep(), "card-expiry")
+        except BaseException:
+            await self._stack.aclose()
+            raise
+        log.info("gateway up: packages %s", ", ".join(sorted(catalog)) or "(none)")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._stack.aclose()
+        self.gateway = None
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRY_SWEEP_S)
+            if self.gateway is not None:
+                try:
+                    for r in await self.gateway.expire_cards():
+                        log.info("card for %s.%s expired: cancelled", r.package, r.tool)
+                except Exception:
+                    log.exception("card expiry sweep failed")
+
+    # ------------------------------------------------------------------ devices
+    def _devices(self) -> list[DeviceRecord]:
+        return [r for r in self.daemon.registry.devices() if not r.revoked]
+
+    @staticmethod
+    def _has_role(rec: DeviceRecord, role: str) -> bool:
+        try:
+            return role in load_profile(rec.profile).roles
+        except Exception:
+            return False
+
+    def approvers(self) -> list[DeviceRecord]:
+        return [r for r in self._devices() if "approve" in r.scopes]
+
+    def huds(self) -> list[DeviceRecord]:
+        return [
+            r for r in self._devices() if "approve" not in r.scopes and self._has_role(r, "hud")
+        ]
+
+    async def _send(self, device_id: str, kind: int, payload: Message, trace_id: str = "") -> bool:
+        d = self.daemon
+        peer = d.peers.get(device_id)
+        if peer is None or peer.revoked or d.mqtt is None or not d.mqtt.connected.is_set():
+            return False
+        data = d.sealer.seal(
+            kind,
+            payload,
+            recipient=device_id,
+            recipient_box_pk=peer.box_pk,
+            trace_id=trace_id or None,
+        )
+        try:
+            await d.mqtt.publish(topics.inbox(d.home.home_id, device_id), data, qos=1)
+        except Exception as exc:
+            log.info("consent message to %s not sent now: %s", device_id, exc)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ Courier
+    async def show(self, card: Card) -> None:
+        trace = str(card.context.get("trace_id", ""))
+        for rec in self.approvers():
+            await self._send(rec.device_id, mesh_pb2.CARD, card.to_proto(), trace)
+        for rec in self.huds():
+            await self._send(rec.device_id, mesh_pb2.CARD, card.to_proto(short=True), trace)
+
+    async def update(self, update: consent_pb2.CardUpdate, card: Card) -> None:
+        for rec in self.approvers():
+            await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
+        if update.state != consent_pb2.REFUSED:
+            for rec in self.huds():
+                await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
+
+    # ------------------------------------------------------------------ incoming
+    async def on_online(self, device_id: str) -> None:
+        """A device came online: send it the cards still waiting for the owner."""
+        await self._resend(device_id)
+
+    async def _resend(self, device_id: str) -> None:
+        if self.gateway is None:
+            return
+        rec = next((r for r in self._devices() if r.device_id == device_id), None)
+        if rec is None:
+            return
+        short = "approve" not in rec.scopes
+        if short and not self._has_role(rec, "hud"):
+            return
+        for card in self.gateway.consent.pending():
+            await self._send(device_id, mesh_pb2.CARD, card.to_proto(short=short))
+
+    async def on_approval(self, opened: Opened) -> None:
+        approval = opened.payload
+        assert isinstance(approval, consent_pb2.Approval)
+        self.daemon.replay.commit(opened.sender, opened.counter)
+        if self.gateway is None:
+            return
+        if approval.sync and not approval.body:
+            await self._resend(opened.sender)
+            await self._send(
+                opened.sender,
+                mesh_pb2.CARD_UPDATE,
+                consent_pb2.CardUpdate(state=consent_pb2.SYNC_DONE),
+            )
+            return
+        rec = next((r for r in self._devices() if r.device_id == opened.sender), None)
+        if rec is None:
+            return
+        assert self._tasks is not None
+        self._tasks.spawn(self._answer(approval, rec, opened.trace_id), f"answer:{opened.counter}")
+
+    async def _answer(self, approval: consent_pb2.Approval, rec: DeviceRecord, trace: str) -> None:
+        assert self.gateway is not None
+        ans, receipt = await self.gateway.answer(
+            approval,
+            device_id=rec.device_id,
+            sign_pk=rec.sign_pk,
+            scopes=rec.scopes,
+            trace_id=trace,
+        )
+        log.info("answer from %s: %s %s", rec.name, ans.outcome, ans.reason)
+        if ans.card is None:  # refused before a card was found: tell the device why
+            body = parse(consent_pb2.ApprovalBody, approval.body, 4096)
+            await self._send(
+                rec.device_id,
+                mesh_pb2.CARD_UPDATE,
+                consent_pb2.CardUpdate(
+                    card_id=body.card_id[:64] if body else "",
+                    state=consent_pb2.REFUSED,
+                    reason=ans.reason,
+                ),
+            )
+        if receipt is not None:
+            log.info("card %s: %s", ans.card.card_id if ans.card else "?", receipt.summary)
