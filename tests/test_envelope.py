@@ -20,7 +20,7 @@ from nacl.public import Box, PrivateKey
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey
 
-from protos import mesh_pb2
+from protos import consent_pb2, mesh_pb2
 from protos.codec import CERTIFICATE_CONTEXT, ENVELOPE_CONTEXT, parse, signing_input
 from sync.envelope import (
     BROADCAST,
@@ -216,6 +216,9 @@ def test_every_payload_kind_round_trips(w: World) -> None:
         mesh_pb2.DELIVERY_ACK: mesh_pb2.DeliveryAck(reply_id="r", state=mesh_pb2.PLAYED),
         mesh_pb2.PRESENCE: mesh_pb2.Presence(state=mesh_pb2.ONLINE, session="s"),
         mesh_pb2.REVOCATION: mesh_pb2.Revocation(device_id="d"),
+        mesh_pb2.CARD: consent_pb2.ConfirmCard(card_id="c", title="t"),
+        mesh_pb2.APPROVAL: consent_pb2.Approval(body=b"x", signature=b"y"),
+        mesh_pb2.CARD_UPDATE: consent_pb2.CardUpdate(card_id="c", state=consent_pb2.EXECUTED),
     }
     assert set(samples) == set(PAYLOAD_TYPES)
     sealer, opener = w.sealer(w.dev), w.opener()
