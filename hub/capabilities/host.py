@@ -68,7 +68,8 @@ class _Server:
     last_used: float = field(default_factory=time.monotonic)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-    pid_hint: int | None = None
+    stopping: bool = False
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class PackageHost:
@@ -126,15 +127,19 @@ class PackageHost:
             return m.fake
         return m.server
 
-    async def _server(self, m: Manifest, task_id: str) -> _Server:
+    async def _server(self, m: Manifest, task_id: str, *, hold: bool = False) -> _Server:
+        """The live server for ``m`` (started if needed); ``hold`` counts a call in flight
+        from now on, so the server is not reclaimed while the call waits for it."""
         key = (m.name, self.variant, task_id if m.runtime.host == "dedicated" else "")
         async with self._lock:
             s = self._servers.get(key)
-            if s is None or s.task is None or s.task.done():
+            if s is None or s.task is None or s.task.done() or s.stopping:
                 s = _Server(key, m, self._spec(m))
                 self._servers[key] = s
                 s.task = self._tasks.spawn(self._run(s), f"{m.name}:{self.variant}:{key[2]}")
                 self.starts += 1
+            if hold:
+                s.inflight += 1
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
                 await s.ready.wait()
@@ -164,6 +169,7 @@ class PackageHost:
         try:
             async with Client(params, raise_exceptions=False) as client:  # type: ignore[arg-type]
                 s.client = client
+                s.last_used = time.monotonic()
                 s.ready.set()
                 log.info("package %s (%s) started", m.name, self.variant)
                 await self._idle(s)
@@ -173,6 +179,7 @@ class PackageHost:
         finally:
             s.client = None
             s.ready.set()
+            s.ended.set()
             log.info("package %s (%s) stopped", m.name, self.variant)
 
     async def _idle(self, s: _Server) -> None:
@@ -181,6 +188,7 @@ class PackageHost:
             s.activity.clear()
             wait = idle - (time.monotonic() - s.last_used)
             if s.inflight == 0 and wait <= 0:
+                s.stopping = True
                 log.info("package %s idle for %d s: reclaimed", s.manifest.name, idle)
                 return
             stop = asyncio.ensure_future(s.stop.wait())
@@ -212,11 +220,11 @@ class PackageHost:
         if m is None:
             raise CapabilityError("package.unknown", package=package)
         started = time.monotonic()
-        s = await self._server(m, task_id)
+        s = await self._server(m, task_id, hold=True)
         client = s.client
         if client is None:
+            s.inflight -= 1
             return ToolOutcome(text=s.failed, is_error=True, error_code="START_FAILED")
-        s.inflight += 1
         s.last_used = time.monotonic()
         limit = timeout if timeout is not None else m.runtime.call_timeout_s
         try:
@@ -260,6 +268,11 @@ class PackageHost:
         s.last_used = time.monotonic()
         listed = await s.client.list_tools()
         return {t.name: dict(t.input_schema or {}) for t in listed.tools}
+
+    async def ended(self, package: str) -> None:
+        """Return once no server of ``package`` is running (stopped or reclaimed)."""
+        for s in [s for k, s in self._servers.items() if k[0] == package]:
+            await s.ended.wait()
 
     async def stop(self, package: str) -> None:
         """Stop a package's servers now (the next call starts them again)."""

@@ -79,7 +79,8 @@ class CallContext:
 @dataclass(frozen=True)
 class Decision:
     outcome: str
-    """``allow`` / ``rewrite`` / ``block`` / ``confirm``"""
+    """``allow`` / ``rewrite`` / ``block`` / ``confirm``; ``done`` for a repeated call id
+    (its recorded receipt comes back, nothing runs again)"""
     reason: str = ""
     args: dict[str, Any] = field(default_factory=dict)
     """what the tool runs with (trusted fields set, ``owner_requested`` stripped)"""
@@ -376,7 +377,7 @@ class Gateway:
 
     def _restore(self, decision: dict[str, Any], receipt: dict[str, Any] | None) -> Decision:
         card = self.consent.card(decision["card_id"]) if decision.get("card_id") else None
-        return Decision(
+        d = Decision(
             decision["outcome"],
             decision["reason"],
             decision["args"],
@@ -386,6 +387,19 @@ class Gateway:
             Receipt.from_dict(receipt) if receipt else None,
             card,
         )
+        # a repeated (task, call) never runs twice: with a receipt recorded, ``done`` hands
+        # it back; a call decided to run but without a receipt yet is ``running``
+        if d.receipt is not None and d.outcome in ("allow", "rewrite"):
+            return replace(d, outcome="done", receipt=self._facts(d.receipt))
+        if d.runs:
+            running = Receipt(
+                status="running",
+                error="this call was already started",
+                effect=d.effect,
+                target=d.target,
+            )
+            return replace(d, outcome="done", receipt=running)
+        return d
 
     @staticmethod
     def _title(spec: ToolSpec, d: Decision) -> str:

@@ -107,8 +107,10 @@ class Receipt:
     said_facts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        """The receipt in its wire form (what a package returns) plus the trusted fields."""
         d = asdict(self)
         d["receipt_version"] = RECEIPT_VERSION
+        d["error"] = {"code": d.pop("error_code"), "message": self.error}
         return d
 
     def content(self) -> dict[str, Any]:
@@ -150,7 +152,9 @@ class Receipt:
         for k in ("violations", "new_facts", "said_facts"):
             if k in extra:
                 extra[k] = tuple(extra[k])
-        return replace(parsed, **extra)
+        flags = [v.get("flagged", "") if isinstance(v, dict) else "" for v in d.get("values", [])]
+        values = tuple(replace(v, flagged=f) for v, f in zip(parsed.values, flags, strict=False))
+        return replace(parsed, values=values, **extra)
 
 
 def canonical(obj: Any) -> bytes:

@@ -32,12 +32,14 @@ from common import READ_ONLY, SWITCHABLE, Entity, listing, observation, receipt
 PREFIX = os.environ.get("YIMI_DISCOVERY_PREFIX", "homeassistant")
 SETTLE_S = 1.0
 MAX_CONFIG = 16 * 1024
+MAX_TOPICS = 10_000
 
 
 class Home:
     def __init__(self) -> None:
         self.entities: dict[str, Entity] = {}
         self.by_state_topic: dict[str, Entity] = {}
+        self.last_payload: dict[str, str] = {}
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
@@ -70,6 +72,8 @@ class Home:
         old = self.entities.get(key)
         if old is not None:
             e.state = old.state
+        if e.state is None and e.state_topic in self.last_payload:
+            e.state = self.last_payload[e.state_topic]
         self.entities[key] = e
         if e.state_topic:
             self.by_state_topic[e.state_topic] = e
@@ -101,20 +105,31 @@ class Home:
         if topic.startswith(PREFIX + "/") and topic.endswith("/config"):
             self.discovered(topic, payload)
         else:
-            e = self.by_state_topic.get(topic)
-            if e is None or len(payload) > 1024:
+            if len(payload) > 1024:
                 return
-            e.state = payload.decode(errors="replace").strip()
+            text = payload.decode(errors="replace").strip()
+            if topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
+                self.last_payload[topic] = text  # a state may arrive before its config
+            e = self.by_state_topic.get(topic)
+            if e is None:
+                return
+            e.state = text
         async with self.changed:
             self.changed.notify_all()
 
     async def entity(self, entity_id: str) -> Entity | None:
-        if entity_id not in self.entities:
+        """The entity, once discovered and reporting (waits up to ``SETTLE_S`` after start)."""
+
+        def known() -> bool:
+            e = self.entities.get(entity_id)
+            return e is not None and (e.state is not None or not e.state_topic)
+
+        if not known():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(SETTLE_S):
                     await self.connected.wait()
                     async with self.changed:
-                        await self.changed.wait_for(lambda: entity_id in self.entities)
+                        await self.changed.wait_for(known)
         return self.entities.get(entity_id)
 
 
