@@ -329,7 +329,7 @@ RETRY_SUGGESTION = re.compile(
 )
 _STATE_WORDS = re.compile(r"\b(on|off|open|closed|locked|unlocked)\b|开着|关着|锁着", re.IGNORECASE)
 _CN_STATE = {"开着": "on", "关着": "off", "锁着": "locked"}
-_SPLIT = re.compile(r"(?<=[.!?。！？])\s*|\n+")
+_SPLIT = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])\s*|\n+")
 
 
 def sentences(text: str) -> list[str]:
