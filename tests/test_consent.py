@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from nacl.signing import SigningKey
 
@@ -31,7 +32,7 @@ async def test_injected_email_leads_to_no_send_without_the_owners_card(tmp_path:
     ):
         # first-send memory exists, but not for this recipient
         gw.consent.remember_send("owner", "someone@example.org", "email")
-        proposals = [
+        proposals: list[dict[str, Any]] = [
             {"to": "x@evil.example", "subject": "contacts", "body": "ann, bob, carol"},
             {
                 "to": "x@evil.example",
@@ -156,7 +157,7 @@ async def test_a_changed_action_voids_the_older_card(tmp_path: Path) -> None:
         assert ans.outcome == "refused" and "voided" in ans.reason
         ans, done = await phone.answer(gw, phone.sign(courier.shown[-1]))
         assert ans.outcome == "approved" and done is not None
-        assert [m.message.get_payload().strip() for m in smtp.messages()] == ["v2"]
+        assert [str(m.message.get_payload()).strip() for m in smtp.messages()] == ["v2"]
         # the voided call's receipt says so
         statuses = {r.call_id: r.status for r in gw.ledger.task_receipts("t1")}
         assert statuses == {"c1": "cancelled", "c2": "succeeded"}
