@@ -22,7 +22,7 @@ from typing import Any
 import aiomqtt
 
 from edge_agent.cards import card_handlers
-from protos import mesh_pb2
+from protos import mesh_pb2, sync_pb2
 from provisioning.bundle import Bundle
 from sync import topics
 from sync.backoff import Backoff
@@ -39,9 +39,12 @@ from sync.envelope import (
     random_id,
 )
 from sync.errors import SyncError
+from sync.hub_rpc import MAX_RPC_BYTES, sync_exchange
 from sync.locate import HubAddress, HubLocator
 from sync.mqtt import MqttSession
 from sync.outbox import Outbox
+from sync.replicas import ReplicaSet
+from sync.replication import DeviceReplication
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,9 @@ REPLY_TIMEOUT_S = 10.0
 FLUSH_POLL_S = 2.0
 """seconds between outbox checks of a long-lived node (items queued by other processes)"""
 
-ReplyHandler = Callable[[mesh_pb2.Reply, Opened], Awaitable[None]]
+ReplyHandler = Callable[[mesh_pb2.Reply, Opened, bool], Awaitable[None]]
+"""called with (reply, its envelope, fresh): ``fresh`` if this process's outbox held the
+utterance (``False`` for a reply the hub re-sent or another process already took)"""
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,22 @@ class DeviceNode:
         self._stack = AsyncExitStack()
         self.mqtt: MqttSession | None = None
         self.hub_address: HubAddress | None = None
+        self.replicas = ReplicaSet(state / "replicas", window_days=bundle.profile.window_days)
+        self.replication = DeviceReplication(
+            self.replicas,
+            broadcast=self._broadcast_sync,
+            request=self._sync_request,
+            is_connected=self._is_connected,
+        )
+        self.sync_opener = Opener(
+            home_id=bundle.home_id,
+            node_id=bundle.device_id,
+            box_key=bundle.keys.box,
+            lookup=lambda sender: hub_peer if sender == HUB else None,
+            replay=self.opener.replay,
+            group_key=bundle.group_key,
+            max_bytes=MAX_RPC_BYTES,
+        )
         self.handlers: dict[int, Callable[[Opened], Awaitable[None]]] = card_handlers(self)
         """more handlers by kind (confirmation cards on a phone or a HUD)"""
         self.revoked = asyncio.Event()
@@ -137,6 +158,7 @@ class DeviceNode:
             )
         )
         if edge:
+            await self._stack.enter_async_context(self.replication)
             tasks = await self._stack.enter_async_context(TaskOwner(f"edge-{b.name}"))
             tasks.spawn(self._flusher(), "outbox-flush")
 
@@ -194,6 +216,7 @@ class DeviceNode:
         self._relinked.set()
         if self.options.mode == "edge":
             await self._publish_presence(mesh_pb2.ONLINE)
+            self.replication.wake()
             log.info("connected to hub %s", self.hub_address)
         self._wake.set()
 
@@ -314,6 +337,9 @@ class DeviceNode:
             return
         if result.kind == mesh_pb2.REPLY:
             await self._handle_reply(result)
+        elif result.kind == mesh_pb2.SYNC_UPDATE:
+            assert isinstance(result.payload, sync_pb2.SyncUpdate)
+            self.replication.on_hub_update(result.payload)
         elif result.kind == mesh_pb2.REVOCATION:
             rev = result.payload
             assert isinstance(rev, mesh_pb2.Revocation)
@@ -324,12 +350,33 @@ class DeviceNode:
     async def _handle_reply(self, opened: Opened) -> None:
         reply = opened.payload
         assert isinstance(reply, mesh_pb2.Reply)
-        if self.outbox.done(reply.utterance_id):
+        fresh = self.outbox.done(reply.utterance_id)
+        if fresh:
             self.delivered += 1
         fut = self._waiters.pop(reply.utterance_id, None)
         if fut is not None and not fut.done():
             fut.set_result(reply)
-        await self._on_reply(reply, opened)
+        await self._on_reply(reply, opened, fresh)
+
+    # ------------------------------------------------------------------ replication
+    def _is_connected(self) -> bool:
+        return self.mqtt is not None and self.mqtt.connected.is_set()
+
+    async def _broadcast_sync(self, update: sync_pb2.SyncUpdate) -> None:
+        assert self.mqtt is not None
+        data = self.sealer.seal(mesh_pb2.SYNC_UPDATE, update, recipient="*")
+        await self.mqtt.publish(topics.sync(self.bundle.home_id, self.bundle.device_id), data)
+
+    async def _sync_request(self, request: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        address = self.hub_address or await self.locator.locate()
+        data = self.sealer.seal(
+            mesh_pb2.SYNC_REQUEST, request, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
+        )
+        answer = self.sync_opener.open(await sync_exchange(address.host, address.grpc_port, data))
+        if isinstance(answer, Dropped) or not isinstance(answer.payload, sync_pb2.SyncResponse):
+            reason = answer.reason.value if isinstance(answer, Dropped) else "wrong kind"
+            raise SyncError("hub.unreachable", target=address.host, reason=f"sync answer {reason}")
+        return answer.payload
 
     async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
         """Tell the hub the reply was shown (``RENDERED``) or spoken (``PLAYED``)."""

@@ -242,19 +242,102 @@ def cmd_timeline(args: argparse.Namespace) -> int:
             store.close()
             registry.close()
     else:
-        from edge_agent.local_timeline import LocalTimeline
+        from protos import mesh_pb2
         from provisioning.bundle import Bundle
+        from sync.outbox import Outbox
+        from sync.replicas import ReplicaSet
 
         bundle = Bundle.load(args.bundle)
-        local = LocalTimeline(bundle.state_dir / "timeline.db")
+        replicas = ReplicaSet(bundle.state_dir / "replicas")
+        names = {bundle.device_id: bundle.name}
+        entries = replicas.timeline()
+        rows = [(e.seq, names.get(e.device, e.device), e.ts, e.kind, e.text) for e in entries]
+        known = {e.id for e in entries}
+        outbox = Outbox(bundle.state_dir / "outbox.db")
         try:
-            rows = [(e.seq, e.device, e.ts_ms, e.kind, e.text) for e in local.entries(args.limit)]
+            for item in outbox.pending():
+                if item.kind == mesh_pb2.UTTERANCE and item.id not in known:
+                    utt = mesh_pb2.Utterance.FromString(item.payload)
+                    rows.append((None, bundle.name, item.created_ms, "utterance", utt.text))
         finally:
-            local.close()
+            outbox.close()
+        rows = rows[-args.limit :]
     print(f"{'SEQ':>6}  {'DEVICE':<16} {'TIME':<19}  {'KIND':<9} TEXT")
     for seq, device, ts, kind, text in rows:
         shown = "pending" if seq is None else str(seq)
         print(f"{shown:>6}  {device:<16} {_fmt_ms(ts):<19}  {kind:<9} {text}")
+    return EXIT_OK
+
+
+def _replicas_of(args: argparse.Namespace) -> tuple[Any, str]:
+    """The replica set of ``--bundle`` (a device) or ``--home`` (the hub), and who writes."""
+    from sync.replicas import ReplicaSet
+
+    if args.home is not None:
+        from provisioning.home import Home
+
+        home = Home.load(args.home)
+        return ReplicaSet(home.path / "replicas"), "hub"
+    from provisioning.bundle import Bundle
+
+    bundle = Bundle.load(args.bundle)
+    window = bundle.profile.window_days
+    return ReplicaSet(bundle.state_dir / "replicas", window_days=window), bundle.device_id
+
+
+def cmd_memo(args: argparse.Namespace) -> int:
+    from sync import documents as docs
+    from sync.envelope import random_id
+
+    replicas, writer = _replicas_of(args)
+    entry = docs.make_entry(
+        entry_id=random_id("m-"), device=writer, kind=args.kind, text=" ".join(args.text)
+    )
+    replicas.add_entry(entry)
+    print(f"{entry.id} written to the timeline (pending until the hub gives it a seq)")
+    return EXIT_OK
+
+
+NOTE_VALUES: dict[str, Callable[[str], object]] = {
+    "text": str,
+    "kind": str,
+    "done": lambda v: v.lower() in ("1", "true", "yes", "done"),
+}
+
+
+def cmd_note(args: argparse.Namespace) -> int:
+    from sync.envelope import random_id
+    from sync.errors import SyncError
+
+    replicas, writer = _replicas_of(args)
+    if args.action == "add":
+        note_id = random_id("n-")[:14]
+        replicas.set_note(
+            note_id,
+            {"text": " ".join(args.text), "kind": args.kind, "done": False, "deleted": False},
+            device=writer,
+        )
+        print(note_id)
+        return EXIT_OK
+    if args.action == "list":
+        notes = replicas.notes(include_deleted=args.all)
+        for n in notes:
+            mark = "x" if n.done else " "
+            gone = " (deleted)" if n.deleted else ""
+            print(f"[{mark}] {n.id:<14} {n.kind:<6} {n.text}{gone}  — {_fmt_ms(n.updated_at)}")
+        if not notes:
+            print("(no notes)")
+        return EXIT_OK
+    known = {n.id for n in replicas.notes(include_deleted=True)}
+    if args.id not in known:
+        raise SyncError("note.unknown", id=args.id)
+    if args.action == "rm":
+        replicas.set_note(args.id, {"deleted": True}, device=writer)
+    else:
+        if args.field not in NOTE_VALUES:
+            raise SyncError("note.field", field=args.field, known=", ".join(NOTE_VALUES))
+        replicas.set_note(args.id, {args.field: NOTE_VALUES[args.field](args.value)}, device=writer)
+    print(f"note {args.id} updated")
     return EXIT_OK
 
 
@@ -327,6 +410,34 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
     sp.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for the reply")
     sp.add_argument("text", nargs="+")
+
+    def where_arg(sp: argparse.ArgumentParser) -> None:
+        group = sp.add_mutually_exclusive_group(required=True)
+        group.add_argument("--home", type=Path, help="the hub's replicas")
+        group.add_argument("--bundle", type=Path, help="this device's replicas")
+
+    sp = command(sub, "memo", cmd_memo, "write an entry into the shared timeline (works offline)")
+    where_arg(sp)
+    sp.add_argument("--kind", default="memo")
+    sp.add_argument("text", nargs="+")
+
+    note = sub.add_parser("note", help="the owner's notes, edited on any device (works offline)")
+    note_sub = note.add_subparsers(dest="action", required=True)
+    sp = command(note_sub, "add", cmd_note, "add a note; prints its id")
+    where_arg(sp)
+    sp.add_argument("--kind", default="note", help="note, todo, preference, …")
+    sp.add_argument("text", nargs="+")
+    sp = command(note_sub, "list", cmd_note, "list notes")
+    where_arg(sp)
+    sp.add_argument("--all", action="store_true", help="include deleted notes")
+    sp = command(note_sub, "set", cmd_note, "set one field of a note: text, kind or done")
+    where_arg(sp)
+    sp.add_argument("id")
+    sp.add_argument("field")
+    sp.add_argument("value")
+    sp = command(note_sub, "rm", cmd_note, "delete a note")
+    where_arg(sp)
+    sp.add_argument("id")
 
     sp = command(sub, "timeline", cmd_timeline, "list timeline entries (hub or device view)")
     where = sp.add_mutually_exclusive_group(required=True)

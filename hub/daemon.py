@@ -24,15 +24,17 @@ import grpc
 from zeroconf import get_all_addresses
 
 from hub.broker import Broker, BrokerAccount
+from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
 from hub.grpc_server import HubService, start_server
 from hub.timeline import HubStore, StoredReply
-from protos import mesh_pb2
+from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
 from provisioning.home import Home
 from provisioning.registry import DeviceRecord, Registry
 from sync import discovery, topics
+from sync import documents as docs
 from sync.counter import PersistentCounter
 from sync.envelope import (
     HUB,
@@ -46,6 +48,8 @@ from sync.envelope import (
     random_id,
 )
 from sync.mqtt import MqttSession
+from sync.replicas import ReplicaSet
+from sync.replication import HubReplication
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -54,6 +58,8 @@ REGISTRY_POLL_S = 0.2
 """seconds between checks of the registry for new devices and revocations"""
 STATS_FLUSH_S = 0.5
 """seconds between writes of drop counters to hub.db"""
+MAX_SYNC_BYTES = 64 * 1024 * 1024
+"""bytes: the largest catch-up envelope accepted over gRPC"""
 PLACEHOLDER_PREFIX = "[placeholder reply: the brain is not wired in yet] "
 
 Handler = Callable[[Opened], Awaitable[None]]
@@ -115,7 +121,22 @@ class HubDaemon:
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self._on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
+            mesh_pb2.SYNC_UPDATE: self._on_sync_update,
         }
+        self.replicas = ReplicaSet(home.path / "replicas")
+        self.sync = HubReplication(
+            self.replicas, broadcast=self._broadcast_sync, sequence=self.store.sequence_entries
+        )
+        # Catch-up requests arrive over gRPC and may be large; same keys and replay window.
+        self.sync_opener = Opener(
+            home_id=home.home_id,
+            node_id=HUB,
+            box_key=home.hub_keys.box,
+            lookup=self.peers.get,
+            replay=self.replay,
+            group_key=home.group_key,
+            max_bytes=MAX_SYNC_BYTES,
+        )
         self._stack = AsyncExitStack()
         self.broker: Broker | None = None
         self.mqtt: MqttSession | None = None
@@ -153,6 +174,7 @@ class HubDaemon:
             grpc_port=opts.grpc_port,
             version=VERSION,
             on_enrolled=self._refresh_registry,
+            on_sync=self._serve_sync,
         )
         self.grpc = await start_server(service, opts.bind, opts.grpc_port)
         self._stack.push_async_callback(self.grpc.stop, 1.0)
@@ -178,11 +200,16 @@ class HubDaemon:
                 username=HUB,
                 password=home.broker_password,
                 identifier=f"hub-{home.home_id}",
-                subscriptions=[topics.all_uplinks(home.home_id), topics.all_presence(home.home_id)],
+                subscriptions=[
+                    topics.all_uplinks(home.home_id),
+                    topics.all_presence(home.home_id),
+                    topics.all_sync(home.home_id),
+                ],
                 on_message=self._on_message,
                 clean_session=False,
             )
         )
+        await self._stack.enter_async_context(self.sync)
         await self._stack.enter_async_context(self.consent)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
@@ -190,6 +217,7 @@ class HubDaemon:
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
+        await self.sync.publish(self._reconcile())
         self.ready.set()
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
@@ -336,6 +364,19 @@ class HubDaemon:
                 "utterance %s from %s already on the timeline: reply re-sent", utt.id, opened.sender
             )
         await self._send_reply(reply)
+        if not duplicate:
+            turn = [
+                docs.Entry(
+                    utt.id,
+                    opened.sender,
+                    utt.started_ms or opened.time_ms,
+                    "utterance",
+                    utt.text,
+                    reply.utterance_seq,
+                ),
+                docs.Entry(reply.id, HUB, now, "reply", reply.text, reply.reply_seq),
+            ]
+            await self.sync.publish(self.sync.add_sequenced(turn))
 
     @staticmethod
     def _placeholder_reply(seq: int, text: str) -> tuple[str, str, bool]:
@@ -401,6 +442,62 @@ class HubDaemon:
             await self.mqtt.publish(topics.mesh(self.home.home_id), data, qos=1)
         except Exception as exc:
             log.info("broadcast not sent: %s", exc)
+
+    # ------------------------------------------------------------------ replication
+    def _reconcile(self) -> list[sync_pb2.DocUpdate]:
+        """Make the CRDT documents agree with the SQLite timeline (the source of ``seq``).
+
+        Entries only the CRDT has get their ``seq``; entries only SQLite has (or whose ``seq``
+        in the CRDT differs) are written into the documents. Runs at every start, so a crash
+        between the two writes cannot leave them apart.
+        """
+        timeline_docs = {d for d in self.replicas.doc_ids() if d.startswith(docs.TIMELINE)}
+        updates = self.sync.sequence_new(timeline_docs, HUB)
+        rows = [
+            docs.Entry(e.id, e.device, e.ts_ms, e.kind, e.text, e.seq)
+            for e in self.store.entries(limit=10**9)
+        ]
+        updates += self.sync.add_sequenced(rows)
+        if updates:
+            log.info("reconciled timeline documents with hub.db: %d updates", len(updates))
+        return updates
+
+    async def _broadcast_sync(self, update: sync_pb2.SyncUpdate) -> None:
+        if self.mqtt is None:
+            return
+        data = self.sealer.seal(mesh_pb2.SYNC_UPDATE, update, recipient="*")
+        await self.mqtt.publish(topics.mesh(self.home.home_id), data, qos=1)
+
+    async def _on_sync_update(self, opened: Opened) -> None:
+        update = opened.payload
+        assert isinstance(update, sync_pb2.SyncUpdate)
+        self.replay.commit(opened.sender, opened.counter)
+        changed, refused = self.sync.apply_from_device(list(update.updates), opened.sender)
+        for _ in refused:
+            self.drops["rejected.sync_update"] += 1
+        await self.sync.publish(changed)
+
+    async def _serve_sync(self, data: bytes) -> bytes:
+        """``Hub.Sync``: a SYNC_REQUEST envelope in, a SYNC_RESPONSE envelope out."""
+        opened = self.sync_opener.open(data)
+        if isinstance(opened, Dropped):
+            self._drop(opened.reason, opened.sender or "?", "sync request: " + opened.detail)
+            raise HubError("sync.refused", reason=opened.reason.value)
+        request = opened.payload
+        peer = self.peers.get(opened.sender)
+        if not isinstance(request, sync_pb2.SyncRequest) or peer is None:
+            self._drop(DropReason.MALFORMED, opened.sender, "sync request of another kind")
+            raise HubError("sync.refused", reason="malformed")
+        self.last_seen[opened.sender] = int(time.time() * 1000)
+        response, changed = self.sync.serve(request, opened.sender)
+        await self.sync.publish(changed)
+        return self.sealer.seal(
+            mesh_pb2.SYNC_RESPONSE,
+            response,
+            recipient=opened.sender,
+            recipient_box_pk=peer.box_pk,
+            trace_id=opened.trace_id,
+        )
 
     # ------------------------------------------------------------------ stats
     def _flush_drops(self) -> None:

@@ -22,7 +22,8 @@ PAIR_STATUS = {
     "pair.code_invalid": grpc.StatusCode.PERMISSION_DENIED,
 }
 """error key → gRPC status; anything else is INVALID_ARGUMENT"""
-MAX_MESSAGE_BYTES = 64 * 1024
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+"""bytes: catch-up requests carry CRDT updates (pairing requests are checked far lower)"""
 
 
 class HubService(mesh_pb2_grpc.HubServicer):
@@ -34,12 +35,14 @@ class HubService(mesh_pb2_grpc.HubServicer):
         grpc_port: int,
         version: str,
         on_enrolled: Callable[[], Awaitable[None]],
+        on_sync: Callable[[bytes], Awaitable[bytes]],
     ) -> None:
         self._home = home
         self._mqtt_port = mqtt_port
         self._grpc_port = grpc_port
         self._version = version
         self._on_enrolled = on_enrolled
+        self._on_sync = on_sync
         self._pairing = PairingAuthority(home, mqtt_port=mqtt_port, grpc_port=grpc_port)
         self._pair_lock = asyncio.Lock()
 
@@ -74,6 +77,15 @@ class HubService(mesh_pb2_grpc.HubServicer):
         log.info("device paired from %s", peer)
         await self._on_enrolled()
         return response
+
+    async def Sync(
+        self, request: mesh_pb2.EnvelopeBytes, context: grpc.aio.ServicerContext
+    ) -> mesh_pb2.EnvelopeBytes:
+        try:
+            data = await self._on_sync(request.data)
+        except HubError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{exc.key}|{exc}")
+        return mesh_pb2.EnvelopeBytes(data=data)
 
 
 async def start_server(service: HubService, host: str, port: int) -> grpc.aio.Server:

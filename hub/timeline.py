@@ -9,14 +9,31 @@ leaves either all of it or none, and a retry of the same utterance id returns th
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import apsw
 
 from sync.store import open_db, transaction
+
+
+class ReplicatedEntry(Protocol):
+    """A timeline entry as replicated (``sync.documents.Entry``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def ts(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+
 
 ReplyMaker = Callable[[int, str], tuple[str, str, bool]]
 """Makes the reply to an utterance from (seq, text): (reply id, text, placeholder)."""
@@ -290,6 +307,35 @@ class HubStore:
         return {
             r[0]: r[1] for r in self.conn.execute("SELECT name, value FROM counters ORDER BY name")
         }
+
+    # ------------------------------------------------------------------ replicated entries
+    def sequence_entries(self, entries: Sequence[ReplicatedEntry], sender: str) -> dict[str, int]:
+        """Give entries that arrived through replication their ``seq`` (idempotent by id).
+
+        This table is the source of truth for ``seq``; the CRDT ``seq`` documents are
+        written from it, and re-written from it on every hub start.
+        """
+        now = int(time.time() * 1000)
+        with transaction(self.conn):
+            added = 0
+            for e in entries:
+                row = self.conn.execute(
+                    "INSERT OR IGNORE INTO timeline (id, device, kind, text, ts_ms, received_ms, "
+                    "trace_id, meta) VALUES (?,?,?,?,?,?,?,?) RETURNING seq",
+                    (e.id, e.device, e.kind, e.text, e.ts, now, "", json.dumps({"via": sender})),
+                ).fetchone()
+                added += row is not None
+            if added:
+                self._bump("accepted.sync_entry", added)
+            return {
+                e.id: int(r[0])
+                for e in entries
+                if (
+                    r := self.conn.execute(
+                        "SELECT seq FROM timeline WHERE id=?", (e.id,)
+                    ).fetchone()
+                )
+            }
 
     # ------------------------------------------------------------------ reading
     def entries(self, *, after: int = 0, limit: int = 1000) -> list[Entry]:

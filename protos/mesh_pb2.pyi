@@ -18,7 +18,6 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SYNC_UPDATE: _ClassVar[Kind]
     SYNC_REQUEST: _ClassVar[Kind]
     SYNC_RESPONSE: _ClassVar[Kind]
-    ROSTER: _ClassVar[Kind]
     CARD: _ClassVar[Kind]
     APPROVAL: _ClassVar[Kind]
     CARD_UPDATE: _ClassVar[Kind]
@@ -49,7 +48,6 @@ REVOCATION: Kind
 SYNC_UPDATE: Kind
 SYNC_REQUEST: Kind
 SYNC_RESPONSE: Kind
-ROSTER: Kind
 CARD: Kind
 APPROVAL: Kind
 CARD_UPDATE: Kind
@@ -284,3 +282,9 @@ class PairResponse(_message.Message):
     grant: bytes
     mac: bytes
     def __init__(self, grant: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
+
+class EnvelopeBytes(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

@@ -44,6 +44,11 @@ class HubStub:
                 request_serializer=protos_dot_mesh__pb2.PairRequest.SerializeToString,
                 response_deserializer=protos_dot_mesh__pb2.PairResponse.FromString,
                 _registered_method=True)
+        self.Sync = channel.unary_unary(
+                '/yimi.mesh.v1.Hub/Sync',
+                request_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
+                response_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
+                _registered_method=True)
 
 
 class HubServicer:
@@ -63,6 +68,13 @@ class HubServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sync(self, request, context):
+        """Catch-up of CRDT replicas: a SYNC_REQUEST envelope in, a SYNC_RESPONSE envelope out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HubServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -75,6 +87,11 @@ def add_HubServicer_to_server(servicer, server):
                     servicer.Pair,
                     request_deserializer=protos_dot_mesh__pb2.PairRequest.FromString,
                     response_serializer=protos_dot_mesh__pb2.PairResponse.SerializeToString,
+            ),
+            'Sync': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sync,
+                    request_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
+                    response_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -131,6 +148,33 @@ class Hub:
             '/yimi.mesh.v1.Hub/Pair',
             protos_dot_mesh__pb2.PairRequest.SerializeToString,
             protos_dot_mesh__pb2.PairResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/yimi.mesh.v1.Hub/Sync',
+            protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
+            protos_dot_mesh__pb2.EnvelopeBytes.FromString,
             options,
             channel_credentials,
             insecure,

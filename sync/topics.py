@@ -3,7 +3,9 @@
 ``yimi/<home>/dev/<device>/up``        device → hub envelopes
 ``yimi/<home>/dev/<device>/in``        hub → device envelopes
 ``yimi/<home>/dev/<device>/presence``  retained presence (last will: offline)
-``yimi/<home>/mesh``                   hub → every device (sealed with the group key)
+``yimi/<home>/dev/<device>/sync``      the device's live CRDT updates (group-sealed)
+``yimi/<home>/mesh``                   hub → every device (sealed with the group key):
+                                       revocations, live CRDT updates
 
 The broker ACL lets a device publish and subscribe only under ``yimi/<home>/dev/<own id>/``
 and read ``yimi/<home>/mesh``; the hub's account reads and writes ``yimi/<home>/#``.
@@ -40,6 +42,14 @@ def all_uplinks(home_id: str) -> str:
 
 def all_presence(home_id: str) -> str:
     return f"{ROOT}/{home_id}/dev/+/presence"
+
+
+def sync(home_id: str, device_id: str) -> str:
+    return f"{device_root(home_id, device_id)}/sync"
+
+
+def all_sync(home_id: str) -> str:
+    return f"{ROOT}/{home_id}/dev/+/sync"
 
 
 def device_of(topic: str) -> str | None:

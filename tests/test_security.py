@@ -140,7 +140,7 @@ def utterances(mesh: Mesh) -> list[str]:
     return [text for _, _, kind, text in mesh.hub_timeline() if kind == "utterance"]
 
 
-def wait_counts(mesh: Mesh, expected: dict[str, int], timeout: float = 10) -> dict[str, int]:
+def wait_counts(mesh: Mesh, expected: dict[str, int], timeout: float = 30) -> dict[str, int]:
     """Poll until every counter in ``expected`` has (at least) its value; return them all."""
     wait_for(
         lambda: all(counters(mesh).get(k, 0) >= v for k, v in expected.items()),

@@ -1,0 +1,314 @@
+"""One CRDT document on disk: a snapshot plus an append-only update log.
+
+Files in the replica folder, per document ``D`` and generation ``N``::
+
+    D.gN.snap   b"YIMISNP1" | crc32 (4) | length (8) | loro snapshot      (atomic, fsynced)
+    D.gN.log    records: length (4) | crc32 (4) | loro update blob        (append, fsynced)
+    D.lock      flock: one writer at a time across processes
+
+Every change (local or imported) is appended to the log and fsynced before it is
+acknowledged or broadcast. Compaction writes generation ``N+1`` as a shallow snapshot and
+keeps generation ``N`` as the fallback. Loading takes the newest snapshot that verifies; a
+damaged snapshot falls back to the previous generation and its logs; a damaged log record
+ends the replay there and the unread tail is moved aside to ``*.damaged.*`` — both are
+reported in :attr:`Replica.problems` and logged, never silently dropped, and the peers'
+catch-up refills what was lost. Several processes may share one folder (``yimi edge run``
+and ``yimi note add``): writers take the lock, and :meth:`Replica.refresh` imports what
+others appended.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import re
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from loro import ExportMode, LoroDoc
+
+from sync.crdt import CrdtError, guard, version
+
+log = logging.getLogger(__name__)
+
+SNAP_MAGIC = b"YIMISNP1"
+SNAP_HEADER = struct.Struct(">4sQ")  # crc32 as 4 raw bytes, length
+REC_HEADER = struct.Struct(">II")  # length, crc32
+MAX_RECORD_BYTES = 64 * 1024 * 1024
+"""bytes: a log record longer than this is treated as damage"""
+DOC_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Applied:
+    """Outcome of importing an update."""
+
+    changed: bool
+    """the document learned something new"""
+    pending: bool
+    """part of the update depends on operations this replica lacks (ask for a catch-up)"""
+
+
+def _crc(data: bytes) -> int:
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Replica:
+    """A loro document persisted in ``folder`` under ``doc_id``."""
+
+    def __init__(self, folder: Path, doc_id: str) -> None:
+        if not DOC_ID_RE.match(doc_id):
+            raise CrdtError(doc_id, "invalid document id")
+        self.folder = folder
+        self.doc_id = doc_id
+        self.doc = LoroDoc()
+        self.gen = 0
+        self._offset = 0  # bytes of the current log already imported
+        self.problems: list[str] = []
+        folder.mkdir(parents=True, exist_ok=True)
+        with self._locked():
+            self._load()
+
+    # ------------------------------------------------------------------ files
+    def _snap(self, gen: int) -> Path:
+        return self.folder / f"{self.doc_id}.g{gen}.snap"
+
+    def _log(self, gen: int) -> Path:
+        return self.folder / f"{self.doc_id}.g{gen}.log"
+
+    def _generations(self) -> list[int]:
+        pattern = re.compile(rf"^{re.escape(self.doc_id)}\.g(\d+)\.(snap|log)$")
+        gens = {int(m.group(1)) for name in os.listdir(self.folder) if (m := pattern.match(name))}
+        return sorted(gens)
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        fd = os.open(self.folder / f"{self.doc_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ loading
+    def _load(self) -> None:
+        gens = self._generations()
+        self.doc = LoroDoc()
+        self._offset = 0
+        if not gens:
+            self.gen = 0
+            return
+        newest = gens[-1]
+        base = None
+        for gen in reversed(gens):
+            snap = self._snap(gen)
+            if not snap.exists():
+                if gen == gens[0]:
+                    base = gen  # generation 0 has no snapshot: start empty
+                    break
+                continue
+            data = self._read_snapshot(snap)
+            if data is not None:
+                try:
+                    guard(self.doc_id, partial(self.doc.import_, data))
+                    base = gen
+                    break
+                except CrdtError as exc:
+                    self._damaged(snap, f"snapshot unreadable ({exc.fields['reason']})")
+                    self.doc = LoroDoc()
+        if base is None:
+            base = gens[0]
+            self._problem(f"no usable snapshot; replaying the logs from generation {base}")
+        for gen in range(base, newest + 1):
+            offset = self._replay(self._log(gen))
+            if gen == newest:
+                self._offset = offset
+        self.gen = newest
+
+    def _read_snapshot(self, path: Path) -> bytes | None:
+        raw = path.read_bytes()
+        head = len(SNAP_MAGIC) + SNAP_HEADER.size
+        if len(raw) < head or not raw.startswith(SNAP_MAGIC):
+            self._damaged(path, "snapshot header damaged")
+            return None
+        crc, length = SNAP_HEADER.unpack_from(raw, len(SNAP_MAGIC))
+        body = raw[head:]
+        if len(body) != length or _crc(body).to_bytes(4, "big") != crc:
+            self._damaged(path, "snapshot checksum mismatch")
+            return None
+        return body
+
+    def _replay(self, path: Path, start: int = 0) -> int:
+        """Import the records of ``path`` from ``start``; return the offset after the good ones."""
+        if not path.exists():
+            return start
+        with path.open("rb") as fh:
+            fh.seek(start)
+            data = fh.read()
+        pos = 0
+        while pos < len(data):
+            if len(data) - pos < REC_HEADER.size:
+                return self._cut(path, start + pos, "truncated record header")
+            length, crc = REC_HEADER.unpack_from(data, pos)
+            body = data[pos + REC_HEADER.size : pos + REC_HEADER.size + length]
+            if length > MAX_RECORD_BYTES or len(body) != length:
+                return self._cut(path, start + pos, "truncated record")
+            if _crc(body) != crc:
+                return self._cut(path, start + pos, "record checksum mismatch")
+            try:
+                guard(self.doc_id, partial(self.doc.import_, body))
+            except CrdtError as exc:
+                self._problem(f"{path.name}: record at byte {start + pos} refused: {exc}")
+            pos += REC_HEADER.size + length
+        return start + pos
+
+    def _cut(self, path: Path, offset: int, reason: str) -> int:
+        """Move a damaged log tail aside and truncate the log to its last good record."""
+        size = path.stat().st_size
+        aside = path.with_name(f"{path.name}.damaged.{int(time.time() * 1000)}")
+        with path.open("rb") as src:
+            src.seek(offset)
+            aside.write_bytes(src.read())
+        with path.open("r+b") as fh:
+            fh.truncate(offset)
+            fh.flush()
+            os.fsync(fh.fileno())
+        self._problem(
+            f"{path.name}: {reason} at byte {offset}; {size - offset} bytes moved to {aside.name}"
+        )
+        return offset
+
+    def _damaged(self, path: Path, reason: str) -> None:
+        aside = path.with_name(f"{path.name}.damaged.{int(time.time() * 1000)}")
+        path.replace(aside)
+        self._problem(f"{path.name}: {reason}; moved to {aside.name}, using the previous state")
+
+    def _problem(self, text: str) -> None:
+        self.problems.append(text)
+        log.error("replica %s in %s: %s", self.doc_id, self.folder, text)
+
+    # ------------------------------------------------------------------ changes
+    def refresh(self) -> list[bytes]:
+        """Import what other processes appended since we last looked; returns those blobs."""
+        with self._locked():
+            return self._refresh_locked()
+
+    def _refresh_locked(self) -> list[bytes]:
+        gens = self._generations()
+        if gens and gens[-1] != self.gen:
+            before = version(self.doc)
+            self._load()
+            return [self._export_since(before)] if version(self.doc) != before else []
+        path = self._log(self.gen)
+        if not path.exists() or path.stat().st_size == self._offset:
+            return []
+        before = version(self.doc)
+        self._offset = self._replay(path, self._offset)
+        return [self._export_since(before)] if version(self.doc) != before else []
+
+    def _export_since(self, before: bytes) -> bytes:
+        from loro import VersionVector
+
+        return bytes(self.doc.export(ExportMode.Updates(VersionVector.decode(before))))
+
+    def change(self, mutate: Callable[[LoroDoc], None]) -> bytes:
+        """Apply a local change, persist it (fsynced), and return the update to broadcast."""
+        with self._locked():
+            self._refresh_locked()
+            before = version(self.doc)
+            mutate(self.doc)
+            self.doc.commit()
+            blob = self._export_since(before)
+            self._append(blob)
+            return blob
+
+    def apply(self, blob: bytes) -> Applied:
+        """Import a peer's update; persist it if it taught us anything. Raises CrdtError."""
+        with self._locked():
+            self._refresh_locked()
+            before = version(self.doc)
+            status = guard(self.doc_id, lambda: self.doc.import_(blob))
+            changed = version(self.doc) != before
+            if changed:
+                self._append(blob)
+            return Applied(changed=changed, pending=status.pending is not None)
+
+    def replace_with_snapshot(self, blob: bytes) -> Applied:
+        """Take a peer's (shallow) snapshot when we are behind its compaction point.
+
+        Our own changes that the snapshot lacks are re-applied on top of it.
+        """
+        with self._locked():
+            self._refresh_locked()
+            mine = self.doc
+            fresh = LoroDoc()
+            guard(self.doc_id, lambda: fresh.import_(blob))
+            before = version(mine)
+            try:
+                extra = guard(self.doc_id, lambda: bytes(mine.export(ExportMode.Snapshot())))
+                guard(self.doc_id, lambda: fresh.import_(extra))
+            except CrdtError as exc:
+                self._problem(f"local history could not be merged into the peer's snapshot: {exc}")
+            self.doc = fresh
+            self._write_generation(self.gen + 1, bytes(fresh.export(ExportMode.Snapshot())))
+            return Applied(changed=version(fresh) != before, pending=False)
+
+    def _append(self, blob: bytes) -> None:
+        path = self._log(self.gen)
+        with path.open("ab") as fh:
+            fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+            self._offset = fh.tell()
+
+    # ------------------------------------------------------------------ compaction
+    def compact(self) -> int:
+        """Write a shallow snapshot as a new generation; returns its size in bytes."""
+        with self._locked():
+            self._refresh_locked()
+            frontiers = self.doc.oplog_frontiers
+            data = guard(
+                self.doc_id, lambda: bytes(self.doc.export(ExportMode.ShallowSnapshot(frontiers)))
+            )
+            self._write_generation(self.gen + 1, data)
+            return len(data)
+
+    def _write_generation(self, gen: int, snapshot: bytes) -> None:
+        tmp = self.folder / f".{self.doc_id}.g{gen}.snap.tmp"
+        with tmp.open("wb") as fh:
+            fh.write(
+                SNAP_MAGIC + SNAP_HEADER.pack(_crc(snapshot).to_bytes(4, "big"), len(snapshot))
+            )
+            fh.write(snapshot)
+            fh.flush()
+            os.fsync(fh.fileno())
+        tmp.replace(self._snap(gen))
+        self._log(gen).touch()
+        _fsync_dir(self.folder)
+        old_gens = [g for g in self._generations() if g < gen - 1]
+        for g in old_gens:  # keep one previous generation as the fallback
+            self._snap(g).unlink(missing_ok=True)
+            self._log(g).unlink(missing_ok=True)
+        self.gen = gen
+        self._offset = 0
+
+    @property
+    def size_on_disk(self) -> int:
+        return sum(
+            p.stat().st_size for p in (self._snap(self.gen), self._log(self.gen)) if p.exists()
+        )

@@ -1,0 +1,99 @@
+"""All the replicas of one node, in one folder: timeline periods, ``seq`` and notes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+from functools import partial
+from pathlib import Path
+
+from protos import sync_pb2
+from sync import documents as docs
+from sync.crdt import version
+from sync.replica import Applied, Replica
+
+log = logging.getLogger(__name__)
+
+_DOC_FILE = re.compile(r"^(?P<doc>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.g\d+\.(snap|log)$")
+
+
+class ReplicaSet:
+    def __init__(self, folder: Path, *, window_days: int | None = None) -> None:
+        self.folder = folder
+        self.window_days = window_days
+        """keep only timeline periods that overlap the last ``window_days`` (small devices)"""
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._replicas: dict[str, Replica] = {}
+
+    # ------------------------------------------------------------------ documents
+    def doc_ids(self) -> list[str]:
+        on_disk = {m.group("doc") for n in os.listdir(self.folder) if (m := _DOC_FILE.match(n))}
+        return sorted(d for d in on_disk | set(self._replicas) if self.wanted(d))
+
+    def wanted(self, doc_id: str) -> bool:
+        if not docs.is_known_doc(doc_id):
+            return False
+        period = docs.period_of_doc(doc_id)
+        if period is None or self.window_days is None:
+            return True
+        horizon = time.time() * 1000 - (self.window_days + 7) * 86_400_000
+        return docs.period_start_ms(period) >= horizon
+
+    def get(self, doc_id: str) -> Replica:
+        replica = self._replicas.get(doc_id)
+        if replica is None:
+            replica = self._replicas[doc_id] = Replica(self.folder, doc_id)
+        return replica
+
+    def problems(self) -> list[str]:
+        return [p for r in self._replicas.values() for p in r.problems]
+
+    # ------------------------------------------------------------------ timeline
+    def add_entry(self, entry: docs.Entry) -> sync_pb2.DocUpdate:
+        doc_id = docs.timeline_doc(docs.period_of(entry.ts))
+        blob = self.get(doc_id).change(partial(docs.push_entries, entries=[entry]))
+        return sync_pb2.DocUpdate(doc=doc_id, blob=blob)
+
+    def timeline(self) -> list[docs.Entry]:
+        entries: list[docs.Entry] = []
+        seqs: dict[str, int] = {}
+        for doc_id in self.doc_ids():
+            if doc_id.startswith(docs.TIMELINE):
+                entries += docs.entries_of(self.get(doc_id).doc)
+            elif doc_id.startswith(docs.SEQ):
+                seqs.update(docs.seqs_of(self.get(doc_id).doc))
+        unique = {e.id: e for e in reversed(entries)}  # first occurrence wins
+        return docs.display_order(unique.values(), seqs)
+
+    # ------------------------------------------------------------------ notes
+    def set_note(
+        self, note_id: str, fields: dict[str, object], *, device: str
+    ) -> sync_pb2.DocUpdate:
+        blob = self.get(docs.NOTES).change(
+            partial(docs.set_note_fields, note_id=note_id, fields=fields, device=device)
+        )
+        return sync_pb2.DocUpdate(doc=docs.NOTES, blob=blob)
+
+    def notes(self, *, include_deleted: bool = False) -> list[docs.Note]:
+        return docs.notes_of(self.get(docs.NOTES).doc, include_deleted=include_deleted)
+
+    # ------------------------------------------------------------------ replication
+    def refresh(self) -> list[sync_pb2.DocUpdate]:
+        """Changes other processes wrote to this folder since we last looked."""
+        out = []
+        for doc_id in self.doc_ids():
+            for blob in self.get(doc_id).refresh():
+                out.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))
+        return out
+
+    def states(self) -> list[sync_pb2.DocState]:
+        return [sync_pb2.DocState(doc=d, version=version(self.get(d).doc)) for d in self.doc_ids()]
+
+    def apply(self, update: sync_pb2.DocUpdate) -> Applied:
+        """Import a peer's update (the caller checked the sender may write this document)."""
+        replica = self.get(update.doc)
+        if update.snapshot:
+            return replica.replace_with_snapshot(update.blob)
+        return replica.apply(update.blob)

@@ -1,0 +1,322 @@
+"""Replication of CRDT documents between devices and the hub.
+
+Live: a node broadcasts each change as a ``SYNC_UPDATE`` envelope, signed by it and sealed
+with the mesh group key — a device on its own ``…/dev/<id>/sync`` topic, the hub on the
+mesh topic. The hub applies a device's update only if the device is enrolled and unrevoked
+(the envelope layer) and may write the document (:func:`refusal`), then re-broadcasts it:
+devices take live updates from the hub only, so a device needs no other device's key.
+
+Catch-up: on (re)connect, when an import is *pending* (it depends on operations the node
+lacks), and every ``CATCHUP_INTERVAL_S``, a device sends the hub its version vectors over
+gRPC (``Hub.Sync``); the hub answers with exactly what the device lacks (a snapshot where
+the device is behind the hub's compaction point) and its own versions, and the device
+pushes what the hub lacks. Imports are idempotent, so duplicates and reordering are harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from functools import partial
+from types import TracebackType
+
+from protos import sync_pb2
+from sync import documents as docs
+from sync.crdt import CrdtError, lacks, updates_since
+from sync.replicas import ReplicaSet
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+CATCHUP_INTERVAL_S = 30.0
+"""seconds between background catch-ups of a connected device"""
+LOCAL_POLL_S = 0.25
+"""seconds between looks for changes other processes wrote to this node's replicas"""
+MAX_LIVE_BLOB = 192 * 1024
+"""bytes: a change larger than this is left to catch-up instead of a live broadcast"""
+
+Broadcast = Callable[[sync_pb2.SyncUpdate], Awaitable[None]]
+Request = Callable[[sync_pb2.SyncRequest], Awaitable[sync_pb2.SyncResponse]]
+
+
+def refusal(doc_id: str, *, from_hub: bool) -> str | None:
+    """Why a node may not write ``doc_id`` (``None`` if it may)."""
+    if not docs.is_known_doc(doc_id):
+        return "unknown document"
+    if doc_id.startswith(docs.SEQ) and not from_hub:
+        return "seq documents are written by the hub only"
+    return None
+
+
+def live(updates: list[sync_pb2.DocUpdate]) -> sync_pb2.SyncUpdate | None:
+    small = [u for u in updates if len(u.blob) <= MAX_LIVE_BLOB and u.blob]
+    return sync_pb2.SyncUpdate(updates=small) if small else None
+
+
+class DeviceReplication:
+    """A device's side: broadcast local changes, apply the hub's, catch up on demand."""
+
+    def __init__(
+        self,
+        replicas: ReplicaSet,
+        *,
+        broadcast: Broadcast,
+        request: Request,
+        is_connected: Callable[[], bool],
+    ) -> None:
+        self.replicas = replicas
+        self._broadcast = broadcast
+        self._request = request
+        self._is_connected = is_connected
+        self._wanted = asyncio.Event()
+        self._tasks = TaskOwner("device-sync")
+        self.catchups = 0
+        """completed catch-ups"""
+        self.caught_up = asyncio.Event()
+
+    async def __aenter__(self) -> DeviceReplication:
+        self._tasks.spawn(self._poll_local(), "local-changes")
+        self._tasks.spawn(self._catchup_loop(), "catch-up")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._tasks.close()
+
+    def wake(self) -> None:
+        """Catch up now (called on every (re)connection)."""
+        self._wanted.set()
+
+    async def send(self, updates: list[sync_pb2.DocUpdate]) -> None:
+        """Broadcast local changes (best effort: catch-up delivers whatever is missed)."""
+        message = live(updates)
+        if message is None or not self._is_connected():
+            return
+        try:
+            await self._broadcast(message)
+        except Exception as exc:  # offline now: the next catch-up pushes it
+            log.info("live update not sent (%s); catch-up will carry it", exc)
+
+    def on_hub_update(self, update: sync_pb2.SyncUpdate) -> None:
+        """Apply a live update the hub broadcast."""
+        for item in update.updates:
+            if not self.replicas.wanted(item.doc) or refusal(item.doc, from_hub=True):
+                continue
+            try:
+                result = self.replicas.apply(item)
+            except CrdtError as exc:
+                log.warning("%s", exc)
+                continue
+            if result.pending:
+                self._wanted.set()
+
+    async def _poll_local(self) -> None:
+        while True:
+            await asyncio.sleep(LOCAL_POLL_S)
+            try:
+                changes = self.replicas.refresh()
+            except CrdtError as exc:
+                log.warning("%s", exc)
+                continue
+            if changes:
+                await self.send(changes)
+
+    async def _catchup_loop(self) -> None:
+        while True:
+            try:
+                await asyncio.wait_for(self._wanted.wait(), CATCHUP_INTERVAL_S)
+            except TimeoutError:
+                pass
+            self._wanted.clear()
+            if not self._is_connected():
+                continue
+            try:
+                await self.catch_up()
+            except Exception as exc:
+                log.info("catch-up failed: %s", exc)
+
+    async def catch_up(self) -> tuple[int, int]:
+        """One exchange with the hub; returns (updates taken, updates pushed)."""
+        response = await self._request(
+            sync_pb2.SyncRequest(have=self.replicas.states(), list_docs=True)
+        )
+        taken = 0
+        for item in response.updates:
+            if self.replicas.wanted(item.doc) and not refusal(item.doc, from_hub=True):
+                try:
+                    taken += self.replicas.apply(item).changed
+                except CrdtError as exc:
+                    log.warning("%s", exc)
+        hub_has = {s.doc: s.version for s in response.have}
+        push = []
+        for doc_id in self.replicas.doc_ids():
+            if refusal(doc_id, from_hub=False):
+                continue
+            doc = self.replicas.get(doc_id).doc
+            theirs = hub_has.get(doc_id, b"")
+            if lacks(doc, theirs):
+                blob, _ = updates_since(doc_id, doc, theirs)
+                push.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))
+        if push:
+            result = await self._request(sync_pb2.SyncRequest(push=push))
+            for reason in result.refused:
+                log.warning("hub refused a pushed update: %s", reason)
+        self.catchups += 1
+        self.caught_up.set()
+        return taken, len(push)
+
+
+class HubReplication:
+    """The hub's side: apply devices' updates, re-broadcast, serve catch-ups, sequence entries.
+
+    ``on_entries`` is called with the timeline entries that have no ``seq`` yet; it returns
+    their seqs (from the hub's SQLite timeline — the source of truth for ``seq``).
+    """
+
+    def __init__(
+        self,
+        replicas: ReplicaSet,
+        *,
+        broadcast: Broadcast,
+        sequence: Callable[[list[docs.Entry], str], dict[str, int]],
+    ) -> None:
+        self.replicas = replicas
+        self._broadcast = broadcast
+        self._sequence = sequence
+        self._tasks = TaskOwner("hub-sync")
+        self.refused: dict[str, int] = {}
+
+    async def __aenter__(self) -> HubReplication:
+        self._tasks.spawn(self._poll_local(), "local-changes")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self._tasks.close()
+
+    async def publish(self, updates: list[sync_pb2.DocUpdate]) -> None:
+        message = live(updates)
+        if message is None:
+            return
+        try:
+            await self._broadcast(message)
+        except Exception as exc:
+            log.info("live update not broadcast (%s); catch-up will carry it", exc)
+
+    def apply_from_device(
+        self, updates: list[sync_pb2.DocUpdate], sender: str
+    ) -> tuple[list[sync_pb2.DocUpdate], list[str]]:
+        """Apply what a device sent; returns (updates to re-broadcast, refusals)."""
+        changed: list[sync_pb2.DocUpdate] = []
+        refused: list[str] = []
+        for item in updates:
+            reason = refusal(item.doc, from_hub=False)
+            if reason is None and item.snapshot:
+                reason = "devices send updates, not snapshots"
+            if reason is not None:
+                refused.append(f"{item.doc[:64]}: {reason}")
+                self.refused[reason] = self.refused.get(reason, 0) + 1
+                log.warning("update from %s refused: %s: %s", sender, item.doc[:64], reason)
+                continue
+            try:
+                result = self.replicas.apply(item)
+            except CrdtError as exc:
+                refused.append(str(exc))
+                self.refused["crdt"] = self.refused.get("crdt", 0) + 1
+                log.warning("update from %s refused: %s", sender, exc)
+                continue
+            if result.changed:
+                changed.append(sync_pb2.DocUpdate(doc=item.doc, blob=item.blob))
+        seqs = self.sequence_new({u.doc for u in changed}, sender)
+        return changed + seqs, refused
+
+    def sequence_new(self, doc_ids: set[str], sender: str) -> list[sync_pb2.DocUpdate]:
+        """Give every unsequenced entry of these timeline documents its ``seq``."""
+        out = []
+        for doc_id in sorted(doc_ids):
+            period = docs.period_of_doc(doc_id)
+            if period is None or not doc_id.startswith(docs.TIMELINE):
+                continue
+            seq_replica = self.replicas.get(docs.seq_doc(period))
+            known = docs.seqs_of(seq_replica.doc)
+            fresh = [e for e in docs.entries_of(self.replicas.get(doc_id).doc) if e.id not in known]
+            if not fresh:
+                continue
+            seqs = self._sequence(fresh, sender)
+            blob = seq_replica.change(partial(docs.set_seqs, seqs=sorted(seqs.items())))
+            out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))
+        return out
+
+    def add_sequenced(self, rows: list[docs.Entry]) -> list[sync_pb2.DocUpdate]:
+        """Write entries the hub sequenced itself (conversation turns) into the documents."""
+        by_period: dict[str, list[docs.Entry]] = {}
+        for row in rows:
+            by_period.setdefault(docs.period_of(row.ts), []).append(row)
+        out = []
+        for period, entries in sorted(by_period.items()):
+            timeline = self.replicas.get(docs.timeline_doc(period))
+            present = {e.id for e in docs.entries_of(timeline.doc)}
+            missing = [e for e in entries if e.id not in present]
+            if missing:
+                blob = timeline.change(partial(docs.push_entries, entries=missing))
+                out.append(sync_pb2.DocUpdate(doc=timeline.doc_id, blob=blob))
+            seq_replica = self.replicas.get(docs.seq_doc(period))
+            have = docs.seqs_of(seq_replica.doc)
+            wrong = [
+                (e.id, e.seq) for e in entries if e.seq is not None and have.get(e.id) != e.seq
+            ]
+            if wrong:
+                blob = seq_replica.change(partial(docs.set_seqs, seqs=wrong))
+                out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))
+        return out
+
+    def serve(
+        self, request: sync_pb2.SyncRequest, sender: str
+    ) -> tuple[sync_pb2.SyncResponse, list[sync_pb2.DocUpdate]]:
+        """Answer a device's catch-up; returns (response, updates to re-broadcast)."""
+        changed, refused = (
+            self.apply_from_device(list(request.push), sender) if request.push else ([], [])
+        )
+        response = sync_pb2.SyncResponse(applied=len(request.push) - len(refused), refused=refused)
+        theirs = {s.doc: s.version for s in request.have}
+        wanted = set(theirs)
+        if request.list_docs:
+            wanted |= set(self.replicas.doc_ids())
+        for doc_id in sorted(wanted):
+            if not docs.is_known_doc(doc_id) or doc_id not in self.replicas.doc_ids():
+                continue
+            doc = self.replicas.get(doc_id).doc
+            if lacks(doc, theirs.get(doc_id, b"")):
+                try:
+                    blob, snapshot = updates_since(doc_id, doc, theirs.get(doc_id, b""))
+                except CrdtError as exc:
+                    log.warning("catch-up for %s: %s", sender, exc)
+                    continue
+                response.updates.append(
+                    sync_pb2.DocUpdate(doc=doc_id, blob=blob, snapshot=snapshot)
+                )
+        response.have.extend(self.replicas.states())
+        return response, changed
+
+    async def _poll_local(self) -> None:
+        """Changes written to the hub's replicas by another process (``yimi note --home``)."""
+        while True:
+            await asyncio.sleep(LOCAL_POLL_S)
+            try:
+                changes = self.replicas.refresh()
+                if changes:
+                    changes += self.sequence_new({c.doc for c in changes}, "hub")
+            except CrdtError as exc:
+                log.warning("%s", exc)
+                continue
+            if changes:
+                await self.publish(changes)
