@@ -58,6 +58,8 @@ REGISTRY_POLL_S = 0.2
 """seconds between checks of the registry for new devices and revocations"""
 STATS_FLUSH_S = 0.5
 """seconds between writes of drop counters to hub.db"""
+COMPACT_AT_BYTES = 4 * 1024 * 1024
+"""bytes of a document's update log after which the hub compacts it (shallow snapshot)"""
 MAX_SYNC_BYTES = 64 * 1024 * 1024
 """bytes: the largest catch-up envelope accepted over gRPC"""
 PLACEHOLDER_PREFIX = "[placeholder reply: the brain is not wired in yet] "
@@ -123,7 +125,7 @@ class HubDaemon:
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
         }
-        self.replicas = ReplicaSet(home.path / "replicas")
+        self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
         self.sync = HubReplication(
             self.replicas, broadcast=self._broadcast_sync, sequence=self.store.sequence_entries
         )

@@ -205,3 +205,26 @@ def notes_of(doc: LoroDoc, *, include_deleted: bool = False) -> list[Note]:
         if include_deleted or not note.deleted:
             out.append(note)
     return sorted(out, key=lambda n: (n.updated_at, n.id))
+
+
+def reapply(old: LoroDoc, new: LoroDoc) -> None:
+    """Re-express what ``old`` knows and ``new`` lacks as changes on ``new``.
+
+    Used when a replica must take a peer's compacted snapshot and its own history cannot
+    be merged: timeline entries are immutable (missing ids are pushed again), ``seq`` maps
+    and notes are per-key values (ours is written where the key is missing, or for notes
+    where our ``updated_at`` is newer).
+    """
+    present = {e.id for e in entries_of(new)}
+    push_entries(new, [e for e in entries_of(old) if e.id not in present])
+    theirs = seqs_of(new)
+    set_seqs(new, [(k, v) for k, v in seqs_of(old).items() if k not in theirs])
+    newer = {n.id: n for n in notes_of(new, include_deleted=True)}
+    for note in notes_of(old, include_deleted=True):
+        other = newer.get(note.id)
+        if other is None or note.updated_at > other.updated_at:
+            m = new.get_map(note_root(note.id))
+            for key in NOTE_FIELDS:
+                m.insert(key, getattr(note, key))
+            m.insert("updated_at", note.updated_at)
+            m.insert("updated_by", note.updated_by)

@@ -71,11 +71,13 @@ def _fsync_dir(path: Path) -> None:
 class Replica:
     """A loro document persisted in ``folder`` under ``doc_id``."""
 
-    def __init__(self, folder: Path, doc_id: str) -> None:
+    def __init__(self, folder: Path, doc_id: str, *, compact_at: int | None = None) -> None:
         if not DOC_ID_RE.match(doc_id):
             raise CrdtError(doc_id, "invalid document id")
         self.folder = folder
         self.doc_id = doc_id
+        self.compact_at = compact_at
+        """bytes of update log after which the document is compacted (None: never by itself)"""
         self.doc = LoroDoc()
         self.gen = 0
         self._offset = 0  # bytes of the current log already imported
@@ -248,22 +250,32 @@ class Replica:
                 self._append(blob)
             return Applied(changed=changed, pending=status.pending is not None)
 
-    def replace_with_snapshot(self, blob: bytes) -> Applied:
+    def replace_with_snapshot(
+        self, blob: bytes, reapply: Callable[[LoroDoc, LoroDoc], None]
+    ) -> Applied:
         """Take a peer's (shallow) snapshot when we are behind its compaction point.
 
-        Our own changes that the snapshot lacks are re-applied on top of it.
+        Our own history is merged into it where loro can; where it cannot (our changes
+        depend on operations before the peer's compaction point), ``reapply(old, new)``
+        re-expresses what ``old`` has and ``new`` lacks as fresh changes on ``new``.
         """
         with self._locked():
             self._refresh_locked()
             mine = self.doc
             fresh = LoroDoc()
-            guard(self.doc_id, lambda: fresh.import_(blob))
+            guard(self.doc_id, partial(fresh.import_, blob))
             before = version(mine)
             try:
                 extra = guard(self.doc_id, lambda: bytes(mine.export(ExportMode.Snapshot())))
-                guard(self.doc_id, lambda: fresh.import_(extra))
-            except CrdtError as exc:
-                self._problem(f"local history could not be merged into the peer's snapshot: {exc}")
+                status = guard(self.doc_id, partial(fresh.import_, extra))
+                merged = status.pending is None
+            except CrdtError:
+                merged = False
+            if not merged:
+                fresh = LoroDoc()
+                guard(self.doc_id, partial(fresh.import_, blob))
+                reapply(mine, fresh)
+                fresh.commit()
             self.doc = fresh
             self._write_generation(self.gen + 1, bytes(fresh.export(ExportMode.Snapshot())))
             return Applied(changed=version(fresh) != before, pending=False)
@@ -275,18 +287,24 @@ class Replica:
             fh.flush()
             os.fsync(fh.fileno())
             self._offset = fh.tell()
+        if self.compact_at is not None and self._offset > self.compact_at:
+            self._compact_locked()
 
     # ------------------------------------------------------------------ compaction
     def compact(self) -> int:
         """Write a shallow snapshot as a new generation; returns its size in bytes."""
         with self._locked():
             self._refresh_locked()
-            frontiers = self.doc.oplog_frontiers
-            data = guard(
-                self.doc_id, lambda: bytes(self.doc.export(ExportMode.ShallowSnapshot(frontiers)))
-            )
-            self._write_generation(self.gen + 1, data)
-            return len(data)
+            return self._compact_locked()
+
+    def _compact_locked(self) -> int:
+        frontiers = self.doc.oplog_frontiers
+        data = guard(
+            self.doc_id, lambda: bytes(self.doc.export(ExportMode.ShallowSnapshot(frontiers)))
+        )
+        self._write_generation(self.gen + 1, data)
+        log.info("replica %s compacted: generation %d, %d bytes", self.doc_id, self.gen, len(data))
+        return len(data)
 
     def _write_generation(self, gen: int, snapshot: bytes) -> None:
         tmp = self.folder / f".{self.doc_id}.g{gen}.snap.tmp"

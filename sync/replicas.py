@@ -20,8 +20,12 @@ _DOC_FILE = re.compile(r"^(?P<doc>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.g\d+\.(snap|
 
 
 class ReplicaSet:
-    def __init__(self, folder: Path, *, window_days: int | None = None) -> None:
+    def __init__(
+        self, folder: Path, *, window_days: int | None = None, compact_at: int | None = None
+    ) -> None:
         self.folder = folder
+        self.compact_at = compact_at
+        """bytes of update log after which a document is compacted (the hub sets this)"""
         self.window_days = window_days
         """keep only timeline periods that overlap the last ``window_days`` (small devices)"""
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -44,7 +48,9 @@ class ReplicaSet:
     def get(self, doc_id: str) -> Replica:
         replica = self._replicas.get(doc_id)
         if replica is None:
-            replica = self._replicas[doc_id] = Replica(self.folder, doc_id)
+            replica = self._replicas[doc_id] = Replica(
+                self.folder, doc_id, compact_at=self.compact_at
+            )
         return replica
 
     def problems(self) -> list[str]:
@@ -95,5 +101,5 @@ class ReplicaSet:
         """Import a peer's update (the caller checked the sender may write this document)."""
         replica = self.get(update.doc)
         if update.snapshot:
-            return replica.replace_with_snapshot(update.blob)
+            return replica.replace_with_snapshot(update.blob, docs.reapply)
         return replica.apply(update.blob)
