@@ -1,0 +1,163 @@
+"""Bench: the capability gateway — decide latency, durable receipts, and its overhead on a
+real MCP tool call against calling the same tool directly, all in one run.
+
+Run::
+
+    .venv/bin/python bench/gateway.py [--decides 2000] [--receipts 2000] [--calls 400] [--quick]
+
+Everything runs in a temporary folder on this machine, removed afterwards:
+
+1. **decide** — ``Gateway.decide`` on an ``observe`` tool with a fresh call id each time:
+   scope → duplicate/unknown → effect → gate, the decision recorded in the ledger
+   (SQLite WAL, ``synchronous=FULL``) and appended to the audit log (``fsync``). Also
+   ``decide`` on a first ``send`` (a card is issued and stored): the slow path.
+2. **receipts** — ``Gateway.receipt`` on a prepared tool result: parse, the five
+   invariants, ledger write, fact split, audit append, each durable before it returns.
+   Reported as receipts per second.
+3. **overhead** — the same tool of the same MCP stdio server (the ``probe`` test package's
+   ``echo``): *direct* through the package host (one MCP round trip) versus *gated* through
+   ``Gateway.call`` (decide + the same round trip + receipt). Direct and gated alternate in
+   blocks so machine drift hits both alike; medians, p99 and their ratio are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hub.capabilities.host import ToolOutcome  # noqa: E402
+from hub.gateway import CallContext, ToolCall, open_gateway  # noqa: E402
+
+PROBE = ROOT / "tests" / "packages" / "probe"
+MESSAGING = ROOT / "packages" / "messaging"
+CTX = CallContext(owner="owner", scope="owner", session_id="s", run_id="r", trace_id="bench")
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:8.3f} ms"
+
+
+async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
+    with tempfile.TemporaryDirectory(prefix="yimi-bench-gw-") as tmp:
+        state = Path(tmp) / "pkg"
+        state.mkdir()
+        env = {"YIMI_STATE_DIR": str(state), "YIMI_SMTP_HOST": "127.0.0.1", "YIMI_SMTP_PORT": "9"}
+        async with open_gateway(
+            Path(tmp) / "gw", packages=[PROBE, MESSAGING], env_for=lambda _m, _v: env
+        ) as gw:
+            assert gw.host is not None
+            await gw.host.call("probe", "echo", {})  # start the server outside the timings
+
+            # 1. decide
+            lat: list[float] = []
+            for i in range(decides):
+                c = ToolCall("probe", "echo", {"text": "x"}, f"d{i}", f"task-d{i % 50}")
+                t = time.perf_counter()
+                d = await gw.decide(c, CTX)
+                lat.append(time.perf_counter() - t)
+                assert d.outcome == "rewrite"
+            card_lat: list[float] = []
+            for i in range(max(50, decides // 20)):
+                args = {
+                    "to": f"p{i}@example.org",
+                    "subject": "s",
+                    "body": "b",
+                    "owner_requested": True,
+                }
+                c = ToolCall("messaging", "send_email", args, f"s{i}", f"task-s{i}")
+                t = time.perf_counter()
+                d = await gw.decide(c, CTX)
+                card_lat.append(time.perf_counter() - t)
+                assert d.outcome == "confirm"
+
+            # 2. durable receipts
+            outcome = ToolOutcome(
+                structured={
+                    "receipt_version": 1,
+                    "status": "succeeded",
+                    "effects": [{"kind": "echo", "state": "verified", "fields": {"n": 1}}],
+                    "values": [{"name": "size", "value": 3, "unit": "items"}],
+                }
+            )
+            prepared = []
+            for i in range(receipts):
+                c = ToolCall("probe", "echo", {"text": str(i)}, f"r{i}", f"task-r{i % 50}")
+                prepared.append((c, await gw.decide(c, CTX)))
+            t0 = time.perf_counter()
+            for c, d in prepared:
+                await gw.receipt(c, CTX, d, outcome)
+            rec_s = time.perf_counter() - t0
+
+            # 3. overhead on a real MCP tool call
+            direct: list[float] = []
+            gated: list[float] = []
+            n = 0
+            while n < calls:
+                for _ in range(block):
+                    t = time.perf_counter()
+                    await gw.host.call("probe", "echo", {"text": "x"})
+                    direct.append(time.perf_counter() - t)
+                for j in range(block):
+                    c = ToolCall("probe", "echo", {"text": "x"}, f"g{n + j}", f"task-g{n + j}")
+                    t = time.perf_counter()
+                    r = await gw.call(c, CTX)
+                    gated.append(time.perf_counter() - t)
+                    assert r.status == "succeeded"
+                n += block
+
+    print(
+        f"machine: {platform.machine()}, Python {platform.python_version()}, "
+        f"{platform.system()}; ledger synchronous=FULL, audit fsync on"
+    )
+    print()
+    print(
+        f"decide (observe, allowed)   n={decides:<6} p50 {ms(pct(lat, 50))}   "
+        f"p99 {ms(pct(lat, 99))}"
+    )
+    print(
+        f"decide (first send: card)   n={len(card_lat):<6} p50 {ms(pct(card_lat, 50))}   "
+        f"p99 {ms(pct(card_lat, 99))}"
+    )
+    print(
+        f"durable receipts            n={receipts:<6} {receipts / rec_s:8.0f} receipts/s   "
+        f"({ms(rec_s / receipts)} each)"
+    )
+    d50, g50 = statistics.median(direct), statistics.median(gated)
+    d99, g99 = pct(direct, 99), pct(gated, 99)
+    print(f"MCP tool call, direct       n={len(direct):<6} p50 {ms(d50)}   p99 {ms(d99)}")
+    print(f"MCP tool call, via gateway  n={len(gated):<6} p50 {ms(g50)}   p99 {ms(g99)}")
+    print(
+        f"gateway overhead            p50 +{ms(g50 - d50).strip()}   "
+        f"ratio gated/direct p50 {g50 / d50:.2f}x   p99 {g99 / d99:.2f}x"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--decides", type=int, default=2000)
+    p.add_argument("--receipts", type=int, default=2000)
+    p.add_argument("--calls", type=int, default=400)
+    p.add_argument("--block", type=int, default=20)
+    p.add_argument("--quick", action="store_true", help="small counts (a smoke run)")
+    a = p.parse_args()
+    if a.quick:
+        a.decides, a.receipts, a.calls = 200, 200, 60
+    asyncio.run(bench(a.decides, a.receipts, a.calls, a.block))
+
+
+if __name__ == "__main__":
+    main()
