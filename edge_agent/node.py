@@ -21,7 +21,7 @@ from typing import Any
 
 import aiomqtt
 
-from edge_agent.cards import card_handlers
+from edge_agent.roles import role_handlers
 from protos import mesh_pb2, sync_pb2
 from provisioning.bundle import Bundle
 from sync import topics
@@ -124,7 +124,7 @@ class DeviceNode:
             group_key=bundle.group_key,
             max_bytes=MAX_RPC_BYTES,
         )
-        self.handlers: dict[int, Callable[[Opened], Awaitable[None]]] = card_handlers(self)
+        self.handlers: dict[int, Callable[[Opened], Awaitable[None]]] = role_handlers(self)
         """more handlers by kind (confirmation cards on a phone or a HUD)"""
         self.revoked = asyncio.Event()
         self.delivered = 0

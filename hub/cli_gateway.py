@@ -7,6 +7,7 @@
 | ``yimi cards --bundle PHONE`` | the cards waiting for the owner (synced from the hub) |
 | ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
 | ``yimi deny --bundle PHONE [CARD_ID]`` | deny it |
+| ``yimi executor pause|resume|log --bundle MAC`` | the Mac's local pause switch and log |
 | ``yimi audit verify --home DIR`` | check every record and the hash chain (exit 1 if broken) |
 | ``yimi audit show --home DIR [--limit N]`` | list audit records |
 """
@@ -136,6 +137,31 @@ def cmd_audit_show(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_executor(args: argparse.Namespace) -> int:
+    from edge_agent.executor import executor_for
+    from provisioning.bundle import Bundle
+
+    bundle = Bundle.load(args.bundle)
+    ex = executor_for(bundle)
+    if args.action == "pause":
+        ex.pause_path.touch(mode=0o600)
+        print(f"executor on {bundle.name} paused: every request is refused until resumed")
+    elif args.action == "resume":
+        ex.pause_path.unlink(missing_ok=True)
+        print(f"executor on {bundle.name} resumed")
+    else:
+        state = "paused" if ex.paused else "running"
+        print(f"executor on {bundle.name}: {state}; policy {ex.policy_file}")
+        lines = ex.log_path.read_text().splitlines() if ex.log_path.exists() else []
+        for line in lines[-args.limit :]:
+            e = json.loads(line)
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e["ts_ms"] / 1000))
+            what = e["path"] if e["op"] == "read" else " ".join([e["command"], *e["args"]])
+            code = f" {e['error_code']}" if e["error_code"] else f" exit {e['exit_code']}"
+            print(f"{when}  {e['op']:<4} {e['status']:<8}{code:<16} {what}")
+    return EXIT_OK
+
+
 def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
     """Register the subcommands on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
     pkg = sub.add_parser("package", help="capability packages: validate and test")
@@ -160,6 +186,17 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
     sp.add_argument("--timeout", type=float, default=10.0)
     sp.add_argument("--offline", action="store_true", help="only what the phone already has")
+
+    ex = sub.add_parser("executor", help="the executor role on this device (the Mac)")
+    ex_sub = ex.add_subparsers(dest="action", required=True)
+    for name, text in (
+        ("pause", "refuse every executor request until resumed (local switch)"),
+        ("resume", "serve executor requests again"),
+        ("log", "the executor's state and its log of every request"),
+    ):
+        sp = command(ex_sub, name, cmd_executor, text)
+        sp.add_argument("--bundle", type=Path, required=True)
+        sp.add_argument("--limit", type=int, default=50)
 
     audit = sub.add_parser("audit", help="the hub's hash-chained audit log")
     audit_sub = audit.add_subparsers(dest="action", required=True)

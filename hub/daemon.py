@@ -123,6 +123,7 @@ class HubDaemon:
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self._on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
+            mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
         }
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)

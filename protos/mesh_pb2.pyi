@@ -21,6 +21,8 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CARD: _ClassVar[Kind]
     APPROVAL: _ClassVar[Kind]
     CARD_UPDATE: _ClassVar[Kind]
+    EXEC_REQUEST: _ClassVar[Kind]
+    EXEC_RESULT: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -51,6 +53,8 @@ SYNC_RESPONSE: Kind
 CARD: Kind
 APPROVAL: Kind
 CARD_UPDATE: Kind
+EXEC_REQUEST: Kind
+EXEC_RESULT: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal

@@ -20,7 +20,7 @@ from nacl.public import Box, PrivateKey, PublicKey
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey, VerifyKey
 
-from protos import consent_pb2, mesh_pb2, sync_pb2
+from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2
 from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
 
 ENVELOPE_VERSION = 1
@@ -42,6 +42,8 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.CARD: consent_pb2.ConfirmCard,
     mesh_pb2.APPROVAL: consent_pb2.Approval,
     mesh_pb2.CARD_UPDATE: consent_pb2.CardUpdate,
+    mesh_pb2.EXEC_REQUEST: executor_pb2.ExecRequest,
+    mesh_pb2.EXEC_RESULT: executor_pb2.ExecResult,
     mesh_pb2.SYNC_UPDATE: sync_pb2.SyncUpdate,
     mesh_pb2.SYNC_REQUEST: sync_pb2.SyncRequest,
     mesh_pb2.SYNC_RESPONSE: sync_pb2.SyncResponse,

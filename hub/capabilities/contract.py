@@ -35,7 +35,7 @@ import yaml
 from hub.capabilities.errors import CapabilityError
 from hub.capabilities.host import PackageHost
 from hub.capabilities.manifest import Manifest, load
-from hub.capabilities.worlds import WORLDS, MqttHomeWorld, SmtpWorld
+from hub.capabilities.worlds import WORLDS
 from hub.gateway.receipts import Receipt, enforce, parse_receipt
 
 
@@ -97,6 +97,19 @@ def check_expect(expect: dict[str, Any], r: Receipt) -> str:
     return ""
 
 
+def _substitute(value: Any, env: dict[str, str]) -> Any:
+    """``${NAME}`` in contract arguments → the value a started world put in ``env``."""
+    if isinstance(value, str):
+        for k, v in env.items():
+            value = value.replace("${" + k + "}", v)
+        return value
+    if isinstance(value, list):
+        return [_substitute(v, env) for v in value]
+    if isinstance(value, dict):
+        return {k: _substitute(v, env) for k, v in value.items()}
+    return value
+
+
 def load_contract(m: Manifest) -> dict[str, Any]:
     path = m.root / "tests" / "contract.yaml"
     if not path.is_file():
@@ -123,7 +136,7 @@ async def run_variant(m: Manifest, contract: dict[str, Any], variant: str, repor
         env: dict[str, str] = {"YIMI_STATE_DIR": str(state)}
         if variant == "real":
             for need in contract.get("needs", []) or []:
-                world: SmtpWorld | MqttHomeWorld = await stack.enter_async_context(WORLDS[need]())
+                world = await stack.enter_async_context(WORLDS[need]())
                 env.update(world.env())
         host = await stack.enter_async_context(
             PackageHost(
@@ -151,7 +164,8 @@ async def run_variant(m: Manifest, contract: dict[str, Any], variant: str, repor
                 if spec is None:
                     detail = f"call {i + 1}: {step.get('tool')!r} is not declared"
                     break
-                outcome = await host.call(m.name, spec.name, dict(step.get("args") or {}))
+                args = _substitute(dict(step.get("args") or {}), env)
+                outcome = await host.call(m.name, spec.name, args)
                 raw = parse_receipt(outcome.structured)
                 if raw is None:
                     detail = (

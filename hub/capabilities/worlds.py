@@ -289,8 +289,69 @@ class MqttHomeWorld:
         await self._stack.aclose()
 
 
-WORLDS: dict[str, type[SmtpWorld] | type[MqttHomeWorld]] = {
+WORLDS: dict[str, Any] = {
     "smtp": SmtpWorld,
     "mqtt_home": MqttHomeWorld,
 }
 """what a contract's ``needs:`` may name"""
+
+
+# ---------------------------------------------------------------- the Mac, locally
+class LocalExecutorWorld:
+    """The Mac's own executor (``edge_agent.executor``) behind a local socket that speaks
+    the hub's executor-bridge protocol, with a temporary allowed folder (``notes.txt``)."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="yimi-mac-")
+        base = Path(self._tmp.name)
+        self.root = base / "Documents"
+        self.state = base / "state"
+        self.socket = base / "bridge.sock"
+        self._server: asyncio.AbstractServer | None = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "YIMI_EXECUTOR_SOCKET": str(self.socket),
+            "YIMI_DEVICE": "local",
+            "YIMI_MAC_ROOT": str(self.root),
+        }
+
+    async def __aenter__(self) -> LocalExecutorWorld:
+        from edge_agent.executor import Executor
+        from hub.gateway.executor_bridge import result_dict
+        from protos import executor_pb2
+
+        self.root.mkdir(parents=True)
+        self.state.mkdir()
+        (self.root / "notes.txt").write_text("hello from the mac\n")
+        policy = self.state.parent / "executor.yaml"
+        policy.write_text(json.dumps({"roots": [str(self.root)]}))
+        executor = Executor(self.state, policy)
+
+        async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            body = json.loads(await reader.readline())
+            req = executor_pb2.ExecRequest(
+                request_id="local",
+                op=body.get("op", ""),
+                command=body.get("command", ""),
+                args=body.get("args", []),
+                path=body.get("path", ""),
+            )
+            res = await executor.handle(req)
+            writer.write(json.dumps(result_dict(res)).encode() + b"\n")
+            await writer.drain()
+            writer.close()
+
+        self._server = await asyncio.start_unix_server(client, path=str(self.socket))
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        self._tmp.cleanup()
+
+
+WORLDS["mac_local"] = LocalExecutorWorld

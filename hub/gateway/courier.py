@@ -1,4 +1,5 @@
-"""Consent over the mesh: the hub's gateway, its cards and the phones' answers.
+"""Capabilities over the mesh: the hub's gateway, its cards and the phones' answers,
+and the executor bridge to devices with the executor role (the Mac).
 
 :class:`MeshConsent` is owned by the hub daemon (an async context manager). On enter it
 opens the hub's gateway (``HOME/gateway/``: ``gateway.db``, ``audit/``) over the packages
@@ -36,6 +37,7 @@ from google.protobuf.message import Message
 from hub.capabilities.manifest import Manifest, load
 from hub.gateway import open_gateway
 from hub.gateway.consent import Card
+from hub.gateway.executor_bridge import ExecutorBridge
 from hub.gateway.gateway import Gateway
 from protos import consent_pb2, mesh_pb2
 from protos.codec import parse
@@ -84,6 +86,7 @@ class MeshConsent:
         self.gateway: Gateway | None = None
         self._stack = AsyncExitStack()
         self._tasks: TaskOwner | None = None
+        self.bridge = ExecutorBridge(self.home / "run" / "executor.sock", self._devices, self._send)
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
@@ -112,9 +115,12 @@ class MeshConsent:
             state = self.home / "package-state" / m.name
             state.mkdir(parents=True, exist_ok=True)
             env["YIMI_STATE_DIR"] = str(state)
+            if "EXECUTOR_SOCKET" in m.config:
+                env["YIMI_EXECUTOR_SOCKET"] = str(self.bridge.path)
             return env
 
         try:
+            await self._stack.enter_async_context(self.bridge)
             self.gateway = await self._stack.enter_async_context(
                 open_gateway(
                     self.home / "gateway", manifests=catalog, env_for=env_for, courier=self
@@ -213,6 +219,11 @@ class MeshConsent:
             return
         for card in self.gateway.consent.pending():
             await self._send(device_id, mesh_pb2.CARD, card.to_proto(short=short))
+
+    async def on_exec_result(self, opened: Opened) -> None:
+        """A device's answer to an executor request (the ``mac`` package's calls)."""
+        self.daemon.replay.commit(opened.sender, opened.counter)
+        await self.bridge.on_result(opened)
 
     async def on_approval(self, opened: Opened) -> None:
         approval = opened.payload
