@@ -69,6 +69,20 @@ MESSAGES: dict[str, str] = {
     "card.no_answer": "no answer from the hub about card {card} within {seconds} s",
     "card.not_phone": "this bundle ({profile}) cannot answer cards: it has no approve scope",
     "audit.broken": "audit log {path} fails verification at line {line}: {problem}",
+    # memory
+    "memory.conflict": (
+        "assertion {id}: expected version {expected}, but it is at version {current} "
+        "({status}); re-read it and decide"
+    ),
+    "memory.forgotten": "assertion {id} was forgotten; it cannot be committed again",
+    "memory.unknown": "no assertion {id!r} in this memory",
+    "memory.invalid": "{field}: {reason}",
+    "memory.dependency": "dependency {dep} of {id}: {reason}",
+    "memory.request_reused": (
+        "request {request_id} was already used for a different commit ({id} v{version})"
+    ),
+    "memory.derived_unknown": "no derived item {id!r} in this memory",
+    "memory.deletion_log": "deletion log {path} is unreadable at line {line}: {reason}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
     "say.queued": (
