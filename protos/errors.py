@@ -83,6 +83,17 @@ MESSAGES: dict[str, str] = {
     ),
     "memory.derived_unknown": "no derived item {id!r} in this memory",
     "memory.deletion_log": "deletion log {path} is unreadable at line {line}: {reason}",
+    # archive (L5)
+    "archive.not_stored": "not stored: {what} ({size} bytes): {reason}",
+    "archive.closed": "the archive writer is closed: {what} not stored",
+    "archive.frame_invalid": "audio frame refused: {reason}",
+    "archive.unknown": "no archived object {id!r}",
+    "archive.deleted": "archived object {id} was deleted (forgotten)",
+    "archive.unreadable": "archived object {id}: {reason}",
+    "archive.pack_invalid": "cold pack {pack}: {reason}",
+    "archive.pack_unknown": "no cold pack {pack!r}",
+    "archive.target": "cold target {target}: {reason}",
+    "archive.config": "archive settings {path}: {reason}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
     "say.queued": (
