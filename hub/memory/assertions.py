@@ -122,6 +122,7 @@ class AssertionStore:
         self.deletion_log = deletion_log
         self.clock = clock
         self._listeners: list[Listener] = []
+        self._closers: list[Callable[[], None]] = []
 
     @classmethod
     def open(
@@ -140,7 +141,41 @@ class AssertionStore:
         )
 
     def close(self) -> None:
+        for closer in reversed(self._closers):
+            try:
+                closer()
+            except Exception:
+                log.exception("closing %r failed", closer)
+        self._closers.clear()
         self.conn.close()
+
+    def close_with(self, closer: Callable[[], None]) -> None:
+        """Also call ``closer`` (the index this store owns) when the store closes."""
+        self._closers.append(closer)
+
+    def live(self, item_ids: list[str]) -> list[str]:
+        """The index item ids whose original still exists (the recall index's ``is_live``).
+
+        ``assertion:<id>`` is live unless forgotten, ``derived:<id>`` while current; ids
+        of other kinds are not this store's to judge and pass through.
+        """
+        out = []
+        for item in item_ids:
+            kind, sep, ident = item.partition(":")
+            if sep and kind == "assertion":
+                row = self.conn.execute(
+                    "SELECT status FROM assertion WHERE id=?", (ident,)
+                ).fetchone()
+                if row is None or row[0] == "forgotten":
+                    continue
+            elif sep and kind == "derived":
+                row = self.conn.execute(
+                    "SELECT status FROM derived WHERE id=?", (ident,)
+                ).fetchone()
+                if row is None or row[0] != "current":
+                    continue
+            out.append(item)
+        return out
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener`` after every committed change (commit, forget)."""

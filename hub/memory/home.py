@@ -1,4 +1,5 @@
-"""The memory of a home: ``HOME/memory.db``, its deletion log and the L2 profile files."""
+"""The memory of a home: ``HOME/memory.db``, its deletion log, the recall index and the
+L2 profile files."""
 
 from __future__ import annotations
 
@@ -20,8 +21,21 @@ def profile_dir(home: Path) -> Path:
     return home / PROFILE_DIR
 
 
-def open_memory(home: Path, *, index: IndexHook | None = None) -> AssertionStore:
-    """The home's assertion store, with the L2 profile regenerated on every change to it."""
+def open_memory(
+    home: Path, *, index: IndexHook | None = None, with_index: bool = True
+) -> AssertionStore:
+    """The home's assertion store, wired to its recall index and L2 profile.
+
+    Without an ``index`` given, the home's own recall index (``HOME/memory_index.db``) is
+    opened (``with_index=False``: none); it skips items the store has forgotten. The
+    profile files are regenerated after every change that touches a profile entry.
+    """
     store = AssertionStore.open(memory_db_path(home), index=index)
+    if index is None and with_index:
+        from hub.memory.index import MemoryIndex
+
+        owned = MemoryIndex.for_home(home, is_live=store.live)
+        store.index = owned
+        store.close_with(owned.close)
     ProfileWriter(store, profile_dir(home)).attach()
     return store
