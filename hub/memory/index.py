@@ -1,0 +1,729 @@
+"""The recall index: FTS5 keywords + sqlite-vec vectors, fused by rank (RRF), then blended.
+
+One apsw database (``HOME/memory_index.db``) holds, per item, its metadata row (``items``),
+a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring matching that
+works for Chinese without a word segmenter) and a 384-d MiniLM embedding in a ``vec0``
+table (``items_vec``). :meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
+three in one transaction; a removed item's text and vector are gone from the file, not just
+unlinked (secure_delete, the FTS segments are merged, freed pages are dropped).
+
+Search, as in ARCHITECTURE § Memory:
+
+1. two ranked lists of at most 100 items each, ranks from 0: the keyword list (bm25 over
+   trigram phrases; query parts shorter than 3 characters — Chinese two-character words,
+   "tv" — fall back to a substring scan ranked by how rare the matched parts are, appended
+   after the trigram hits) and the vector list (exact cosine k-NN);
+2. items unused for 30 days are not candidates in default recall (``include_stale`` makes
+   them candidates again);
+3. ``RRF(x) = Σ 1/(60 + rank)`` over the lists holding x;
+4. items whose original is gone (the ``is_live`` hook) are skipped, never back-filled;
+5. final order: ``0.65·relevance + 0.20·importance + 0.15·0.95^days_since_last_access``,
+   relevance being the RRF score over its maximum (rank 0 in every list);
+6. the returned items' last access is set to now.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import apsw
+import numpy as np
+import numpy.typing as npt
+
+from hub.memory.errors import MemoryStoreError
+from hub.memory.sensitivity import Source, check_level, parse_source
+
+DB_NAME = "memory_index.db"
+RRF_K = 60
+LIST_LIMIT = 100
+W_RELEVANCE, W_IMPORTANCE, W_RECENCY = 0.65, 0.20, 0.15
+DECAY_PER_DAY = 0.95
+STALE_DAYS = 30
+DAY_MS = 86_400_000
+DEFAULT_IMPORTANCE = 0.5
+
+Vectors = npt.NDArray[np.float32]
+
+
+class RecallError(MemoryStoreError):
+    """A recall-index problem (bad argument, index built by another model)."""
+
+
+class Embedder(Protocol):
+    """What the index needs from a text-embedding runner (``models.embed.TextEmbedder``)."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+LiveFilter = Callable[[list[str]], Collection[str]]
+"""given item ids, the subset whose originals still exist"""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# ---------------------------------------------------------------- ranking arithmetic
+K = TypeVar("K", bound=Hashable)
+
+
+def rrf(lists: Sequence[Sequence[K]], k: int = RRF_K) -> dict[K, float]:
+    """Reciprocal-rank fusion: ``Σ 1/(k + rank)`` over the lists holding each id (ranks from 0)."""
+    scores: dict[K, float] = {}
+    for ranked in lists:
+        for rank, item in enumerate(ranked):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + rank)
+    return scores
+
+
+def recency(days_since_access: float) -> float:
+    """``0.95^days`` (1.0 for an item used now)."""
+    return float(DECAY_PER_DAY ** max(0.0, days_since_access))
+
+
+def blend(relevance: float, importance: float, days_since_access: float) -> float:
+    """The final score: 0.65 relevance + 0.20 importance + 0.15 recency (all in [0, 1])."""
+    return (
+        W_RELEVANCE * relevance
+        + W_IMPORTANCE * min(1.0, max(0.0, importance))
+        + W_RECENCY * recency(days_since_access)
+    )
+
+
+# ---------------------------------------------------------------- query terms
+_WORD_RE = re.compile(
+    r"[0-9a-z\u00c0-\u024f]+"
+    r"|[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+"
+)
+_CJK_RE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]")
+STOPWORDS = frozenset(
+    """a about after again all also am an and any are as at be been before being but by can
+    could did do does doing done for from get got had has have having he her here hers him
+    his how i if in into is it its just know like me mine more most my no nor not now of off
+    on once one only or our ours out over own remember same she should so some such tell
+    than that the their theirs them then there these they this those to too under until up
+    us very was we were what when where which while who whom why will with would you your
+    yours""".split()
+)
+CJK_SPLIT = re.compile(
+    "|".join(
+        sorted(
+            """为什么 什么 怎么 怎样 哪里 哪儿 哪个 哪些 哪天 几点 几号 何时
+            多少 有没有 是不是 还是 一下 请问
+            吗 呢 吧 的 了 是 呀 啊 么 和 与 及 或""".split(),
+            key=len,
+            reverse=True,
+        )
+    )
+)
+"""Chinese question words and particles: a query's Chinese runs are cut at these"""
+CJK_STOP = frozenset("我们 你们 他们 她们 一个 这个 那个 这些 那些 时候 知道 告诉 记得".split())
+"""bigrams too common to search for"""
+
+
+def _stem(word: str) -> str:
+    """A light English stem, so a trigram phrase matches inflected forms as a substring."""
+    w = word
+    if w.endswith("ies") and len(w) > 4:
+        w = w[:-3] + "y"
+    elif w.endswith(("sses", "xes", "ches", "shes")):
+        w = w[:-2]
+    elif w.endswith("s") and not w.endswith(("ss", "us", "is")) and len(w) > 3:
+        w = w[:-1]
+    elif w.endswith("ing") and len(w) >= 6:
+        w = w[:-3]
+    elif w.endswith("ed") and len(w) >= 5:
+        w = w[:-2]
+    if len(w) >= 7:
+        w = w[:-2]
+    return w
+
+
+def query_terms(query: str) -> tuple[list[str], list[str]]:
+    """``(trigram terms, short terms)`` of a query.
+
+    Trigram terms (≥ 3 characters) go to FTS5 ``MATCH`` as phrases, OR-ed. Short terms are
+    substrings of 1–2 characters that the trigram index cannot match: the bigrams of Chinese
+    (Japanese, Korean) runs, and — only when the query has nothing longer — short words.
+    """
+    long_terms: list[str] = []
+    short_terms: list[str] = []
+    latin_short: list[str] = []
+
+    def add(bucket: list[str], term: str) -> None:
+        if term not in bucket:
+            bucket.append(term)
+
+    for run in _WORD_RE.findall(query.lower()):
+        if _CJK_RE.match(run):
+            for part in CJK_SPLIT.split(run):
+                for i in range(len(part) - 2):
+                    add(long_terms, part[i : i + 3])
+                for i in range(len(part) - 1):
+                    if part[i : i + 2] not in CJK_STOP:
+                        add(short_terms, part[i : i + 2])
+                if len(part) == 1:
+                    add(latin_short, part)  # a lone character: only if nothing else
+        elif run in STOPWORDS:
+            continue
+        elif len(run) >= 3:
+            stem = _stem(run)
+            add(long_terms, stem if len(stem) >= 3 else run)
+        else:
+            add(latin_short, run)
+    if not long_terms and not short_terms:
+        short_terms = latin_short
+    return long_terms, short_terms
+
+
+def _fts_phrase(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+def _like_pattern(term: str) -> str:
+    return "%" + term.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+# ---------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Hit:
+    """One recalled item with the numbers behind its place."""
+
+    item_id: str
+    text: str
+    score: float
+    relevance: float
+    fts_rank: int | None
+    vec_rank: int | None
+    importance: float
+    sensitivity: str
+    sources: tuple[Source, ...]
+    created_ms: int
+    last_access_ms: int
+    stale: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.item_id,
+            "text": self.text,
+            "score": round(self.score, 6),
+            "relevance": round(self.relevance, 6),
+            "fts_rank": self.fts_rank,
+            "vec_rank": self.vec_rank,
+            "importance": self.importance,
+            "sensitivity": self.sensitivity,
+            "sources": [list(s) for s in self.sources],
+            "created_ms": self.created_ms,
+            "last_access_ms": self.last_access_ms,
+            "stale": self.stale,
+        }
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One item to index (``upsert_many``)."""
+
+    item_id: str
+    text: str
+    sensitivity: str
+    sources: tuple[Source, ...] | list[Source]
+    importance: float = DEFAULT_IMPORTANCE
+    created_ms: int = 0
+
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS items(
+    rid INTEGER PRIMARY KEY,
+    item_id TEXT NOT NULL UNIQUE,
+    text TEXT NOT NULL,
+    sensitivity TEXT NOT NULL,
+    sources TEXT NOT NULL,
+    importance REAL NOT NULL,
+    created_ms INTEGER NOT NULL,
+    last_access_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS items_last_access ON items(last_access_ms);
+CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
+    text, content='', contentless_delete=1, tokenize='trigram remove_diacritics 1'
+);
+"""
+
+
+class MemoryIndex:
+    """The recall index over one database file. Implements ``hub.memory.index_api.IndexHook``.
+
+    Thread-safe (one lock around the connection). The embedder is loaded on first use, so
+    opening the index to remove items never loads the model.
+    """
+
+    def __init__(
+        self,
+        path: Path | str,
+        *,
+        embedder: Embedder | None = None,
+        clock: Callable[[], int] = now_ms,
+        is_live: LiveFilter | None = None,
+        dim: int | None = None,
+    ) -> None:
+        self.path = Path(path)
+        self._embedder = embedder
+        self._clock = clock
+        self.is_live = is_live
+        self._lock = threading.RLock()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._conn = apsw.Connection(str(self.path))
+        self._conn.setbusytimeout(10_000)
+        self._load_vec()
+        self._conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes on a new file
+        self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        self._conn.execute("PRAGMA secure_delete=ON").fetchall()
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        with self._conn:
+            self._conn.execute(_SCHEMA)
+            self.dim, self.model_id = self._check_model(dim)
+            self._conn.execute(
+                "CREATE VIRTUAL TABLE IF NOT EXISTS items_vec USING vec0("
+                f"embedding float[{self.dim}] distance_metric=cosine, last_access_ms integer)"
+            )
+
+    @classmethod
+    def for_home(cls, home: Path | str, **kwargs: Any) -> MemoryIndex:
+        return cls(Path(home) / DB_NAME, **kwargs)
+
+    def _load_vec(self) -> None:
+        import sqlite_vec
+
+        self._conn.enable_load_extension(True)
+        self._conn.load_extension(sqlite_vec.loadable_path())
+        self._conn.enable_load_extension(False)
+
+    def _check_model(self, dim: int | None) -> tuple[int, str]:
+        row = {str(k): str(v) for k, v in self._conn.execute("SELECT key, value FROM meta")}
+        if "dim" in row:
+            have_dim, have_model = int(row["dim"]), str(row["model"])
+            if self._embedder is not None and (
+                self._embedder.dim != have_dim or self._embedder.model_id != have_model
+            ):
+                raise RecallError(
+                    "recall.invalid",
+                    field="model",
+                    reason=f"{self.path} was built with {have_model} ({have_dim}-d), "
+                    f"not {self._embedder.model_id}",
+                )
+            return have_dim, have_model
+        if self._embedder is not None:
+            new_dim, new_model = self._embedder.dim, self._embedder.model_id
+        else:
+            from models.embed import DIM, MODEL_ID
+
+            new_dim, new_model = dim or DIM, MODEL_ID
+        self._conn.executemany(
+            "INSERT INTO meta(key, value) VALUES(?, ?)",
+            [("dim", str(new_dim)), ("model", new_model)],
+        )
+        return new_dim, new_model
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from models.embed import shared_embedder
+
+            self._embedder = shared_embedder()
+            if self._embedder.model_id != self.model_id:
+                raise RecallError(
+                    "recall.invalid",
+                    field="model",
+                    reason=f"{self.path} was built with {self.model_id}",
+                )
+        return self._embedder
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> MemoryIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ writes
+    def upsert(
+        self,
+        item_id: str,
+        text: str,
+        *,
+        sensitivity: str,
+        sources: list[tuple[str, str]],
+        importance: float,
+        created_ms: int,
+    ) -> None:
+        """Insert or replace one item's text, embedding and metadata (one transaction)."""
+        self.upsert_many([Entry(item_id, text, sensitivity, list(sources), importance, created_ms)])
+
+    def upsert_many(self, entries: Sequence[Entry], vectors: Vectors | None = None) -> None:
+        """Insert or replace several items in one transaction, embedding them in batches.
+
+        ``vectors`` (unit rows, same order) skips the embedder: for re-indexing and benches.
+        A re-indexed item keeps its last access time.
+        """
+        if not entries:
+            return
+        for e in entries:
+            self._validate(e)
+        if vectors is None:
+            vectors = self.embedder.embed([e.text for e in entries])
+        if vectors.shape != (len(entries), self.dim):
+            raise RecallError(
+                "recall.invalid", field="vectors", reason=f"shape {vectors.shape} for {self.dim}-d"
+            )
+        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+        with self._lock, self._conn:
+            cur = self._conn.cursor()
+            for e, vec in zip(entries, vectors, strict=True):
+                row = cur.execute(
+                    "SELECT rid, last_access_ms FROM items WHERE item_id = ?", (e.item_id,)
+                ).fetchone()
+                sources_json = json.dumps([list(s) for s in e.sources], ensure_ascii=False)
+                if row is None:
+                    last_access = e.created_ms
+                    cur.execute(
+                        "INSERT INTO items(item_id, text, sensitivity, sources, importance,"
+                        " created_ms, last_access_ms) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            e.item_id,
+                            e.text,
+                            e.sensitivity,
+                            sources_json,
+                            float(e.importance),
+                            e.created_ms,
+                            last_access,
+                        ),
+                    )
+                    rid = self._conn.last_insert_rowid()
+                else:
+                    rid, last_access = int(row[0]), int(row[1])
+                    cur.execute(
+                        "UPDATE items SET text = ?, sensitivity = ?, sources = ?, importance = ?,"
+                        " created_ms = ? WHERE rid = ?",
+                        (
+                            e.text,
+                            e.sensitivity,
+                            sources_json,
+                            float(e.importance),
+                            e.created_ms,
+                            rid,
+                        ),
+                    )
+                    cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
+                    cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
+                cur.execute("INSERT INTO items_fts(rowid, text) VALUES(?, ?)", (rid, e.text))
+                cur.execute(
+                    "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
+                    (rid, vec.tobytes(), last_access),
+                )
+
+    @staticmethod
+    def _validate(e: Entry) -> None:
+        if not isinstance(e.item_id, str) or not e.item_id:
+            raise RecallError(
+                "recall.invalid", field="item_id", reason="must be a non-empty string"
+            )
+        if not isinstance(e.text, str) or not e.text.strip():
+            raise RecallError("recall.invalid", field="text", reason=f"{e.item_id}: empty text")
+        if check_level(e.sensitivity) is None:
+            raise RecallError(
+                "recall.invalid", field="sensitivity", reason=f"{e.item_id}: {e.sensitivity!r}"
+            )
+        for s in e.sources:
+            if parse_source(s) is None:
+                raise RecallError("recall.invalid", field="sources", reason=f"{e.item_id}: {s!r}")
+        if not math.isfinite(float(e.importance)):
+            raise RecallError(
+                "recall.invalid", field="importance", reason=f"{e.item_id}: not finite"
+            )
+
+    def remove(self, item_ids: list[str]) -> list[str]:
+        """Delete these items' FTS rows, vectors and metadata; return the ids actually removed.
+
+        The bytes go too: the FTS segments are merged (a contentless FTS delete otherwise
+        leaves the old tokens in older segments), freed pages are dropped from the file, and
+        the write-ahead log is checkpointed and truncated.
+        """
+        removed: list[str] = []
+        with self._lock:
+            with self._conn:
+                cur = self._conn.cursor()
+                for item_id in dict.fromkeys(item_ids):
+                    row = cur.execute(
+                        "SELECT rid FROM items WHERE item_id = ?", (item_id,)
+                    ).fetchone()
+                    if row is None:
+                        continue
+                    rid = int(row[0])
+                    cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
+                    cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
+                    cur.execute("DELETE FROM items WHERE rid = ?", (rid,))
+                    removed.append(item_id)
+                if removed:
+                    cur.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
+            if removed:
+                self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return removed
+
+    # ------------------------------------------------------------ reads
+    def count(self, *, include_stale: bool = True) -> int:
+        with self._lock:
+            if include_stale:
+                return self._scalar("SELECT count(*) FROM items")
+            return self._scalar(
+                "SELECT count(*) FROM items WHERE last_access_ms >= ?", (self._cutoff(),)
+            )
+
+    def get(self, item_id: str) -> Hit | None:
+        with self._lock:
+            rows = self._rows_by_id([item_id])
+        row = rows.get(item_id)
+        return None if row is None else self._hit(row, 0.0, 0.0, None, None)
+
+    def ids(self) -> Iterator[str]:
+        with self._lock:
+            rows = self._conn.execute("SELECT item_id FROM items ORDER BY rid").fetchall()
+        for (item_id,) in rows:
+            yield str(item_id)
+
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        include_stale: bool = False,
+        touch: bool = True,
+        query_vector: Vectors | None = None,
+    ) -> list[Hit]:
+        """The ``k`` best items for ``query``: keyword and vector lists fused, then blended."""
+        self._check_k(k)
+        qvec = self._query_vector(query, query_vector)
+        with self._lock:
+            cutoff = None if include_stale else self._cutoff()
+            fts = self._fts_list(query, cutoff)
+            vec = self._vec_list(qvec, cutoff)
+            fused = rrf([fts, vec])
+            rows = self._rows_by_rid(list(fused))
+            live = self._live({rid: row[1] for rid, row in rows.items()})
+            fts_rank = {rid: i for i, rid in enumerate(fts)}
+            vec_rank = {rid: i for i, rid in enumerate(vec)}
+            max_rrf = 2.0 / RRF_K
+            now = self._clock()
+            hits = [
+                self._hit(
+                    rows[rid],
+                    None,
+                    score / max_rrf,
+                    fts_rank.get(rid),
+                    vec_rank.get(rid),
+                    now=now,
+                )
+                for rid, score in fused.items()
+                if rid in live
+            ]
+            hits.sort(key=lambda h: (-h.score, -h.relevance, h.item_id))
+            hits = hits[:k]
+            if touch and hits:
+                self._touch([h.item_id for h in hits], now)
+        return hits
+
+    def search_fts(self, query: str, k: int = 10, *, include_stale: bool = False) -> list[Hit]:
+        """The keyword list alone (its own order; no blending, no touch)."""
+        self._check_k(k)
+        with self._lock:
+            ranked = self._fts_list(query, None if include_stale else self._cutoff())
+            return self._single(ranked, k, fts=True)
+
+    def search_vec(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        include_stale: bool = False,
+        query_vector: Vectors | None = None,
+    ) -> list[Hit]:
+        """The vector list alone (its own order; no blending, no touch)."""
+        self._check_k(k)
+        qvec = self._query_vector(query, query_vector)
+        with self._lock:
+            ranked = self._vec_list(qvec, None if include_stale else self._cutoff())
+            return self._single(ranked, k, fts=False)
+
+    # ------------------------------------------------------------ internals
+    def _scalar(self, sql: str, args: tuple[Any, ...] = ()) -> int:
+        row = self._conn.execute(sql, args).fetchone()
+        return int(row[0]) if row is not None else 0
+
+    @staticmethod
+    def _check_k(k: int) -> None:
+        if not isinstance(k, int) or not 1 <= k <= LIST_LIMIT:
+            raise RecallError("recall.invalid", field="k", reason=f"{k!r}: must be 1..{LIST_LIMIT}")
+
+    def _query_vector(self, query: str, given: Vectors | None) -> Vectors:
+        if given is not None:
+            return np.ascontiguousarray(given, dtype=np.float32).reshape(self.dim)
+        return np.ascontiguousarray(self.embedder.embed([query])[0], dtype=np.float32)
+
+    def _cutoff(self) -> int:
+        return self._clock() - STALE_DAYS * DAY_MS
+
+    def _fts_list(self, query: str, cutoff: int | None) -> list[int]:
+        long_terms, short_terms = query_terms(query)
+        floor = cutoff if cutoff is not None else -(2**62)
+        ranked: list[int] = []
+        if long_terms:
+            expr = " OR ".join(_fts_phrase(t) for t in long_terms)
+            ranked = [
+                int(r[0])
+                for r in self._conn.execute(
+                    "SELECT items_fts.rowid FROM items_fts"
+                    " JOIN items ON items.rid = items_fts.rowid"
+                    " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
+                    " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT ?",
+                    (expr, floor, LIST_LIMIT),
+                )
+            ]
+        if short_terms and len(ranked) < LIST_LIMIT:
+            seen = set(ranked)
+            extra = [rid for rid in self._substring_list(short_terms, floor) if rid not in seen]
+            ranked.extend(extra[: LIST_LIMIT - len(ranked)])
+        return ranked
+
+    def _substring_list(self, terms: list[str], floor: int) -> list[int]:
+        """Items containing any of ``terms`` (1–2 characters), rarest matches first."""
+        where = " OR ".join("text LIKE ? ESCAPE '\\'" for _ in terms)
+        rows = self._conn.execute(
+            f"SELECT rid, text FROM items WHERE last_access_ms >= ? AND ({where})",
+            (floor, *(_like_pattern(t) for t in terms)),
+        ).fetchall()
+        if not rows:
+            return []
+        total = self._scalar("SELECT count(*) FROM items WHERE last_access_ms >= ?", (floor,))
+        lowered = [(int(str(rid)), str(text).lower()) for rid, text in rows]
+        df = {t: sum(1 for _, text in lowered if t in text) for t in terms}
+        idf = {t: math.log(1.0 + total / df[t]) for t in terms if df[t]}
+        scored = [(sum(idf[t] for t in idf if t in text), rid) for rid, text in lowered]
+        scored.sort(key=lambda s: (-s[0], -s[1]))
+        return [rid for _, rid in scored[:LIST_LIMIT]]
+
+    def _vec_list(self, qvec: Vectors, cutoff: int | None) -> list[int]:
+        if cutoff is None:
+            sql = "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance"
+            args: tuple[Any, ...] = (qvec.tobytes(), LIST_LIMIT)
+        else:
+            sql = (
+                "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ?"
+                " AND last_access_ms >= ? ORDER BY distance"
+            )
+            args = (qvec.tobytes(), LIST_LIMIT, cutoff)
+        return [int(r[0]) for r in self._conn.execute(sql, args)]
+
+    _COLUMNS = "rid, item_id, text, sensitivity, sources, importance, created_ms, last_access_ms"
+
+    def _rows_by_rid(self, rids: list[int]) -> dict[int, tuple[Any, ...]]:
+        out: dict[int, tuple[Any, ...]] = {}
+        for start in range(0, len(rids), 500):
+            chunk = rids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for row in self._conn.execute(
+                f"SELECT {self._COLUMNS} FROM items WHERE rid IN ({marks})", chunk
+            ):
+                out[int(row[0])] = tuple(row)
+        return out
+
+    def _rows_by_id(self, ids: list[str]) -> dict[str, tuple[Any, ...]]:
+        marks = ",".join("?" * len(ids))
+        return {
+            str(row[1]): tuple(row)
+            for row in self._conn.execute(
+                f"SELECT {self._COLUMNS} FROM items WHERE item_id IN ({marks})", ids
+            )
+        }
+
+    def _live(self, ids_by_rid: dict[int, str]) -> set[int]:
+        """The rids whose originals exist (a rid without a metadata row is never here)."""
+        if self.is_live is None:
+            return set(ids_by_rid)
+        live_ids = set(self.is_live(list(ids_by_rid.values())))
+        return {rid for rid, item_id in ids_by_rid.items() if item_id in live_ids}
+
+    def _single(self, ranked: list[int], k: int, *, fts: bool) -> list[Hit]:
+        rows = self._rows_by_rid(ranked)
+        live = self._live({rid: row[1] for rid, row in rows.items()})
+        hits: list[Hit] = []
+        for rank, rid in enumerate(ranked):
+            if rid not in live:
+                continue  # skipped, not back-filled: the list keeps its length
+            score = 1.0 / (RRF_K + rank)
+            hits.append(
+                self._hit(
+                    rows[rid],
+                    score,
+                    score * RRF_K,
+                    rank if fts else None,
+                    None if fts else rank,
+                )
+            )
+        return hits[:k]
+
+    def _hit(
+        self,
+        row: tuple[Any, ...],
+        score: float | None,
+        relevance: float,
+        fts_rank: int | None,
+        vec_rank: int | None,
+        *,
+        now: int | None = None,
+    ) -> Hit:
+        _, item_id, text, sensitivity, sources, importance, created, last_access = row
+        now = self._clock() if now is None else now
+        days = max(0.0, (now - int(last_access)) / DAY_MS)
+        parsed = [parse_source(s) for s in json.loads(sources)]
+        return Hit(
+            item_id=str(item_id),
+            text=str(text),
+            score=blend(relevance, float(importance), days) if score is None else score,
+            relevance=relevance,
+            fts_rank=fts_rank,
+            vec_rank=vec_rank,
+            importance=float(importance),
+            sensitivity=str(sensitivity),
+            sources=tuple(s for s in parsed if s is not None),
+            created_ms=int(created),
+            last_access_ms=int(last_access),
+            stale=int(last_access) < now - STALE_DAYS * DAY_MS,
+        )
+
+    def _touch(self, item_ids: list[str], now: int) -> None:
+        with self._conn:
+            rows = self._rows_by_id(item_ids)
+            for row in rows.values():
+                self._conn.execute(
+                    "UPDATE items SET last_access_ms = ? WHERE rid = ?", (now, row[0])
+                )
+                self._conn.execute(
+                    "UPDATE items_vec SET last_access_ms = ? WHERE rowid = ?", (now, row[0])
+                )
