@@ -447,6 +447,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.cli_gateway import add_commands
 
     add_commands(sub, command)
+    from hub.archive.cli import add_commands as add_archive_commands
+
+    add_archive_commands(sub, command)
     return p
 
 

@@ -1,0 +1,70 @@
+"""The archive's background upkeep: pack, repack, expire — one round every interval.
+
+An async context manager owning its task; each round runs in a thread (file and network
+I/O). A round packs at most ``max_packs`` packs (2 by default) so one round stays short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from hub.archive.archive import Archive, PackResult, ReleaseReport, RepackResult
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 60.0
+
+
+@dataclass
+class RoundReport:
+    packed: list[PackResult] = field(default_factory=list)
+    repacked: list[RepackResult] = field(default_factory=list)
+    released: ReleaseReport = field(default_factory=ReleaseReport)
+
+
+def run_round(archive: Archive, *, max_packs: int | None = 2) -> RoundReport:
+    """One upkeep round (blocking): pack what is due, repack deletions, expire hot copies."""
+    report = RoundReport()
+    report.packed = archive.pack(max_packs=max_packs)
+    report.repacked = archive.repack()
+    report.released = archive.expire()
+    return report
+
+
+class ArchiveMaintainer:
+    def __init__(
+        self, archive: Archive, *, interval_s: float = DEFAULT_INTERVAL_S, max_packs: int = 2
+    ) -> None:
+        self.archive = archive
+        self.interval_s = interval_s
+        self.max_packs = max_packs
+        self._tasks: TaskOwner | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> ArchiveMaintainer:
+        self._tasks = TaskOwner("archive-maintainer")
+        self._tasks.spawn(self._run(), "rounds")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._tasks is not None:
+            await self._tasks.close()
+            self._tasks = None
+
+    async def run_once(self) -> RoundReport:
+        async with self._lock:
+            return await asyncio.to_thread(run_round, self.archive, max_packs=self.max_packs)
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.run_once()
+            except Exception:
+                log.exception("archive upkeep round failed")
