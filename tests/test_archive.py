@@ -93,7 +93,8 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
         raw, wav = folder / f"{i}-raw.wav", folder / f"{i}.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), text], check=True)
         subprocess.run(
-            ["sox", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)], check=True
+            ["sox", "-q", "-G", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)],
+            check=True,
         )
         samples, rate = sf.read(wav, dtype="int16")
         assert rate == 16_000 and samples.ndim == 1 and len(samples) > 8_000
