@@ -450,6 +450,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.archive.cli import add_commands as add_archive_commands
 
     add_archive_commands(sub, command)
+    from hub.memory.cli import add_commands as add_memory_commands
+
+    add_memory_commands(sub, command)
     return p
 
 
