@@ -4,6 +4,7 @@ the test package ``probe`` for misbehaving servers)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -416,8 +417,6 @@ async def test_host_starts_lazily_and_reclaims_idle_servers(tmp_path: Path) -> N
         assert h.running() == [] and h.starts == 0
         await h.call("probe", "echo", {})
         assert h.running() == ["probe"] and h.starts == 1
-        import asyncio
-
         await asyncio.wait_for(h.ended("probe"), timeout=10)
         assert h.running() == [], "an idle server is reclaimed"
         out = await h.call("probe", "echo", {})
@@ -432,3 +431,78 @@ async def test_denied_card_is_cancelled(tmp_path: Path) -> None:
         assert ans.outcome == "denied" and done is not None and done.status == "cancelled"
         assert r.card_id and courier.updates[-1].state == consent_pb2.DENIED
         assert not (tmp_path / "package-state" / "notes.jsonl").exists()
+
+
+async def test_waiting_call_does_not_hold_up_the_rest_of_the_batch(tmp_path: Path) -> None:
+    """One call waits for the owner; the others of the same task run at once."""
+    courier = RecordingCourier()
+    async with gateway(tmp_path, "probe", courier=courier) as gw:
+        batch = [
+            call("probe", "save_note", {"title": "a", "text": "x"}, "c1"),
+            call("probe", "echo", {"text": "hi"}, "c2"),
+            call("probe", "mode", {"action": "read"}, "c3"),
+        ]
+        receipts = await asyncio.gather(*(gw.call(c, OWNER) for c in batch))
+        assert [r.status for r in receipts] == ["waiting", "succeeded", "succeeded"]
+        assert len(courier.shown) == 1
+
+
+async def test_observe_adds_missing_facts_until_they_are_delivered(tmp_path: Path) -> None:
+    async with gateway(tmp_path, "probe") as gw:
+        r = await gw.call(call("probe", "progress", {"step": 3}, "c1"), OWNER)
+        assert r.status == "succeeded" and r.new_facts and not r.said_facts
+        checked = await gw.observe("t1", "All done. It is at 50 %.")
+        assert any("50 %" in s for s, _ in checked.removed), checked
+        assert "done: 99 %." in checked.text
+        gw.delivered("t1", [r])
+        again = await gw.observe("t1", "Anything else?")
+        assert again.added == [] and again.text == "Anything else?"
+        r2 = await gw.call(call("probe", "progress", {"step": 3}, "c1"), OWNER)
+        assert r2.said_facts and not r2.new_facts
+
+
+async def test_first_send_memory_is_per_owner_recipient_and_task_type(tmp_path: Path) -> None:
+    async with gateway(tmp_path) as gw:
+        c = gw.consent
+        c.remember_send("owner", "Ann@Example.org", "email")
+        assert not c.required(
+            "send", owner_requested=True, owner="owner", target="ann@example.org", task_type="email"
+        )
+        assert c.required(
+            "send",
+            owner_requested=True,
+            owner="owner",
+            target="ann@example.org",
+            task_type="invoice",
+        )
+        assert c.required(
+            "send",
+            owner_requested=True,
+            owner="guest2",
+            target="ann@example.org",
+            task_type="email",
+        )
+        assert c.required(
+            "send",
+            owner_requested=False,
+            owner="owner",
+            target="ann@example.org",
+            task_type="email",
+        )
+        assert not c.required(
+            "observe", owner_requested=False, owner="owner", target="", task_type="x"
+        )
+
+
+async def test_dedicated_host_gives_each_task_its_own_server(tmp_path: Path) -> None:
+    from hub.capabilities.host import PackageHost
+    from hub.capabilities.manifest import load
+    from tests.gateway_kit import PACKAGES
+
+    m = load(PACKAGES["probe"])
+    m = replace(m, runtime=replace(m.runtime, host="dedicated"))
+    async with PackageHost({"probe": m}, env_for=lambda *_: {"YIMI_STATE_DIR": str(tmp_path)}) as h:
+        await h.call("probe", "echo", {}, task_id="a")
+        await h.call("probe", "echo", {}, task_id="a")
+        await h.call("probe", "echo", {}, task_id="b")
+        assert h.starts == 2
