@@ -619,3 +619,82 @@ def test_cli_status_pack_verify(tmp_path: Path, capsys: pytest.CaptureFixture[st
     assert "FAILED" in capsys.readouterr().out
     assert main(["archive", "status", "--home", str(tmp_path / "nohome")]) == 1
     assert "no home" in capsys.readouterr().err
+
+
+def test_unreachable_webdav_keeps_hot_copies_without_failing_the_pack(
+    tmp_path: Path, dav: DavServer
+) -> None:
+    clock = Clock()
+    target = WebDavTarget(dav.url("packs"), username="yimi", password="s3cret")
+    with make_archive(tmp_path, clock, target=target) as archive:
+        stored = archive.store([NewObject("event", b"ev-%d" % i, "s", "t", i) for i in range(3)])
+        clock.advance(61)
+        [result] = archive.pack()
+        assert result.ok
+        dav.stop()  # the NAS is down when the retention comes
+        clock.advance(2 * DAY_S)
+        released = archive.expire()
+        assert released.hot_deleted == 0 and released.packs_failed == [result.pack_id]
+        assert archive.packs()[0]["state"] == VERIFIED  # unknown, not failed: nothing re-packed
+        assert len(hot_files(archive)) == 3
+        # back on line (same files, new port): re-verified, then the hot copies go
+        again = DavServer(dav.root)
+        try:
+            archive.target = WebDavTarget(again.url("packs"), username="yimi", password="s3cret")
+            assert archive.expire().hot_deleted == 3
+            for i, r in enumerate(stored):
+                assert r.object_id and archive.read(r.object_id) == b"ev-%d" % i
+        finally:
+            again.stop()
+
+
+def test_oversized_metadata_is_not_stored_and_others_are(tmp_path: Path) -> None:
+    clock = Clock()
+    with make_archive(tmp_path, clock) as archive:
+        ok, big = archive.store(
+            [
+                NewObject("event", b"fine", "s", "t", 0),
+                NewObject("event", b"x", "s", "t", 0, {"blob": "a" * 5000}),
+            ]
+        )
+        assert ok.stored and not big.stored and "metadata over" in big.reason
+        assert [o.id for o in archive.objects()] == [ok.object_id]
+
+
+def test_settings_file(tmp_path: Path) -> None:
+    from hub.archive.settings import ArchiveSettings, open_archive
+
+    (tmp_path / "archive.yaml").write_text(
+        "hot_retention_days: 3\nreserve_inodes: 1000\nemergency_reclaim: false\n"
+        f"cold_target: {tmp_path / 'nas'}\n"
+    )
+    s = ArchiveSettings.load(tmp_path)
+    assert (s.hot_retention_days, s.reserve_inodes, s.emergency_reclaim) == (3.0, 1000, False)
+    with open_archive(tmp_path) as archive:
+        assert archive.retention_s == 3 * DAY_S and archive.policy.reserve_inodes == 1000
+        assert archive.target.describe() == str(tmp_path / "nas")
+    (tmp_path / "archive.yaml").write_text("reserve_byte: 5\n")
+    with pytest.raises(ArchiveError, match="unknown keys reserve_byte"):
+        ArchiveSettings.load(tmp_path)
+    (tmp_path / "archive.yaml").write_text("emergency_reclaim: maybe\n")
+    with pytest.raises(ArchiveError, match="not true or false"):
+        ArchiveSettings.load(tmp_path)
+
+
+async def test_maintainer_round(tmp_path: Path) -> None:
+    from hub.archive.maintainer import ArchiveMaintainer
+
+    clock = Clock()
+    with make_archive(tmp_path, clock) as archive:
+        [kept, gone] = archive.store([NewObject("event", b"k" * 100, "s", "t", i) for i in (0, 1)])
+        clock.advance(61)
+        async with ArchiveMaintainer(archive, interval_s=3600) as upkeep:
+            first = await upkeep.run_once()
+            assert [p.objects for p in first.packed] == [2] and first.released.hot_deleted == 0
+            assert gone.object_id
+            archive.delete(gone.object_id)
+            clock.advance(2 * DAY_S)
+            second = await upkeep.run_once()
+        assert [(r.kept, r.purged) for r in second.repacked] == [(1, 1)]
+        assert second.released.hot_deleted == 1
+        assert kept.object_id and archive.read(kept.object_id) == b"k" * 100

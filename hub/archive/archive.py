@@ -37,7 +37,7 @@ import apsw
 
 from hub.archive import pack as fmt
 from hub.archive.admission import AdmissionPolicy, Decision, DiskReader, disk_space
-from hub.archive.errors import ArchiveError
+from hub.archive.errors import ArchiveError, TargetUnavailable
 from hub.archive.targets import ColdTarget, DirectoryTarget
 from sync.store import open_db, transaction
 
@@ -49,6 +49,11 @@ DEFAULT_RETENTION_S = 2 * DAY_S
 DEFAULT_PACK_AFTER_S = 600.0
 DEFAULT_PACK_TARGET_BYTES = 8 << 20
 PACK_SUFFIX = ".l5p"
+MAX_OBJECT_BYTES = fmt.MAX_DECODED_BYTES
+MAX_META_BYTES = 4096
+HEADER_BUDGET = 768 << 10
+"""Estimated JSON header bytes a pack may take (the hard limit is 1 MiB)."""
+CHUNK_ENTRY_BYTES = 320
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS objects (
@@ -295,20 +300,31 @@ class Archive:
     def store(self, objects: Sequence[NewObject]) -> list[WriteResult]:
         """Write ``objects`` hot as one batch, after disk admission (reclaim and re-check
         once if refused). Every result says whether that object was stored."""
-        if not objects:
-            return []
-        for o in objects:
+        results: list[WriteResult | None] = [None] * len(objects)
+        admissible: list[int] = []
+        for i, o in enumerate(objects):
             if o.kind not in KINDS:
                 raise ValueError(f"unknown archive kind {o.kind!r}")
-        total = sum(len(o.data) for o in objects)
-        decision = self.admit(total)
-        if not decision.ok:
-            log.info("admission refused %d bytes (%s): reclaiming", total, decision.reason)
-            freed = self.reclaim(total)
+            problem = _object_problem(o)
+            if problem:
+                results[i] = self._refuse([o], problem, ReleaseReport())[0]
+            else:
+                admissible.append(i)
+        batch = [objects[i] for i in admissible]
+        if batch:
+            total = sum(len(o.data) for o in batch)
+            freed = ReleaseReport()
             decision = self.admit(total)
             if not decision.ok:
-                return self._refuse(objects, decision.reason, freed)
-        return self._write(objects)
+                log.info("admission refused %d bytes (%s): reclaiming", total, decision.reason)
+                freed = self.reclaim(total)
+                decision = self.admit(total)
+            written = (
+                self._write(batch) if decision.ok else self._refuse(batch, decision.reason, freed)
+            )
+            for i, r in zip(admissible, written, strict=True):
+                results[i] = r
+        return [r for r in results if r is not None]
 
     def _refuse(
         self, objects: Sequence[NewObject], reason: str, freed: ReleaseReport
@@ -468,14 +484,19 @@ class Archive:
                 " ORDER BY stored_ms, rowid",
                 (cutoff,),
             )
+            header = 0
             for row in cursor:
                 size = row[5]
+                entry = CHUNK_ENTRY_BYTES + len(row[2]) + len(row[3]) + len(row[7])
                 if chosen and (
-                    total + size > self.pack_target_bytes or len(chosen) >= fmt.MAX_CHUNKS
+                    total + size > self.pack_target_bytes
+                    or len(chosen) >= fmt.MAX_CHUNKS
+                    or header + entry > HEADER_BUDGET
                 ):
                     break
                 chosen.append(row)
                 total += size
+                header += entry
         return chosen
 
     def _pack_one(self, batch: Sequence[tuple[Any, ...]]) -> PackResult:
@@ -521,7 +542,7 @@ class Archive:
             if ok:
                 self.db.executemany(
                     "UPDATE objects SET pack_id = ?, codec = ?, chunk_offset = ?,"
-                    " chunk_size = ? WHERE id = ?",
+                    " chunk_size = ?, purged_ms = NULL WHERE id = ?",
                     [
                         (pack_id, c.codec, header.data_start + c.offset, c.size, c.object_id)
                         for c in header.chunks
@@ -539,9 +560,11 @@ class Archive:
         return PackResult(pack_id, ok, len(header.chunks), header.decoded_size, len(blob), problems)
 
     def _mark_damaged(self, object_id: str, problem: str) -> None:
-        log.error("archived object %s: %s", object_id, problem)
         with self._lock, transaction(self.db):
+            if self._scalar("SELECT deleted_ms FROM objects WHERE id = ?", object_id) is not None:
+                return  # deleted while being packed: nothing is damaged
             self.db.execute("UPDATE objects SET problem = ? WHERE id = ?", (problem, object_id))
+        log.error("archived object %s: %s", object_id, problem)
 
     def packs(self) -> list[dict[str, Any]]:
         with self._lock:
@@ -567,6 +590,9 @@ class Archive:
         name, sha, _state = self._pack_row(pack_id)
         try:
             report = fmt.verify(self.target.get(name), name=pack_id, expect_sha256=sha)
+        except TargetUnavailable as exc:
+            log.warning("cold pack %s not verified: %s; its hot copies are kept", pack_id, exc)
+            return fmt.VerifyReport(pack_id, False, problems=(str(exc),))
         except ArchiveError as exc:
             report = fmt.VerifyReport(pack_id, False, problems=(str(exc),))
         if report.ok:
@@ -706,7 +732,13 @@ class Archive:
 
     def _repack_one(self, old: str) -> RepackResult:
         name, sha, _state = self._pack_row(old)
-        blob = self.target.get(name)
+        try:
+            blob = self.target.get(name)
+        except TargetUnavailable as exc:
+            return RepackResult(old, None, 0, 0, False, str(exc))
+        except ArchiveError as exc:
+            self._pack_failed(old, str(exc))
+            return RepackResult(old, None, 0, 0, False, str(exc))
         report = fmt.verify(blob, name=old, expect_sha256=sha)
         if not report.ok:
             self._pack_failed(old, "; ".join(report.problems))
@@ -792,6 +824,14 @@ class Archive:
         for p in self.hot.rglob("*"):
             if p.is_file() and not p.name.startswith("."):
                 yield p
+
+
+def _object_problem(o: NewObject) -> str:
+    if len(o.data) > MAX_OBJECT_BYTES:
+        return f"larger than {MAX_OBJECT_BYTES >> 20} MiB"
+    if len(json.dumps(o.meta)) + len(o.source) + len(o.trace_id) > MAX_META_BYTES:
+        return f"metadata over {MAX_META_BYTES} bytes"
+    return ""
 
 
 def _info(row: Sequence[Any]) -> ObjectInfo:

@@ -14,7 +14,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,22 +49,40 @@ class ArchiveSettings:
             data = yaml.safe_load(path.read_text()) or {}
             if not isinstance(data, dict):
                 raise ValueError("not a mapping")
-            known = {f.name: f for f in fields(cls)}
-            unknown = sorted(set(data) - set(known))
+            unknown = sorted(set(data) - set(_CONVERT))
             if unknown:
-                raise ValueError(f"unknown keys {', '.join(unknown)}")
-            values: dict[str, Any] = {}
-            for k, v in data.items():
-                default = getattr(cls(), k)
-                if v is None or isinstance(default, str | None) or default is None:
-                    values[k] = None if v is None else str(v)
-                elif isinstance(default, bool):
-                    values[k] = bool(v)
-                else:
-                    values[k] = type(default)(v)
+                raise ValueError(f"unknown keys {', '.join(map(str, unknown))}")
+            values: dict[str, Any] = {k: _CONVERT[k](v) for k, v in data.items() if v is not None}
             return cls(**values)
         except (OSError, ValueError, TypeError, yaml.YAMLError) as exc:
             raise ArchiveError("archive.config", path=path, reason=str(exc)) from exc
+
+
+def _as_bool(v: Any) -> bool:
+    if isinstance(v, bool):
+        return v
+    raise ValueError(f"{v!r} is not true or false")
+
+
+def _as_number(kind: type[int] | type[float]) -> Any:
+    def convert(v: Any) -> int | float:
+        if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
+            raise ValueError(f"{v!r} is not a non-negative number")
+        return kind(v)
+
+    return convert
+
+
+_CONVERT: dict[str, Any] = {
+    "cold_target": str,
+    "webdav_user": str,
+    "hot_retention_days": _as_number(float),
+    "pack_after_s": _as_number(float),
+    "pack_target_mib": _as_number(float),
+    "reserve_bytes": _as_number(int),
+    "reserve_inodes": _as_number(int),
+    "emergency_reclaim": _as_bool,
+}
 
 
 def home_target(home: Path, settings: ArchiveSettings, override: str | None = None) -> ColdTarget:

@@ -16,7 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import Protocol
 
-from hub.archive.errors import ArchiveError
+from hub.archive.errors import ArchiveError, TargetUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -68,18 +68,24 @@ class DirectoryTarget:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            raise ArchiveError("archive.target", target=self.describe(), reason=str(exc)) from exc
+            raise TargetUnavailable(
+                "archive.target", target=self.describe(), reason=str(exc)
+            ) from exc
         fd = os.open(self.root, os.O_RDONLY)
         try:
             os.fsync(fd)
         finally:
             os.close(fd)
 
+    def _failed(self, exc: OSError) -> ArchiveError:
+        cls = ArchiveError if isinstance(exc, FileNotFoundError) else TargetUnavailable
+        return cls("archive.target", target=self.describe(), reason=str(exc))
+
     def get(self, name: str) -> bytes:
         try:
             return self._path(name).read_bytes()
         except OSError as exc:
-            raise ArchiveError("archive.target", target=self.describe(), reason=str(exc)) from exc
+            raise self._failed(exc) from exc
 
     def get_range(self, name: str, offset: int, length: int) -> bytes:
         try:
@@ -87,7 +93,7 @@ class DirectoryTarget:
                 f.seek(offset)
                 return f.read(length)
         except OSError as exc:
-            raise ArchiveError("archive.target", target=self.describe(), reason=str(exc)) from exc
+            raise self._failed(exc) from exc
 
     def delete(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -149,11 +155,13 @@ class WebDavTarget:
             exc.close()
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
-            raise ArchiveError(
+            raise TargetUnavailable(
                 "archive.target", target=self.describe(), reason=f"{method} failed: {reason}"
             ) from exc
         if status not in ok:
-            raise ArchiveError(
+            # a missing pack is a fact about the pack; anything else is about the server
+            cls = ArchiveError if status in (404, 410) else TargetUnavailable
+            raise cls(
                 "archive.target",
                 target=self.describe(),
                 reason=f"{method} {urllib.parse.urlsplit(url).path} answered HTTP {status}",
