@@ -496,7 +496,9 @@ def test_pack_limits(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------ WebDAV
-def test_webdav_upload_verify_download(tmp_path: Path, speech: list[bytes], dav: DavServer) -> None:
+def test_webdav_upload_verify_download(
+    tmp_path: Path, speech: list[bytes], dav: DavServer, caplog: pytest.LogCaptureFixture
+) -> None:
     clock = Clock()
     target = WebDavTarget(dav.url("yimi/packs"), username="yimi", password="s3cret")
     with make_archive(tmp_path, clock, target=target) as archive:
@@ -517,6 +519,7 @@ def test_webdav_upload_verify_download(tmp_path: Path, speech: list[bytes], dav:
         c = header.chunks[2]
         part = target.get_range(f"{result.pack_id}.l5p", header.data_start + c.offset, c.size)
         assert len(part) == c.size and fmt.decode(c.codec, part) == speech[1]
+        assert "ignored a range request" not in caplog.text  # HTTP 206 every time
         # a flipped byte on the server fails verification
         blob = bytearray(on_server.read_bytes())
         blob[-3] ^= 0xFF
