@@ -69,7 +69,7 @@ def speech_clips(folder: Path, voices: list[tuple[str, str]]) -> list[tuple[str,
         raw, wav = folder / f"{i}-raw.wav", folder / f"{i}.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), text], check=True)
         subprocess.run(
-            ["sox", "-q", "-G", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)],
+            ["sox", "-q", "-G", "-D", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)],
             check=True,
         )
         samples, rate = sf.read(wav, dtype="int16")
@@ -181,6 +181,8 @@ def end_to_end(folder: Path, items: list[fmt.PackInput]) -> tuple[float, float, 
 
 def run(quick: bool) -> None:
     print("\n== L5 cold archive ==")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} CPUs, load average {load} (1, 5, 15 min) at start")
     missing = [t for t in ("espeak-ng", "sox") if shutil.which(t) is None]
     if missing:
         print(f"skipped: {', '.join(missing)} not installed (scripts/setup installs them)")
@@ -215,7 +217,7 @@ def run(quick: bool) -> None:
         print(f"{'pack of':<34} {'objects':>8} {'decoded':>10} {'packed':>10}"
               f" {'pack MB/s':>10} {'verify MB/s':>12}")  # fmt: skip
         for label, items in (
-            ("speech audio (FLAC chunks)", audio),
+            ("speech + noise floor (FLAC chunks)", audio),
             ("events + images (gzip-1 chunks)", other),
         ):
             p, v, decoded, size = pack_verify(items, repeat)

@@ -93,7 +93,7 @@ def speech(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
         raw, wav = folder / f"{i}-raw.wav", folder / f"{i}.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-w", str(raw), text], check=True)
         subprocess.run(
-            ["sox", "-q", "-G", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)],
+            ["sox", "-q", "-G", "-D", str(raw), "-r", "16000", "-c", "1", "-b", "16", str(wav)],
             check=True,
         )
         samples, rate = sf.read(wav, dtype="int16")
