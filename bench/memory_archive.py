@@ -10,7 +10,8 @@ Run alone with ``.venv/bin/python bench/memory_archive.py [--quick]`` or as part
    checked bit-exact. Synthetic speech is cleaner than a microphone's, so a second set of
    rows adds a ±3 LSB noise floor to the same speech.
 2. **pack / verify** — ``build_pack`` over about 8 MiB of objects (the usual pack size):
-   speech audio (FLAC chunks) and, separately, events and images (gzip-1 chunks).
+   speech audio with the noise floor (FLAC chunks) and, separately, events and images
+   (gzip-1 chunks).
    *pack MB/s* = decoded bytes / time to encode and lay out the pack;
    *verify MB/s* = decoded bytes / time to parse, decode every chunk and check every
    SHA-256 (what runs after each upload and before deleting hot copies).
