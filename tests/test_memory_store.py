@@ -531,3 +531,40 @@ def test_deletions_are_reapplied_after_restore(tmp_path: Path, index: RecordingI
     # re-applying twice deletes nothing more
     assert reapply_deletions(db).empty
     assert deletion_log_path(db).exists()
+
+
+def test_real_index_loses_a_deleted_sources_embedding(tmp_path: Path) -> None:
+    from hub.memory.index import MemoryIndex
+
+    index = MemoryIndex(tmp_path / "memory_index.db")
+    store = AssertionStore.open(tmp_path / "memory.db", index=index)
+    index.is_live = store.live
+    try:
+        store.register_source(("mail", "m-7"), "medium")
+        store.commit(
+            "appt",
+            0,
+            subject="owner",
+            predicate="has_appointment",
+            value="dentist at 3pm on friday",
+            sources=[("mail", "m-7")],
+        )
+        emb = DerivedStore(store).record(
+            "embedding", "dentist appointment on friday afternoon", [("mail", "m-7")]
+        )
+        fact(store, "tea", "green tea every morning")
+        before = {h.item_id for h in index.search_vec("dentist appointment", k=5)}
+        assert {"assertion:appt", f"derived:{emb.id}"} <= before
+        assert index.get(f"derived:{emb.id}").sensitivity == "medium"  # type: ignore[union-attr]
+
+        report = store.forget_source(("mail", "m-7"))
+
+        assert sorted(report.index_entries) == sorted(["assertion:appt", f"derived:{emb.id}"])
+        after = [h.item_id for h in index.search_vec("dentist appointment", k=5)]
+        assert after == ["assertion:tea"]
+        assert index.search_fts("dentist") == [] and index.count() == 1
+        blob = b"".join(p.read_bytes() for p in tmp_path.glob("memory*"))
+        assert b"dentist" not in blob
+    finally:
+        store.close()
+        index.close()

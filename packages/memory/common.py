@@ -1,0 +1,377 @@
+"""Shared by the memory server and its fake: the four tools and their receipts.
+
+Both servers serve the same tools over an :class:`~hub.memory.assertions.AssertionStore`;
+they differ only in where the store lives and how ``recall`` searches (the real server: the
+home's recall index, FTS5 + vectors; the fake: a word-overlap scan of its own store).
+
+Content gate: assertion text reaches the model only if the model may see it. With
+``YIMI_MODEL_LOCATION=cloud`` (the default, the safe assumption) only ``low`` items whose
+every source is on ``YIMI_CLOUD_SOURCES`` (``kind:id,kind:id``) are shown; others are
+counted as withheld, their ids and versions still given so a commit can name them.
+``YIMI_MODEL_LOCATION=local`` shows everything.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hub.memory.assertions import AssertionStore
+from hub.memory.errors import Conflict, MemoryStoreError
+from hub.memory.models import ASSERTION_ITEM, Assertion, ForgetReport
+from hub.memory.sensitivity import Source, cloud_eligible, format_source, parse_source
+
+MAX_K = 20
+ERROR_CODES = {
+    "memory.forgotten": "FORGOTTEN",
+    "memory.unknown": "NOT_FOUND",
+    "memory.invalid": "INVALID",
+    "memory.dependency": "BAD_DEPENDENCY",
+    "memory.request_reused": "REQUEST_REUSED",
+}
+
+
+def receipt(
+    status: str,
+    *,
+    effects: list[dict[str, Any]] | None = None,
+    values: list[dict[str, Any]] | None = None,
+    unknowns: list[str] | None = None,
+    error: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "receipt_version": 1,
+        "status": status,
+        "effects": effects or [],
+        "values": values or [],
+        "unknowns": unknowns or [],
+    }
+    if error is not None:
+        out["error"] = {"code": error[0], "message": error[1]}
+    return out
+
+
+def failed(exc: MemoryStoreError) -> dict[str, Any]:
+    return receipt("failed", error=(ERROR_CODES.get(exc.key, "FAILED"), str(exc)))
+
+
+def memory_home() -> Path:
+    """``YIMI_MEMORY_HOME``, else the home that holds this package's state directory
+    (``HOME/package-state/memory``), else the state directory itself (contract runs)."""
+    explicit = os.environ.get("YIMI_MEMORY_HOME")
+    if explicit:
+        return Path(explicit)
+    state = Path(os.environ.get("YIMI_STATE_DIR", ".")).resolve()
+    if state.parent.name == "package-state":
+        return state.parent.parent
+    return state
+
+
+@dataclass(frozen=True)
+class Gate:
+    """What may be shown to the model that will read the receipt."""
+
+    local: bool
+    allowed: frozenset[Source]
+
+    @classmethod
+    def from_env(cls) -> Gate:
+        location = os.environ.get("YIMI_MODEL_LOCATION", "cloud").strip().lower()
+        allowed = {
+            s
+            for s in (
+                parse_source(x.strip()) for x in os.environ.get("YIMI_CLOUD_SOURCES", "").split(",")
+            )
+            if s is not None
+        }
+        return cls(location == "local", frozenset(allowed))
+
+    def shows(self, item: Any) -> bool:
+        return self.local or cloud_eligible(item, self.allowed)
+
+
+@dataclass(frozen=True)
+class Found:
+    """One recall hit: an index item (``assertion:<id>``, ``derived:<id>``, …)."""
+
+    item_id: str
+    text: str
+    sensitivity: str
+    sources: tuple[Source, ...]
+    score: float
+
+
+Search = Callable[[AssertionStore, str, int, bool], list[Found]]
+
+
+class Tools:
+    """The tool bodies; one lock, so one call at a time touches the store's connection."""
+
+    def __init__(self, open_store: Callable[[], AssertionStore], search: Search) -> None:
+        self._open_store = open_store
+        self._store: AssertionStore | None = None
+        self._search = search
+        self._lock = threading.Lock()
+        self.gate = Gate.from_env()
+
+    @property
+    def store(self) -> AssertionStore:
+        if self._store is None:
+            self._store = self._open_store()
+        return self._store
+
+    # ------------------------------------------------------------------ observe
+    def recall(self, query: str, k: int = 5, include_stale: bool = False) -> dict[str, Any]:
+        if not isinstance(query, str) or not query.strip():
+            return receipt("failed", error=("INVALID", "query: say what to recall"))
+        k = max(1, min(MAX_K, int(k)))
+        with self._lock:
+            hits = self._search(self.store, query, k, include_stale)
+            effects, withheld = [], 0
+            for hit in hits:
+                fields: dict[str, Any] = {"sensitivity": hit.sensitivity, "score": hit.score}
+                if hit.item_id.startswith(ASSERTION_ITEM):
+                    found = self.store.find(hit.item_id[len(ASSERTION_ITEM) :])
+                    if found is None or found.status == "forgotten":
+                        continue
+                    fields |= {"id": found.id, "version": found.version, "status": found.status}
+                if self.gate.shows(hit):
+                    fields["text"] = hit.text
+                else:
+                    withheld += 1
+                effects.append(
+                    {
+                        "kind": "memory.recalled",
+                        "state": "verified",
+                        "target": hit.item_id,
+                        "fields": fields,
+                    }
+                )
+        values = [{"name": "memories recalled", "value": len(effects) - withheld, "unit": "items"}]
+        unknowns = []
+        if withheld:
+            values.append(
+                {"name": "memories withheld from a cloud model", "value": withheld, "unit": "items"}
+            )
+            unknowns.append(
+                f"{withheld} recalled memories are too sensitive for a cloud model: "
+                "their text was not shown"
+            )
+        return receipt("succeeded", effects=effects, values=values, unknowns=unknowns)
+
+    def show(self, id: str) -> dict[str, Any]:
+        with self._lock:
+            try:
+                a = self.store.get(id)
+            except MemoryStoreError as exc:
+                return failed(exc)
+            return receipt(
+                "succeeded", effects=[self._assertion_effect(a)], unknowns=self._withheld(a)
+            )
+
+    def _assertion_effect(self, a: Assertion) -> dict[str, Any]:
+        fields: dict[str, Any] = {
+            "id": a.id,
+            "version": a.version,
+            "status": a.status,
+            "sensitivity": a.sensitivity,
+            "depends_on": ", ".join(f"{d}@{v}" for d, v in a.head.depends_on),
+        }
+        if a.status != "forgotten" and self.gate.shows(a):
+            fields |= {
+                "subject": a.head.subject,
+                "predicate": a.head.predicate,
+                "value": a.head.value,
+                "sources": ", ".join(format_source(s) for s in a.sources),
+            }
+        return {"kind": "memory.assertion", "state": "verified", "target": a.id, "fields": fields}
+
+    def _withheld(self, a: Assertion) -> list[str]:
+        if a.status != "forgotten" and not self.gate.shows(a):
+            return [f"{a.id} is {a.sensitivity}: its content is not shown to a cloud model"]
+        return []
+
+    # ------------------------------------------------------------------ owner_data
+    def commit(
+        self,
+        subject: str,
+        predicate: str,
+        value: Any,
+        id: str = "",
+        expected_version: int = 0,
+        sources: Sequence[str] = (),
+        depends_on: Sequence[str] = (),
+        sensitivity: str = "medium",
+        confidence: float = 1.0,
+        importance: float = 0.5,
+        idempotency_key: str = "",
+    ) -> dict[str, Any]:
+        deps = []
+        for d in depends_on:
+            ident, sep, version = str(d).rpartition("@")
+            if not sep or not version.isdigit():
+                return receipt("failed", error=("INVALID", f"depends_on: {d!r} is not ID@VERSION"))
+            deps.append((ident, int(version)))
+        with self._lock:
+            try:
+                r = self.store.commit(
+                    id or None,
+                    int(expected_version),
+                    subject=subject,
+                    predicate=predicate,
+                    value=value,
+                    confidence=confidence,
+                    sources=list(sources),
+                    sensitivity=sensitivity,
+                    depends_on=deps,
+                    importance=importance,
+                    request_id=idempotency_key or None,
+                )
+            except Conflict as exc:
+                return receipt(
+                    "failed",
+                    error=("CONFLICT", str(exc)),
+                    values=[{"name": "current version", "value": exc.current, "unit": "version"}],
+                )
+            except MemoryStoreError as exc:
+                return failed(exc)
+        effects = [
+            {
+                "kind": "memory.committed",
+                "state": "verified",
+                "target": r.id,
+                "fields": {
+                    "id": r.id,
+                    "version": r.version,
+                    "status": r.status,
+                    "sensitivity": r.sensitivity,
+                },
+            }
+        ]
+        effects += [
+            {"kind": "memory.needs_reevaluation", "state": "verified", "target": m, "fields": {}}
+            for m in r.marked
+        ]
+        return receipt(
+            "succeeded",
+            effects=effects,
+            values=[{"name": "version", "value": r.version, "unit": "version"}],
+        )
+
+    # ------------------------------------------------------------------ delete
+    def forget(self, id: str) -> dict[str, Any]:
+        with self._lock:
+            try:
+                report = self.store.forget(id)
+            except MemoryStoreError as exc:
+                return failed(exc)
+        return forget_receipt(report)
+
+
+def forget_receipt(report: ForgetReport) -> dict[str, Any]:
+    """Exactly what was deleted, one effect per thing; nothing claimed beyond it."""
+    effects: list[dict[str, Any]] = []
+
+    def add(kind: str, target: str, **fields: Any) -> None:
+        effects.append({"kind": kind, "state": "verified", "target": target, "fields": fields})
+
+    for aid, versions in sorted(report.assertions.items()):
+        add("memory.forgotten", aid, versions=", ".join(f"v{v}" for v in versions))
+    for aid, versions in sorted(report.versions.items()):
+        add("memory.versions_erased", aid, versions=", ".join(f"v{v}" for v in versions))
+    for d in report.derived:
+        add("memory.derived_deleted", d)
+    for d in report.rederive:
+        add("memory.derived_erased", d)
+    for entry in report.index_entries:
+        add("memory.index_entry_removed", entry)
+    deleted = len(report.assertions) + len(report.derived) + len(report.rederive)
+    values = [{"name": "items deleted", "value": deleted, "unit": "items"}]
+    if report.index_error:
+        return receipt(
+            "partial",
+            effects=effects,
+            values=values,
+            unknowns=[f"recall index entries were not confirmed removed: {report.index_error}"],
+        )
+    return receipt("succeeded", effects=effects, values=values)
+
+
+def overlap_search(store: AssertionStore, query: str, k: int, include_stale: bool) -> list[Found]:
+    """A scan for the fake: assertions ranked by how many query words (or CJK characters)
+    their sentence shares. ``include_stale`` has no meaning here."""
+    words = {w for w in query.lower().split() if len(w) > 1}
+    chars = {c for c in query if ord(c) > 0x2E80}
+    scored = []
+    for a in store.current():
+        text = a.head.sentence
+        low = text.lower()
+        score = sum(1 for w in words if w in low) + sum(1 for c in chars if c in text)
+        if score:
+            scored.append((-score, a.id, a, text))
+    scored.sort(key=lambda t: (t[0], t[1]))
+    return [
+        Found(f"{ASSERTION_ITEM}{a.id}", text, a.sensitivity, a.sources, float(-s))
+        for s, _, a, text in scored[:k]
+    ]
+
+
+def register(mcp: Any, tools: Tools) -> None:
+    """Serve ``tools`` on ``mcp`` (an ``MCPServer``) under the manifest's tool names."""
+
+    @mcp.tool()
+    def recall(query: str, k: int = 5, include_stale: bool = False) -> dict[str, Any]:
+        """Recall memories about the query (keywords and meaning; Chinese works too).
+
+        Returns the best k items with id, version, status and, if this model may see it,
+        the text. Items unused for 30 days are left out unless include_stale is true."""
+        return tools.recall(query, k, include_stale)
+
+    @mcp.tool()
+    def show(id: str) -> dict[str, Any]:
+        """One assertion as it stands: version, status (current, needs_reevaluation,
+        forgotten), sensitivity, dependencies and, if this model may see it, its content."""
+        return tools.show(id)
+
+    @mcp.tool()
+    def commit(
+        subject: str,
+        predicate: str,
+        value: str,
+        id: str = "",
+        expected_version: int = 0,
+        sources: list[str] | None = None,
+        depends_on: list[str] | None = None,
+        sensitivity: str = "medium",
+        confidence: float = 1.0,
+        importance: float = 0.5,
+        idempotency_key: str = "",
+    ) -> dict[str, Any]:
+        """Remember a fact: subject, predicate (lower-case, e.g. food.preference), value.
+
+        To change a fact, pass its id and the version you read (expected_version); a
+        CONFLICT means it changed meanwhile: show it again and decide. A new fact has no id
+        and expected_version 0. sources: "kind:id" strings; depends_on: "id@version"."""
+        return tools.commit(
+            subject,
+            predicate,
+            value,
+            id,
+            expected_version,
+            sources or [],
+            depends_on or [],
+            sensitivity,
+            confidence,
+            importance,
+            idempotency_key,
+        )
+
+    @mcp.tool()
+    def forget(id: str) -> dict[str, Any]:
+        """Forget a fact for real: every version, and everything derived from it. The
+        receipt lists exactly what was deleted; nothing else was."""
+        return tools.forget(id)

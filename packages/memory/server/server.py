@@ -1,0 +1,45 @@
+"""memory: the hub's L3 assertions as an MCP stdio server (the real backend).
+
+It opens the home's memory (``HOME/memory.db``, the recall index ``HOME/memory_index.db``
+and the L2 profile files in ``HOME/profile/``), the same files ``yimi memory`` uses.
+``recall`` searches the recall index (keywords fused with vectors); forgotten items are
+skipped.
+
+Environment (set by the hub from the package's settings): ``YIMI_MEMORY_HOME`` (default:
+the home holding ``YIMI_STATE_DIR``), ``YIMI_MODEL_LOCATION`` (``cloud`` — the default —
+or ``local``), ``YIMI_CLOUD_SOURCES`` (``kind:id,…`` allowed to reach a cloud model).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from mcp.server.mcpserver import MCPServer
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import Found, Tools, memory_home, register
+
+from hub.memory.assertions import AssertionStore
+from hub.memory.home import open_memory
+
+
+def _open() -> AssertionStore:
+    return open_memory(memory_home())
+
+
+def _search(store: AssertionStore, query: str, k: int, include_stale: bool) -> list[Found]:
+    index = store.index
+    if index is None or not hasattr(index, "search"):
+        return []
+    return [
+        Found(h.item_id, h.text, h.sensitivity, tuple(h.sources), round(h.score, 4))
+        for h in index.search(query, k, include_stale=include_stale)
+    ]
+
+
+mcp = MCPServer("memory")
+register(mcp, Tools(_open, _search))
+
+if __name__ == "__main__":
+    mcp.run("stdio")
