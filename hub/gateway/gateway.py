@@ -425,7 +425,7 @@ class Gateway:
         return replace(r, summary=factsmod.summary(r))
 
     async def _store(self, task_id: str, call_id: str, r: Receipt, trace_id: str) -> Receipt:
-        stored, fresh = self.ledger.record_receipt(task_id, call_id, r)
+        stored, fresh = self.ledger.record_receipt(task_id, call_id, r, factsmod.fact_map([r]))
         if fresh:
             self.audit.append(
                 "receipt",
@@ -435,7 +435,7 @@ class Gateway:
         return stored
 
     def _facts(self, r: Receipt) -> Receipt:
-        new, said = self.ledger.split_facts(r.task_id, factsmod.fact_map([r]))
+        new, said = self.ledger.fact_states(r.task_id, list(factsmod.fact_map([r])))
         return replace(r, new_facts=tuple(new), said_facts=tuple(said))
 
     # ------------------------------------------------------------------ receipt

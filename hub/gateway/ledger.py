@@ -211,8 +211,11 @@ class Ledger:
         assert row is not None
         return row
 
-    def record_receipt(self, task_id: str, call_id: str, receipt: Receipt) -> tuple[Receipt, bool]:
-        """Store the receipt of a decided call. Returns (stored receipt, fresh).
+    def record_receipt(
+        self, task_id: str, call_id: str, receipt: Receipt, facts: dict[str, str] | None = None
+    ) -> tuple[Receipt, bool]:
+        """Store the receipt of a decided call (and its facts, id → text, in the same
+        transaction). Returns (stored receipt, fresh).
 
         Same content → the stored record (not fresh); a higher revision replaces it;
         anything else is a conflict."""
@@ -227,6 +230,11 @@ class Ledger:
                 row = r
             if row is None:
                 raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
+            for fact_id, text in (facts or {}).items():
+                self.db.execute(
+                    "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
+                    (task_id, fact_id, text),
+                )
             stored, stored_fp, revision = row
             if stored is not None:
                 if stored_fp == fp:
@@ -322,6 +330,16 @@ class Ledger:
                 ):
                     (said if said_ms is not None else new).append(fact_id)
         return new, said
+
+    def fact_states(self, task_id: str, fact_ids: list[str]) -> tuple[list[str], list[str]]:
+        """(new ids, already said ids) among recorded facts; a read, no write."""
+        said = {
+            str(f)
+            for (f,) in self.db.execute(
+                "SELECT fact_id FROM facts WHERE task_id=? AND said_ms IS NOT NULL", (task_id,)
+            )
+        }
+        return [f for f in fact_ids if f not in said], [f for f in fact_ids if f in said]
 
     def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
         """Only ACKed facts count as said: call this when the reply's delivery is ACKed."""
