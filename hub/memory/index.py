@@ -29,6 +29,7 @@ import math
 import re
 import threading
 import time
+import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,6 +45,13 @@ from hub.memory.sensitivity import Source, check_level, parse_source
 DB_NAME = "memory_index.db"
 RRF_K = 60
 LIST_LIMIT = 100
+MIN_COSINE = 0.25
+"""the vector list's floor below its first k: about the 95th percentile of cosine similarity
+between unrelated English sentences under MiniLM (mean 0.08, sd 0.10). Without it the list is
+always 100 deep, and on a small memory that is most of it: every keyword hit would also be a
+vector hit, and RRF would rank any item in both lists above the best vector-only answer."""
+FTS_CANDIDATES = 4 * LIST_LIMIT
+"""trigram hits read to re-check terms at word starts before the keyword list is cut"""
 W_RELEVANCE, W_IMPORTANCE, W_RECENCY = 0.65, 0.20, 0.15
 DECAY_PER_DAY = 0.95
 STALE_DAYS = 30
@@ -188,6 +196,19 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
     if not long_terms and not short_terms:
         short_terms = latin_short
     return long_terms, short_terms
+
+
+def _fold(text: str) -> str:
+    """Lower case without diacritics (as the trigram tokenizer's ``remove_diacritics``)."""
+    decomposed = unicodedata.normalize("NFKD", text.lower())
+    return "".join(c for c in decomposed if not unicodedata.combining(c))
+
+
+def _term_pattern(term: str) -> re.Pattern[str]:
+    """A query term as found in folded text: English at a word start, CJK anywhere."""
+    if _CJK_RE.match(term):
+        return re.compile(re.escape(term))
+    return re.compile(r"(?<![0-9a-z])" + re.escape(term))
 
 
 def _fts_phrase(term: str) -> str:
@@ -523,7 +544,7 @@ class MemoryIndex:
         with self._lock:
             cutoff = None if include_stale else self._cutoff()
             fts = self._fts_list(query, cutoff)
-            vec = self._vec_list(qvec, cutoff)
+            vec = self._vec_list(qvec, cutoff, k)
             fused = rrf([fts, vec])
             rows = self._rows_by_rid(list(fused))
             live = self._live({rid: row[1] for rid, row in rows.items()})
@@ -568,7 +589,7 @@ class MemoryIndex:
         self._check_k(k)
         qvec = self._query_vector(query, query_vector)
         with self._lock:
-            ranked = self._vec_list(qvec, None if include_stale else self._cutoff())
+            ranked = self._vec_list(qvec, None if include_stale else self._cutoff(), k)
             return self._single(ranked, k, fts=False)
 
     # ------------------------------------------------------------ internals
@@ -590,21 +611,32 @@ class MemoryIndex:
         return self._clock() - STALE_DAYS * DAY_MS
 
     def _fts_list(self, query: str, cutoff: int | None) -> list[int]:
+        """The keyword list: items holding the most query terms first, then by bm25.
+
+        The trigram index finds substrings; an English term must also start a word in the
+        item ("eat" matches "eats", not "great"), as a stemmed word index would behave.
+        """
         long_terms, short_terms = query_terms(query)
         floor = cutoff if cutoff is not None else -(2**62)
         ranked: list[int] = []
         if long_terms:
             expr = " OR ".join(_fts_phrase(t) for t in long_terms)
-            ranked = [
-                int(r[0])
-                for r in self._conn.execute(
-                    "SELECT items_fts.rowid FROM items_fts"
-                    " JOIN items ON items.rid = items_fts.rowid"
-                    " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
-                    " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT ?",
-                    (expr, floor, LIST_LIMIT),
-                )
-            ]
+            rows = self._conn.execute(
+                "SELECT items_fts.rowid, items.text FROM items_fts"
+                " JOIN items ON items.rid = items_fts.rowid"
+                " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
+                " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT ?",
+                (expr, floor, FTS_CANDIDATES),
+            ).fetchall()
+            patterns = [_term_pattern(t) for t in long_terms]
+            scored: list[tuple[int, int, int]] = []
+            for order, (rid, text) in enumerate(rows):
+                folded = _fold(str(text))
+                matched = sum(1 for pattern in patterns if pattern.search(folded))
+                if matched:
+                    scored.append((-matched, order, int(str(rid))))
+            scored.sort()
+            ranked = [rid for _, _, rid in scored[:LIST_LIMIT]]
         if short_terms and len(ranked) < LIST_LIMIT:
             seen = set(ranked)
             extra = [rid for rid in self._substring_list(short_terms, floor) if rid not in seen]
@@ -628,17 +660,30 @@ class MemoryIndex:
         scored.sort(key=lambda s: (-s[0], -s[1]))
         return [rid for _, rid in scored[:LIST_LIMIT]]
 
-    def _vec_list(self, qvec: Vectors, cutoff: int | None) -> list[int]:
+    def _vec_list(self, qvec: Vectors, cutoff: int | None, k: int) -> list[int]:
+        """The vector list: nearest by cosine, at most 100.
+
+        The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
+        only at cosine ≥ ``MIN_COSINE``.
+        """
         if cutoff is None:
-            sql = "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ? ORDER BY distance"
+            sql = (
+                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
+                " ORDER BY distance"
+            )
             args: tuple[Any, ...] = (qvec.tobytes(), LIST_LIMIT)
         else:
             sql = (
-                "SELECT rowid FROM items_vec WHERE embedding MATCH ? AND k = ?"
+                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
                 " AND last_access_ms >= ? ORDER BY distance"
             )
             args = (qvec.tobytes(), LIST_LIMIT, cutoff)
-        return [int(r[0]) for r in self._conn.execute(sql, args)]
+        max_distance = 1.0 - MIN_COSINE
+        return [
+            int(str(rid))
+            for rank, (rid, distance) in enumerate(self._conn.execute(sql, args))
+            if rank < k or float(str(distance)) <= max_distance
+        ]
 
     _COLUMNS = "rid, item_id, text, sensitivity, sources, importance, created_ms, last_access_ms"
 
