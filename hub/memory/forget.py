@@ -140,6 +140,11 @@ def plan(conn: apsw.Connection, roots: Roots) -> Plan:
     queue: list[Source] = []
 
     for aid, versions in roots.versions.items():
+        head = conn.execute("SELECT head FROM assertion WHERE id=?", (aid,)).fetchone()
+        if head is not None and int(head[0]) in versions:
+            # a restored copy whose head is an erased version: nothing of it may stay
+            queue.append(("assertion", aid))
+            continue
         erasable = [
             int(r[0])
             for r in conn.execute(
