@@ -506,3 +506,17 @@ async def test_dedicated_host_gives_each_task_its_own_server(tmp_path: Path) -> 
         await h.call("probe", "echo", {}, task_id="a")
         await h.call("probe", "echo", {}, task_id="b")
         assert h.starts == 2
+
+
+async def test_an_existing_mcp_server_is_wrapped_by_a_manifest_alone(tmp_path: Path) -> None:
+    """No receipts from a third-party server: its text reaches the model as output, but it
+    states no fact — the call is ``unknown`` (not a valid receipt)."""
+    from hub.gateway import open_gateway
+    from tests.gateway_kit import REPO
+
+    async with open_gateway(tmp_path, packages=[REPO / "tests" / "packages" / "wrapped"]) as gw:
+        r = await gw.call(call("weather", "forecast", {"city": "Lisbon"}, "c1"), OWNER)
+        assert r.status == "unknown" and INVALID_RECEIPT in r.violations
+        assert r.output == "Lisbon: sunny, 24 °C"
+        checked = check_reply("Tomorrow in Lisbon: sunny, 24 °C.", [r])
+        assert not checked.removed, "untrusted output is not a fact, nor a contradiction"

@@ -38,6 +38,7 @@ from hub.gateway.consent import Answer, Card, ConsentAuthority
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import Ledger
 from hub.gateway.receipts import (
+    MAX_OUTPUT,
     Next,
     Receipt,
     canonical,
@@ -469,7 +470,7 @@ class Gateway:
         if spec.long_running:
             revision = max(revision, raw.revision)
         r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
-        r = self._stamp(r, call, decision, revision)
+        r = replace(self._stamp(r, call, decision, revision), output=outcome.text[:MAX_OUTPUT])
         stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id)
         if stored.status in ("unknown", "partial") and spec.check_with:
             self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)

@@ -50,6 +50,8 @@ RETRY_ORDER = ("safe", "after_check", "forbidden")
 UNCERTAIN_ERRORS = frozenset({"TIMEOUT", "DISCONNECTED"})
 MAX_ITEMS = 64
 MAX_TEXT = 2000
+MAX_OUTPUT = 16_000
+"""characters of a tool's text output kept on its receipt"""
 
 # violation codes recorded on receipts (and in the audit log)
 SELF_CONTRADICTION = "self_contradiction"
@@ -103,6 +105,8 @@ class Receipt:
     target: str = ""
     summary: str = ""
     card_id: str = ""
+    output: str = ""
+    """the tool's own text output, bounded: untrusted content for the model, never a fact"""
     new_facts: tuple[str, ...] = ()
     said_facts: tuple[str, ...] = ()
 
@@ -144,6 +148,7 @@ class Receipt:
                 "target",
                 "summary",
                 "card_id",
+                "output",
                 "new_facts",
                 "said_facts",
             )
