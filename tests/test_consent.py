@@ -173,3 +173,22 @@ async def test_expiry_sweep_cancels_waiting_calls(tmp_path: Path) -> None:
         assert [c.status for c in cancelled] == ["cancelled"]
         assert courier.updates[-1].state == consent_pb2.EXPIRED
         assert [x.status for x in gw.ledger.task_receipts("t1")] == ["cancelled"]
+
+
+async def test_a_late_answer_cancels_only_its_own_card_once(tmp_path: Path) -> None:
+    courier, phone = RecordingCourier(), Phone()
+    async with gateway(tmp_path, "probe", courier=courier) as gw:
+        await gw.call(call("probe", "save_note", {"title": "a", "text": "x"}, "c1", "t1"), OWNER)
+        await gw.call(call("probe", "save_note", {"title": "b", "text": "y"}, "c2", "t2"), OWNER)
+        late, other = courier.shown
+        gw.consent.db.execute("UPDATE cards SET expires_ms=1 WHERE card_id=?", (late.card_id,))
+        stale = gw.consent.card(late.card_id)
+        assert stale is not None
+        ans, r = await phone.answer(gw, phone.sign(stale))
+        assert ans.reason == "card expired" and r is not None and r.status == "cancelled"
+        ans, r = await phone.answer(gw, phone.sign(stale))
+        assert ans.reason == "card already expired" and r is None
+        still = gw.consent.card(other.card_id)
+        assert still is not None and still.state == "pending"
+        ans, done = await phone.answer(gw, phone.sign(still))
+        assert ans.outcome == "approved" and done is not None and done.status == "succeeded"

@@ -36,6 +36,8 @@ CARD_TTL_S = 15 * 60
 """seconds a card waits for the owner before it expires"""
 PREVIEW_CHARS = 600
 MAX_APPROVAL_BYTES = 4096
+EXPIRED_NOW = "card expired"
+"""the refusal reason of the answer that found its card just expired (the call is cancelled)"""
 CARD_EFFECTS_IF_UNASKED = frozenset({"owner_data", "account", "delete", "physical", "self_change"})
 
 _CARD_COLS = (
@@ -284,8 +286,15 @@ class ConsentAuthority:
         if card.state != "pending":
             return Answer("refused", f"card already {card.state}", card)
         if t > card.expires_ms:
-            self.expire_due(t)
-            return Answer("refused", "card expired", self.card(card.card_id))
+            with transaction(self.db):
+                self.db.execute(
+                    "UPDATE cards SET state='expired', reason='expired', answered_ms=? "
+                    "WHERE card_id=? AND state='pending'",
+                    (t, card.card_id),
+                )
+                expired_now = self.db.changes() == 1
+            reason = EXPIRED_NOW if expired_now else "card already expired"
+            return Answer("refused", reason, self.card(card.card_id))
         if body.action_hash != card.action_hash:
             return Answer("refused", "the approval is for another action (changed content)", card)
         if body.expires_ms != card.expires_ms or body.nonce != card.nonce:

@@ -34,7 +34,7 @@ from hub.capabilities.host import PackageHost, ToolOutcome
 from hub.capabilities.manifest import Manifest, ToolSpec
 from hub.gateway import facts as factsmod
 from hub.gateway.audit import AuditLog
-from hub.gateway.consent import Answer, Card, ConsentAuthority
+from hub.gateway.consent import EXPIRED_NOW, Answer, Card, ConsentAuthority
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import Ledger
 from hub.gateway.receipts import (
@@ -198,7 +198,7 @@ class Gateway:
         return "confirm", why
 
     def _gate_physical(self, g: _Gate) -> GateResult:
-        if g.target.split(".", 1)[0] == "lock" or "lock" in g.target.split(".")[:1]:
+        if g.target.split(".", 1)[0] == "lock":
             return "block", "locks are read-only"
         return self._gate_consent(g)
 
@@ -533,7 +533,7 @@ class Gateway:
             return ans, None
         if ans.outcome == "refused":
             receipt = None
-            if card.state == "expired":
+            if ans.reason == EXPIRED_NOW:
                 receipt = await self._cancel(card, "expired", "the card expired", trace_id)
             else:
                 await self._update(card, consent_pb2.REFUSED, ans.reason)
