@@ -571,6 +571,8 @@ class Gateway:
             problem = "the package is not available"
         elif spec.effect_for(card.args) != card.effect:
             problem = "the action changed"
+        elif ctx.scope not in (spec.scopes if spec.scopes is not None else m.scopes):
+            problem = f"scope {ctx.scope!r} may no longer use {m.name}.{spec.name}"
         else:
             for row in self.ledger.same_action(card.task_id, card.action_hash.hex(), card.call_id):
                 if spec.retry == "forbidden" and row.status in ("succeeded", "partial", None):
