@@ -314,6 +314,13 @@ class MemoryIndex:
         self._conn.execute("PRAGMA journal_mode=WAL").fetchall()
         self._conn.execute("PRAGMA secure_delete=ON").fetchall()
         self._conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            self._create(dim)
+        except BaseException:
+            self._conn.close()
+            raise
+
+    def _create(self, dim: int | None) -> None:
         with self._conn:
             self._conn.execute(_SCHEMA)
             self.dim, self.model_id = self._check_model(dim)
