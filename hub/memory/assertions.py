@@ -550,6 +550,11 @@ class AssertionStore:
                 "INSERT INTO dependency(id, version, on_id, on_version) VALUES (?,?,?,?)",
                 (aid, version, dep_id, dep_version),
             )
+        for source_kind, source_id in sources:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO assertion_source(kind, source_id, id) VALUES (?,?,?)",
+                (source_kind, source_id, aid),
+            )
         correction: forgetting.Plan | None = None
         report = ForgetReport()
         if erase_previous and head:

@@ -115,9 +115,7 @@ def _citing(conn: apsw.Connection, source: Source) -> tuple[list[str], list[str]
     assertions = [
         str(r[0])
         for r in conn.execute(
-            "SELECT DISTINCT v.id FROM version v, json_each(v.sources) j "
-            "WHERE v.sources IS NOT NULL AND json_extract(j.value, '$[0]')=? "
-            "AND json_extract(j.value, '$[1]')=? ORDER BY v.id",
+            "SELECT id FROM assertion_source WHERE kind=? AND source_id=? ORDER BY id",
             source,
         )
     ]
@@ -272,6 +270,7 @@ def execute(conn: apsw.Connection, p: Plan, at_ms: int) -> ForgetReport:
             "UPDATE assertion SET status='forgotten', updated_ms=? WHERE id=?", (at_ms, aid)
         )
         conn.execute("DELETE FROM dependency WHERE id=?", (aid,))
+        conn.execute("DELETE FROM assertion_source WHERE id=?", (aid,))
         conn.execute("DELETE FROM request WHERE id=?", (aid,))
         report.assertions[aid] = had_payload
     for d in p.derived_delete:

@@ -5,6 +5,7 @@
 - ``version``: every version's payload (subject, predicate, value, sources, …); the
   payload columns are NULL once erased.
 - ``dependency``: a version depends on a specific version of another assertion.
+- ``assertion_source``: which assertions (any version) name which source, for the walk.
 - ``request``: commit receipts by request id (idempotent retries).
 - ``derived`` / ``derived_source``: derived items (summaries, snippets, embeddings,
   contexts) and the sources they came from.
@@ -57,6 +58,13 @@ CREATE TABLE IF NOT EXISTS dependency (
     PRIMARY KEY (id, version, on_id)
 );
 CREATE INDEX IF NOT EXISTS dependency_on ON dependency(on_id);
+CREATE TABLE IF NOT EXISTS assertion_source (
+    kind TEXT NOT NULL,
+    source_id TEXT NOT NULL,
+    id TEXT NOT NULL,
+    PRIMARY KEY (kind, source_id, id)
+);
+CREATE INDEX IF NOT EXISTS assertion_source_id ON assertion_source(id);
 CREATE TABLE IF NOT EXISTS request (
     request_id TEXT PRIMARY KEY,
     id TEXT NOT NULL,
