@@ -3,18 +3,21 @@ verification, in-process and through ``yimi audit verify``."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from nacl.signing import SigningKey
 
-from hub.gateway.audit import AuditLog, records, verify
+from hub.gateway.audit import GENESIS, AuditLog, record_hash, records, verify
+from hub.gateway.receipts import canonical
 from tests.mesh_harness import env
 
 
-def make_log(directory: Path, n: int = 6) -> Path:
-    log = AuditLog(directory, durable=False)
+def make_log(directory: Path, n: int = 6, signer: SigningKey | None = None) -> Path:
+    log = AuditLog(directory, durable=False, signer=signer)
     for i in range(n):
         log.append(
             "decision" if i % 2 else "receipt",
@@ -78,26 +81,50 @@ def _yimi(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_recomputed_chain_fails_against_the_signed_head(tmp_path: Path) -> None:
+    """A writer who edits a record and re-computes every hash after it still cannot sign
+    the new head."""
+    key = SigningKey.generate()
+    path = make_log(tmp_path, signer=key)
+    assert verify(tmp_path, bytes(key.verify_key)).ok
+    recs = [json.loads(x) for x in path.read_bytes().splitlines()]
+    recs[1]["data"]["status"] = "failed"
+    prev = GENESIS
+    for r in recs:
+        r["prev"] = prev
+        r["hash"] = prev = record_hash(r)
+    path.write_bytes(b"".join(canonical(r) + b"\n" for r in recs))
+    head = json.loads((tmp_path / "audit.head").read_text())
+    head["hash"] = prev
+    (tmp_path / "audit.head").write_text(json.dumps(head))
+    assert verify(tmp_path).ok, "without the key the forgery is consistent"
+    v = verify(tmp_path, bytes(key.verify_key))
+    assert not v.ok and "not signed by the hub" in v.problem
+    assert not verify(tmp_path, bytes(SigningKey.generate().verify_key)).ok
+
+
 def test_yimi_audit_verify_and_show(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    path = make_log(home / "gateway" / "audit")
+    key = SigningKey.generate()
+    home.mkdir()
+    (home / "home.yaml").write_text(f"hub_sign_pk: {bytes(key.verify_key).hex()}\n")
+    path = make_log(home / "gateway" / "audit", signer=key)
     ok = _yimi("audit", "verify", "--home", str(home))
     assert ok.returncode == 0 and "6 records" in ok.stdout, ok.stderr
+    assert "head signed by the hub" in ok.stdout
     shown = _yimi("audit", "show", "--home", str(home))
     assert shown.returncode == 0 and len(shown.stdout.splitlines()) == 6
     assert "trace-5" in shown.stdout
-    data = bytearray(path.read_bytes())
+    original = path.read_bytes()
+    data = bytearray(original)
     data[len(data) // 2] ^= 0x20
     path.write_bytes(bytes(data))
     bad = _yimi("audit", "verify", "--home", str(home))
     assert bad.returncode == 1 and "fails verification" in bad.stderr, bad.stderr
-    lines = path.read_bytes().splitlines(keepends=True)
-    make_log(home / "gateway" / "audit2")
-    good = (home / "gateway" / "audit2" / "audit.jsonl").read_bytes().splitlines(keepends=True)
-    path.write_bytes(b"".join(good[:3] + good[4:]))  # a record removed from the middle
-    (home / "gateway" / "audit" / "audit.head").write_bytes(
-        (home / "gateway" / "audit2" / "audit.head").read_bytes()
-    )
+    lines = original.splitlines(keepends=True)
+    path.write_bytes(b"".join(lines[:3] + lines[4:]))  # a record removed from the middle
     gone = _yimi("audit", "verify", "--home", str(home))
     assert gone.returncode == 1 and "line 4" in gone.stderr, gone.stderr
-    assert lines  # (the damaged copy was replaced wholesale above)
+    path.write_bytes(b"".join(lines[:-1]))  # the last record removed
+    tail = _yimi("audit", "verify", "--home", str(home))
+    assert tail.returncode == 1 and "head" in tail.stderr, tail.stderr

@@ -37,6 +37,8 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from nacl.signing import SigningKey
+
 from hub.capabilities.host import EnvFor, PackageHost
 from hub.capabilities.manifest import Manifest, load
 from hub.gateway.audit import AuditLog
@@ -73,6 +75,7 @@ async def open_gateway(
     env_for: EnvFor | None = None,
     courier: Courier | None = None,
     durable: bool = True,
+    audit_signer: SigningKey | None = None,
 ) -> AsyncIterator[Gateway]:
     """A gateway with its ledger (``state_dir/gateway.db``), audit log
     (``state_dir/audit/``) and MCP host over ``packages``; everything closes on exit."""
@@ -82,7 +85,7 @@ async def open_gateway(
         catalog[m.name] = m
     state_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
     ledger = Ledger(state_dir / "gateway.db", synchronous="FULL" if durable else "OFF")
-    audit = AuditLog(state_dir / "audit", durable=durable)
+    audit = AuditLog(state_dir / "audit", durable=durable, signer=audit_signer)
     try:
         async with PackageHost(
             catalog, variant=variant, env_for=env_for, log_dir=state_dir / "package-logs"

@@ -9,6 +9,10 @@ and ``prev`` is the previous record's hash (64 zeros for the first). Lines are c
 JSON (sorted keys, no spaces), so *every* byte of the file is covered: changing one breaks
 the line's canonical form, its hash, or the chain. A head file (``audit.head``: last seq
 and hash) is rewritten after every append, so removing the last record is detected too.
+On the hub the head is signed with the hub's Ed25519 key (``"yimi.audit-head.v1" || 0x00
+|| {seq, hash}``): a writer who re-computes the whole chain after an edit still cannot
+sign the new head, and ``verify`` with the hub's public key refuses it. (Rolling the log
+*and* the head back to an older signed state needs an outside anchor to detect.)
 
 Trace ids attribute; they never authorise. Writers take an exclusive ``flock``; appends
 are ``fsync``'d when ``durable`` (the default).
@@ -26,9 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nacl.exceptions import BadSignatureError
+from nacl.signing import SigningKey, VerifyKey
+
 from hub.gateway.receipts import canonical
+from protos.codec import signing_input
 
 AUDIT_CONTEXT = b"yimi.audit.v1"
+HEAD_CONTEXT = b"yimi.audit-head.v1"
 GENESIS = "0" * 64
 MAX_LINE = 1024 * 1024
 
@@ -49,12 +58,15 @@ class Verdict:
 class AuditLog:
     """Appends records to ``directory/audit.jsonl``; :func:`verify` checks a log."""
 
-    def __init__(self, directory: Path, *, durable: bool = True) -> None:
+    def __init__(
+        self, directory: Path, *, durable: bool = True, signer: SigningKey | None = None
+    ) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.path = self.dir / "audit.jsonl"
         self.head_path = self.dir / "audit.head"
         self.durable = durable
+        self.signer = signer
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
         self._fh = os.fdopen(fd, "ab")
 
@@ -91,9 +103,13 @@ class AuditLog:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
 
     def _write_head(self, seq: int, digest: str) -> None:
+        head: dict[str, object] = {"seq": seq, "hash": digest}
+        if self.signer is not None:
+            sig = self.signer.sign(signing_input(HEAD_CONTEXT, canonical(head))).signature
+            head["sig"] = sig.hex()
         tmp = self.head_path.with_suffix(".head.tmp")
         with open(tmp, "wb") as fh:
-            fh.write(canonical({"seq": seq, "hash": digest}))
+            fh.write(canonical(head))
             fh.flush()
             if self.durable:
                 os.fsync(fh.fileno())
@@ -115,8 +131,9 @@ def records(directory: Path) -> Iterator[dict[str, Any]]:
                 yield rec
 
 
-def verify(directory: Path) -> Verdict:
-    """Check every line, the chain and the head. Never raises on a damaged log."""
+def verify(directory: Path, verify_key: bytes | None = None) -> Verdict:
+    """Check every line, the chain and the head (and the head's signature when
+    ``verify_key`` — the hub's public key — is given). Never raises on a damaged log."""
     directory = Path(directory)
     path, head_path = directory / "audit.jsonl", directory / "audit.head"
     if not path.exists():
@@ -145,6 +162,14 @@ def verify(directory: Path) -> Verdict:
         head = json.loads(head_path.read_text())
     except (OSError, ValueError):
         return Verdict(False, n, "head file missing or unreadable")
+    if verify_key is not None:
+        try:
+            body = canonical({"seq": head.get("seq"), "hash": head.get("hash")})
+            VerifyKey(verify_key).verify(
+                signing_input(HEAD_CONTEXT, body), bytes.fromhex(str(head.get("sig", "")))
+            )
+        except (BadSignatureError, ValueError, TypeError, AttributeError):
+            return Verdict(False, n, "the head is not signed by the hub")
     if not isinstance(head, dict) or head.get("seq") != n or head.get("hash") != prev:
         return Verdict(
             False,

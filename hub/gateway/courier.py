@@ -123,7 +123,11 @@ class MeshConsent:
             await self._stack.enter_async_context(self.bridge)
             self.gateway = await self._stack.enter_async_context(
                 open_gateway(
-                    self.home / "gateway", manifests=catalog, env_for=env_for, courier=self
+                    self.home / "gateway",
+                    manifests=catalog,
+                    env_for=env_for,
+                    courier=self,
+                    audit_signer=self.daemon.home.hub_keys.sign,
                 )
             )
             self._tasks = await self._stack.enter_async_context(TaskOwner("consent"))
