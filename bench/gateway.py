@@ -34,6 +34,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from nacl.signing import SigningKey  # noqa: E402
+
 from hub.capabilities.host import ToolOutcome  # noqa: E402
 from hub.gateway import CallContext, ToolCall, open_gateway  # noqa: E402
 
@@ -57,7 +59,10 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
         state.mkdir()
         env = {"YIMI_STATE_DIR": str(state), "YIMI_SMTP_HOST": "127.0.0.1", "YIMI_SMTP_PORT": "9"}
         async with open_gateway(
-            Path(tmp) / "gw", packages=[PROBE, MESSAGING], env_for=lambda _m, _v: env
+            Path(tmp) / "gw",
+            packages=[PROBE, MESSAGING],
+            env_for=lambda _m, _v: env,
+            audit_signer=SigningKey.generate(),  # as on the hub: the audit head is signed
         ) as gw:
             assert gw.host is not None
             await gw.host.call("probe", "echo", {})  # start the server outside the timings
