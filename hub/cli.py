@@ -452,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_archive_commands(sub, command)
     from hub.memory.cli import add_commands as add_memory_commands
 
-    add_memory_commands(sub, command)
+    memory_sub = add_memory_commands(sub, command)
+    from hub.memory.search_cli import add_search_command
+
+    add_search_command(memory_sub, command)
     return p
 
 

@@ -480,3 +480,31 @@ def test_timing_of_a_search_is_small(index: MemoryIndex) -> None:
     started = time.perf_counter()
     index.search("how many apples did I buy", k=5)
     assert time.perf_counter() - started < 1.0
+
+
+# ---------------------------------------------------------------- CLI
+def test_yimi_memory_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from hub.cli import main
+
+    home = tmp_path / "home"
+    assert main(["home", "init", "--home", str(home)]) == 0
+    for subject, predicate, value in [
+        ("Mia", "allergic_to", "peanuts"),
+        ("owner", "likes", "普洱茶"),
+        ("owner", "dislikes", "cilantro"),
+    ]:
+        args = ["--subject", subject, "--predicate", predicate, "--value", value]
+        assert main(["memory", "commit", "--home", str(home), *args, "--source", "note:n1"]) == 0
+    capsys.readouterr()
+    assert main(["memory", "search", "what", "can't", "my daughter eat", "--home", str(home)]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].strip() == "Mia allergic to peanuts"
+    assert main(["memory", "search", "喝什么茶", "--home", str(home), "--k", "1", "--json"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    hit = json.loads(line)
+    assert hit["text"] == "owner likes 普洱茶" and hit["fts_rank"] == 0
+    assert main(["memory", "search", "tea", "--home", str(home), "--k", "0"]) == 1
+    assert "--k" in capsys.readouterr().err
+    assert main(["memory", "search", "tea", "--home", str(tmp_path / "nowhere")]) == 1
