@@ -1,0 +1,333 @@
+"""Bench: recall latency at 10k and 100k memories against a brute-force numpy baseline, and
+commit throughput, in one run (called by ``bench/memory.py``; ``--quick``: 1k and 5k).
+
+Run: ``.venv/bin/python bench/memory.py [--quick]`` (or this file alone, same flag).
+
+What is measured, in a temporary folder removed afterwards:
+
+* **Memories.** Synthetic but owner-like sentences from templates (people, food, health,
+  appointments, devices, purchases, travel; about one in six in Chinese). The first
+  ``BASE`` (2,000; quick 300) are embedded by the real MiniLM int8 model. Beyond those,
+  memory *i* is a variant of base text *i mod BASE* (other numbers, days and names) and its
+  vector is that base vector plus Gaussian noise (σ = 0.025 per dimension, cosine ≈ 0.9 to
+  its base), re-normalised: the neighbourhood structure of real embeddings, at scale,
+  without embedding 100k texts on a 2-core machine. ``created`` is spread over 45 days, so
+  about a third of the memory is past the 30-day rule and filtered out of default recall.
+* **Recall.** 200 questions (quick 40) from question templates, each searched for the top
+  10 after five warm-up searches. *fused search*: ``MemoryIndex.search`` as the brain calls
+  it — query embedding, keyword list, vector list, RRF, blend, touching the results.
+  *fused, vector given*: the same with the query vector computed beforehand (the index's
+  own cost). *sqlite-vec k-NN*: the vector list alone (top 100 with the 30-day filter).
+  *numpy brute force*: the same top 100 by cosine over an in-memory float32 matrix of
+  every vector (``M @ q``, ``argpartition``) — the baseline, measured in the same run.
+* **Commits.** ``upsert`` one memory per transaction with the real model embedding it
+  (what the assertion store does per commit); the same with the vector given (index write
+  alone); and ``upsert_many`` in batches of 1,000 (a re-index). ``remove`` of one item, which
+  merges the keyword index and drops freed pages so its text is really gone.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from hub.memory.index import DAY_MS, LIST_LIMIT, Entry, MemoryIndex
+from models.embed import DIM, TextEmbedder, shared_embedder
+
+SIGMA = 0.025
+SPREAD_DAYS = 45
+
+PEOPLE = ["Sarah", "Mia", "Leo", "Mum", "Dad", "Ben", "Priya", "Daniel", "Aunt Mei", "Jake"]
+FOODS = [
+    "dumplings",
+    "sourdough",
+    "green curry",
+    "oat milk",
+    "pu-erh tea",
+    "blueberries",
+    "hot pot",
+    "pancakes",
+    "sushi",
+    "lentil soup",
+    "dark chocolate",
+    "mango",
+]
+PLACES = ["Bristol", "Chengdu", "Oslo", "Kyoto", "Cornwall", "Leeds", "Hangzhou", "Munich"]
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+DEVICES = ["boiler", "dishwasher", "router", "printer", "thermostat", "car", "fridge", "NAS"]
+ROOMS = ["kitchen", "study", "loft", "garage", "hallway", "bathroom"]
+DOCTORS = ["dentist", "GP", "optician", "physiotherapist", "paediatrician"]
+SHOPS = ["Tesco", "the farmers' market", "Ikea", "the pharmacy", "Waitrose", "Argos"]
+ITEMS = ["batteries", "light bulbs", "school shoes", "printer toner", "dog food", "vitamins"]
+CN_PEOPLE = ["妈妈", "爸爸", "女儿", "儿子", "老婆", "弟弟", "同事小王"]
+CN_PLACES = ["成都", "杭州", "深圳", "苏州", "大理", "北京"]
+CN_THINGS = ["普洱茶", "红烧肉", "火锅", "豆浆", "月饼", "饺子"]
+CN_DAYS = ["周一", "周三", "周五", "周六", "周日", "下个月", "明天"]
+
+TEMPLATES: list[Callable[[random.Random], str]] = [
+    lambda r: f"{r.choice(PEOPLE)} likes {r.choice(FOODS)} but won't touch {r.choice(FOODS)}.",
+    lambda r: (
+        f"{r.choice(PEOPLE)} has a {r.choice(DOCTORS)} appointment on "
+        f"{r.choice(DAYS)} at {r.randint(8, 17)}:{r.choice(['00', '15', '30', '45'])}."
+    ),
+    lambda r: (
+        f"The {r.choice(DEVICES)} in the {r.choice(ROOMS)} needs servicing every "
+        f"{r.randint(2, 12)} months; last done on day {r.randint(1, 28)}."
+    ),
+    lambda r: (
+        f"Bought {r.randint(2, 12)} packs of {r.choice(ITEMS)} at {r.choice(SHOPS)} "
+        f"for £{r.randint(3, 60)}."
+    ),
+    lambda r: (
+        f"Trip to {r.choice(PLACES)} with {r.choice(PEOPLE)} planned for "
+        f"{r.choice(DAYS)}, {r.randint(2, 14)} nights."
+    ),
+    lambda r: f"{r.choice(PEOPLE)} said to remember the {r.choice(ITEMS)} before {r.choice(DAYS)}.",
+    lambda r: (
+        f"{r.choice(PEOPLE)}'s favourite dinner is {r.choice(FOODS)} from the place "
+        f"in {r.choice(PLACES)}."
+    ),
+    lambda r: (
+        f"I walked {r.randint(3, 15)} km on {r.choice(DAYS)} and slept {r.randint(5, 9)} hours."
+    ),
+    lambda r: (
+        f"The {r.choice(DEVICES)} password was changed on {r.choice(DAYS)}; the new "
+        f"one is in the safe."
+    ),
+    lambda r: (
+        f"{r.choice(CN_PEOPLE)}{r.choice(CN_DAYS)}要去{r.choice(CN_PLACES)}，"
+        f"记得带{r.choice(CN_THINGS)}。"
+    ),
+    lambda r: f"{r.choice(CN_PEOPLE)}最喜欢吃{r.choice(CN_THINGS)}，每次买{r.randint(2, 9)}份。",
+]
+QUESTIONS: list[Callable[[random.Random], str]] = [
+    lambda r: f"What does {r.choice(PEOPLE)} like to eat?",
+    lambda r: f"When is the next {r.choice(DOCTORS)} visit?",
+    lambda r: f"How often does the {r.choice(DEVICES)} get serviced?",
+    lambda r: f"Where did I buy the {r.choice(ITEMS)}?",
+    lambda r: f"Who is coming to {r.choice(PLACES)}?",
+    lambda r: "How well did I sleep after the long walk?",
+    lambda r: f"{r.choice(CN_PEOPLE)}什么时候去{r.choice(CN_PLACES)}？",
+    lambda r: f"谁喜欢吃{r.choice(CN_THINGS)}？",
+]
+
+
+def synth_texts(n: int, rng: random.Random) -> list[str]:
+    return [rng.choice(TEMPLATES)(rng) for _ in range(n)]
+
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(p / 100 * (len(s) - 1)))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:9.2f} ms"
+
+
+def timed(fn: Callable[[], object], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def scaled(
+    base_texts: list[str], base_vecs: np.ndarray, n: int, rng: random.Random
+) -> tuple[list[str], np.ndarray]:
+    """n texts and unit vectors: the base ones, then noisy variants of them."""
+    nb = len(base_texts)
+    texts = list(base_texts[:n])
+    variant_rng = random.Random(rng.random())
+    for i in range(nb, n):
+        # a variant: the same template family, re-drawn (other names, numbers, days)
+        texts.append(
+            synth_texts(1, variant_rng)[0] if i % 3 == 0 else _vary(base_texts[i % nb], variant_rng)
+        )
+    idx = np.arange(n) % nb
+    noise_rng = np.random.default_rng(rng.randrange(2**32))
+    vecs = base_vecs[idx].copy()
+    if n > nb:
+        vecs[nb:] += noise_rng.normal(scale=SIGMA, size=(n - nb, DIM)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return texts, vecs.astype(np.float32)
+
+
+def _vary(text: str, rng: random.Random) -> str:
+    words = text.split(" ")
+    for j, w in enumerate(words):
+        if w.rstrip(".,;").isdigit():
+            words[j] = str(rng.randint(1, 30)) + w[len(w.rstrip(".,;")) :]
+        elif w.rstrip(".,;") in DAYS:
+            words[j] = rng.choice(DAYS) + w[len(w.rstrip(".,;")) :]
+    return " ".join(words)
+
+
+def build(path: Path, texts: list[str], vecs: np.ndarray, now: int, seed: int) -> float:
+    """Index texts/vectors in batches of 1,000; returns items per second."""
+    rng = random.Random(seed)
+    ix = MemoryIndex(path, embedder=shared_embedder(), clock=lambda: now)
+    started = time.perf_counter()
+    for start in range(0, len(texts), 1000):
+        chunk = range(start, min(len(texts), start + 1000))
+        ix.upsert_many(
+            [
+                Entry(
+                    f"m{i}",
+                    texts[i],
+                    rng.choice(["low", "low", "medium", "high"]),
+                    [("note", f"n{i}")],
+                    round(rng.random(), 2),
+                    now - rng.randrange(SPREAD_DAYS * DAY_MS),
+                )
+                for i in chunk
+            ],
+            vectors=vecs[chunk.start : chunk.stop],
+        )
+    rate = len(texts) / (time.perf_counter() - started)
+    ix.close()
+    return rate
+
+
+def run(quick: bool) -> None:
+    sizes = [1_000, 5_000] if quick else [10_000, 100_000]
+    n_base = 300 if quick else 2_000
+    n_queries = 40 if quick else 200
+    n_commits = 40 if quick else 200
+    rng = random.Random(20261130)
+    now = int(time.time() * 1000)
+    print("== memory recall ==")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}"
+    )
+    embedder: TextEmbedder = shared_embedder()
+    base_texts = synth_texts(n_base, rng)
+    t = time.perf_counter()
+    base_vecs = embedder.embed(base_texts)
+    embed_s = time.perf_counter() - t
+    print(
+        f"real embeddings: {n_base} texts in {embed_s:.1f} s ({n_base / embed_s:.0f}/s, "
+        f"batched); beyond those, variants with σ={SIGMA} noise on the base vectors"
+    )
+    questions = [rng.choice(QUESTIONS)(rng) for _ in range(n_queries)]
+    q_vecs = embedder.embed(questions)
+    with tempfile.TemporaryDirectory(prefix="yimi-bench-recall-") as tmp:
+        # ---- commits (on an index the size of the smaller run)
+        texts, vecs = scaled(base_texts, base_vecs, sizes[0], rng)
+        path = Path(tmp) / "commit.db"
+        build(path, texts, vecs, now, 1)
+        with MemoryIndex(path, embedder=embedder, clock=lambda: now) as ix:
+            new = synth_texts(n_commits, rng)
+            counter = iter(range(10**9))
+
+            def one_real() -> None:
+                i = next(counter)
+                ix.upsert(
+                    f"c{i}",
+                    new[i % len(new)],
+                    sensitivity="low",
+                    sources=[("note", f"c{i}")],
+                    importance=0.5,
+                    created_ms=now,
+                )
+
+            real = timed(one_real, n_commits)
+            given = timed(
+                lambda: ix.upsert_many(
+                    [Entry(f"g{next(counter)}", new[0], "low", [], 0.5, now)],
+                    vectors=vecs[:1],
+                ),
+                n_commits * 5,
+            )
+        print(f"\ncommits on a {sizes[0]:,}-memory index (one transaction each, WAL):")
+        print(
+            f"  upsert, embedded by the model  n={len(real):<5} {len(real) / sum(real):8.1f}/s"
+            f"   p50 {ms(pct(real, 50))}  p99 {ms(pct(real, 99))}"
+        )
+        print(
+            f"  upsert, vector given           n={len(given):<5} {len(given) / sum(given):8.1f}/s"
+            f"   p50 {ms(pct(given, 50))}  p99 {ms(pct(given, 99))}"
+        )
+
+        # ---- recall at each size
+        print(f"\nrecall, top 10 of {n_queries} questions (p50 / p99):")
+        print(f"  {'memories':>9} {'':28} {'p50':>12} {'p99':>12}")
+        for size in sizes:
+            texts, vecs = scaled(base_texts, base_vecs, size, rng)
+            recall_at(Path(tmp), size, texts, vecs, questions, q_vecs, now)
+
+
+def recall_at(
+    tmp: Path,
+    size: int,
+    texts: list[str],
+    vecs: np.ndarray,
+    questions: list[str],
+    q_vecs: np.ndarray,
+    now: int,
+) -> None:
+    embedder = shared_embedder()
+    n_queries = len(questions)
+    path = tmp / f"recall-{size}.db"
+    bulk = build(path, texts, vecs, now, size)
+    db_mb = sum(p.stat().st_size for p in tmp.glob(f"recall-{size}.db*")) / 2**20
+    cycle = iter(range(10**9))
+
+    def nxt() -> int:
+        return next(cycle) % n_queries
+
+    with MemoryIndex(path, embedder=embedder, clock=lambda: now) as ix:
+        fresh = ix.count(include_stale=False)
+        for q in questions[:5]:
+            ix.search(q, 10)
+        full = timed(lambda: ix.search(questions[nxt()], 10), n_queries)
+
+        def given_vec() -> None:
+            i = nxt()
+            ix.search(questions[i], 10, query_vector=q_vecs[i])
+
+        index_only = timed(given_vec, n_queries)
+        knn = timed(lambda: ix.search_vec("", LIST_LIMIT, query_vector=q_vecs[nxt()]), n_queries)
+        removes = timed(lambda: ix.remove([f"m{next(cycle) % size}"]), 5)
+    matrix = np.ascontiguousarray(vecs)
+
+    def brute() -> None:
+        scores = matrix @ q_vecs[nxt()]
+        top = np.argpartition(-scores, LIST_LIMIT)[:LIST_LIMIT]
+        top[np.argsort(-scores[top])]
+
+    timed(brute, 3)
+    numpy_t = timed(brute, n_queries)
+    rows = [
+        ("fused search (embeds query)", full),
+        ("fused search, vector given", index_only),
+        ("sqlite-vec k-NN top 100", knn),
+        ("numpy brute force top 100", numpy_t),
+    ]
+    for name, xs in rows:
+        print(f"  {size:>9,} {name:28} {ms(pct(xs, 50))} {ms(pct(xs, 99))}")
+    ratio = statistics.median(knn) / statistics.median(numpy_t)
+    ratio_full = statistics.median(index_only) / statistics.median(numpy_t)
+    print(
+        f"  {size:>9,} p50 ratios to numpy: sqlite-vec k-NN {ratio:.1f}×, fused (vector given) "
+        f"{ratio_full:.1f}×; {fresh:,} memories in default recall (30-day rule); db "
+        f"{db_mb:.0f} MB; bulk index {bulk:,.0f} items/s; remove p50 {ms(pct(removes, 50)).strip()}"
+    )
+
+
+if __name__ == "__main__":
+    run(quick="--quick" in sys.argv[1:])
