@@ -428,6 +428,38 @@ def test_derived_items_inherit_the_highest_sensitivity(store: AssertionStore) ->
     assert highest(["low", "bogus"]) == "high" and highest([None]) == "high"
 
 
+def test_a_source_raised_later_raises_what_came_from_it(
+    store: AssertionStore, index: RecordingIndex
+) -> None:
+    derived = DerivedStore(store)
+    store.register_source(("mail", "m-3"), "low")
+    fact(store, "m.fact", "meeting at noon", sources=[("mail", "m-3")])
+    store.commit(
+        "m.dep",
+        0,
+        subject="s",
+        predicate="p",
+        value="v",
+        sensitivity="low",
+        depends_on=[("m.fact", 1)],
+    )
+    summary = derived.record("summary", "noon meeting", [("assertion", "m.dep")])
+    unrelated = derived.record("summary", "x", [("mail", "m-4")], floor="high")
+    assert store.get("m.dep").sensitivity == "low" and summary.sensitivity == "low"
+
+    raised = store.register_source(("mail", "m-3"), "high")
+
+    assert raised == (["m.fact", "m.dep"], [summary.id])
+    assert store.get("m.fact").sensitivity == "high" and store.get("m.dep").sensitivity == "high"
+    assert derived.get(summary.id).sensitivity == "high"
+    assert index.entries["assertion:m.dep"]["sensitivity"] == "high"
+    assert index.entries[f"derived:{summary.id}"]["sensitivity"] == "high"
+    # lowering the source lowers nothing that was derived
+    assert store.register_source(("mail", "m-3"), "low") == ([], [])
+    assert store.get("m.fact").sensitivity == "high"
+    assert derived.get(unrelated.id).sensitivity == "high"
+
+
 def test_deleting_a_source_deletes_or_rederives_what_came_from_it(
     store: AssertionStore, index: RecordingIndex
 ) -> None:

@@ -48,7 +48,9 @@ from hub.memory.models import (
     ForgetReport,
     Version,
     assertion_item,
+    derived_item,
 )
+from hub.memory.propagation import raise_from
 from hub.memory.schema import open_memory_db
 from hub.memory.sensitivity import (
     LEVELS,
@@ -284,8 +286,13 @@ class AssertionStore:
         }
 
     # ------------------------------------------------------------------ sensitivity
-    def register_source(self, source: Source, sensitivity: str) -> None:
-        """Record the sensitivity of an outside source (a mail, a timeline entry, …)."""
+    def register_source(self, source: Source, sensitivity: str) -> tuple[list[str], list[str]]:
+        """Record the sensitivity of an outside source (a mail, a timeline entry, …).
+
+        Raising it raises everything that came from it, transitively (and re-indexes it
+        with the new level); lowering it lowers nothing already derived. Returns the
+        ``(assertion ids, derived ids)`` that were raised.
+        """
         parsed = parse_source(source)
         if parsed is None:
             raise _invalid("source", f"{source!r} is not a (kind, id) source")
@@ -297,6 +304,60 @@ class AssertionStore:
                 "ON CONFLICT(kind, id) DO UPDATE SET sensitivity=excluded.sensitivity",
                 (*parsed, sensitivity),
             )
+            assertions, derived = raise_from(self.conn, parsed, sensitivity)
+        if assertions or derived:
+            log.info(
+                "source %s is now %s: raised %d assertions, %d derived items",
+                format_source(parsed),
+                sensitivity,
+                len(assertions),
+                len(derived),
+            )
+            self._reindex(assertions, derived)
+        return assertions, derived
+
+    def _reindex(self, assertions: list[str], derived: list[str]) -> None:
+        """Upsert the index entries of these items again (their level changed)."""
+        if self.index is None:
+            return
+        for aid in assertions:
+            a = self.find(aid)
+            if a is None or a.status == "forgotten" or not a.head.sentence:
+                continue
+            try:
+                self.index.upsert(
+                    assertion_item(aid),
+                    a.head.sentence,
+                    sensitivity=a.sensitivity,
+                    sources=list(a.sources) or [("assertion", aid)],
+                    importance=float(a.head.importance or 0.0),
+                    created_ms=a.head.created_ms,
+                )
+            except Exception:
+                log.exception("index re-upsert of %s failed", aid)
+        for did in derived:
+            row = self.conn.execute(
+                "SELECT text, sensitivity, created_ms, indexed FROM derived WHERE id=?", (did,)
+            ).fetchone()
+            if row is None or not row[3] or row[0] is None:
+                continue
+            sources = [
+                (str(k), str(i))
+                for k, i in self.conn.execute(
+                    "SELECT kind, source_id FROM derived_source WHERE derived_id=?", (did,)
+                )
+            ]
+            try:
+                self.index.upsert(
+                    derived_item(did),
+                    str(row[0]),
+                    sensitivity=str(row[1]),
+                    sources=sources,
+                    importance=0.5,
+                    created_ms=int(row[2]),
+                )
+            except Exception:
+                log.exception("index re-upsert of derived %s failed", did)
 
     def source_sensitivity(self, source: Source) -> str:
         """The sensitivity of one source; anything missing or forgotten counts as high."""
