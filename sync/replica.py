@@ -19,6 +19,7 @@ others appended.
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import logging
 import os
@@ -34,7 +35,7 @@ from pathlib import Path
 
 from loro import ExportMode, LoroDoc
 
-from sync.crdt import CrdtError, guard, version
+from sync.crdt import PASS_THROUGH, CrdtError, guard, version
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ REC_HEADER = struct.Struct(">II")  # length, crc32
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """bytes: a log record longer than this is treated as damage"""
 DOC_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_POISONED_KEPT = 16
+"""documents a Rust panic poisoned that are never freed: loro panics again when one is
+dropped (noise in the log, even at exit), so the first few are leaked on purpose"""
+_poisoned_kept = 0
 
 
 @dataclass(frozen=True)
@@ -244,11 +249,32 @@ class Replica:
         with self._locked():
             self._refresh_locked()
             before = version(self.doc)
-            status = guard(self.doc_id, lambda: self.doc.import_(blob))
+            try:
+                status = guard(self.doc_id, lambda: self.doc.import_(blob))
+            except CrdtError:
+                self._reload_if_damaged(before)
+                raise
             changed = version(self.doc) != before
-            if changed:
-                self._append(blob)
+            if changed:  # what became part of the document: with earlier pending parts, more
+                self._append(self._export_since(before))
             return Applied(changed=changed, pending=status.pending is not None)
+
+    def _reload_if_damaged(self, before: bytes) -> None:
+        """After a refused import: a Rust panic poisons the document (every later call on it
+        panics); rebuild it from disk, where nothing of the refused update was written."""
+        try:
+            intact = version(self.doc) == before
+        except PASS_THROUGH:
+            raise
+        except BaseException:
+            intact = False
+        if not intact:
+            log.warning("replica %s: a refused update damaged the document; reloading", self.doc_id)
+            global _poisoned_kept
+            if _poisoned_kept < MAX_POISONED_KEPT:
+                _poisoned_kept += 1
+                ctypes.pythonapi.Py_IncRef(ctypes.py_object(self.doc))  # never dropped
+            self._load()
 
     def replace_with_snapshot(
         self, blob: bytes, reapply: Callable[[LoroDoc, LoroDoc], None]

@@ -9,6 +9,8 @@ import time
 from functools import partial
 from pathlib import Path
 
+from loro import ExportMode, VersionVector
+
 from protos import sync_pb2
 from sync import documents as docs
 from sync.crdt import version
@@ -30,6 +32,8 @@ class ReplicaSet:
         """keep only timeline periods that overlap the last ``window_days`` (small devices)"""
         folder.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._replicas: dict[str, Replica] = {}
+        self._at_start = set(self.doc_ids())
+        """documents on disk when this set was made (any other is new to :meth:`refresh`)"""
 
     # ------------------------------------------------------------------ documents
     def doc_ids(self) -> list[str]:
@@ -90,7 +94,12 @@ class ReplicaSet:
         """Changes other processes wrote to this folder since we last looked."""
         out = []
         for doc_id in self.doc_ids():
-            for blob in self.get(doc_id).refresh():
+            created = doc_id not in self._replicas and doc_id not in self._at_start
+            replica = self.get(doc_id)
+            blobs = replica.refresh()
+            if created:  # another process created it after we started: all of it is new
+                blobs = [bytes(replica.doc.export(ExportMode.Updates(VersionVector())))]
+            for blob in blobs:
                 out.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))
         return out
 

@@ -166,6 +166,23 @@ class DeviceReplication:
             result = await self._request(sync_pb2.SyncRequest(push=push))
             for reason in result.refused:
                 log.warning("hub refused a pushed update: %s", reason)
+            after = {s.doc: s.version for s in result.have}
+            stuck = [
+                u.doc for u in push if lacks(self.replicas.get(u.doc).doc, after.get(u.doc, b""))
+            ]
+            if result.refused and stuck:
+                # Our changes depend on history the hub compacted away: take its snapshot
+                # (asked for by an empty version) and re-apply them on top, then push again.
+                answer = await self._request(
+                    sync_pb2.SyncRequest(have=[sync_pb2.DocState(doc=d) for d in stuck])
+                )
+                for item in answer.updates:
+                    if item.snapshot and item.doc in stuck:
+                        try:
+                            if self.replicas.apply(item).changed:
+                                self._wanted.set()
+                        except CrdtError as exc:
+                            log.warning("%s", exc)
         self.catchups += 1
         self.caught_up.set()
         return taken, len(push)
