@@ -201,6 +201,28 @@ def test_upsert_again_replaces_the_item(index: MemoryIndex) -> None:
     assert index._scalar("SELECT count(*) FROM items_vec") == 1
 
 
+def test_a_replaced_text_does_not_linger_in_the_files(tmp_path: Path) -> None:
+    rng = np.random.default_rng(1)
+    v = rng.normal(size=(3100, DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    with MemoryIndex(tmp_path / "ix.db", clock=lambda: T0) as ix:
+        # enough rows, in several transactions, for the keyword index to have many segments
+        ix.upsert_many(
+            [
+                Entry(f"m{i}", f"breakfast and dentist visit {i * 7}", "low", [], 0.5, T0)
+                for i in range(3000)
+            ],
+            vectors=v[:3000],
+        )
+        ix.upsert_many([Entry("t", "女儿对花生过敏", "low", [], 0.5, T0)], vectors=v[3000:3001])
+        for i in range(50):
+            ix.upsert_many([Entry(f"n{i}", f"later note {i}", "low", [], 0.5, T0)], vectors=v[[i]])
+        ix.upsert_many([Entry("t", "女儿对芒果过敏", "low", [], 0.5, T0)], vectors=v[3099:3100])
+        assert ix.search_fts("花生", k=5) == [] and ix.search_fts("芒果", k=1)[0].item_id == "t"
+    blobs = b"".join(p.read_bytes() for p in tmp_path.glob("ix.db*"))
+    assert "花生".encode() not in blobs and v[3000].tobytes() not in blobs
+
+
 def test_a_removed_item_is_never_returned_and_its_vector_is_gone(
     index: MemoryIndex, embedder: TextEmbedder, tmp_path: Path
 ) -> None:

@@ -421,50 +421,62 @@ class MemoryIndex:
                 "recall.invalid", field="vectors", reason=f"shape {vectors.shape} for {self.dim}-d"
             )
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        with self._lock, self._conn:
-            cur = self._conn.cursor()
-            for e, vec in zip(entries, vectors, strict=True):
-                row = cur.execute(
-                    "SELECT rid, last_access_ms FROM items WHERE item_id = ?", (e.item_id,)
-                ).fetchone()
-                sources_json = json.dumps([list(s) for s in e.sources], ensure_ascii=False)
-                if row is None:
-                    last_access = e.created_ms
-                    cur.execute(
-                        "INSERT INTO items(item_id, text, sensitivity, sources, importance,"
-                        " created_ms, last_access_ms) VALUES(?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            e.item_id,
-                            e.text,
-                            e.sensitivity,
-                            sources_json,
-                            float(e.importance),
-                            e.created_ms,
-                            last_access,
-                        ),
-                    )
-                    rid = self._conn.last_insert_rowid()
-                else:
-                    rid, last_access = int(row[0]), int(row[1])
-                    cur.execute(
-                        "UPDATE items SET text = ?, sensitivity = ?, sources = ?, importance = ?,"
-                        " created_ms = ? WHERE rid = ?",
-                        (
-                            e.text,
-                            e.sensitivity,
-                            sources_json,
-                            float(e.importance),
-                            e.created_ms,
-                            rid,
-                        ),
-                    )
-                    cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
-                    cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
-                cur.execute("INSERT INTO items_fts(rowid, text) VALUES(?, ?)", (rid, e.text))
+        with self._lock:
+            with self._conn:
+                replaced_text = self._write(entries, vectors)
+                if replaced_text:  # the old text's tokens must not linger in older segments
+                    self._conn.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
+            if replaced_text:
+                self._drop_freed_pages()
+
+    def _write(self, entries: Sequence[Entry], vectors: Vectors) -> bool:
+        """Write rows inside the caller's transaction; True if an item's text was replaced."""
+        replaced_text = False
+        cur = self._conn.cursor()
+        for e, vec in zip(entries, vectors, strict=True):
+            row = cur.execute(
+                "SELECT rid, last_access_ms, text FROM items WHERE item_id = ?", (e.item_id,)
+            ).fetchone()
+            sources_json = json.dumps([list(s) for s in e.sources], ensure_ascii=False)
+            if row is None:
+                last_access = e.created_ms
                 cur.execute(
-                    "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
-                    (rid, vec.tobytes(), last_access),
+                    "INSERT INTO items(item_id, text, sensitivity, sources, importance,"
+                    " created_ms, last_access_ms) VALUES(?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        e.item_id,
+                        e.text,
+                        e.sensitivity,
+                        sources_json,
+                        float(e.importance),
+                        e.created_ms,
+                        last_access,
+                    ),
                 )
+                rid = self._conn.last_insert_rowid()
+            else:
+                rid, last_access = int(row[0]), int(row[1])
+                replaced_text = replaced_text or str(row[2]) != e.text
+                cur.execute(
+                    "UPDATE items SET text = ?, sensitivity = ?, sources = ?, importance = ?,"
+                    " created_ms = ? WHERE rid = ?",
+                    (
+                        e.text,
+                        e.sensitivity,
+                        sources_json,
+                        float(e.importance),
+                        e.created_ms,
+                        rid,
+                    ),
+                )
+                cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
+                cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
+            cur.execute("INSERT INTO items_fts(rowid, text) VALUES(?, ?)", (rid, e.text))
+            cur.execute(
+                "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
+                (rid, vec.tobytes(), last_access),
+            )
+        return replaced_text
 
     @staticmethod
     def _validate(e: Entry) -> None:
@@ -511,9 +523,12 @@ class MemoryIndex:
                 if removed:
                     cur.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
             if removed:
-                self._conn.execute("PRAGMA incremental_vacuum").fetchall()
-                self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                self._drop_freed_pages()
         return removed
+
+    def _drop_freed_pages(self) -> None:
+        self._conn.execute("PRAGMA incremental_vacuum").fetchall()
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     # ------------------------------------------------------------ reads
     def count(self, *, include_stale: bool = True) -> int:
