@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import statistics
 import sys
@@ -126,7 +127,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
 
     print(
         f"machine: {platform.machine()}, Python {platform.python_version()}, "
-        f"{platform.system()}; ledger synchronous=FULL, audit fsync on"
+        f"{platform.system()}; ledger synchronous=FULL, audit fsync on, audit head signed; "
+        f"load average {os.getloadavg()[0]:.2f} at the end"
     )
     print()
     print(
