@@ -128,3 +128,14 @@ def test_yimi_audit_verify_and_show(tmp_path: Path) -> None:
     path.write_bytes(b"".join(lines[:-1]))  # the last record removed
     tail = _yimi("audit", "verify", "--home", str(home))
     assert tail.returncode == 1 and "head" in tail.stderr, tail.stderr
+
+
+def test_a_lost_head_is_refused_and_the_next_append_chains_on_the_log(tmp_path: Path) -> None:
+    make_log(tmp_path, n=3)
+    (tmp_path / "audit.head").unlink()
+    assert not verify(tmp_path).ok
+    log = AuditLog(tmp_path, durable=False)
+    rec = log.append("decision", {"call_id": "c9"})
+    log.close()
+    assert rec["seq"] == 4
+    assert verify(tmp_path).ok

@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import time
 from collections.abc import Iterator
@@ -39,6 +40,9 @@ from protos.codec import signing_input
 AUDIT_CONTEXT = b"yimi.audit.v1"
 HEAD_CONTEXT = b"yimi.audit-head.v1"
 GENESIS = "0" * 64
+HEAD_BYTES = 512
+
+log = logging.getLogger(__name__)
 MAX_LINE = 1024 * 1024
 
 
@@ -69,16 +73,29 @@ class AuditLog:
         self.signer = signer
         fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
         self._fh = os.fdopen(fd, "ab")
+        self._head_fd = os.open(self.head_path, os.O_CREAT | os.O_RDWR, 0o600)
 
     def close(self) -> None:
         self._fh.close()
+        os.close(self._head_fd)
 
     def _tail(self) -> tuple[int, str]:
+        """(seq, hash) to chain onto: the head, else the log's last line, else genesis."""
         try:
             head = json.loads(self.head_path.read_text())
             return int(head["seq"]), str(head["hash"])
         except (OSError, ValueError, KeyError, TypeError):
-            return 0, GENESIS
+            pass
+        try:
+            with self.path.open("rb") as fh:
+                fh.seek(max(0, self.path.stat().st_size - MAX_LINE))
+                lines = fh.read().splitlines()
+            last = json.loads(lines[-1]) if lines else None
+            if isinstance(last, dict):
+                return int(last["seq"]), str(last["hash"])
+        except (OSError, ValueError, KeyError, TypeError):
+            log.warning("audit log %s: no head and no readable last record", self.path)
+        return 0, GENESIS
 
     def append(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> dict[str, Any]:
         fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX)
@@ -96,7 +113,7 @@ class AuditLog:
             self._fh.write(canonical(record) + b"\n")
             self._fh.flush()
             if self.durable:
-                os.fsync(self._fh.fileno())
+                os.fdatasync(self._fh.fileno())
             self._write_head(record["seq"], record["hash"])
             return record
         finally:
@@ -107,13 +124,11 @@ class AuditLog:
         if self.signer is not None:
             sig = self.signer.sign(signing_input(HEAD_CONTEXT, canonical(head))).signature
             head["sig"] = sig.hex()
-        tmp = self.head_path.with_suffix(".head.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(canonical(head))
-            fh.flush()
-            if self.durable:
-                os.fsync(fh.fileno())
-        os.replace(tmp, self.head_path)
+        # one fixed-size block rewritten in place (smaller than a disk sector): no rename,
+        # so no directory entry to make durable; JSON ignores the padding
+        os.pwrite(self._head_fd, canonical(head).ljust(HEAD_BYTES), 0)
+        if self.durable:
+            os.fdatasync(self._head_fd)
 
 
 def records(directory: Path) -> Iterator[dict[str, Any]]:
