@@ -81,7 +81,10 @@ class Home:
         if (path / "home.yaml").exists() or (path / "keys").exists():
             if not force:
                 raise ProvisioningError("home.exists", path=path)
-            for child in ("keys", "registry.db", "hub.db", "broker", "home.yaml"):
+            # gateway/ (ledger, cards, first-send memory, audit signed by the old hub key),
+            # package-state/ and run/ belong to the old identity; packages.yaml is kept
+            old = ("keys", "registry.db", "hub.db", "broker", "home.yaml", "gateway", "run")
+            for child in (*old, "package-state"):
                 target = path / child
                 if target.is_dir():
                     shutil.rmtree(target)
