@@ -10,6 +10,11 @@ Layout of ``HOME``::
     registry.db          enrolled devices, revocations, pairing codes
     hub.db               timeline, deliveries, counters (the hub daemon's)
     broker/              generated mosquitto config, passwords, ACL, data
+    packages.yaml        capability packages the hub runs, with their settings (optional)
+    keys/package-secrets.json  secrets resolved for packages that declare them   0600
+    gateway/             ledger, cards, first-send memory (gateway.db); audit/ log
+    package-state/       each package server's own state
+    run/                 executor bridge socket
 """
 
 from __future__ import annotations
