@@ -19,12 +19,15 @@ malformed (a hostile or buggy peer cannot break a listing).
 from __future__ import annotations
 
 import datetime as dt
+import json
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from loro import LoroDoc
+from loro import LoroDoc, VersionVector
+
+from sync.crdt import PASS_THROUGH
 
 TIMELINE = "timeline."
 SEQ = "seq."
@@ -134,6 +137,51 @@ def entries_of(doc: LoroDoc) -> list[Entry]:
     return out
 
 
+ENTRIES_CONTAINER = "cid:root-entries:List"
+LORO_JSON_CONTAINER = "\U0001f99c:"
+"""prefix loro's JSON export gives a container reference in place of a value"""
+
+
+def entries_added(doc: LoroDoc, since: VersionVector) -> list[Entry] | None:
+    """The entries the operations after version ``since`` pushed (first of each id).
+
+    Costs in proportion to those operations, where :func:`entries_of` decodes the whole
+    document (~20 µs an entry: half a second at 25,000). ``None`` when the operations cannot
+    be read this way (loro refused, or an entry holds a container): scan the document then.
+    """
+    try:
+        changes = json.loads(doc.export_json_updates(since, doc.oplog_vv)).get("changes", [])
+    except PASS_THROUGH:
+        raise
+    except BaseException:
+        return None
+    seen: set[str] = set()
+    out: list[Entry] = []
+    for change in changes:
+        for op in change.get("ops", []):
+            content = op.get("content", {})
+            if op.get("container") != ENTRIES_CONTAINER or content.get("type") != "insert":
+                continue
+            for value in content.get("value", []):
+                if isinstance(value, dict) and any(
+                    isinstance(v, str) and v.startswith(LORO_JSON_CONTAINER) for v in value.values()
+                ):
+                    return None
+                entry = parse_entry(value)
+                if entry is not None and entry.id not in seen:
+                    seen.add(entry.id)
+                    out.append(entry)
+    return out
+
+
+def seq_of(doc: LoroDoc, entry_id: str) -> int | None:
+    """One entry's ``seq`` (as :func:`seqs_of` would give it), without reading the whole map."""
+    value = getattr(doc.get_map("seq").get(entry_id), "value", None)
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
 def seqs_of(doc: LoroDoc) -> dict[str, int]:
     raw = doc.get_map("seq").get_value()
     if not isinstance(raw, dict):
@@ -212,19 +260,45 @@ def reapply(old: LoroDoc, new: LoroDoc) -> None:
 
     Used when a replica must take a peer's compacted snapshot and its own history cannot
     be merged: timeline entries are immutable (missing ids are pushed again), ``seq`` maps
-    and notes are per-key values (ours is written where the key is missing, or for notes
-    where our ``updated_at`` is newer).
+    are per-key values (ours is written where the key is missing), and a note gets the
+    fields we changed since the state both documents share, unless they changed the same
+    field too and their ``updated_at`` is newer (with no shared state: the newer note).
     """
     present = {e.id for e in entries_of(new)}
     push_entries(new, [e for e in entries_of(old) if e.id not in present])
     theirs = seqs_of(new)
     set_seqs(new, [(k, v) for k, v in seqs_of(old).items() if k not in theirs])
     newer = {n.id: n for n in notes_of(new, include_deleted=True)}
+    base = _shared_state(old, new)
+    before = {n.id: n for n in notes_of(base, include_deleted=True)} if base is not None else {}
     for note in notes_of(old, include_deleted=True):
-        other = newer.get(note.id)
-        if other is None or note.updated_at > other.updated_at:
-            m = new.get_map(note_root(note.id))
-            for key in NOTE_FIELDS:
-                m.insert(key, getattr(note, key))
+        other, was = newer.get(note.id), before.get(note.id)
+        ours_newer = other is None or note.updated_at > other.updated_at
+        keys: tuple[str, ...]
+        if other is None or was is None:
+            keys = NOTE_FIELDS if ours_newer else ()
+        else:
+            keys = tuple(
+                k
+                for k in NOTE_FIELDS
+                if getattr(note, k) != getattr(was, k)
+                and (ours_newer or getattr(other, k) == getattr(was, k))
+            )
+        if not keys:
+            continue
+        m = new.get_map(note_root(note.id))
+        for key in keys:
+            m.insert(key, getattr(note, key))
+        if ours_newer:
             m.insert("updated_at", note.updated_at)
             m.insert("updated_by", note.updated_by)
+
+
+def _shared_state(old: LoroDoc, new: LoroDoc) -> LoroDoc | None:
+    """``old`` as of the operations ``new`` has too (``None`` if loro cannot give it)."""
+    try:
+        return old.fork_at(old.vv_to_frontiers(old.oplog_vv.intersection(new.oplog_vv)))
+    except PASS_THROUGH:
+        raise
+    except BaseException:
+        return None

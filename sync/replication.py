@@ -21,6 +21,8 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from types import TracebackType
 
+from loro import VersionVector
+
 from protos import sync_pb2
 from sync import documents as docs
 from sync.crdt import CrdtError, lacks, updates_since
@@ -207,6 +209,9 @@ class HubReplication:
         self._sequence = sequence
         self._tasks = TaskOwner("hub-sync")
         self.refused: dict[str, int] = {}
+        self._sequenced_at: dict[str, tuple[VersionVector, VersionVector]] = {}
+        """timeline document → (its version, its seq document's version) when every entry
+        it had was found sequenced"""
 
     async def __aenter__(self) -> HubReplication:
         self._tasks.spawn(self._poll_local(), "local-changes")
@@ -257,20 +262,41 @@ class HubReplication:
         return changed + seqs, refused
 
     def sequence_new(self, doc_ids: set[str], sender: str) -> list[sync_pb2.DocUpdate]:
-        """Give every unsequenced entry of these timeline documents its ``seq``."""
+        """Give every unsequenced entry of these timeline documents its ``seq``.
+
+        The first time a document is looked at, all of it is read; after that only the
+        entries added since it was last found fully sequenced (reading a whole document
+        costs ~20 µs an entry: half a second per live update at 25,000 entries).
+        """
         out = []
         for doc_id in sorted(doc_ids):
             period = docs.period_of_doc(doc_id)
             if period is None or not doc_id.startswith(docs.TIMELINE):
                 continue
             seq_replica = self.replicas.get(docs.seq_doc(period))
-            known = docs.seqs_of(seq_replica.doc)
-            fresh = [e for e in docs.entries_of(self.replicas.get(doc_id).doc) if e.id not in known]
-            if not fresh:
-                continue
-            seqs = self._sequence(fresh, sender)
-            blob = seq_replica.change(partial(docs.set_seqs, seqs=sorted(seqs.items())))
-            out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))
+            timeline = self.replicas.get(doc_id).doc
+            added = None
+            mark = self._sequenced_at.get(doc_id)
+            if (
+                mark is not None
+                and timeline.oplog_vv.includes_vv(mark[0])
+                and seq_replica.doc.oplog_vv.includes_vv(mark[1])
+            ):
+                added = docs.entries_added(timeline, mark[0])
+            if added is None:
+                known = docs.seqs_of(seq_replica.doc)
+                fresh = [e for e in docs.entries_of(timeline) if e.id not in known]
+            else:
+                fresh = [e for e in added if docs.seq_of(seq_replica.doc, e.id) is None]
+            seen = timeline.oplog_vv
+            seqs = self._sequence(fresh, sender) if fresh else {}
+            if seqs:
+                blob = seq_replica.change(partial(docs.set_seqs, seqs=sorted(seqs.items())))
+                out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))
+            if all(e.id in seqs for e in fresh):
+                self._sequenced_at[doc_id] = (seen, seq_replica.doc.oplog_vv)
+            else:
+                self._sequenced_at.pop(doc_id, None)
         return out
 
     def add_sequenced(self, rows: list[docs.Entry]) -> list[sync_pb2.DocUpdate]:
