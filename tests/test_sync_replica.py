@@ -499,6 +499,40 @@ def test_a_peer_behind_the_compaction_point_takes_a_snapshot_and_keeps_its_own_c
     assert reloaded.problems() == []
 
 
+@pytest.mark.parametrize("device_edits_last", [True, False])
+def test_behind_the_compaction_point_concurrent_edits_of_different_note_fields_merge(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, device_edits_last: bool
+) -> None:
+    """The hub sets a note's kind, the offline device its text (either one later); the
+    device then takes the hub's snapshot (it is behind the compaction point): both edits
+    survive, on the device and — after the device pushes — on the hub."""
+    clock = iter(range(1_000, 10**9, 1_000))
+    monkeypatch.setattr(docs.time, "time", lambda: next(clock) / 1000)
+    hub, dev = ReplicaSet(tmp_path / "hub"), ReplicaSet(tmp_path / "dev")
+    hub.set_note("n1", {"text": "first", "kind": "note", "done": False}, device="hub")
+    _sync(hub.get(docs.NOTES), dev.get(docs.NOTES))
+    edits = [
+        lambda: hub.set_note("n1", {"kind": "todo"}, device="hub"),
+        lambda: dev.set_note("n1", {"text": "the device's text"}, device="dev"),
+    ]
+    for edit in edits if device_edits_last else reversed(edits):
+        edit()
+    hub.get(docs.NOTES).compact()
+    hub = ReplicaSet(tmp_path / "hub")  # restarted: the shallow document only
+    blob, snapshot = updates_since(
+        docs.NOTES, hub.get(docs.NOTES).doc, version(dev.get(docs.NOTES).doc)
+    )
+    assert snapshot
+    dev.apply(sync_pb2.DocUpdate(doc=docs.NOTES, blob=blob, snapshot=True))
+    hub.get(docs.NOTES).apply(
+        updates_since(docs.NOTES, dev.get(docs.NOTES).doc, version(hub.get(docs.NOTES).doc))[0]
+    )
+    for side in (dev, hub):
+        (note,) = side.notes()
+        assert (note.text, note.kind, note.done) == ("the device's text", "todo", False)
+    assert dev.notes() == hub.notes()
+
+
 # ---------------------------------------------------------------- in-process hub and devices
 class Hub:
     """A hub's replication over a real HubStore (SQLite: the source of truth for seq)."""
