@@ -4,15 +4,19 @@ One apsw database (``HOME/memory_index.db``) holds, per item, its metadata row (
 a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring matching that
 works for Chinese without a word segmenter) and a 384-d MiniLM embedding in a ``vec0``
 table (``items_vec``). :meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
-three in one transaction; a removed item's text and vector are gone from the file, not just
-unlinked (secure_delete, the FTS segments are merged, freed pages are dropped).
+three in one transaction; a removed item's text and vector — or an item's replaced text —
+are gone from the file, not just unlinked (secure_delete, the FTS segments are merged, freed
+pages are dropped, the write-ahead log is checkpointed).
 
 Search, as in ARCHITECTURE § Memory:
 
-1. two ranked lists of at most 100 items each, ranks from 0: the keyword list (bm25 over
-   trigram phrases; query parts shorter than 3 characters — Chinese two-character words,
-   "tv" — fall back to a substring scan ranked by how rare the matched parts are, appended
-   after the trigram hits) and the vector list (exact cosine k-NN);
+1. two ranked lists of at most 100 items each, ranks from 0. The keyword list: trigram
+   phrases OR-ed (English terms lightly stemmed and required at a word start, Chinese runs
+   cut at question words into 3-character pieces), items holding more query terms first,
+   then bm25; query parts shorter than 3 characters (Chinese two-character words, "tv")
+   fall back to a substring scan ranked by how rare the matched parts are, appended after
+   the trigram hits. The vector list: exact cosine k-NN — the ``k`` nearest always, deeper
+   ranks only at cosine ≥ ``MIN_COSINE``;
 2. items unused for 30 days are not candidates in default recall (``include_stale`` makes
    them candidates again);
 3. ``RRF(x) = Σ 1/(60 + rank)`` over the lists holding x;
