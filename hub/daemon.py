@@ -221,6 +221,8 @@ class HubDaemon:
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
         await self.sync.publish(self._reconcile())
+        # Hello: devices that talked while we were not subscribed catch up now.
+        await self._broadcast_sync(sync_pb2.SyncUpdate())
         self.ready.set()
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",

@@ -105,7 +105,14 @@ class DeviceReplication:
             log.info("live update not sent (%s); catch-up will carry it", exc)
 
     def on_hub_update(self, update: sync_pb2.SyncUpdate) -> None:
-        """Apply a live update the hub broadcast."""
+        """Apply a live update the hub broadcast.
+
+        An empty one is the hub's hello after it (re)started and subscribed: anything this
+        device broadcast while the hub was not listening is pushed by a catch-up now.
+        """
+        if not update.updates:
+            self._wanted.set()
+            return
         for item in update.updates:
             if not self.replicas.wanted(item.doc) or refusal(item.doc, from_hub=True):
                 continue
@@ -331,11 +338,12 @@ class HubReplication:
         )
         response = sync_pb2.SyncResponse(applied=len(request.push) - len(refused), refused=refused)
         theirs = {s.doc: s.version for s in request.have}
+        ours = set(self.replicas.doc_ids())  # once: it lists the folder (was: per document)
         wanted = set(theirs)
         if request.list_docs:
-            wanted |= set(self.replicas.doc_ids())
+            wanted |= ours
         for doc_id in sorted(wanted):
-            if not docs.is_known_doc(doc_id) or doc_id not in self.replicas.doc_ids():
+            if not docs.is_known_doc(doc_id) or doc_id not in ours:
                 continue
             doc = self.replicas.get(doc_id).doc
             if lacks(doc, theirs.get(doc_id, b"")):
