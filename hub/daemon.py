@@ -47,6 +47,7 @@ from sync.envelope import (
     Sealer,
     random_id,
 )
+from sync.errors import SyncError
 from sync.mqtt import MqttSession
 from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
@@ -222,7 +223,10 @@ class HubDaemon:
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
         await self.sync.publish(self._reconcile())
         # Hello: devices that talked while we were not subscribed catch up now.
-        await self._broadcast_sync(sync_pb2.SyncUpdate())
+        try:
+            await self._broadcast_sync(sync_pb2.SyncUpdate())
+        except SyncError as exc:
+            log.info("hello not broadcast: %s", exc)
         self.ready.set()
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
