@@ -300,6 +300,13 @@ class Ledger:
 
     def check_ran(self, task_id: str, package: str, check_tool: str) -> list[str]:
         """A check tool produced a receipt: clear the checks it satisfies; tools cleared."""
+        for _ in self.db.execute(
+            "SELECT 1 FROM checks WHERE task_id=? AND package=? AND check_with=? LIMIT 1",
+            (task_id, package, check_tool),
+        ):
+            break
+        else:
+            return []  # nothing pending: no write, no sync
         with transaction(self.db):
             cleared = [
                 str(t)

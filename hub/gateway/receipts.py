@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 RECEIPT_VERSION = 1
@@ -117,15 +118,20 @@ class Receipt:
         d["error"] = {"code": d.pop("error_code"), "message": self.error}
         return d
 
-    def content(self) -> dict[str, Any]:
-        """What the receipt says (no ledger bookkeeping): the ledger fingerprints this."""
+    @cached_property
+    def _content(self) -> dict[str, Any]:
         d = self.to_dict()
         for key in ("new_facts", "said_facts"):
             d.pop(key)
         return d
 
+    def content(self) -> dict[str, Any]:
+        """What the receipt says (no ledger bookkeeping): the ledger fingerprints this.
+        Computed once per receipt; do not modify the returned dict."""
+        return self._content
+
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical(self.content())).hexdigest()
+        return hashlib.sha256(canonical(self._content)).hexdigest()
 
     @property
     def confirmed_effects(self) -> tuple[Effect, ...]:
