@@ -352,6 +352,11 @@ class Replica:
         self._offset = 0
 
     @property
+    def log_bytes(self) -> int:
+        """bytes of update log written since the last snapshot (this process's view)"""
+        return self._offset
+
+    @property
     def size_on_disk(self) -> int:
         return sum(
             p.stat().st_size for p in (self._snap(self.gen), self._log(self.gen)) if p.exists()

@@ -35,6 +35,8 @@ CATCHUP_INTERVAL_S = 30.0
 """seconds between background catch-ups of a connected device"""
 LOCAL_POLL_S = 0.25
 """seconds between looks for changes other processes wrote to this node's replicas"""
+DEVICE_COMPACT_AT = 4 * 1024 * 1024
+"""bytes of a document's update log after which a device compacts it (once the hub has it all)"""
 MAX_LIVE_BLOB = 192 * 1024
 """bytes: a change larger than this is left to catch-up instead of a live broadcast"""
 
@@ -192,9 +194,28 @@ class DeviceReplication:
                                 self._wanted.set()
                         except CrdtError as exc:
                             log.warning("%s", exc)
+            hub_has.update(after)
+        self._compact_synced(hub_has)
         self.catchups += 1
         self.caught_up.set()
         return taken, len(push)
+
+    def _compact_synced(self, hub_has: dict[str, bytes]) -> None:
+        """Compact documents whose log grew large — only those the hub has all of.
+
+        A device never compacts away history the hub lacks: its next push would then have
+        to be a snapshot, which the hub does not take from devices.
+        """
+        for doc_id in self.replicas.doc_ids():
+            replica = self.replicas.get(doc_id)
+            if replica.log_bytes < DEVICE_COMPACT_AT or lacks(
+                replica.doc, hub_has.get(doc_id, b"")
+            ):
+                continue
+            try:
+                replica.compact()
+            except CrdtError as exc:
+                log.warning("%s", exc)
 
 
 class HubReplication:

@@ -42,7 +42,10 @@ SEQ = docs.seq_doc(PERIOD)
 # ---------------------------------------------------------------- helpers
 def entry(eid: str, *, device: str = "dev-a", ts: int | None = None, text: str = "") -> docs.Entry:
     return docs.make_entry(
-        entry_id=eid, device=device, kind="memo", text=text or f"text of {eid}",
+        entry_id=eid,
+        device=device,
+        kind="memo",
+        text=text or f"text of {eid}",
         ts_ms=T0 if ts is None else ts,
     )
 
@@ -54,8 +57,7 @@ def ids(entries: list[docs.Entry]) -> list[str]:
 def push(replica: Replica, *eids: str, device: str = "dev-a") -> list[bytes]:
     """One change (one log record) per entry; returns the updates."""
     return [
-        replica.change(partial(docs.push_entries, entries=[entry(e, device=device)]))
-        for e in eids
+        replica.change(partial(docs.push_entries, entries=[entry(e, device=device)])) for e in eids
     ]
 
 
@@ -175,7 +177,11 @@ def test_replica_set_round_trip_timeline_and_notes(tmp_path: Path) -> None:
     assert all(e.seq is None for e in fresh.timeline())
     (note,) = fresh.notes()
     assert (note.id, note.text, note.kind, note.done, note.updated_by) == (
-        "n1", "buy milk", "todo", True, "dev-b",
+        "n1",
+        "buy milk",
+        "todo",
+        True,
+        "dev-b",
     )
     assert note.updated_at > 0
     assert fresh.doc_ids() == ["notes", TL]
@@ -413,8 +419,9 @@ def test_only_generation_snapshot_damaged_replays_generation_zero(tmp_path: Path
 def test_compaction_then_reload_is_identical_and_not_larger(tmp_path: Path) -> None:
     r = Replica(tmp_path, docs.NOTES)
     for i in range(150):
-        r.change(partial(docs.set_note_fields, note_id=f"n{i % 5}", fields={"text": f"v{i}"},
-                         device="d"))
+        r.change(
+            partial(docs.set_note_fields, note_id=f"n{i % 5}", fields={"text": f"v{i}"}, device="d")
+        )
     before_value, before_version = snapshot_of(r), version(r.doc)
     before_size = r.size_on_disk
     size = r.compact()
@@ -613,7 +620,9 @@ def test_a_lost_log_record_comes_back_from_the_hubs_catch_up(hub: Hub, tmp_path:
     log = dev.replicas.folder / f"{TL}.g0.log"
     log.write_bytes(log.read_bytes()[:-4])  # the last record (the hub's seq import or ours)
     restarted = DeviceReplication(
-        ReplicaSet(dev.replicas.folder), broadcast=dev._broadcast, request=dev._request,
+        ReplicaSet(dev.replicas.folder),
+        broadcast=dev._broadcast,
+        request=dev._request,
         is_connected=lambda: True,
     )
     restarted.replicas.get(TL)
@@ -1101,3 +1110,30 @@ def test_add_sequenced_makes_the_documents_agree_with_sqlite(hub: Hub) -> None:
     fixed = hub.sync.add_sequenced(rows)
     assert [u.doc for u in fixed] == [SEQ]
     assert view(hub.replicas)[0] == ("t0", 1)
+
+
+def test_a_device_compacts_only_what_the_hub_has(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sync.replication as replication
+
+    monkeypatch.setattr(replication, "DEVICE_COMPACT_AT", 1)
+    dev = hub.device(tmp_path, "a")
+    dev.replicas.add_entry(entry("a1", device="a", ts=T0 + 1))
+    replica = dev.replicas.get(TL)
+
+    async def deaf(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        return sync_pb2.SyncResponse()  # a hub that has nothing and takes nothing
+
+    offline = DeviceReplication(
+        dev.replicas, broadcast=dev._broadcast, request=deaf, is_connected=lambda: True
+    )
+    catch_up(offline, rounds=1)
+    assert replica.gen == 0, "history the hub lacks is not compacted away"
+
+    catch_up(dev, rounds=1)  # the real hub takes the entry
+    assert replica.gen == 1 and replica.log_bytes == 0, "now it is compacted"
+    dev.replicas.add_entry(entry("a2", device="a", ts=T0 + 2))
+    catch_up(dev)
+    assert view(dev.replicas) == view(hub.replicas)
+    assert [e for e, _ in view(hub.replicas)] == ["a1", "a2"]
