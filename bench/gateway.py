@@ -35,10 +35,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from nacl.signing import SigningKey  # noqa: E402
+from nacl.signing import SigningKey
 
-from hub.capabilities.host import ToolOutcome  # noqa: E402
-from hub.gateway import CallContext, ToolCall, open_gateway  # noqa: E402
+from hub.capabilities.host import ToolOutcome
+from hub.gateway import CallContext, ToolCall, open_gateway
 
 PROBE = ROOT / "tests" / "packages" / "probe"
 MESSAGING = ROOT / "packages" / "messaging"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import memory_archive, memory_recall  # noqa: E402
+from bench import memory_archive, memory_recall
 
 
 def main() -> int:

@@ -1,0 +1,154 @@
+"""Running a real hub for benchmarks: ports, a child environment, and a hub process that
+is stopped with everything it started (shared by the benches under ``bench/``)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hub.broker import mosquitto_pids
+
+REPO = Path(__file__).resolve().parent.parent
+HUB_START_TIMEOUT_S = 120.0
+"""seconds: a hub loading a large home may take a while"""
+HUB_STOP_TIMEOUT_S = 15.0
+MOSQUITTO_GONE_TIMEOUT_S = 8.0
+PR_SET_PDEATHSIG = 1
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["YIMI_MDNS_INTERFACES"] = "127.0.0.1"
+    return env
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Ask the kernel for SIGTERM when the parent dies; exit now if it already has."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    if prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")
+    if os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def cpu_seconds(pid: int | None) -> float:
+    """User + system CPU time of a live process (0 if it is gone)."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+class HubProcess:
+    """``python -m hub.cli hub run`` in its own session; :meth:`stop` leaves nothing behind."""
+
+    def __init__(self, root: Path, home: Path, mqtt_port: int, grpc_port: int) -> None:
+        self.root = root
+        self.home = home
+        self.mqtt_port = mqtt_port
+        self.grpc_port = grpc_port
+        self.log = root / "hub.log"
+        self.popen: subprocess.Popen[bytes] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def pid(self) -> int | None:
+        return self.popen.pid if self.popen is not None else None
+
+    def mosquitto_pid(self) -> int | None:
+        try:
+            return int((self.home / "broker" / "mosquitto.pid").read_text().strip())
+        except (OSError, ValueError):
+            return None
+
+    def log_tail(self, lines: int = 15) -> str:
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def start(self) -> float:
+        """Start the hub; returns the seconds until it said it was up."""
+        parent = os.getpid()
+        started = time.monotonic()
+        with self.log.open("wb") as fh:
+            self.popen = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "hub.cli",
+                    "hub",
+                    "run",
+                    "--home",
+                    str(self.home),
+                    "--bind",
+                    "127.0.0.1",
+                    "--mqtt-port",
+                    str(self.mqtt_port),
+                    "--grpc-port",
+                    str(self.grpc_port),
+                    "--no-advertise",
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                env=child_env(),
+                cwd=self.root,
+                start_new_session=True,
+                preexec_fn=lambda: die_with_parent(parent),
+            )
+        deadline = started + HUB_START_TIMEOUT_S
+        while " up: " not in self.log.read_text(errors="replace"):
+            if self.popen.poll() is not None:
+                raise RuntimeError(f"the hub exited ({self.popen.returncode}):\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the hub did not come up in {HUB_START_TIMEOUT_S:g} s")
+            time.sleep(0.05)
+        return time.monotonic() - started
+
+    def stop(self) -> list[str]:
+        """SIGTERM (then SIGKILL) the hub's process group; make sure its mosquitto is gone."""
+        warnings: list[str] = []
+        popen = self.popen
+        if popen is not None and popen.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(popen.pid, signal.SIGTERM)
+            try:
+                popen.wait(timeout=HUB_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                warnings.append(f"hub ignored SIGTERM for {HUB_STOP_TIMEOUT_S:g} s: killed")
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(popen.pid, signal.SIGKILL)
+                popen.wait(timeout=HUB_STOP_TIMEOUT_S)
+        fragment = str(self.home / "broker")
+        deadline = time.monotonic() + MOSQUITTO_GONE_TIMEOUT_S
+        while (left := mosquitto_pids(fragment)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        for pid in left:
+            warnings.append(f"mosquitto {pid} outlived the hub: killed")
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return warnings
