@@ -32,7 +32,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
-RECEIPT_VERSION = 1
+from hub.capabilities.package_sdk import RECEIPT_VERSION
+
 STATUSES = (
     "succeeded",
     "partial",

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from hub.capabilities.package_sdk import receipt
+
 SWITCHABLE = ("light", "switch", "fan")
 READ_ONLY = ("lock", "sensor", "binary_sensor")
 
@@ -34,22 +36,6 @@ class Entity:
         if self.component == "lock":
             return self.state.lower()
         return self.state
-
-
-def receipt(status: str, **kw: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "receipt_version": 1,
-        "status": status,
-        "effects": [],
-        "values": [],
-        "unknowns": [],
-    }
-    for key in ("effects", "values", "unknowns"):
-        if key in kw:
-            out[key] = kw[key]
-    if "error" in kw:
-        out["error"] = {"code": kw["error"][0], "message": kw["error"][1]}
-    return out
 
 
 def observation(e: Entity) -> dict[str, Any]:

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from hub.capabilities.package_sdk import receipt
+
 MAX_SHOWN = 4000
-
-
-def receipt(status: str, **kw: Any) -> dict[str, Any]:
-    return {"receipt_version": 1, "status": status, **kw}
 
 
 def from_answer(op: str, target: str, args: list[str], a: dict[str, Any]) -> dict[str, Any]:
     """A receipt from the executor's answer (see hub/gateway/executor_bridge.py)."""
     if a.get("status") != "done":
         code = str(a.get("error_code") or "FAILED")
-        return receipt("failed", error={"code": code, "message": str(a.get("error", ""))})
+        return receipt("failed", error=(code, str(a.get("error", ""))))
     if op == "read":
         size = int(a.get("size", 0))
         return receipt(
@@ -47,7 +45,7 @@ def from_answer(op: str, target: str, args: list[str], a: dict[str, Any]) -> dic
             effects=[
                 {"kind": "command.ran", "state": "verified", "target": target, "fields": fields}
             ],
-            error={"code": f"EXIT_{code}", "message": fields["stderr"][:300]},
+            error=(f"EXIT_{code}", fields["stderr"][:300]),
         )
     return receipt(
         "succeeded",

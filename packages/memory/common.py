@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hub.capabilities.package_sdk import receipt
 from hub.memory.assertions import AssertionStore
 from hub.memory.errors import Conflict, MemoryStoreError
 from hub.memory.models import ASSERTION_ITEM, Assertion, ForgetReport
@@ -33,26 +34,6 @@ ERROR_CODES = {
     "memory.dependency": "BAD_DEPENDENCY",
     "memory.request_reused": "REQUEST_REUSED",
 }
-
-
-def receipt(
-    status: str,
-    *,
-    effects: list[dict[str, Any]] | None = None,
-    values: list[dict[str, Any]] | None = None,
-    unknowns: list[str] | None = None,
-    error: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "receipt_version": 1,
-        "status": status,
-        "effects": effects or [],
-        "values": values or [],
-        "unknowns": unknowns or [],
-    }
-    if error is not None:
-        out["error"] = {"code": error[0], "message": error[1]}
-    return out
 
 
 def failed(exc: MemoryStoreError) -> dict[str, Any]:

@@ -6,25 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-
-def receipt(
-    status: str,
-    *,
-    effects: list[dict[str, Any]] | None = None,
-    values: list[dict[str, Any]] | None = None,
-    unknowns: list[str] | None = None,
-    error: tuple[str, str] | None = None,
-) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "receipt_version": 1,
-        "status": status,
-        "effects": effects or [],
-        "values": values or [],
-        "unknowns": unknowns or [],
-    }
-    if error is not None:
-        out["error"] = {"code": error[0], "message": error[1]}
-    return out
+from hub.capabilities.package_sdk import receipt
 
 
 def sent_log(path: Path) -> sqlite3.Connection:

@@ -43,7 +43,7 @@ async def ask(body: dict[str, Any]) -> dict[str, Any] | None:
 def unreachable() -> dict[str, Any]:
     return receipt(
         "failed",
-        error={"code": "UNREACHABLE", "message": "the hub's executor bridge is not reachable"},
+        error=("UNREACHABLE", "the hub's executor bridge is not reachable"),
     )
 
 
