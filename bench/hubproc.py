@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -152,3 +153,25 @@ class HubProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         return warnings
+
+
+def finish(root: Path, *, keep: bool, started: float, status: int) -> int:
+    """End a bench run: no mosquitto of ``root`` may outlive it (killed and counted as a
+    failure if one does), ``root`` is removed unless kept, and the run time is printed."""
+    deadline = time.monotonic() + MOSQUITTO_GONE_TIMEOUT_S
+    while (left := mosquitto_pids(str(root))) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        print(f"warning: mosquitto {pid} still running: killed", file=sys.stderr)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        status = status or 1
+    if keep:
+        print(f"kept {root}")
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    print(
+        f"total run time {time.monotonic() - started:.1f} s; no mosquitto left: "
+        f"{not mosquitto_pids(str(root))}"
+    )
+    return status

@@ -36,7 +36,6 @@ import math
 import os
 import platform
 import secrets
-import shutil
 import signal
 import statistics
 import subprocess
@@ -53,9 +52,8 @@ import apsw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, free_port
+from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, finish, free_port
 from edge_agent.node import DeviceNode, NodeOptions
-from hub.broker import mosquitto_pids
 from protos import mesh_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -64,9 +62,6 @@ from sync.mqtt import SOCKET_OPTIONS
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parent.parent
-HUB_START_TIMEOUT_S = 30.0
-HUB_STOP_TIMEOUT_S = 15.0
-MOSQUITTO_GONE_TIMEOUT_S = 8.0
 CONNECT_TIMEOUT_S = 20.0
 TRIP_TIMEOUT_S = 30.0
 """seconds one trip may take before the bench gives up"""
@@ -75,8 +70,6 @@ DRAIN_TIMEOUT_S = 20.0
 """seconds the hub gets after the last trip to record the last ACKs"""
 RAW_PAYLOAD_BYTES = 400
 """bytes per raw message: about the size of a sealed utterance envelope"""
-PR_SET_PDEATHSIG = 1
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -696,19 +689,7 @@ def bench(args: argparse.Namespace) -> int:
         if hub is not None:
             for w in hub.stop():
                 print(f"warning: {w}", file=sys.stderr)
-        left = mosquitto_pids(str(root))
-        if left:
-            print(f"warning: mosquitto still running: {left}", file=sys.stderr)
-            status = status or 1
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    print(
-        f"total run time {time.monotonic() - started:.1f} s; no mosquitto left: "
-        f"{not mosquitto_pids(str(root))}"
-    )
-    return status
+    return finish(root, keep=args.keep, started=started, status=status)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -78,9 +78,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import edge_agent.node as node_module
 import sync.replica as replica_module
-from bench.hubproc import HubProcess, cpu_seconds, free_port
+from bench.hubproc import HubProcess, cpu_seconds, finish, free_port
 from edge_agent.node import DeviceNode, NodeOptions
-from hub.broker import mosquitto_pids
 from hub.daemon import COMPACT_AT_BYTES, MAX_SYNC_BYTES
 from hub.timeline import HubStore
 from protos import mesh_pb2, sync_pb2
@@ -96,15 +95,9 @@ from sync.replication import DeviceReplication, HubReplication
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parent.parent
 WEEK_MS = 7 * 86_400_000
-HUB_START_TIMEOUT_S = 120.0
-"""seconds: the hub loads and reconciles the whole timeline before it says `` up: ``"""
-HUB_STOP_TIMEOUT_S = 15.0
-MOSQUITTO_GONE_TIMEOUT_S = 8.0
 CONNECT_TIMEOUT_S = 60.0
 VISIBLE_TIMEOUT_S = 15.0
 """seconds a live entry may take to reach a device before it counts as lost"""
-PR_SET_PDEATHSIG = 1
-CLK_TCK = os.sysconf("SC_CLK_TCK")
 KINDS = ("utterance", "reply", "memo", "utterance", "reply")
 WORDS = (
     "the kitchen light is on again please remind me to call mum about weekend trip buy oat "
@@ -1296,24 +1289,7 @@ def bench(args: argparse.Namespace) -> int:
         status = 1
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        fragment = str(root)
-        deadline = time.monotonic() + MOSQUITTO_GONE_TIMEOUT_S
-        while (left := mosquitto_pids(fragment)) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        for pid in left:
-            print(f"warning: mosquitto {pid} still running: killed", file=sys.stderr)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            status = status or 1
-        if args.keep:
-            print(f"kept {root}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
-    print(
-        f"total run time {time.monotonic() - started:.1f} s; no mosquitto left: "
-        f"{not mosquitto_pids(str(root))}"
-    )
-    return status
+    return finish(root, keep=args.keep, started=started, status=status)
 
 
 def build_parser() -> argparse.ArgumentParser:
