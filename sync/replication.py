@@ -35,6 +35,8 @@ CATCHUP_INTERVAL_S = 30.0
 """seconds between background catch-ups of a connected device"""
 LOCAL_POLL_S = 0.25
 """seconds between looks for changes other processes wrote to this node's replicas"""
+HUB_SENDER = "hub"
+"""who the hub's own sequencing is attributed to"""
 DEVICE_COMPACT_AT = 4 * 1024 * 1024
 """bytes of a document's update log after which a device compacts it (once the hub has it all)"""
 MAX_LIVE_BLOB = 192 * 1024
@@ -335,20 +337,45 @@ class HubReplication:
         out = []
         for period, entries in sorted(by_period.items()):
             timeline = self.replicas.get(docs.timeline_doc(period))
-            present = {e.id for e in docs.entries_of(timeline.doc)}
+            seq_replica = self.replicas.get(docs.seq_doc(period))
+            present = self._present(timeline.doc_id, entries)
             missing = [e for e in entries if e.id not in present]
             if missing:
                 blob = timeline.change(partial(docs.push_entries, entries=missing))
                 out.append(sync_pb2.DocUpdate(doc=timeline.doc_id, blob=blob))
-            seq_replica = self.replicas.get(docs.seq_doc(period))
-            have = docs.seqs_of(seq_replica.doc)
             wrong = [
-                (e.id, e.seq) for e in entries if e.seq is not None and have.get(e.id) != e.seq
+                (e.id, e.seq)
+                for e in entries
+                if e.seq is not None and docs.seq_of(seq_replica.doc, e.id) != e.seq
             ]
             if wrong:
                 blob = seq_replica.change(partial(docs.set_seqs, seqs=wrong))
                 out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))
+            # moves the "fully sequenced" mark past what was just written (cheap)
+            out += self.sequence_new({timeline.doc_id}, HUB_SENDER)
         return out
+
+    def _present(self, doc_id: str, entries: list[docs.Entry]) -> set[str]:
+        """Which of ``entries`` the timeline document already holds.
+
+        Past the "fully sequenced" mark every entry has a ``seq`` (the hub writes one only for
+        an entry it holds), so only the operations since the mark need reading.
+        """
+        timeline = self.replicas.get(doc_id).doc
+        period = docs.period_of_doc(doc_id)
+        mark = self._sequenced_at.get(doc_id)
+        if period is not None and mark is not None:
+            seq_doc = self.replicas.get(docs.seq_doc(period)).doc
+            if timeline.oplog_vv.includes_vv(mark[0]) and seq_doc.oplog_vv.includes_vv(mark[1]):
+                added = docs.entries_added(timeline, mark[0])
+                if added is not None:
+                    since = {e.id for e in added}
+                    return {
+                        e.id
+                        for e in entries
+                        if e.id in since or docs.seq_of(seq_doc, e.id) is not None
+                    }
+        return {e.id for e in docs.entries_of(timeline)}
 
     def serve(
         self, request: sync_pb2.SyncRequest, sender: str
