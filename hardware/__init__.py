@@ -1,3 +1,4 @@
 """Microphones, speakers, cameras and Bluetooth behind one interface each (real and simulated
-backends). Filled by the voice issue.
+backends): ``audio`` (sources and sinks, 16 kHz mono int16 inside), ``espeak`` (speech
+synthesis).
 """

@@ -104,6 +104,9 @@ MESSAGES: dict[str, str] = {
         "reinstall {package}=={version}"
     ),
     "model.failed": "the {what} model failed: {reason}",
+    # audio (hardware)
+    "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
+    "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
     # recall
     "recall.invalid": "recall: {field}: {reason}",
     # edge

@@ -1,3 +1,4 @@
+from protos import voice_pb2 as _voice_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -23,6 +24,13 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CARD_UPDATE: _ClassVar[Kind]
     EXEC_REQUEST: _ClassVar[Kind]
     EXEC_RESULT: _ClassVar[Kind]
+    AUDIO_CHUNK: _ClassVar[Kind]
+    WAKE_CLAIM: _ClassVar[Kind]
+    WAKE_DECISION: _ClassVar[Kind]
+    VOICE_ENROL: _ClassVar[Kind]
+    VOICE_ENROL_RESULT: _ClassVar[Kind]
+    VOICEPRINT: _ClassVar[Kind]
+    TRUST_WINDOW: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -55,6 +63,13 @@ APPROVAL: Kind
 CARD_UPDATE: Kind
 EXEC_REQUEST: Kind
 EXEC_RESULT: Kind
+AUDIO_CHUNK: Kind
+WAKE_CLAIM: Kind
+WAKE_DECISION: Kind
+VOICE_ENROL: Kind
+VOICE_ENROL_RESULT: Kind
+VOICEPRINT: Kind
+TRUST_WINDOW: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal
@@ -98,20 +113,22 @@ class SignedEnvelope(_message.Message):
     def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class Utterance(_message.Message):
-    __slots__ = ("id", "text", "channel", "started_ms", "ended_ms", "source")
+    __slots__ = ("id", "text", "channel", "started_ms", "ended_ms", "source", "voice")
     ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     CHANNEL_FIELD_NUMBER: _ClassVar[int]
     STARTED_MS_FIELD_NUMBER: _ClassVar[int]
     ENDED_MS_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    VOICE_FIELD_NUMBER: _ClassVar[int]
     id: str
     text: str
     channel: str
     started_ms: int
     ended_ms: int
     source: str
-    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., channel: _Optional[str] = ..., started_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+    voice: _voice_pb2.VoiceInfo
+    def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., channel: _Optional[str] = ..., started_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., source: _Optional[str] = ..., voice: _Optional[_Union[_voice_pb2.VoiceInfo, _Mapping]] = ...) -> None: ...
 
 class Reply(_message.Message):
     __slots__ = ("id", "utterance_id", "text", "placeholder", "seq", "reply_seq")

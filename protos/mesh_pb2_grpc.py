@@ -49,6 +49,11 @@ class HubStub:
                 request_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
                 response_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
                 _registered_method=True)
+        self.Enrol = channel.unary_unary(
+                '/yimi.mesh.v1.Hub/Enrol',
+                request_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
+                response_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
+                _registered_method=True)
 
 
 class HubServicer:
@@ -75,6 +80,13 @@ class HubServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Enrol(self, request, context):
+        """Voiceprint enrolment: a VOICE_ENROL envelope in, a VOICE_ENROL_RESULT envelope out.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HubServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -90,6 +102,11 @@ def add_HubServicer_to_server(servicer, server):
             ),
             'Sync': grpc.unary_unary_rpc_method_handler(
                     servicer.Sync,
+                    request_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
+                    response_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
+            ),
+            'Enrol': grpc.unary_unary_rpc_method_handler(
+                    servicer.Enrol,
                     request_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
                     response_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
             ),
@@ -173,6 +190,33 @@ class Hub:
             request,
             target,
             '/yimi.mesh.v1.Hub/Sync',
+            protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
+            protos_dot_mesh__pb2.EnvelopeBytes.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Enrol(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/yimi.mesh.v1.Hub/Enrol',
             protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
             protos_dot_mesh__pb2.EnvelopeBytes.FromString,
             options,

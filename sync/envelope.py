@@ -20,7 +20,7 @@ from nacl.public import Box, PrivateKey, PublicKey
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey, VerifyKey
 
-from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2
+from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2, voice_pb2
 from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
 
 ENVELOPE_VERSION = 1
@@ -47,6 +47,13 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.SYNC_UPDATE: sync_pb2.SyncUpdate,
     mesh_pb2.SYNC_REQUEST: sync_pb2.SyncRequest,
     mesh_pb2.SYNC_RESPONSE: sync_pb2.SyncResponse,
+    mesh_pb2.AUDIO_CHUNK: voice_pb2.AudioChunk,
+    mesh_pb2.WAKE_CLAIM: voice_pb2.WakeClaim,
+    mesh_pb2.WAKE_DECISION: voice_pb2.WakeDecision,
+    mesh_pb2.VOICE_ENROL: voice_pb2.VoiceEnrol,
+    mesh_pb2.VOICE_ENROL_RESULT: voice_pb2.VoiceEnrolResult,
+    mesh_pb2.VOICEPRINT: voice_pb2.Voiceprint,
+    mesh_pb2.TRUST_WINDOW: voice_pb2.TrustWindow,
 }
 """Kind → payload message class; a kind not here is malformed."""
 
