@@ -1,0 +1,75 @@
+"""Synthesized test speech: espeak-ng voices, noise, silence, and WAV files of them.
+
+The owner is one espeak-ng voice; "other people" are voices that differ in variant, pitch
+and accent. Audio is cached per (text, voice) for the test session, so many tests can use
+the same phrases cheaply. Everything is 16 kHz mono int16 (``hardware.espeak``).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from hardware.espeak import SAMPLE_RATE, Samples, Voice, synthesize
+
+OWNER = Voice("en-us", pitch=45, speed=165)
+"""the synthetic owner"""
+OWNER_TAKES = (
+    Voice("en-us", pitch=45, speed=165),
+    Voice("en-us", pitch=47, speed=150),
+    Voice("en-us", pitch=43, speed=175),
+    Voice("en-us", pitch=46, speed=158),
+    Voice("en-us", pitch=44, speed=170),
+)
+"""the owner speaking on different occasions (small pitch and speed changes)"""
+OTHERS = (
+    Voice("en+f3", pitch=60, speed=160),
+    Voice("en-gb-scotland+m3", pitch=30, speed=150),
+    Voice("en-us+Andy", pitch=50, speed=170),
+    Voice("en+f2", pitch=70, speed=150),
+    Voice("en-gb+Alex", pitch=35, speed=160),
+    Voice("en-029+m7", pitch=55, speed=165),
+)
+"""other people"""
+
+
+@functools.lru_cache(maxsize=512)
+def _say(text: str, voice: Voice) -> bytes:
+    return synthesize(text, voice).tobytes()
+
+
+def say(text: str, voice: Voice = OWNER) -> Samples:
+    """``text`` spoken by ``voice`` (cached; returns a fresh writable array)."""
+    return np.frombuffer(_say(text, voice), dtype=np.int16).copy()
+
+
+def silence(seconds: float) -> Samples:
+    return np.zeros(int(seconds * SAMPLE_RATE), dtype=np.int16)
+
+
+def noise(seconds: float, dbfs: float = -45.0, seed: int = 0) -> Samples:
+    """White noise at ``dbfs`` RMS."""
+    rng = np.random.default_rng(seed)
+    rms = 32768.0 * 10 ** (dbfs / 20)
+    return np.clip(rng.normal(0, rms, int(seconds * SAMPLE_RATE)), -32768, 32767).astype(np.int16)
+
+
+def with_noise(samples: Samples, snr_db: float = 20.0, seed: int = 0) -> Samples:
+    """``samples`` plus white noise ``snr_db`` below the speech's RMS."""
+    x = samples.astype(np.float64)
+    rms = float(np.sqrt(np.mean(x[np.abs(x) > 300] ** 2))) if np.any(np.abs(x) > 300) else 1.0
+    rng = np.random.default_rng(seed)
+    n = rng.normal(0, rms / 10 ** (snr_db / 20), len(x))
+    return np.clip(np.round(x + n), -32768, 32767).astype(np.int16)
+
+
+def concat(*parts: Samples) -> Samples:
+    return np.concatenate(parts).astype(np.int16)
+
+
+def write_wav(path: Path, samples: Samples, rate: int = SAMPLE_RATE) -> Path:
+    sf.write(str(path), samples, rate, subtype="PCM_16")
+    return path
