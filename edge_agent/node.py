@@ -20,9 +20,10 @@ from types import TracebackType
 from typing import Any
 
 import aiomqtt
+from google.protobuf.message import Message
 
 from edge_agent.roles import role_handlers
-from protos import mesh_pb2, sync_pb2
+from protos import mesh_pb2, sync_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from sync import topics
 from sync.backoff import Backoff
@@ -238,6 +239,39 @@ class DeviceNode:
         self._wake.set()
         return utt.id, waiting
 
+    def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:
+        """Commit a heard utterance and its encoded audio (sent as ``AUDIO_CHUNK`` envelopes
+        before it) to the outbox; returns how many items are waiting."""
+        waiting = self.outbox.put(
+            utt.id,
+            mesh_pb2.UTTERANCE,
+            utt.SerializeToString(),
+            trace_id,
+            int(time.time() * 1000),
+            chunks=audio,
+        )
+        self._wake.set()
+        return waiting
+
+    def withdraw(self, item_id: str) -> bool:
+        """Take a queued item (and its audio) out of the outbox before it is answered."""
+        waiter = self._waiters.pop(item_id, None)
+        if waiter is not None:
+            waiter.cancel()  # a flush waiting for its reply moves on
+        return self.outbox.done(item_id)
+
+    async def send(self, kind: int, payload: Message) -> None:
+        """Seal ``payload`` to the hub and publish it now (not queued); SyncError if the
+        session is down."""
+        if self.mqtt is None:
+            raise SyncError("hub.unreachable", target="hub", reason="not connected")
+        data = self.sealer.seal(
+            kind, payload, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
+        )
+        await self.mqtt.publish(
+            topics.uplink(self.bundle.home_id, self.bundle.device_id), data, qos=1
+        )
+
     async def flush(self, *, stop_after: str | None = None) -> bool:
         """Send every queued item in order, each after the previous one's reply.
 
@@ -264,11 +298,24 @@ class DeviceNode:
             item = items[0]
             waiter = self._waiters.setdefault(item.id, asyncio.get_running_loop().create_future())
             payload = mesh_pb2.Utterance.FromString(item.payload)
+            chunks = self.outbox.chunks(item.id)
+            self.outbox.attempted(item.id)
+            link = self.mqtt.connections
+            for index, piece in enumerate(chunks):  # a voice utterance's audio, before it
+                chunk = voice_pb2.AudioChunk(
+                    utterance_id=item.id, index=index, total=len(chunks), data=piece
+                )
+                sealed = self.sealer.seal(
+                    mesh_pb2.AUDIO_CHUNK,
+                    chunk,
+                    recipient=HUB,
+                    recipient_box_pk=hub_box,
+                    trace_id=item.trace_id,
+                )
+                await self.mqtt.publish(uplink, sealed, qos=1)
             data = self.sealer.seal(
                 item.kind, payload, recipient=HUB, recipient_box_pk=hub_box, trace_id=item.trace_id
             )
-            self.outbox.attempted(item.id)
-            link = self.mqtt.connections
             await self.mqtt.publish(uplink, data, qos=1)
             if not await self._reply_or_relink(waiter, link):
                 continue  # reconnected meanwhile: what was in flight may be lost, send it again

@@ -4,13 +4,17 @@ An item is committed (fsynced) before the sender is told it is queued, and leave
 outbox only when the hub's reply for it arrives. Retries re-seal the payload with a new
 counter; the hub deduplicates by the item id, so a retry never doubles an entry.
 Flushing is serialised across processes by an ``flock`` on ``outbox.lock``.
+
+An item may carry attachments (a voice utterance's encoded audio, as ``AUDIO_CHUNK``
+pieces): they are committed in the same transaction as the item, sent before it, in index
+order, on every attempt, and leave the outbox with it.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +34,19 @@ CREATE TABLE IF NOT EXISTS outbox (
     created_ms INTEGER NOT NULL,
     attempts   INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS outbox_chunks (
+    item_id    TEXT NOT NULL,
+    idx        INTEGER NOT NULL,
+    data       BLOB NOT NULL,
+    PRIMARY KEY (item_id, idx)
+) WITHOUT ROWID;
 """
 MAX_ITEMS = 100_000
 """items: beyond this the outbox refuses new ones rather than fill the disk"""
+MAX_CHUNKS = 32
+"""attachments of one item (the hub reassembles at most this many)"""
+MAX_CHUNK_BYTES = 192 * 1024
+"""bytes of one attachment (an AUDIO_CHUNK's data)"""
 
 
 @dataclass(frozen=True)
@@ -55,18 +69,42 @@ class Outbox:
     def close(self) -> None:
         self._conn.close()
 
-    def put(self, item_id: str, kind: int, payload: bytes, trace_id: str, created_ms: int) -> int:
-        """Queue an item (idempotent on ``item_id``); returns how many are waiting."""
+    def put(
+        self,
+        item_id: str,
+        kind: int,
+        payload: bytes,
+        trace_id: str,
+        created_ms: int,
+        chunks: Sequence[bytes] = (),
+    ) -> int:
+        """Queue an item and its ``chunks`` in one transaction (idempotent on ``item_id``:
+        a second put of a queued id changes nothing); returns how many are waiting."""
+        if len(chunks) > MAX_CHUNKS or any(len(c) > MAX_CHUNK_BYTES for c in chunks):
+            raise ValueError(f"at most {MAX_CHUNKS} chunks of {MAX_CHUNK_BYTES} bytes")
         with transaction(self._conn):
             count = self.count()
             if count >= MAX_ITEMS:
                 raise SyncError("outbox.full", path=self.path, count=count)
-            self._conn.execute(
+            added = self._conn.execute(
                 "INSERT OR IGNORE INTO outbox (id, kind, payload, trace_id, created_ms) "
-                "VALUES (?,?,?,?,?)",
+                "VALUES (?,?,?,?,?) RETURNING pos",
                 (item_id, kind, payload, trace_id, created_ms),
-            )
+            ).fetchall()
+            if added:
+                self._conn.execute("DELETE FROM outbox_chunks WHERE item_id=?", (item_id,))
+                self._conn.executemany(
+                    "INSERT INTO outbox_chunks (item_id, idx, data) VALUES (?,?,?)",
+                    [(item_id, i, data) for i, data in enumerate(chunks)],
+                )
             return self.count()
+
+    def chunks(self, item_id: str) -> list[bytes]:
+        """The attachments of a queued item, in index order (empty if none or gone)."""
+        rows = self._conn.execute(
+            "SELECT data FROM outbox_chunks WHERE item_id=? ORDER BY idx", (item_id,)
+        )
+        return [bytes(r[0]) for r in rows]
 
     def count(self) -> int:
         row = self._conn.execute("SELECT count(*) FROM outbox").fetchone()
@@ -90,8 +128,10 @@ class Outbox:
             self._conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id=?", (item_id,))
 
     def done(self, item_id: str) -> bool:
-        """Remove a delivered item; ``False`` if it was already gone."""
+        """Remove a delivered (or withdrawn) item and its chunks; ``False`` if it was
+        already gone."""
         with transaction(self._conn):
+            self._conn.execute("DELETE FROM outbox_chunks WHERE item_id=?", (item_id,))
             return (
                 self._conn.execute(
                     "DELETE FROM outbox WHERE id=? RETURNING id", (item_id,)

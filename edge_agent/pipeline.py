@@ -1,0 +1,743 @@
+"""The device's ears and voice: what it hears becomes requests, what the hub says is spoken.
+
+Frames (16 kHz mono int16, 32 ms) go through voice activity detection; only while there is
+speech are they fed to the wake-word spotter (with the pre-roll before the speech start).
+Finished speech segments are sorted by the window they fall in:
+
+* **wake** — the wake word fired in this segment (and the owner went on speaking), or
+  in an earlier segment that ended at most ``REQUEST_WINDOW_MS`` before this one started;
+* **follow-up** — the segment started within ``FOLLOW_UP_MS`` after a reply finished
+  playing (same call id as the request answered);
+* otherwise **ambient**: one line in ``<bundle state>/ambient.jsonl`` (source, times,
+  level; no audio, no embedding), never sent as an instruction.
+
+A request is embedded by the speaker model, judged locally against this device's
+voiceprint (the hub has the final word), encoded as FLAC and committed to the outbox with
+its audio as ``AUDIO_CHUNK`` pieces (sent before the Utterance; store and forward).
+When the wake word fires the device sends a ``WAKE_CLAIM`` at once; a ``WAKE_DECISION``
+to stand down drops the request (logged as ambient, reason ``stood_down``).
+
+While the sink plays a reply, and for ``PLAYBACK_TAIL_MS`` after it, nothing heard is
+taken as the owner: the wake spotter is not fed and segments overlapping that time are
+ambient (``own_playback``) — the device does not wake itself.
+
+Replies are spoken with espeak-ng into the sink and ACKed ``PLAYED``; a device without
+the ``speaker`` role (or run without an audio sink) shows them and ACKs ``RENDERED``.
+
+Detectors are injected through small protocols (:class:`SpeechDetector`,
+:class:`WakeSpotter`, :class:`SpeakerEmbedder`), so the state machine can be tested on
+synthetic events; :func:`load_ears` builds the real ones from the device's model catalog.
+Model work runs in one worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from protos import mesh_pb2, voice_pb2
+from sync.envelope import Opened, new_trace_id, random_id
+from sync.errors import SyncError
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+Samples = npt.NDArray[np.int16]
+
+SAMPLE_RATE = 16_000
+FRAME_SAMPLES = 512
+FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
+REQUEST_WINDOW_MS = 5_000
+"""after the wake word ends, a request must start within this (when the wake word was
+said on its own)"""
+WAKE_ONLY_MS = 600
+"""a segment that goes on less than this after the wake word ended is the wake word alone"""
+FOLLOW_UP_MS = 8_000
+"""after a reply finished playing, speech starting within this is a follow-up request"""
+PLAYBACK_TAIL_MS = 300
+"""after playback ends, input is still not taken as the owner for this long (room echo)"""
+DECISION_WAIT_S = 3.0
+"""seconds a finished request waits for the hub's wake decision before it is sent anyway"""
+LATE_DECISION_S = 30.0
+"""seconds a queued request still obeys a stand-down that arrives late"""
+PREROLL_MS = 300
+"""speech before the detected start fed to the wake spotter"""
+RING_FRAMES = 40
+"""recent frames kept for the pre-roll (1.28 s: covers a late speech-start decision)"""
+TAIL_SILENCE_MS = 1_500
+"""silence fed after a finite source ends, so the last segment closes"""
+MAX_REQUEST_MS = 30_000
+"""longer requests are cut to their first 30 s (the hub accepts at most 60 s)"""
+CHUNK_BYTES = 192 * 1024
+"""bytes of encoded audio per AUDIO_CHUNK"""
+AMBIENT_MAX_BYTES = 4 * 1024 * 1024
+"""ambient.jsonl is rotated to ambient.jsonl.1 beyond this"""
+MAX_SPOKEN_CHARS = 1_000
+
+
+# ---------------------------------------------------------------------- protocols
+class FrameLike(Protocol):
+    @property
+    def samples(self) -> Samples: ...
+
+    @property
+    def start_ms(self) -> int: ...
+
+
+@dataclass(frozen=True)
+class Frame:
+    """One 32 ms frame; ``start_ms`` is the wall clock of its first sample."""
+
+    samples: Samples
+    start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    ms: int
+
+
+@dataclass(frozen=True)
+class SpeechEnded:
+    samples: Samples
+    start_ms: int
+    end_ms: int
+    voiced_ms: int
+
+
+SpeechEvent = SpeechStarted | SpeechEnded
+
+
+class SpeechDetector(Protocol):
+    """Voice activity: frames in, speech start / finished segment events out."""
+
+    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]: ...
+
+
+@dataclass(frozen=True)
+class WakeFired:
+    score: float
+    """0..1, higher is a better match"""
+    end_ms: int
+    """wall clock when the wake word ended"""
+
+
+class WakeSpotter(Protocol):
+    def feed(self, frame: FrameLike) -> WakeFired | None: ...
+
+    def reset(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Embedding:
+    vector: npt.NDArray[np.float32]
+    voiced_ms: int
+    quality: float
+
+
+class SpeakerEmbedder(Protocol):
+    model: str
+    """catalog ``name@version`` of the embedding model"""
+
+    def embed(self, samples: Samples) -> Embedding: ...
+
+
+@dataclass(frozen=True)
+class LocalVoiceprint:
+    """This device's view of its channel's centroid (sent by the hub)."""
+
+    centroid: npt.NDArray[np.float32]
+    line: float
+    speaker_model: str = ""
+
+
+class VoiceprintView(Protocol):
+    def current(self) -> LocalVoiceprint | None: ...
+
+
+class Sink(Protocol):
+    @property
+    def playing(self) -> bool: ...
+
+    async def play(self, samples: Samples) -> None: ...
+
+
+class Uplink(Protocol):
+    """What the pipeline needs from the device node (``DeviceNode`` has all of it)."""
+
+    def is_connected(self) -> bool: ...
+
+    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None: ...
+
+    def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int: ...
+
+    def withdraw(self, item_id: str) -> bool: ...
+
+    async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None: ...
+
+
+@dataclass
+class Ears:
+    speech: SpeechDetector
+    wake: WakeSpotter
+    speaker: SpeakerEmbedder
+    voiceprint: VoiceprintView
+    encode: Callable[[Samples], bytes]
+    """segment → FLAC bytes"""
+
+
+@dataclass(frozen=True)
+class DeviceVoice:
+    """Who is listening: identity, channel, and how replies are delivered."""
+
+    device_id: str
+    name: str
+    channel: str
+    speaks: bool
+    """has a speaker (replies are spoken, ACK PLAYED)"""
+    shows: bool = True
+    """prints replies (a HUD; stdout here)"""
+    source: str = ""
+    """where the audio comes from (``mic``, ``-``, a file path), for the ambient log"""
+
+
+# ---------------------------------------------------------------------- helpers
+def level_dbfs(samples: Samples) -> float:
+    """RMS level in dBFS (-120 for silence)."""
+    if samples.size == 0:
+        return -120.0
+    rms = float(np.sqrt(np.mean(np.square(samples.astype(np.float64)))))
+    return max(-120.0, 20.0 * float(np.log10(max(rms, 1e-9) / 32768.0)))
+
+
+def verdict_for(score: float, line: float) -> int:
+    """The device-side verdict (the hub decides the scope; this is its own view)."""
+    from models import voiceprint as vp
+
+    line = max(line, vp.VERIFIED_MIN)
+    if score >= line:
+        return voice_pb2.VERIFIED
+    if score >= vp.UNCERTAIN_MIN:
+        return voice_pb2.UNCERTAIN
+    return voice_pb2.UNMATCHED
+
+
+def split_chunks(data: bytes, size: int | None = None) -> list[bytes]:
+    size = size or CHUNK_BYTES
+    return [data[i : i + size] for i in range(0, len(data), size)] or [b""]
+
+
+# ---------------------------------------------------------------------- hearing (sync)
+@dataclass(frozen=True)
+class Wake:
+    """The wake word fired (events out of :class:`Hearing`)."""
+
+    fired: WakeFired
+    level_dbfs: float
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A finished speech segment, with the wake word if it fired inside it."""
+
+    speech: SpeechEnded
+    wake: Wake | None
+    echo: bool
+    """some of it was heard while the device played (or just after)"""
+
+
+class Hearing:
+    """The synchronous core: frames in, :class:`Wake` and :class:`Segment` events out.
+
+    Runs in the pipeline's model thread. The wake spotter sees only speech frames (from the
+    pre-roll before the detected start) and nothing while ``suppressed``.
+    """
+
+    def __init__(self, speech: SpeechDetector, wake: WakeSpotter) -> None:
+        self.speech = speech
+        self.wake = wake
+        self._ring: deque[FrameLike] = deque(maxlen=RING_FRAMES)
+        self._in_speech = False
+        self._fed_until = 0
+        self._speech_ms = 0
+        """end (ms) of the last frame fed to the wake spotter"""
+        self._wake_frames: deque[Samples] = deque(maxlen=32)
+        self._seg_wake: Wake | None = None
+        self._seg_echo = False
+        self.frames = 0
+        self.stage_s = {"vad": 0.0, "wake": 0.0}
+
+    def feed(self, frame: FrameLike, suppressed: bool) -> list[Wake | Segment]:
+        out: list[Wake | Segment] = []
+        self.frames += 1
+        self._ring.append(frame)
+        t0 = time.perf_counter()
+        events = self.speech.feed(frame)
+        t1 = time.perf_counter()
+        self.stage_s["vad"] += t1 - t0
+        if suppressed and self._in_speech:
+            self._seg_echo = True
+        for event in events:
+            if isinstance(event, SpeechStarted):
+                self._in_speech = True
+                self._seg_wake, self._seg_echo = None, suppressed
+                self.wake.reset()
+                self._wake_frames.clear()
+                self._fed_until = event.ms - PREROLL_MS
+                self._speech_ms = event.ms
+            else:
+                out.append(Segment(event, self._seg_wake, self._seg_echo))
+                self._in_speech = False
+                self._seg_wake, self._seg_echo = None, False
+        if self._in_speech and not suppressed:
+            # the ring holds the pre-roll and any frames since a late start decision
+            for f in list(self._ring):
+                if f.start_ms + FRAME_MS <= self._fed_until:
+                    continue
+                self._fed_until = f.start_ms + FRAME_MS
+                if f.start_ms >= self._speech_ms:  # the claim's level: speech, no pre-roll
+                    self._wake_frames.append(f.samples)
+                hit = self.wake.feed(f)
+                if hit is not None and self._seg_wake is None:
+                    heard = list(self._wake_frames) or [f.samples]
+                    level = level_dbfs(np.concatenate(heard))
+                    self._seg_wake = Wake(hit, level)
+                    out.append(self._seg_wake)
+        elif suppressed:
+            self._fed_until = frame.start_ms + FRAME_MS
+        self.stage_s["wake"] += time.perf_counter() - t1
+        return out
+
+
+# ---------------------------------------------------------------------- windows
+@dataclass
+class WakeWindow:
+    wake_id: str
+    call_id: str
+    wake: Wake
+    claimed: bool
+    decision: asyncio.Future[voice_pb2.WakeDecision]
+    used: bool = False
+
+
+@dataclass
+class Request:
+    segment: Segment
+    window: int
+    """voice_pb2.WAKE or FOLLOW_UP"""
+    call_id: str
+    wake: WakeWindow | None
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    ambient: int = 0
+    stood_down: int = 0
+    wakes: int = 0
+    played: int = 0
+    rendered: int = 0
+    embed_ms: list[float] = field(default_factory=list)
+    encode_ms: list[float] = field(default_factory=list)
+    audio_ms: int = 0
+
+
+# ---------------------------------------------------------------------- pipeline
+class VoicePipeline:
+    """An async context manager owning the request worker and the reply player."""
+
+    def __init__(
+        self,
+        device: DeviceVoice,
+        ears: Ears,
+        uplink: Uplink,
+        state_dir: Path,
+        *,
+        sink: Sink | None = None,
+        speak: Callable[[str], Samples] | None = None,
+    ) -> None:
+        self.device = device
+        self.ears = ears
+        self.uplink = uplink
+        self.sink = sink
+        self._speak = speak or _espeak
+        self.ambient_path = state_dir / "ambient.jsonl"
+        self.hearing = Hearing(ears.speech, ears.wake)
+        self.stats = Stats()
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ears-{device.name}")
+        self._tasks = TaskOwner(f"voice-{device.name}")
+        self._requests: asyncio.Queue[Request] = asyncio.Queue()
+        self._replies: asyncio.Queue[tuple[mesh_pb2.Reply, bool]] = asyncio.Queue()
+        self._windows: dict[str, WakeWindow] = {}
+        self._open_wake: WakeWindow | None = None
+        self._follow_up: tuple[int, str] | None = None
+        """(until_ms, call_id) of the open follow-up window"""
+        self._quiet_until = 0
+        """frame clock (ms) until which input is the device's own playback"""
+        self._clock_ms = 0
+        """end of the latest frame heard (the frame clock)"""
+        self.pending: dict[str, str] = {}
+        """utterance id → call id of requests waiting for their reply (played or shown)"""
+        self._busy = 0
+        self._changed = asyncio.Event()
+        self.listening = False
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> VoicePipeline:
+        await self._tasks.__aenter__()
+        self._tasks.spawn(self._request_worker(), "requests")
+        self._tasks.spawn(self._player(), "player")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self._tasks.close()
+        finally:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def failed(self) -> asyncio.Event:
+        return self._tasks.failed
+
+    # ------------------------------------------------------------------ input
+    def _suppressed(self) -> bool:
+        playing = self.sink is not None and self.sink.playing
+        return playing or self._clock_ms < self._quiet_until
+
+    async def listen(self, frames: AsyncIterator[FrameLike], *, finite: bool = True) -> None:
+        """Hear ``frames`` until they end (then close the last segment with silence)."""
+        loop = asyncio.get_running_loop()
+        self.listening = True
+        last: FrameLike | None = None
+        try:
+            async for frame in frames:
+                last = frame
+                await self._hear(loop, frame)
+            if finite and last is not None:
+                silence = np.zeros(FRAME_SAMPLES, dtype=np.int16)
+                start = last.start_ms + FRAME_MS
+                for i in range(TAIL_SILENCE_MS // FRAME_MS):
+                    await self._hear(loop, Frame(silence, start + i * FRAME_MS))
+        finally:
+            self.listening = False
+            self._changed.set()
+
+    async def _hear(self, loop: asyncio.AbstractEventLoop, frame: FrameLike) -> None:
+        self._clock_ms = frame.start_ms + FRAME_MS
+        self.stats.audio_ms += FRAME_MS
+        suppressed = self._suppressed()
+        events = await loop.run_in_executor(self._executor, self.hearing.feed, frame, suppressed)
+        for event in events:
+            if isinstance(event, Wake):
+                await self._on_wake(event)
+            else:
+                self._on_segment(event)
+
+    # ------------------------------------------------------------------ windows
+    async def _on_wake(self, wake: Wake) -> None:
+        self.stats.wakes += 1
+        loop = asyncio.get_running_loop()
+        window = WakeWindow(
+            wake_id=random_id("w-"),
+            call_id=random_id("c-"),
+            wake=wake,
+            claimed=False,
+            decision=loop.create_future(),
+        )
+        self._windows[window.wake_id] = window
+        self._open_wake = window
+        self._follow_up = None  # a new wake starts a new call
+        claim = voice_pb2.WakeClaim(
+            wake_id=window.wake_id,
+            heard_ms=wake.fired.end_ms,
+            wake_score=wake.fired.score,
+            level_dbfs=wake.level_dbfs,
+        )
+        if self.uplink.is_connected():
+            try:
+                await self.uplink.send(mesh_pb2.WAKE_CLAIM, claim)
+                window.claimed = True
+            except SyncError as exc:
+                log.info("wake claim %s not sent: %s", window.wake_id, exc)
+        log.info(
+            "wake word (score %.2f, %.1f dBFS) at %d: %s%s",
+            wake.fired.score,
+            wake.level_dbfs,
+            wake.fired.end_ms,
+            window.wake_id,
+            "" if window.claimed else " (no claim: hub not connected)",
+        )
+
+    def _on_segment(self, seg: Segment) -> None:
+        speech = seg.speech
+        if seg.echo:
+            self._ambient(seg, "own_playback")
+            return
+        window = self._open_wake
+        if seg.wake is not None and window is not None and window.wake is seg.wake:
+            if speech.end_ms - seg.wake.fired.end_ms < WAKE_ONLY_MS:
+                log.info("wake word alone: the request window stays open")
+                return  # the request is the next segment
+            self._take(Request(seg, voice_pb2.WAKE, window.call_id, window))
+            return
+        if (
+            window is not None
+            and not window.used
+            and speech.start_ms <= window.wake.fired.end_ms + REQUEST_WINDOW_MS
+        ):
+            self._take(Request(seg, voice_pb2.WAKE, window.call_id, window))
+            return
+        if self._follow_up is not None and speech.start_ms <= self._follow_up[0]:
+            call_id = self._follow_up[1]
+            self._follow_up = None
+            self._take(Request(seg, voice_pb2.FOLLOW_UP, call_id, None))
+            return
+        self._ambient(seg, "outside_window")
+
+    def _take(self, request: Request) -> None:
+        if request.wake is not None:
+            request.wake.used = True
+            if self._open_wake is request.wake:
+                self._open_wake = None
+        self._busy += 1
+        self._requests.put_nowait(request)
+
+    def _ambient(self, seg: Segment, reason: str, **extra: object) -> None:
+        self.stats.ambient += 1
+        s = seg.speech
+        record = {
+            "at_ms": int(time.time() * 1000),
+            "device": self.device.device_id,
+            "name": self.device.name,
+            "channel": self.device.channel,
+            "source": self.device.source,
+            "start_ms": s.start_ms,
+            "end_ms": s.end_ms,
+            "voiced_ms": s.voiced_ms,
+            "level_dbfs": round(level_dbfs(s.samples), 1),
+            "reason": reason,
+            **extra,
+        }
+        log.info("ambient speech %d..%d ms (%s)", s.start_ms, s.end_ms, reason)
+        try:
+            if self.ambient_path.exists() and self.ambient_path.stat().st_size > AMBIENT_MAX_BYTES:
+                os.replace(self.ambient_path, self.ambient_path.with_suffix(".jsonl.1"))
+            fd = os.open(self.ambient_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            with os.fdopen(fd, "a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, sort_keys=True) + "\n")
+        except OSError as exc:
+            log.warning("ambient log %s not written: %s", self.ambient_path, exc)
+
+    # ------------------------------------------------------------------ requests
+    async def _request_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            request = await self._requests.get()
+            try:
+                await self._send_request(loop, request)
+            except SyncError as exc:  # outbox full: nothing else to do with it
+                log.error("request not queued: %s", exc)
+            finally:
+                self._busy -= 1
+                self._changed.set()
+
+    def _measure(self, samples: Samples) -> tuple[Embedding, bytes, float, float]:
+        t0 = time.perf_counter()
+        emb = self.ears.speaker.embed(samples)
+        t1 = time.perf_counter()
+        audio = self.ears.encode(samples)
+        t2 = time.perf_counter()
+        return emb, audio, (t1 - t0) * 1000, (t2 - t1) * 1000
+
+    async def _send_request(self, loop: asyncio.AbstractEventLoop, request: Request) -> None:
+        speech = request.segment.speech
+        samples = speech.samples[: MAX_REQUEST_MS * SAMPLE_RATE // 1000]
+        emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
+            self._executor, self._measure, samples
+        )
+        self.stats.embed_ms.append(embed_ms)
+        self.stats.encode_ms.append(encode_ms)
+        wake = request.wake
+        if wake is not None and wake.claimed:
+            decision = await self._decision(wake)
+            if decision is not None and not decision.answer:
+                self.stats.stood_down += 1
+                log.info(
+                    "wake %s: standing down for %s; request dropped", wake.wake_id, decision.winner
+                )
+                self._ambient(request.segment, "stood_down", winner=decision.winner)
+                return
+        vp = self.ears.voiceprint.current()
+        verdict: int = voice_pb2.UNENROLLED
+        score = 0.0
+        if vp is not None and vp.centroid.shape == emb.vector.shape:
+            score = float(np.dot(emb.vector.astype(np.float64), vp.centroid.astype(np.float64)))
+            verdict = verdict_for(score, vp.line)
+        pieces = split_chunks(audio)
+        info = voice_pb2.VoiceInfo(
+            verdict=verdict,  # type: ignore[arg-type]
+            score=score,
+            embedding=emb.vector.astype("<f4").tobytes(),
+            voiced_ms=speech.voiced_ms,
+            quality=emb.quality,
+            level_dbfs=level_dbfs(samples),
+            window=request.window,  # type: ignore[arg-type]
+            wake_id=wake.wake_id if wake is not None else "",
+            wake_score=wake.wake.fired.score if wake is not None else 0.0,
+            call_id=request.call_id,
+            audio_chunks=len(pieces),
+            audio_bytes=len(audio),
+            audio_sha256=hashlib.sha256(audio).digest(),
+            audio_format="flac",
+            sample_rate=SAMPLE_RATE,
+            speaker_model=self.ears.speaker.model,
+        )
+        utt = mesh_pb2.Utterance(
+            id=random_id("u-"),
+            text="",
+            channel=self.device.channel,
+            started_ms=speech.start_ms,
+            ended_ms=speech.end_ms,
+            source="voice",
+            voice=info,
+        )
+        self.pending[utt.id] = request.call_id
+        waiting = self.uplink.queue_voice(utt, pieces, new_trace_id())
+        self.stats.requests += 1
+        log.info(
+            "request %s queued (%s, %d ms, verdict %s %.2f, %d audio bytes; %d waiting)",
+            utt.id,
+            voice_pb2.Window.Name(request.window).lower(),
+            speech.end_ms - speech.start_ms,
+            voice_pb2.Verdict.Name(verdict).lower(),
+            score,
+            len(audio),
+            waiting,
+        )
+        if wake is not None and wake.claimed and not wake.decision.done():
+            self._tasks.spawn(self._late_decision(wake, utt.id), f"decision-{wake.wake_id}")
+
+    async def _decision(self, wake: WakeWindow) -> voice_pb2.WakeDecision | None:
+        try:
+            return await asyncio.wait_for(asyncio.shield(wake.decision), DECISION_WAIT_S)
+        except TimeoutError:
+            log.info("wake %s: no decision within %.1f s; sending", wake.wake_id, DECISION_WAIT_S)
+            return None
+
+    async def _late_decision(self, wake: WakeWindow, utterance_id: str) -> None:
+        """A stand-down arriving after the request was queued withdraws it if still there."""
+        try:
+            decision = await asyncio.wait_for(asyncio.shield(wake.decision), LATE_DECISION_S)
+        except TimeoutError:
+            return
+        if not decision.answer and utterance_id in self.pending:
+            if self.uplink.withdraw(utterance_id):
+                self.pending.pop(utterance_id, None)
+                self.stats.stood_down += 1
+                log.info("wake %s: late stand-down; %s withdrawn", wake.wake_id, utterance_id)
+                self._changed.set()
+
+    async def on_wake_decision(self, opened: Opened) -> None:
+        decision = opened.payload
+        assert isinstance(decision, voice_pb2.WakeDecision)
+        window = self._windows.get(decision.wake_id)
+        if window is None:
+            log.info("decision for unknown wake %s ignored", decision.wake_id[:64])
+            return
+        if not window.decision.done():
+            window.decision.set_result(decision)
+        log.info(
+            "wake %s: %s",
+            decision.wake_id,
+            "answer" if decision.answer else f"stand down ({decision.winner})",
+        )
+
+    # ------------------------------------------------------------------ replies
+    async def on_reply(self, reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
+        """The node's reply handler: fresh replies are played (or shown) in order; a reply
+        the hub re-sent is ACKed again, not played twice."""
+        if not fresh:
+            await self._ack(reply, self._ack_state())
+            return
+        self._busy += 1
+        self._replies.put_nowait((reply, fresh))
+
+    def _ack_state(self) -> int:
+        return (
+            mesh_pb2.PLAYED if self.device.speaks and self.sink is not None else mesh_pb2.RENDERED
+        )
+
+    async def _ack(self, reply: mesh_pb2.Reply, state: int) -> None:
+        try:
+            await self.uplink.ack(reply, state)
+        except SyncError as exc:  # the hub re-sends unACKed replies when we are back
+            log.info("ack of %s not sent: %s", reply.id, exc)
+
+    async def _player(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            reply, _ = await self._replies.get()
+            try:
+                await self._deliver(loop, reply)
+            finally:
+                self._busy -= 1
+                self._changed.set()
+
+    async def _deliver(self, loop: asyncio.AbstractEventLoop, reply: mesh_pb2.Reply) -> None:
+        if self.device.shows or not self.device.speaks:
+            print(f"[{self.device.name}] hub: {reply.text}", flush=True)
+        state = mesh_pb2.RENDERED
+        if self.device.speaks and self.sink is not None and reply.text.strip():
+            try:
+                audio = await loop.run_in_executor(None, self._speak, reply.text[:MAX_SPOKEN_CHARS])
+                self._quiet_until = 1 << 62  # until the tail below is set
+                try:
+                    await self.sink.play(audio)
+                finally:
+                    self._quiet_until = self._clock_ms + PLAYBACK_TAIL_MS
+                state = mesh_pb2.PLAYED
+            except Exception as exc:  # any sink or synthesis failure: the reply is shown
+                log.warning("reply %s not spoken: %s", reply.id, exc)
+        await self._ack(reply, state)
+        if state == mesh_pb2.PLAYED:
+            self.stats.played += 1
+        else:
+            self.stats.rendered += 1
+        call_id = self.pending.pop(reply.utterance_id, None)
+        if call_id is not None:
+            self._follow_up = (self._clock_ms + PLAYBACK_TAIL_MS + FOLLOW_UP_MS, call_id)
+
+    # ------------------------------------------------------------------ completion
+    def settled_now(self) -> bool:
+        """Audio ended, every request was sent and got its reply delivered."""
+        return not self.listening and self._busy == 0 and not self.pending
+
+    async def settled(self) -> None:
+        while not self.settled_now():
+            self._changed.clear()
+            await self._changed.wait()
+
+
+def _espeak(text: str) -> Samples:
+    from hardware.espeak import synthesize
+
+    return synthesize(text)

@@ -1,0 +1,518 @@
+"""The edge voice pipeline's state machine on synthetic events (no models).
+
+The detectors are fakes named as such: speech is any frame with non-zero samples, the wake
+word is a frame whose first sample is ``WAKE_MARK``, the "speaker embedding" is a fixed
+unit vector chosen by the frame's second sample. The node is a fake uplink that records
+what would go to the hub. Real models run in ``tests/test_voice_e2e.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from edge_agent import pipeline as pl
+from edge_agent.pipeline import (
+    FRAME_MS,
+    FRAME_SAMPLES,
+    DeviceVoice,
+    Ears,
+    Embedding,
+    Frame,
+    FrameLike,
+    LocalVoiceprint,
+    Samples,
+    SpeechEnded,
+    SpeechEvent,
+    SpeechStarted,
+    VoicePipeline,
+    WakeFired,
+)
+from protos import mesh_pb2, voice_pb2
+from sync.envelope import Opened
+from sync.errors import SyncError
+
+WAKE_MARK = 7777
+OWNER, GUEST = 1, 2
+T0 = 1_700_000_000_000
+DIM = 256
+
+
+# ---------------------------------------------------------------------- fakes
+class FakeSpeech:
+    """Fake VAD: non-zero frames are speech; a segment ends after 3 silent frames."""
+
+    def __init__(self) -> None:
+        self.frames: list[FrameLike] = []
+        self.silent = 0
+
+    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]:
+        loud = bool(np.any(frame.samples))
+        if loud:
+            self.silent = 0
+            if not self.frames:
+                self.frames.append(frame)
+                return [SpeechStarted(frame.start_ms)]
+            self.frames.append(frame)
+            return []
+        if not self.frames:
+            return []
+        self.silent += 1
+        if self.silent < 3:
+            self.frames.append(frame)
+            return []
+        frames, self.frames = self.frames, []
+        speech = frames[: len(frames) - (self.silent - 1)]
+        samples = np.concatenate([f.samples for f in speech])
+        start = speech[0].start_ms
+        end = speech[-1].start_ms + FRAME_MS
+        return [SpeechEnded(samples, start, end, end - start)]
+
+
+class FakeWake:
+    """Fake wake spotter: fires on a frame whose first sample is WAKE_MARK."""
+
+    def __init__(self) -> None:
+        self.fed: list[int] = []
+        self.resets = 0
+
+    def feed(self, frame: FrameLike) -> WakeFired | None:
+        self.fed.append(frame.start_ms)
+        if int(frame.samples[0]) == WAKE_MARK:
+            return WakeFired(0.8, frame.start_ms + FRAME_MS)
+        return None
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).normal(size=DIM).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+class FakeSpeaker:
+    """Fake embedder: the voice is the second sample of the segment's loud frames."""
+
+    model = "fake-speaker@1"
+
+    def embed(self, samples: Samples) -> Embedding:
+        loud = samples[samples != 0]
+        who = OWNER if loud.size == 0 else int(np.bincount(np.abs(loud[loud < 100])).argmax())
+        return Embedding(unit(who), voiced_ms=len(samples) * 1000 // 16000, quality=0.9)
+
+
+class FakeVoiceprint:
+    def __init__(self, enrolled: bool = True) -> None:
+        self.enrolled = enrolled
+
+    def current(self) -> LocalVoiceprint | None:
+        return LocalVoiceprint(unit(OWNER), 0.65, "fake-speaker@1") if self.enrolled else None
+
+
+@dataclass
+class FakeUplink:
+    """Fake node: records claims, queued utterances with their audio, withdrawals, ACKs."""
+
+    connected: bool = True
+    claims: list[voice_pb2.WakeClaim] = field(default_factory=list)
+    queued: list[tuple[mesh_pb2.Utterance, list[bytes]]] = field(default_factory=list)
+    withdrawn: list[str] = field(default_factory=list)
+    acks: list[tuple[str, int]] = field(default_factory=list)
+    on_claim: object = None
+
+    def is_connected(self) -> bool:
+        return self.connected
+
+    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None:
+        if not self.connected:
+            raise SyncError("hub.unreachable", target="fake", reason="down")
+        assert kind == mesh_pb2.WAKE_CLAIM
+        self.claims.append(payload)
+
+    def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:
+        self.queued.append((utt, audio))
+        return len(self.queued)
+
+    def withdraw(self, item_id: str) -> bool:
+        if any(u.id == item_id for u, _ in self.queued):
+            self.withdrawn.append(item_id)
+            return True
+        return False
+
+    async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
+        self.acks.append((reply.id, state))
+
+
+class FakeSink:
+    """Fake speaker: ``play`` holds until ``release`` (or returns at once if ``auto``)."""
+
+    def __init__(self, auto: bool = True) -> None:
+        self.auto = auto
+        self.playing = False
+        self.played: list[int] = []
+        self.started = asyncio.Event()
+        self._release = asyncio.Event()
+
+    def release(self) -> None:
+        self._release.set()
+
+    async def play(self, samples: Samples) -> None:
+        self.playing = True
+        self.started.set()
+        try:
+            if not self.auto:
+                await self._release.wait()
+            self.played.append(len(samples))
+        finally:
+            self.playing = False
+
+
+def fake_speak(text: str) -> Samples:
+    return np.full(1600, 500, dtype=np.int16)
+
+
+# ---------------------------------------------------------------------- audio script
+def speech(frames: int, voice: int = OWNER, wake_at: int | None = None) -> list[Samples]:
+    out = []
+    for i in range(frames):
+        f = np.full(FRAME_SAMPLES, 1000, dtype=np.int16)
+        f[1::2] = voice
+        if wake_at is not None and i == wake_at:
+            f[0] = WAKE_MARK
+        out.append(f)
+    return out
+
+
+def silence(frames: int) -> list[Samples]:
+    return [np.zeros(FRAME_SAMPLES, dtype=np.int16) for _ in range(frames)]
+
+
+def frames_of(parts: list[Samples], start_ms: int = T0) -> list[Frame]:
+    return [Frame(s, start_ms + i * FRAME_MS) for i, s in enumerate(parts)]
+
+
+async def feed(frames: list[Frame]) -> AsyncIterator[FrameLike]:
+    for f in frames:
+        yield f
+
+
+def opened(payload: object, kind: int) -> Opened:
+    return Opened("hub", 1, T0, kind, "dev", "t", payload)  # type: ignore[arg-type]
+
+
+def make(
+    tmp_path: Path,
+    *,
+    uplink: FakeUplink | None = None,
+    sink: FakeSink | None = None,
+    speaks: bool = True,
+    enrolled: bool = True,
+) -> tuple[VoicePipeline, FakeUplink, FakeWake]:
+    uplink = uplink or FakeUplink()
+    wake = FakeWake()
+    ears = Ears(
+        speech=FakeSpeech(),
+        wake=wake,
+        speaker=FakeSpeaker(),
+        voiceprint=FakeVoiceprint(enrolled),
+        encode=lambda s: b"fake-flac:" + s.tobytes(),
+    )
+    device = DeviceVoice("dev-1", "glasses1", "glasses", speaks=speaks, source="test.wav")
+    p = VoicePipeline(device, ears, uplink, tmp_path, sink=sink, speak=fake_speak)
+    return p, uplink, wake
+
+
+def ambient(tmp_path: Path) -> list[dict[str, object]]:
+    path = tmp_path / "ambient.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+async def until(predicate: object, timeout: float = 5.0) -> None:
+    """Poll with a deadline (no blind sleeps)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():  # type: ignore[operator]
+        if loop.time() > deadline:
+            raise AssertionError("timed out")
+        await asyncio.sleep(0.01)
+
+
+def answer_claims(p: VoicePipeline, uplink: FakeUplink, answer: bool = True) -> None:
+    """The fake hub's arbiter: every claim gets a decision at once."""
+    original = uplink.send
+
+    async def send(kind: int, payload: voice_pb2.WakeClaim) -> None:
+        await original(kind, payload)
+        decision = voice_pb2.WakeDecision(
+            wake_id=payload.wake_id, answer=answer, winner="dev-1" if answer else "dev-2"
+        )
+        await p.on_wake_decision(opened(decision, mesh_pb2.WAKE_DECISION))
+
+    uplink.send = send  # type: ignore[method-assign]
+
+
+# ---------------------------------------------------------------------- tests
+async def test_wake_and_request_in_one_segment(tmp_path: Path) -> None:
+    p, uplink, wake = make(tmp_path)
+    answer_claims(p, uplink)
+    audio = silence(5) + speech(40, wake_at=8) + silence(10)
+    async with p:
+        await p.listen(feed(frames_of(audio)))
+        await until(lambda: uplink.queued)
+    assert len(uplink.claims) == 1
+    claim = uplink.claims[0]
+    assert claim.heard_ms == T0 + (5 + 8 + 1) * FRAME_MS
+    assert claim.wake_score == pytest.approx(0.8)
+    assert -34 < claim.level_dbfs < -32
+    utt, chunks = uplink.queued[0]
+    assert utt.source == "voice" and utt.channel == "glasses" and utt.text == ""
+    assert utt.started_ms == T0 + 5 * FRAME_MS and utt.ended_ms == T0 + 45 * FRAME_MS
+    v = utt.voice
+    assert v.window == voice_pb2.WAKE and v.wake_id == claim.wake_id and v.call_id
+    assert v.verdict == voice_pb2.VERIFIED and v.score == pytest.approx(1.0, abs=1e-5)
+    assert v.speaker_model == "fake-speaker@1" and v.audio_format == "flac"
+    data = b"".join(chunks)
+    assert v.audio_chunks == len(chunks) and v.audio_bytes == len(data)
+    assert v.audio_sha256 == hashlib.sha256(data).digest()
+    assert np.frombuffer(v.embedding, "<f4").shape == (DIM,)
+    assert p.pending == {utt.id: v.call_id}
+    # the wake spotter saw only speech frames, never the leading silence
+    assert min(wake.fed) >= T0 + 5 * FRAME_MS - pl.PREROLL_MS
+    assert all(t < T0 + 48 * FRAME_MS for t in wake.fed)  # speech and the VAD's hang-over
+    assert ambient(tmp_path) == []
+
+
+async def test_speech_without_wake_is_ambient_never_sent(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    async with p:
+        await p.listen(feed(frames_of(silence(3) + speech(30) + silence(5) + speech(20))))
+    assert uplink.queued == [] and uplink.claims == []
+    records = ambient(tmp_path)
+    assert [r["reason"] for r in records] == ["outside_window", "outside_window"]
+    r = records[0]
+    assert r["device"] == "dev-1" and r["channel"] == "glasses" and r["source"] == "test.wav"
+    assert r["start_ms"] == T0 + 3 * FRAME_MS and r["end_ms"] == T0 + 33 * FRAME_MS
+    assert p.settled_now()
+
+
+async def test_wake_word_alone_opens_a_window_for_the_next_segment(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    answer_claims(p, uplink)
+    window_frames = pl.REQUEST_WINDOW_MS // FRAME_MS
+    audio = (
+        speech(10, wake_at=8)  # "Yimi" … (the segment ends right after the wake word)
+        + silence(20)
+        + speech(30)  # … the request
+        + silence(20)
+        + speech(10)  # a later remark: no window any more
+        + silence(window_frames)
+        + speech(10)
+    )
+    async with p:
+        await p.listen(feed(frames_of(audio)))
+        await until(lambda: uplink.queued)
+    assert len(uplink.claims) == 1 and len(uplink.queued) == 1
+    utt, _ = uplink.queued[0]
+    assert utt.started_ms == T0 + 30 * FRAME_MS
+    assert utt.voice.window == voice_pb2.WAKE and utt.voice.wake_id == uplink.claims[0].wake_id
+    assert [r["reason"] for r in ambient(tmp_path)] == ["outside_window", "outside_window"]
+
+
+async def test_wake_window_expires(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    late = pl.REQUEST_WINDOW_MS // FRAME_MS + 5
+    async with p:
+        await p.listen(feed(frames_of(speech(10, wake_at=8) + silence(late) + speech(30))))
+    assert len(uplink.claims) == 1 and uplink.queued == []
+    assert [r["reason"] for r in ambient(tmp_path)] == ["outside_window"]
+
+
+async def test_stand_down_drops_the_request(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    answer_claims(p, uplink, answer=False)
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: p.settled_now())
+    assert len(uplink.claims) == 1 and uplink.queued == []
+    assert p.stats.stood_down == 1
+    (record,) = ambient(tmp_path)
+    assert record["reason"] == "stood_down" and record["winner"] == "dev-2"
+
+
+async def test_no_decision_sends_after_the_wait_and_a_late_stand_down_withdraws(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pl, "DECISION_WAIT_S", 0.05)
+    p, uplink, _ = make(tmp_path)
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+        utt, _ = uplink.queued[0]
+        assert utt.id in p.pending
+        decision = voice_pb2.WakeDecision(
+            wake_id=uplink.claims[0].wake_id, answer=False, winner="dev-2"
+        )
+        await p.on_wake_decision(opened(decision, mesh_pb2.WAKE_DECISION))
+        await until(lambda: uplink.withdrawn)
+        assert uplink.withdrawn == [utt.id] and p.pending == {}
+        assert p.settled_now()
+
+
+async def test_offline_wake_queues_without_a_claim(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path, uplink=FakeUplink(connected=False))
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+    assert uplink.claims == []
+    assert uplink.queued[0][0].voice.wake_id  # the wake still names the request
+
+
+async def test_guest_voice_and_unenrolled_verdicts(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    answer_claims(p, uplink)
+    async with p:
+        await p.listen(feed(frames_of(speech(40, voice=GUEST, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+    v = uplink.queued[0][0].voice
+    assert v.verdict == voice_pb2.UNMATCHED and abs(v.score) < 0.45
+
+    q, uplink2, _ = make(tmp_path / "b", enrolled=False)
+    (tmp_path / "b").mkdir()
+    answer_claims(q, uplink2)
+    async with q:
+        await q.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink2.queued)
+    assert uplink2.queued[0][0].voice.verdict == voice_pb2.UNENROLLED
+
+
+async def test_reply_is_spoken_acked_played_then_a_follow_up_window(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sink = FakeSink()
+    p, uplink, _ = make(tmp_path, sink=sink)
+    answer_claims(p, uplink)
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+        utt, _ = uplink.queued[0]
+        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted")
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await until(lambda: p.settled_now())
+        assert sink.played == [1600] and uplink.acks == [("r-1", mesh_pb2.PLAYED)]
+        assert "[glasses1] hub: noted" in capsys.readouterr().out
+        # the hub re-sends it (our ACK got lost): ACKed again, not played twice
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), False)
+        assert sink.played == [1600] and len(uplink.acks) == 2
+        # a follow-up without the wake word, within the window
+        clock = p._clock_ms
+        await p.listen(feed(frames_of(silence(10) + speech(30) + silence(5), start_ms=clock)))
+        await until(lambda: len(uplink.queued) == 2)
+        follow, _ = uplink.queued[1]
+        assert follow.voice.window == voice_pb2.FOLLOW_UP
+        assert follow.voice.call_id == utt.voice.call_id and follow.voice.wake_id == ""
+        # the window is used up: the next remark is ambient
+        clock = p._clock_ms
+        await p.listen(feed(frames_of(speech(20) + silence(5), start_ms=clock)))
+    assert len(uplink.queued) == 2
+    assert [r["reason"] for r in ambient(tmp_path)] == ["outside_window"]
+
+
+async def test_follow_up_window_closes_after_eight_seconds(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path, sink=FakeSink())
+    answer_claims(p, uplink)
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+        utt, _ = uplink.queued[0]
+        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted")
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await until(lambda: p.settled_now())
+        gap = (pl.FOLLOW_UP_MS + pl.PLAYBACK_TAIL_MS) // FRAME_MS + 5
+        await p.listen(feed(frames_of(silence(gap) + speech(30), start_ms=p._clock_ms)))
+    assert len(uplink.queued) == 1
+    assert [r["reason"] for r in ambient(tmp_path)] == ["outside_window"]
+
+
+async def test_no_self_wake_while_playing_and_for_the_tail(tmp_path: Path) -> None:
+    sink = FakeSink(auto=False)
+    p, uplink, wake = make(tmp_path, sink=sink)
+    answer_claims(p, uplink)
+    async with p:
+        reply = mesh_pb2.Reply(id="r-9", utterance_id="u-typed", text="hello there")
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await sink.started.wait()
+        # the device hears its own reply, wake word included
+        heard = speech(30, wake_at=5) + silence(5)
+        await p.listen(feed(frames_of(heard)), finite=False)
+        assert uplink.claims == [] and wake.fed == []
+        sink.release()
+        await until(lambda: uplink.acks)
+        # within the 300 ms tail: still not the owner
+        tail = frames_of(speech(5, wake_at=1) + silence(5), start_ms=p._clock_ms)
+        await p.listen(feed(tail), finite=False)
+        assert uplink.claims == []
+        # after the tail, the owner's wake word works again
+        later = frames_of(silence(10) + speech(40, wake_at=5) + silence(5), start_ms=p._clock_ms)
+        await p.listen(feed(later))
+        await until(lambda: uplink.queued)
+    assert len(uplink.claims) == 1
+    assert [r["reason"] for r in ambient(tmp_path)] == ["own_playback", "own_playback"]
+    assert uplink.acks == [("r-9", mesh_pb2.PLAYED)]
+
+
+async def test_text_only_device_acks_rendered(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    p, uplink, _ = make(tmp_path, speaks=False, sink=FakeSink())
+    async with p:
+        reply = mesh_pb2.Reply(id="r-2", utterance_id="u-x", text="on the watch")
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await until(lambda: p.settled_now())
+    assert uplink.acks == [("r-2", mesh_pb2.RENDERED)]
+    assert "[glasses1] hub: on the watch" in capsys.readouterr().out
+
+
+async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path, sink=FakeSink())
+
+    def broken(text: str) -> Samples:
+        from hardware.errors import AudioError
+
+        raise AudioError("espeak.missing")
+
+    p._speak = broken
+    async with p:
+        reply = mesh_pb2.Reply(id="r-3", utterance_id="u-x", text="hi")
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await until(lambda: p.settled_now())
+    assert uplink.acks == [("r-3", mesh_pb2.RENDERED)]
+
+
+async def test_long_request_is_cut_and_split_into_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(pl, "CHUNK_BYTES", 10_000)
+    p, uplink, _ = make(tmp_path)
+    answer_claims(p, uplink)
+    frames = (pl.MAX_REQUEST_MS + 2_000) // FRAME_MS
+    async with p:
+        await p.listen(feed(frames_of(speech(frames, wake_at=3) + silence(5))))
+        await until(lambda: uplink.queued)
+    utt, chunks = uplink.queued[0]
+    assert len(b"".join(chunks)) == len(b"fake-flac:") + pl.MAX_REQUEST_MS * 16 * 2
+    assert all(len(c) <= 10_000 for c in chunks) and utt.voice.audio_chunks == len(chunks)
+
+
+def test_split_chunks() -> None:
+    assert pl.split_chunks(b"abcdefg", 3) == [b"abc", b"def", b"g"]
+    assert pl.split_chunks(b"", 3) == [b""]
