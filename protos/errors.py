@@ -104,6 +104,11 @@ MESSAGES: dict[str, str] = {
         "reinstall {package}=={version}"
     ),
     "model.failed": "the {what} model failed: {reason}",
+    # speaker embedding (models/ge2e.py, models/speaker.py)
+    "model.unreadable": "the {what} weights in {path} are unreadable: {reason}",
+    "speaker.input": "speaker embedding: unusable audio: {reason}",
+    "speaker.mask": "speaker embedding: the voiced mask does not fit the audio: {reason}",
+    "speaker.no_speech": "speaker embedding: no speech in {ms} ms of audio",
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
