@@ -28,6 +28,7 @@ from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
 from hub.grpc_server import HubService, start_server
 from hub.timeline import HubStore, StoredReply
+from hub.voiceprints import VoiceprintMesh
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -120,12 +121,15 @@ class HubDaemon:
         )
         self.consent = MeshConsent(self)
         """the capability gateway and its cards (``self.consent.gateway``)"""
+        self.voice = VoiceprintMesh(self)
+        """voiceprint authority (``self.voice.authority``): enrolment, distribution, scope"""
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self._on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
+            mesh_pb2.TRUST_WINDOW: self.voice.on_trust_window,
         }
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
         self.sync = HubReplication(
@@ -179,6 +183,7 @@ class HubDaemon:
             version=VERSION,
             on_enrolled=self._refresh_registry,
             on_sync=self._serve_sync,
+            on_enrol=self.voice.serve_enrol,
         )
         self.grpc = await start_server(service, opts.bind, opts.grpc_port)
         self._stack.push_async_callback(self.grpc.stop, 1.0)
@@ -215,6 +220,7 @@ class HubDaemon:
         )
         await self._stack.enter_async_context(self.sync)
         await self._stack.enter_async_context(self.consent)
+        await self._stack.enter_async_context(self.voice)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -254,6 +260,7 @@ class HubDaemon:
         self._counter.close()
         self.store.close()
         self.registry.close()
+        self.voice.close()
 
     def _write_pidfile(self) -> None:
         (self.home.path / "hub.pid").write_text(str(os.getpid()))
@@ -439,6 +446,7 @@ class HubDaemon:
             for reply in self.store.unacked_replies(opened.sender):
                 await self._send_reply(reply)
             await self.consent.on_online(opened.sender)
+            await self.voice.on_online(opened.sender)
         elif pres.state == mesh_pb2.OFFLINE:
             if current is None or current.session == pres.session:
                 self.store.set_presence(opened.sender, "offline", pres.session, pres.since_ms, now)

@@ -1,4 +1,5 @@
-"""The hub's gRPC service: ``Identify`` (prove the hub key) and ``Pair`` (enrol with a code)."""
+"""The hub's gRPC service: ``Identify`` (prove the hub key), ``Pair`` (enrol with a code),
+``Sync`` (catch-up) and ``Enrol`` (voiceprint enrolment)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class HubService(mesh_pb2_grpc.HubServicer):
         version: str,
         on_enrolled: Callable[[], Awaitable[None]],
         on_sync: Callable[[bytes], Awaitable[bytes]],
+        on_enrol: Callable[[bytes], Awaitable[bytes]] | None = None,
     ) -> None:
         self._home = home
         self._mqtt_port = mqtt_port
@@ -43,6 +45,7 @@ class HubService(mesh_pb2_grpc.HubServicer):
         self._version = version
         self._on_enrolled = on_enrolled
         self._on_sync = on_sync
+        self._on_enrol = on_enrol
         self._pairing = PairingAuthority(home, mqtt_port=mqtt_port, grpc_port=grpc_port)
         self._pair_lock = asyncio.Lock()
 
@@ -83,6 +86,18 @@ class HubService(mesh_pb2_grpc.HubServicer):
     ) -> mesh_pb2.EnvelopeBytes:
         try:
             data = await self._on_sync(request.data)
+        except HubError as exc:
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{exc.key}|{exc}")
+        return mesh_pb2.EnvelopeBytes(data=data)
+
+    async def Enrol(
+        self, request: mesh_pb2.EnvelopeBytes, context: grpc.aio.ServicerContext
+    ) -> mesh_pb2.EnvelopeBytes:
+        if self._on_enrol is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "voice enrolment is not served")
+        assert self._on_enrol is not None
+        try:
+            data = await self._on_enrol(request.data)
         except HubError as exc:
             await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{exc.key}|{exc}")
         return mesh_pb2.EnvelopeBytes(data=data)

@@ -152,6 +152,39 @@ MESSAGES: dict[str, str] = {
     "audio.device": "audio device {device} could not be opened: {reason}",
     # recall
     "recall.invalid": "recall: {field}: {reason}",
+    # voiceprint (models/voiceprint.py, hub/voiceprints.py, hub/cli_voice.py)
+    "voice.embedding": "the {what} is not a usable speaker embedding: {reason}",
+    "voice.no_weight": "the {count} segments carry no voiced speech to build a centroid from",
+    "voice.too_short": (
+        "enrolment segment {label} has {ms} ms of voiced speech; each needs at least {min_ms} ms"
+    ),
+    "voice.quality": "enrolment segment {label} has quality {quality}; it must be in (0, 1]",
+    "voice.too_few": (
+        "enrolment needs at least {min} segments per channel: {count} given, {have} stored"
+    ),
+    "voice.too_many": (
+        "a channel holds at most {max} samples: {count} given, {have} stored; "
+        "use --replace to start the channel over"
+    ),
+    "voice.duplicate": "enrolment segment {label} is the same recording as {other}",
+    "voice.outlier": (
+        "enrolment rejected: segment(s) {segments} differ from the rest "
+        "(leave-one-out cosine below {min}); record them again"
+    ),
+    "voice.model_changed": (
+        "channel {channel} was enrolled with speaker model {stored}, not {got}; "
+        "use --replace to enrol it again"
+    ),
+    "voice.channel": (
+        "this device may enrol only its own channel: asked for {got}, its profile has {want}"
+    ),
+    "voice.invalid": "voiceprint: {what}: {reason}",
+    "voice.refused": "voice enrolment refused by the hub: {reason}",
+    "voice.no_role": (
+        "the {profile} profile of {path} has no voiceprint role: this device cannot enrol a voice"
+    ),
+    "voice.no_audio": "give WAV files of the owner speaking, or --mic to record",
+    "voice.enrol_failed": "the hub refused the enrolment: {text}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
     "say.queued": (

@@ -9,6 +9,7 @@ Layout of ``HOME``::
     keys/broker.secret   the hub's own broker password                     0600
     registry.db          enrolled devices, revocations, pairing codes
     hub.db               timeline, deliveries, counters (the hub daemon's)
+    voiceprints.db       voiceprint samples, centroids, lines (only rise), trust windows
     broker/              generated mosquitto config, passwords, ACL, data
     packages.yaml        capability packages the hub runs, with their settings (optional)
     keys/package-secrets.json  secrets resolved for packages that declare them   0600
