@@ -456,6 +456,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.memory.search_cli import add_search_command
 
     add_search_command(memory_sub, command)
+    from hub.cli_models import add_commands as add_model_commands
+
+    add_model_commands(sub, command)
     from hub.cli_voice import add_commands as add_voice_commands
 
     add_voice_commands(sub, command)
