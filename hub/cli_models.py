@@ -52,7 +52,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     from models.catalog import BUILTINS, ROLES, Catalog, package_dir
 
     catalog = Catalog.open(_node_dir(args))
-    roles = [args.role] if args.role else list(ROLES)
+    roles = [args.role] if args.role else list(ROLES) if args.all else catalog.roles()
     entries = {(e.role, e.name): e for e in catalog.entries()}
     print(f"{'':1} {'ROLE':<8} {'NAME':<26} {'VERSION':<10} {'RUNTIME':<12} {'SHA-256':<17} PATH")
     for role in roles:
@@ -195,6 +195,7 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     sp = command(models_sub, "list", cmd_models_list, "every model in the catalog, with digests")
     where_arg(sp)
     sp.add_argument("--role", choices=ROLES)
+    sp.add_argument("--all", action="store_true", help="every role, not only this node's")
     sp = command(models_sub, "add", cmd_models_add, "record a model file (it is not selected)")
     where_arg(sp)
     sp.add_argument("--role", choices=ROLES, required=True)

@@ -527,8 +527,8 @@ class Catalog:
         builtins: dict[str, Builtin] | None = None,
         converter: Converter | None = None,
     ) -> None:
-        self.dir = models_dir
-        self.path = models_dir / CATALOG_FILE
+        self.dir = models_dir.absolute()
+        self.path = self.dir / CATALOG_FILE
         self.trust = trust
         self.builtins = {**BUILTINS, **(builtins or {})}
         """the built-in defaults; ``builtins`` replaces some roles' (tests)"""
@@ -777,10 +777,8 @@ class Catalog:
         (verifies digests; converts nothing). Lists the node profile's roles and every role
         with a selection or a recorded entry."""
         state = self._load()
-        roles = set(self.trust.profile_models if self.trust else ROLES) | set(state.selection)
-        roles |= {e.role for e in state.entries}
         out = []
-        for role in (r for r in ROLES if r in roles):
+        for role in self._roles(state):
             selected, previous = self._selected(state, role)
             progress = self._progress(role)
             try:
@@ -795,6 +793,15 @@ class Catalog:
                 effective, error = None, str(exc)
             out.append(RoleStatus(role, selected, effective, previous, progress, error))
         return out
+
+    def roles(self) -> list[str]:
+        """The node profile's roles and every role with a selection or a recorded entry."""
+        return self._roles(self._load())
+
+    def _roles(self, state: _State) -> list[str]:
+        roles = set(self.trust.profile_models if self.trust else ROLES) | set(state.selection)
+        roles |= {e.role for e in state.entries}
+        return [r for r in ROLES if r in roles]
 
     def _progress(self, role: str) -> float | None:
         try:

@@ -435,7 +435,7 @@ def test_wav_source_realtime_pacing(tmp_path: Path) -> None:
     times = asyncio.run(run())
     for i, t in enumerate(times):
         assert t >= (i + 1) * FRAME_MS / 1000 - 0.01  # never ahead of the wall clock
-    assert times[-1] < 0.5 + 0.3
+    assert times[-1] < 0.5 + 1.0  # and not much behind it (a loaded machine is slow)
 
 
 def test_wav_source_bad_files(tmp_path: Path) -> None:
@@ -514,7 +514,7 @@ def test_sinks_report_playing_and_refuse_bad_samples() -> None:
         async with sink:
             t0 = time.monotonic()
             task = asyncio.create_task(sink.play(np.zeros(SAMPLE_RATE // 5, np.int16)))
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0)  # the task runs up to its wait for the playing time
             during = sink.playing
             await task
             return during, sink.playing, time.monotonic() - t0

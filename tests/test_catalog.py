@@ -626,3 +626,13 @@ def test_cli_errors_are_one_line(
     (bad / "models" / "catalog.json").write_text("{")
     code, _, err = run(capsys, "models", "status", "--home", str(bad))
     assert code == 1 and "model catalog" in err and err.count("\n") == 1
+
+
+def test_paths_are_absolute_from_a_relative_node_dir(
+    glasses: Bundle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(glasses.path.parent)
+    catalog = Catalog.open(Path(glasses.path.name), converter=StandInConverter())
+    entry = catalog.resolve("speaker")
+    assert Path(entry.path).is_absolute() and catalog.path.is_absolute()
+    assert catalog.roles() == ["vad", "wake", "speaker"]
