@@ -3,23 +3,77 @@
 It keeps the device on the mesh (presence with a last will, reconnecting with backoff when
 the hub or the network goes away), keeps its timeline and notes replicas in sync, empties
 the outbox whenever the hub is reachable, and renders every reply it receives (stdout
-stands in for a HUD or speaker here), ACKing it.
+stands in for a HUD), ACKing it.
+
+With ``--audio`` it also hears (:mod:`edge_agent.pipeline`): a microphone, raw PCM on
+stdin, or a file (``--realtime`` paces a file like a microphone; ``--audio-start-ms``
+stamps its first frame, so two devices can hear one file "at the same time"). Replies are
+then spoken into ``--out`` (speaker, null, or a WAV file) on devices with a speaker.
+``--once`` exits after the audio ended and every request got its reply delivered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import sys
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
 
+from edge_agent.errors import EdgeError
 from edge_agent.node import DeviceNode, NodeOptions
-from protos import mesh_pb2
+from edge_agent.pipeline import DeviceVoice, VoicePipeline
+from protos import mesh_pb2, voice_pb2
+from protos.errors import render
 from provisioning.bundle import Bundle
 from sync.envelope import Opened
 
 log = logging.getLogger(__name__)
 
+EXIT_OK, EXIT_QUEUED = 0, 3
+CONNECT_TIMEOUT_S = 10.0
+"""seconds to wait for the hub before hearing starts (then requests queue)"""
 
-async def run_edge(bundle: Bundle, *, hub: str | None) -> int:
+
+@dataclass(frozen=True)
+class VoiceOptions:
+    audio: str
+    """``mic``, ``mic:DEVICE``, ``-`` or a file"""
+    out: str | None = None
+    """``speaker``, ``null`` or a WAV file; default: ``speaker`` on devices with one"""
+    realtime: bool = False
+    start_ms: int | None = None
+    once: bool = False
+    timeout: float = 60.0
+    """``--once``: seconds to wait for the replies after the audio ended"""
+
+
+class NodeUplink:
+    """The pipeline's view of the device node."""
+
+    def __init__(self, node: DeviceNode) -> None:
+        self.node = node
+
+    def is_connected(self) -> bool:
+        return self.node.mqtt is not None and self.node.mqtt.connected.is_set()
+
+    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None:
+        await self.node.send(kind, payload)
+
+    def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:
+        return self.node.queue_voice(utt, audio, trace_id)
+
+    def withdraw(self, item_id: str) -> bool:
+        return self.node.withdraw(item_id)
+
+    async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
+        await self.node.ack(reply, state)
+
+
+async def run_edge(bundle: Bundle, *, hub: str | None, voice: VoiceOptions | None = None) -> int:
+    if voice is not None:
+        return await run_voice(bundle, hub=hub, voice=voice)
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
         # A reply the hub re-sends (it never saw our ACK) is ACKed again, not shown twice.
@@ -32,3 +86,85 @@ async def run_edge(bundle: Bundle, *, hub: str | None) -> int:
         log.info("edge agent %s (%s) running", bundle.name, bundle.device_id)
         await asyncio.Event().wait()
     return 0
+
+
+async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> int:
+    from edge_agent.ears import load_ears
+    from hardware.audio import open_sink, open_source
+
+    profile = bundle.profile
+    if not profile.has("capture_audio"):
+        raise EdgeError("edge.no_capture", profile=profile.name)
+    speaks = profile.has("speaker")
+    out = voice.out if voice.out is not None else ("speaker" if speaks else None)
+    source = open_source(voice.audio, realtime=voice.realtime, start_ms=voice.start_ms)
+    ears = await asyncio.to_thread(load_ears, bundle, _progress)
+    async with AsyncExitStack() as stack:
+        sink = None
+        if out is not None and speaks:
+            sink = await stack.enter_async_context(open_sink(out, realtime=voice.realtime))
+        device = DeviceVoice(
+            device_id=bundle.device_id,
+            name=bundle.name,
+            channel=profile.channel or bundle.name,
+            speaks=speaks,
+            source=voice.audio,
+        )
+
+        async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
+            await pipeline.on_reply(reply, opened, fresh)
+
+        node = DeviceNode(bundle, NodeOptions(mode="edge", hub=hub), on_reply)
+        pipeline = VoicePipeline(device, ears, NodeUplink(node), bundle.state_dir, sink=sink)
+        node.handlers[mesh_pb2.WAKE_DECISION] = pipeline.on_wake_decision
+        await stack.enter_async_context(pipeline)
+        await stack.enter_async_context(node)
+        assert node.mqtt is not None
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                await node.mqtt.connected.wait()
+        except TimeoutError:
+            log.warning("hub not reachable yet: requests will wait in the outbox")
+        log.info("edge agent %s (%s) hearing %s", bundle.name, bundle.device_id, voice.audio)
+        await stack.enter_async_context(source)
+        if voice.realtime and voice.start_ms is not None:
+            wait_s = voice.start_ms / 1000 - time.time()
+            if wait_s > 0:  # both devices hear the same file from the same instant
+                await asyncio.sleep(wait_s)
+        t0 = time.perf_counter()
+        await pipeline.listen(source.frames(), finite=not voice.audio.startswith("mic"))
+        heard_s = time.perf_counter() - t0
+        stats = pipeline.stats
+        log.info(
+            "audio ended: %.1f s heard in %.1f s (RTF %.3f); %d wake(s), %d request(s), "
+            "%d ambient, %d stood down",
+            stats.audio_ms / 1000,
+            heard_s,
+            heard_s / max(stats.audio_ms / 1000, 1e-9),
+            stats.wakes,
+            stats.requests,
+            stats.ambient,
+            stats.stood_down,
+        )
+        if not voice.once:
+            await asyncio.Event().wait()
+        try:
+            async with asyncio.timeout(voice.timeout):
+                await pipeline.settled()
+        except TimeoutError:
+            waiting = [u for u in pipeline.pending if node.outbox.contains(u)]
+            if waiting and not node.mqtt.connected.is_set():
+                reason = node.mqtt.last_error or "not connected"
+                fields = {"id": waiting[0], "count": node.outbox.count(), "reason": reason}
+                print(render("say.queued", fields), file=sys.stderr)
+                return EXIT_QUEUED
+            raise EdgeError(
+                "edge.no_reply", count=max(1, len(pipeline.pending)), seconds=voice.timeout
+            ) from None
+    return EXIT_OK
+
+
+def _progress(fraction: float) -> None:
+    print(f"\rpreparing the speaker model: {fraction * 100:3.0f} %", end="", file=sys.stderr)
+    if fraction >= 1.0:
+        print(file=sys.stderr)

@@ -49,6 +49,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from sync.envelope import Opened, new_trace_id, random_id
 from sync.errors import SyncError
@@ -117,6 +118,8 @@ class SpeechEnded:
     start_ms: int
     end_ms: int
     voiced_ms: int
+    voiced: npt.NDArray[np.bool_] | None = None
+    """per-sample mask of the voiced frames (the speaker model's hint), if known"""
 
 
 SpeechEvent = SpeechStarted | SpeechEnded
@@ -153,7 +156,11 @@ class SpeakerEmbedder(Protocol):
     model: str
     """catalog ``name@version`` of the embedding model"""
 
-    def embed(self, samples: Samples) -> Embedding: ...
+    def embed(
+        self, samples: Samples, voiced_mask: npt.NDArray[np.bool_] | None = None
+    ) -> Embedding:
+        """ModelError when nothing in ``samples`` can be embedded."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -198,6 +205,8 @@ class Ears:
     voiceprint: VoiceprintView
     encode: Callable[[Samples], bytes]
     """segment → FLAC bytes"""
+    preroll_ms: int = PREROLL_MS
+    """speech before a detected start fed to the wake spotter"""
 
 
 @dataclass(frozen=True)
@@ -208,9 +217,8 @@ class DeviceVoice:
     name: str
     channel: str
     speaks: bool
-    """has a speaker (replies are spoken, ACK PLAYED)"""
-    shows: bool = True
-    """prints replies (a HUD; stdout here)"""
+    """has a speaker (replies are spoken, ACK PLAYED); every reply is also printed (stdout
+    stands in for a HUD)"""
     source: str = ""
     """where the audio comes from (``mic``, ``-``, a file path), for the ambient log"""
 
@@ -225,15 +233,10 @@ def level_dbfs(samples: Samples) -> float:
 
 
 def verdict_for(score: float, line: float) -> int:
-    """The device-side verdict (the hub decides the scope; this is its own view)."""
+    """The device-side verdict as a ``voice_pb2.Verdict`` (the hub decides the scope)."""
     from models import voiceprint as vp
 
-    line = max(line, vp.VERIFIED_MIN)
-    if score >= line:
-        return voice_pb2.VERIFIED
-    if score >= vp.UNCERTAIN_MIN:
-        return voice_pb2.UNCERTAIN
-    return voice_pb2.UNMATCHED
+    return vp.VERDICT_PROTO[vp.verdict(score, line)]
 
 
 def split_chunks(data: bytes, size: int | None = None) -> list[bytes]:
@@ -267,9 +270,14 @@ class Hearing:
     pre-roll before the detected start) and nothing while ``suppressed``.
     """
 
-    def __init__(self, speech: SpeechDetector, wake: WakeSpotter) -> None:
+    def __init__(
+        self, speech: SpeechDetector, wake: WakeSpotter, preroll_ms: int = PREROLL_MS
+    ) -> None:
         self.speech = speech
         self.wake = wake
+        self.preroll_ms = preroll_ms
+        """fed to the wake spotter before a detected start (0 when the detector's start
+        already includes its own pre-roll)"""
         self._ring: deque[FrameLike] = deque(maxlen=RING_FRAMES)
         self._in_speech = False
         self._fed_until = 0
@@ -297,7 +305,7 @@ class Hearing:
                 self._seg_wake, self._seg_echo = None, suppressed
                 self.wake.reset()
                 self._wake_frames.clear()
-                self._fed_until = event.ms - PREROLL_MS
+                self._fed_until = event.ms - self.preroll_ms
                 self._speech_ms = event.ms
             else:
                 out.append(Segment(event, self._seg_wake, self._seg_echo))
@@ -376,7 +384,7 @@ class VoicePipeline:
         self.sink = sink
         self._speak = speak or _espeak
         self.ambient_path = state_dir / "ambient.jsonl"
-        self.hearing = Hearing(ears.speech, ears.wake)
+        self.hearing = Hearing(ears.speech, ears.wake, ears.preroll_ms)
         self.stats = Stats()
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"ears-{device.name}")
         self._tasks = TaskOwner(f"voice-{device.name}")
@@ -560,9 +568,16 @@ class VoicePipeline:
                 self._busy -= 1
                 self._changed.set()
 
-    def _measure(self, samples: Samples) -> tuple[Embedding, bytes, float, float]:
+    def _measure(
+        self, samples: Samples, voiced: npt.NDArray[np.bool_] | None
+    ) -> tuple[Embedding | None, bytes, float, float]:
         t0 = time.perf_counter()
-        emb = self.ears.speaker.embed(samples)
+        emb: Embedding | None
+        try:
+            emb = self.ears.speaker.embed(samples, voiced)
+        except ModelError as exc:  # e.g. nothing voiced enough to embed: no verdict
+            log.warning("speaker embedding failed: %s", exc)
+            emb = None
         t1 = time.perf_counter()
         audio = self.ears.encode(samples)
         t2 = time.perf_counter()
@@ -570,9 +585,11 @@ class VoicePipeline:
 
     async def _send_request(self, loop: asyncio.AbstractEventLoop, request: Request) -> None:
         speech = request.segment.speech
-        samples = speech.samples[: MAX_REQUEST_MS * SAMPLE_RATE // 1000]
+        cut = MAX_REQUEST_MS * SAMPLE_RATE // 1000
+        samples = speech.samples[:cut]
+        voiced = speech.voiced[:cut] if speech.voiced is not None else None
         emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
-            self._executor, self._measure, samples
+            self._executor, self._measure, samples, voiced
         )
         self.stats.embed_ms.append(embed_ms)
         self.stats.encode_ms.append(encode_ms)
@@ -589,16 +606,22 @@ class VoicePipeline:
         vp = self.ears.voiceprint.current()
         verdict: int = voice_pb2.UNENROLLED
         score = 0.0
-        if vp is not None and vp.centroid.shape == emb.vector.shape:
+        if emb is None:
+            verdict = voice_pb2.UNMATCHED
+        elif (
+            vp is not None
+            and vp.centroid.shape == emb.vector.shape
+            and (not vp.speaker_model or vp.speaker_model == self.ears.speaker.model)
+        ):
             score = float(np.dot(emb.vector.astype(np.float64), vp.centroid.astype(np.float64)))
             verdict = verdict_for(score, vp.line)
         pieces = split_chunks(audio)
         info = voice_pb2.VoiceInfo(
             verdict=verdict,  # type: ignore[arg-type]
             score=score,
-            embedding=emb.vector.astype("<f4").tobytes(),
+            embedding=emb.vector.astype("<f4").tobytes() if emb is not None else b"",
             voiced_ms=speech.voiced_ms,
-            quality=emb.quality,
+            quality=emb.quality if emb is not None else 0.0,
             level_dbfs=level_dbfs(samples),
             window=request.window,  # type: ignore[arg-type]
             wake_id=wake.wake_id if wake is not None else "",
@@ -703,8 +726,7 @@ class VoicePipeline:
                 self._changed.set()
 
     async def _deliver(self, loop: asyncio.AbstractEventLoop, reply: mesh_pb2.Reply) -> None:
-        if self.device.shows or not self.device.speaks:
-            print(f"[{self.device.name}] hub: {reply.text}", flush=True)
+        print(f"[{self.device.name}] hub: {reply.text}", flush=True)
         state = mesh_pb2.RENDERED
         if self.device.speaks and self.sink is not None and reply.text.strip():
             try:

@@ -191,6 +191,13 @@ MESSAGES: dict[str, str] = {
         "hub unreachable ({reason}): queued as {id} ({count} waiting); "
         "it will be sent when the hub is back"
     ),
+    # edge voice pipeline (edge_agent/pipeline.py, yimi edge run --audio)
+    "edge.no_capture": (
+        "this bundle's profile ({profile}) has no capture_audio role: it cannot hear --audio"
+    ),
+    "edge.no_reply": (
+        "{count} voice request(s) got no reply within {seconds} s; they stay in the outbox"
+    ),
 }
 
 

@@ -35,6 +35,7 @@ from edge_agent.pipeline import (
     VoicePipeline,
     WakeFired,
 )
+from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from sync.envelope import Opened
 from sync.errors import SyncError
@@ -103,8 +104,10 @@ class FakeSpeaker:
 
     model = "fake-speaker@1"
 
-    def embed(self, samples: Samples) -> Embedding:
+    def embed(self, samples: Samples, voiced_mask: object = None) -> Embedding:
         loud = samples[samples != 0]
+        if loud.size == 0:
+            raise ModelError("speaker.no_speech", ms=0)
         who = OWNER if loud.size == 0 else int(np.bincount(np.abs(loud[loud < 100])).argmax())
         return Embedding(unit(who), voiced_ms=len(samples) * 1000 // 16000, quality=0.9)
 
@@ -516,3 +519,18 @@ async def test_long_request_is_cut_and_split_into_chunks(
 def test_split_chunks() -> None:
     assert pl.split_chunks(b"abcdefg", 3) == [b"abc", b"def", b"g"]
     assert pl.split_chunks(b"", 3) == [b""]
+
+
+async def test_a_request_that_cannot_be_embedded_is_sent_unmatched(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path)
+    answer_claims(p, uplink)
+
+    def nothing(samples: Samples, voiced_mask: object = None) -> Embedding:
+        raise ModelError("speaker.no_speech", ms=len(samples) // 16)
+
+    p.ears.speaker.embed = nothing  # type: ignore[method-assign]
+    async with p:
+        await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
+        await until(lambda: uplink.queued)
+    v = uplink.queued[0][0].voice
+    assert v.verdict == voice_pb2.UNMATCHED and v.embedding == b"" and v.quality == 0.0
