@@ -135,12 +135,15 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
         await pipeline.listen(source.frames(), finite=not voice.audio.startswith("mic"))
         heard_s = time.perf_counter() - t0
         stats = pipeline.stats
+        pace = (
+            "paced" if voice.realtime else f"RTF {heard_s / max(stats.audio_ms / 1000, 1e-9):.3f}"
+        )
         log.info(
-            "audio ended: %.1f s heard in %.1f s (RTF %.3f); %d wake(s), %d request(s), "
+            "audio ended: %.1f s heard in %.1f s (%s); %d wake(s), %d request(s), "
             "%d ambient, %d stood down",
             stats.audio_ms / 1000,
             heard_s,
-            heard_s / max(stats.audio_ms / 1000, 1e-9),
+            pace,
             stats.wakes,
             stats.requests,
             stats.ambient,

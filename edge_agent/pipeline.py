@@ -311,8 +311,9 @@ class Hearing:
                 out.append(Segment(event, self._seg_wake, self._seg_echo))
                 self._in_speech = False
                 self._seg_wake, self._seg_echo = None, False
-        if self._in_speech and not suppressed:
+        if self._in_speech and not suppressed and self._seg_wake is None:
             # the ring holds the pre-roll and any frames since a late start decision
+            # (once the wake word fired, the rest of the segment is the request)
             for f in list(self._ring):
                 if f.start_ms + FRAME_MS <= self._fed_until:
                     continue
@@ -320,12 +321,13 @@ class Hearing:
                 if f.start_ms >= self._speech_ms:  # the claim's level: speech, no pre-roll
                     self._wake_frames.append(f.samples)
                 hit = self.wake.feed(f)
-                if hit is not None and self._seg_wake is None:
+                if hit is not None:
                     heard = list(self._wake_frames) or [f.samples]
                     level = level_dbfs(np.concatenate(heard))
                     self._seg_wake = Wake(hit, level)
                     out.append(self._seg_wake)
-        elif suppressed:
+                    break
+        else:
             self._fed_until = frame.start_ms + FRAME_MS
         self.stage_s["wake"] += time.perf_counter() - t1
         return out
