@@ -94,6 +94,20 @@ MESSAGES: dict[str, str] = {
     "archive.pack_unknown": "no cold pack {pack!r}",
     "archive.target": "cold target {target}: {reason}",
     "archive.config": "archive settings {path}: {reason}",
+    # brain
+    "brain.no_provider": "no model endpoint is configured for the {role} role",
+    "provider.invalid": "model providers: {field}: {reason}",
+    "provider.key_in_use": (
+        "API key {key_id!r} is used by the current model configuration: store the new key "
+        "under another id and confirm a model change"
+    ),
+    "provider.key_missing": "no stored API key {key_id!r}",
+    "provider.key_unreadable": "the stored API key {key_id!r} is unreadable: {reason}",
+    "provider.change_unknown": "no model change {change!r}",
+    "provider.change_refused": "model change {change} refused: {reason}",
+    "task.unknown": "no task {task!r}",
+    "task.transition": "task {task}: no transition from {src} to {dst}",
+    "contacts.invalid": "address book {path}: {reason}",
     # models
     "model.missing": (
         "the {what} model is not installed (package {package} not found): "

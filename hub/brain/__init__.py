@@ -1,0 +1,96 @@
+"""The hub's brain: turns in, reply chunks and gateway actions out.
+
+Python API (for the hub daemon)::
+
+    from hub.brain import Turn, open_brain
+
+    async with open_gateway(home / "gateway", packages=..., courier=courier) as gw, \\
+               open_brain(home_obj, gw, contacts=AddressBook.load(home / "contacts.yaml"),
+                          on_event=cards_and_reports) as brain:
+        await brain.resume()                          # once, after a (re)start
+        turn = Turn(text, owner="owner", scope=verdict_scope, session_id=session,
+                    trace_id=trace, device_id=device, turn_id=timeline_entry_id,
+                    sources=[...six context sources...], voice=spoken)
+        async for chunk in brain.turn(turn):          # ReplyChunk: task_id, index, text, final
+            deliver(chunk)                            # to the device the sentence came from
+        ...
+        ans, receipt = await gw.answer(approval, ...) # the phone answered a card
+        if receipt is not None:
+            await brain.on_receipt(receipt)           # the waiting task continues / settles
+        gw.delivered(task_id, receipts)               # after the device ACKed a report
+
+``on_event(TaskEvent)`` receives every task state change (activity cards) and, for finished
+or waiting tasks, the report to give the owner (already checked against receipts).
+
+Parts:
+
+- :mod:`.base` — :class:`Turn`, :class:`ReplyChunk`, :class:`TaskEvent`, the abstract
+  :class:`Brain`, the gateway declaration of the brain's own tools;
+- :mod:`.rules` — :class:`RuleBrain`, the offline rule-based model (a documented fixed set
+  of requests; says it is rule-based in every reply) and the :class:`AddressBook`;
+- :mod:`.agents` — :class:`PydanticBrain`: main agent + background sub-agents on
+  pydantic-ai, gateway hooks, the strict 120-call budget, 3 concurrent / depth 2, steering;
+- :mod:`.configured` — :class:`ConfiguredBrain`: rule-based until an LLM endpoint is
+  configured for the ``brain`` role;
+- :mod:`.providers` — OpenAI-compatible endpoints per role, encrypted API keys, owner-signed
+  model changes applied between turns;
+- :mod:`.cloud` — what a remote endpoint may receive; :mod:`.fences` — untrusted content
+  in model context; :mod:`.tasks` — the persisted task state machine;
+  :mod:`.runtime` — steps, consent continuation and reports shared by both brains.
+
+State lives under ``HOME/brain/``: ``tasks.db`` (tasks, steps, histories, run budgets) and
+``providers.db`` (configuration, changes, encrypted keys).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+from hub.brain.base import Brain, EventSink, ReplyChunk, TaskEvent, Turn, collect
+from hub.brain.errors import BrainError
+from hub.brain.rules import AddressBook, Contact, Contacts
+
+if TYPE_CHECKING:
+    from hub.brain.configured import ConfiguredBrain
+    from hub.gateway import Gateway
+    from provisioning.home import Home
+
+__all__ = [
+    "AddressBook",
+    "Brain",
+    "BrainError",
+    "Contact",
+    "ReplyChunk",
+    "TaskEvent",
+    "Turn",
+    "collect",
+    "open_brain",
+]
+
+
+@asynccontextmanager
+async def open_brain(
+    home: Home,
+    gateway: Gateway,
+    *,
+    contacts: Contacts | None = None,
+    on_event: EventSink | None = None,
+    durable: bool = True,
+) -> AsyncIterator[ConfiguredBrain]:
+    """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
+    from hub.brain.configured import ConfiguredBrain
+    from hub.brain.providers import ProviderStore
+    from hub.brain.tasks import TaskStore
+
+    store = TaskStore(home.path / "brain" / "tasks.db", synchronous="FULL" if durable else "OFF")
+    providers = ProviderStore.for_home(home)
+    try:
+        async with ConfiguredBrain(
+            gateway, store, providers, contacts=contacts, on_event=on_event
+        ) as brain:
+            yield brain
+    finally:
+        providers.close()
+        store.close()

@@ -1,0 +1,182 @@
+"""What both brains share: the task store, gateway steps, consent continuation, events.
+
+A *step* is one gateway call of a task, under a key unique in the task (``recall``,
+``send``, or the model's tool-call position). Its call id is fixed the first time the step
+starts and persisted, so a step re-issued after a restart reaches the gateway with the same
+(task id, call id) and gets the recorded decision and receipt back instead of running the
+tool again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+from hub.brain.base import BRAIN_PACKAGE, EventSink, TaskEvent, brain_manifest
+from hub.brain.tasks import TaskRecord, TaskStore
+from hub.gateway import CallContext, Gateway, Receipt, ToolCall
+from hub.gateway.facts import facts_of
+
+log = logging.getLogger(__name__)
+
+LOOKUP = "#lookup"
+BAD = frozenset({"failed", "unknown", "cancelled", "rejected", "not_executed", "running"})
+"""receipt statuses that leave a task ``failed`` when they are an action's last word"""
+
+
+@dataclass
+class BrainCore:
+    """The task store, the gateway and the event sink one brain works with."""
+
+    gateway: Gateway
+    store: TaskStore
+    on_event: EventSink | None = None
+    prefix: str = ""
+    """put before reports built from receipts (the rule-based brain names itself)"""
+    _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # the brain's own tools are declared to the gateway like any package's
+        self.gateway.catalog.setdefault(BRAIN_PACKAGE, brain_manifest())
+
+    def lock(self, task_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(task_id, asyncio.Lock())
+
+    @staticmethod
+    def context(task: TaskRecord) -> CallContext:
+        return CallContext(
+            owner=task.owner,
+            scope=task.scope,
+            session_id=task.session_id,
+            run_id=task.run_id,
+            trace_id=task.trace_id,
+        )
+
+    # ------------------------------------------------------------------ steps
+    async def step(
+        self,
+        task: TaskRecord,
+        key: str,
+        package: str,
+        tool: str,
+        args: dict[str, Any],
+        *,
+        lookup: bool = False,
+    ) -> Receipt:
+        """Run one step through the gateway (``decide`` → host → ``receipt``), once.
+
+        A step with a settled receipt returns it without calling anything. A step that was
+        started before (a restart) is re-issued with its recorded call id and arguments —
+        ``args`` is then ignored — so the gateway ledger answers it without a second run.
+        ``lookup``: a read whose facts are not the task's (finding a device before switching
+        it): recorded in the ledger under ``<task id>#lookup``, so the reply checker does not
+        append them to the report."""
+        ledger = task.task_id + LOOKUP if lookup else task.task_id
+        done = self.store.step(task.task_id, key)
+        if done is not None and done.receipt is not None and done.status != "waiting":
+            return Receipt.from_dict(done.receipt)
+        if done is None:
+            done = self.store.start_step(task.task_id, key, f"{task.task_id}.{key}", args)
+        call = ToolCall(package, tool, dict(done.args), done.call_id, ledger)
+        if done.status == "waiting":
+            # the card may have been answered while we were away: the ledger knows
+            recorded = self.recorded(ledger, done.call_id)
+            if recorded is not None and recorded.status != "waiting":
+                self.store.finish_step(task.task_id, key, recorded.to_dict())
+                return recorded
+        receipt = await self.gateway.call(call, self.context(task))
+        self.store.finish_step(task.task_id, key, receipt.to_dict())
+        return receipt
+
+    def recorded(self, task_id: str, call_id: str) -> Receipt | None:
+        row = self.gateway.ledger.call(task_id, call_id)
+        if row is None or row.receipt is None:
+            return None
+        return Receipt.from_dict(row.receipt)
+
+    def waiting_steps(self, task_id: str) -> list[str]:
+        return [s.step for s in self.store.steps(task_id) if s.status == "waiting"]
+
+    def receipts(self, task_id: str) -> list[Receipt]:
+        return [Receipt.from_dict(s.receipt) for s in self.store.steps(task_id) if s.receipt]
+
+    # ------------------------------------------------------------------ reports
+    async def report(self, task_id: str, text: str, *, voice: bool = False) -> str:
+        """``text`` checked against the task's receipts: contradicting sentences removed,
+        facts left out appended (the gateway's checker). Facts count as said only once the
+        device ACKs (``gateway.delivered``)."""
+        checked = await self.gateway.observe(task_id, text, voice=voice)
+        if checked.removed:
+            log.info(
+                "task %s: %d sentence(s) removed by the checker", task_id, len(checked.removed)
+            )
+        return checked.text
+
+    async def emit(self, task: TaskRecord, text: str = "") -> None:
+        if self.on_event is None:
+            return
+        event = TaskEvent(
+            task_id=task.task_id,
+            trace_id=task.trace_id,
+            state=task.state,
+            title=task.title,
+            text=text,
+            parent_id=task.parent_id,
+            session_id=task.session_id,
+            device_id=task.device_id,
+            owner=task.owner,
+            receipts=tuple(self.receipts(task.task_id)),
+        )
+        try:
+            await self.on_event(event)
+        except Exception:
+            log.exception("task %s: event not delivered", task.task_id)
+
+    async def settle(self, task_id: str, *, text: str = "") -> TaskRecord:
+        """After the last step: ``waiting_for_consent`` while a card is open; else
+        ``verifying`` and then ``done``, or ``failed`` if the last receipt of any action
+        (package, tool, target) failed, is unknown, or was cancelled or refused. The report
+        (``text`` or one built from the receipts) is checked and sent as a task event."""
+        task = self.store.require(task_id)
+        if task.finished:
+            return task
+        waiting = self.waiting_steps(task_id)
+        if waiting:
+            task = self.store.move(task_id, "waiting_for_consent", waiting_for=",".join(waiting))
+            await self.emit(task, await self.report(task_id, text) if text else "")
+            return task
+        self.store.walk(task_id, "verifying")
+        receipts = self.receipts(task_id)
+        # the brain's own calls (a delegation still running) do not fail the task
+        last = {(r.package, r.tool, r.target): r for r in receipts if r.package != BRAIN_PACKAGE}
+        bad = [r for r in last.values() if r.status in BAD]
+        report = await self.report(task_id, text or self.prefix + _default_report(receipts))
+        task = self.store.move(
+            task_id, "failed" if bad else "done", waiting_for="", result={"report": report}
+        )
+        await self.emit(task, report)
+        return task
+
+    # ------------------------------------------------------------------ consent
+    async def receipt_arrived(self, receipt: Receipt) -> TaskRecord | None:
+        """A card was answered (executed, denied, expired or voided): finish the step that
+        was waiting and settle its task."""
+        async with self.lock(receipt.task_id):
+            step = self.store.step_for_call(receipt.task_id, receipt.call_id)
+            if step is None:
+                return None
+            self.store.finish_step(receipt.task_id, step.step, receipt.to_dict())
+            task = self.store.get(receipt.task_id)
+            if task is None or task.finished:
+                return task
+            if task.state == "waiting_for_consent" and not self.waiting_steps(task.task_id):
+                self.store.move(task.task_id, "acting", "the owner answered")
+                return await self.settle(task.task_id)
+            return task
+
+
+def _default_report(receipts: list[Receipt]) -> str:
+    texts = [f.text for r in receipts for f in facts_of(r)[:1]]
+    return " ".join(texts) or "Nothing was done."

@@ -1,0 +1,93 @@
+"""The persisted task state machine: legal transitions only, trace ids, steps, histories
+and the run budget survive reopening the database."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hub.brain.base import split_chunks
+from hub.brain.errors import BrainError
+from hub.brain.tasks import STATES, TRANSITIONS, TaskStore
+
+
+def make(store: TaskStore, task_id: str = "t1") -> None:
+    store.create(
+        task_id, trace_id="trace-1", run_id="run-1", owner="owner", scope="owner", kind="turn"
+    )
+
+
+def test_transitions_follow_the_machine(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "tasks.db")
+    make(store)
+    rec, fresh = store.create(
+        "t1", trace_id="other", run_id="r", owner="o", scope="guest", kind="turn"
+    )
+    assert not fresh and rec.trace_id == "trace-1"  # idempotent on the id
+    with pytest.raises(BrainError) as err:
+        store.move("t1", "acting")  # received → acting skips admission
+    assert err.value.key == "task.transition"
+    store.walk("t1", "admitted", "thinking", "acting")
+    store.move("t1", "waiting_for_consent", waiting_for="send")
+    store.walk("t1", "admitted", "thinking")  # never backwards
+    assert store.require("t1").state == "waiting_for_consent"
+    store.move("t1", "acting")
+    store.move("t1", "verifying")
+    store.move("t1", "done", result={"report": "ok"})
+    for s in STATES:
+        if s != "done":
+            with pytest.raises(BrainError):
+                store.move("t1", s)
+    assert store.history_of_states("t1") == [
+        "received",
+        "admitted",
+        "thinking",
+        "acting",
+        "waiting_for_consent",
+        "acting",
+        "verifying",
+        "done",
+    ]
+    assert all(not TRANSITIONS[f] for f in ("done", "failed"))
+    with pytest.raises(BrainError) as err:
+        store.move("nope", "admitted")
+    assert err.value.key == "task.unknown"
+    store.close()
+
+
+def test_everything_survives_reopening(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "tasks.db")
+    make(store, "t1")
+    make(store, "t2")
+    store.walk("t1", "admitted", "thinking", "acting")
+    store.start_step("t1", "send", "t1.send", {"to": "a@b.org"})
+    store.finish_step("t1", "send", {"status": "waiting", "card_id": "c1"})
+    store.start_step("t1", "check", "t1.check", {})
+    store.save_history("t1", b'[{"kind":"request"}]')
+    assert [store.take_budget("run-1", 3) for _ in range(4)] == [1, 2, 3, None]
+    store.move("t2", "failed", "test")
+    store.close()
+
+    again = TaskStore(tmp_path / "tasks.db")
+    assert [t.task_id for t in again.unfinished()] == ["t1"]
+    t1 = again.require("t1")
+    assert (t1.state, t1.trace_id) == ("acting", "trace-1")
+    send, check = again.step("t1", "send"), again.step("t1", "check")
+    assert send is not None and send.status == "waiting" and send.args == {"to": "a@b.org"}
+    assert check is not None and check.receipt is None and check.call_id == "t1.check"
+    assert again.start_step("t1", "send", "other-id").call_id == "t1.send"  # call id kept
+    assert again.step_for_call("t1", "t1.send") == send
+    assert again.history("t1") == b'[{"kind":"request"}]'
+    assert again.budget_used("run-1") == 3 and again.take_budget("run-1", 3) is None
+    again.close()
+
+
+def test_reply_chunks_are_whole_sentences() -> None:
+    text = "OK. I'll switch on the kitchen light! Then? " + "word " * 80
+    chunks = split_chunks(text, limit=60)
+    assert chunks[0] == "OK. I'll switch on the kitchen light! Then?"
+    assert all(len(c) <= 60 for c in chunks)
+    assert " ".join(chunks).split() == text.split()
+    assert split_chunks("你好。我在。") == ["你好。我在。"]
+    assert split_chunks("") == []
