@@ -486,6 +486,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.memory.search_cli import add_search_command
 
     add_search_command(memory_sub, command)
+    from hub.cli_pay import add_commands as add_pay_commands
+
+    add_pay_commands(sub, command)
     from hub.cli_models import add_commands as add_model_commands
 
     add_model_commands(sub, command)

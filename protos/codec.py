@@ -13,6 +13,10 @@ CERTIFICATE_CONTEXT = b"yimi.certificate.v1"
 IDENTIFY_CONTEXT = b"yimi.identify.v1"
 APPROVAL_CONTEXT = b"yimi.approval.v1"
 """what a phone signs when it answers a confirmation card (consent.proto ApprovalBody)"""
+UNLOCK_LEASE_CONTEXT = b"yimi.unlock-lease.v1"
+"""what a phone signs when it reports an unlock lease (consent.proto UnlockLease)"""
+PAY_OPTIONS_CONTEXT = b"yimi.pay-options.v1"
+"""what an owner device signs to change the payment options (hub.payments.options)"""
 
 
 def signing_input(context: bytes, body: bytes) -> bytes:

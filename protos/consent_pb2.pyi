@@ -22,6 +22,7 @@ class CardState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VOIDED: _ClassVar[CardState]
     REFUSED: _ClassVar[CardState]
     SYNC_DONE: _ClassVar[CardState]
+    LEASE_ACCEPTED: _ClassVar[CardState]
 DECISION_UNSPECIFIED: Decision
 APPROVE: Decision
 DENY: Decision
@@ -34,6 +35,7 @@ EXPIRED: CardState
 VOIDED: CardState
 REFUSED: CardState
 SYNC_DONE: CardState
+LEASE_ACCEPTED: CardState
 
 class ConfirmCard(_message.Message):
     __slots__ = ("card_id", "effect", "target", "title", "preview", "expires_ms", "nonce", "action_hash", "package", "tool", "created_ms", "short_form")
@@ -64,7 +66,7 @@ class ConfirmCard(_message.Message):
     def __init__(self, card_id: _Optional[str] = ..., effect: _Optional[str] = ..., target: _Optional[str] = ..., title: _Optional[str] = ..., preview: _Optional[str] = ..., expires_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., action_hash: _Optional[bytes] = ..., package: _Optional[str] = ..., tool: _Optional[str] = ..., created_ms: _Optional[int] = ..., short_form: _Optional[bool] = ...) -> None: ...
 
 class ApprovalBody(_message.Message):
-    __slots__ = ("card_id", "action_hash", "expires_ms", "nonce", "decision", "device_id", "signed_ms")
+    __slots__ = ("card_id", "action_hash", "expires_ms", "nonce", "decision", "device_id", "signed_ms", "unlocked", "lock_sensor")
     CARD_ID_FIELD_NUMBER: _ClassVar[int]
     ACTION_HASH_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
@@ -72,6 +74,8 @@ class ApprovalBody(_message.Message):
     DECISION_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
     SIGNED_MS_FIELD_NUMBER: _ClassVar[int]
+    UNLOCKED_FIELD_NUMBER: _ClassVar[int]
+    LOCK_SENSOR_FIELD_NUMBER: _ClassVar[int]
     card_id: str
     action_hash: bytes
     expires_ms: int
@@ -79,17 +83,37 @@ class ApprovalBody(_message.Message):
     decision: Decision
     device_id: str
     signed_ms: int
-    def __init__(self, card_id: _Optional[str] = ..., action_hash: _Optional[bytes] = ..., expires_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, str]] = ..., device_id: _Optional[str] = ..., signed_ms: _Optional[int] = ...) -> None: ...
+    unlocked: bool
+    lock_sensor: str
+    def __init__(self, card_id: _Optional[str] = ..., action_hash: _Optional[bytes] = ..., expires_ms: _Optional[int] = ..., nonce: _Optional[bytes] = ..., decision: _Optional[_Union[Decision, str]] = ..., device_id: _Optional[str] = ..., signed_ms: _Optional[int] = ..., unlocked: _Optional[bool] = ..., lock_sensor: _Optional[str] = ...) -> None: ...
+
+class UnlockLease(_message.Message):
+    __slots__ = ("device_id", "unlocked_ms", "expires_ms", "lock_sensor", "signed_ms")
+    DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    UNLOCKED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_MS_FIELD_NUMBER: _ClassVar[int]
+    LOCK_SENSOR_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_MS_FIELD_NUMBER: _ClassVar[int]
+    device_id: str
+    unlocked_ms: int
+    expires_ms: int
+    lock_sensor: str
+    signed_ms: int
+    def __init__(self, device_id: _Optional[str] = ..., unlocked_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., lock_sensor: _Optional[str] = ..., signed_ms: _Optional[int] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("body", "signature", "sync")
+    __slots__ = ("body", "signature", "sync", "lease", "lease_signature")
     BODY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     SYNC_FIELD_NUMBER: _ClassVar[int]
+    LEASE_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     signature: bytes
     sync: bool
-    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., sync: _Optional[bool] = ...) -> None: ...
+    lease: bytes
+    lease_signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., sync: _Optional[bool] = ..., lease: _Optional[bytes] = ..., lease_signature: _Optional[bytes] = ...) -> None: ...
 
 class CardUpdate(_message.Message):
     __slots__ = ("card_id", "state", "reason", "status", "summary", "at_ms")

@@ -69,6 +69,25 @@ MESSAGES: dict[str, str] = {
     "card.no_answer": "no answer from the hub about card {card} within {seconds} s",
     "card.not_phone": "this bundle ({profile}) cannot answer cards: it has no approve scope",
     "audit.broken": "audit log {path} fails verification at line {line}: {problem}",
+    # payments
+    "pay.not_owner_request": "no payment intent: {reason}",
+    "pay.intent_exists": "task {task} already has a payment in progress ({payment})",
+    "pay.unknown": "no payment {payment!r}",
+    "pay.invalid": "payment {field}: {reason}",
+    "pay.option_unknown": "no payment option {name!r}; options: {known}",
+    "pay.options_refused": "payment options change refused: {reason}",
+    "pay.provider": "the payment provider answered {code}: {reason}",
+    "pay.not_phone": (
+        "this bundle ({profile}) is not a phone: payments are approved only on the owner's phone"
+    ),
+    "pay.locked": (
+        "the phone's {sensor} says it is locked: unlock it first "
+        "('yimi pay lock-sensor --bundle PHONE unlocked' sets the fake sensor)"
+    ),
+    "pay.no_card": "no pending payment card on this phone",
+    "pay.several": "several pending payment cards ({ids}); name the one to answer",
+    "pay.refused": "the hub refused the answer to payment card {card}: {reason}",
+    "pay.lease_refused": "the hub refused the unlock lease: {reason}",
     # memory
     "memory.conflict": (
         "assertion {id}: expected version {expected}, but it is at version {current} "

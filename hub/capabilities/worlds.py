@@ -355,3 +355,14 @@ class LocalExecutorWorld:
 
 
 WORLDS["mac_local"] = LocalExecutorWorld
+
+
+# ---------------------------------------------------------------- the sandbox shop
+def sandbox_shop() -> Any:
+    """The sandbox payment provider (``hub.payments.sandbox``): a local HTTP shop, no money."""
+    from hub.payments.sandbox import SandboxShop
+
+    return SandboxShop()
+
+
+WORLDS["sandbox_shop"] = sandbox_shop

@@ -24,6 +24,9 @@ Python API (used in-process by the brain's pydantic-ai hooks, issue 6)::
         await gw.answer(approval, device_id=..., sign_pk=..., scopes=...)  # phone's answer
         await gw.expire_cards()                        # periodic
 
+``spend`` calls go to the payment authority once ``hub.payments.open_payments(gw, ...)``
+attaches it (``gw.payments``); without it they are blocked.
+
 Modules: :mod:`.gateway` (decide / receipt / observe, gates, :func:`guarded`),
 :mod:`.receipts` (receipt model and the five invariants), :mod:`.ledger` (idempotent
 per (task, call), checks, said facts), :mod:`.consent` (first-send memory, cards,

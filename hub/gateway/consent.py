@@ -183,8 +183,10 @@ class ConsentAuthority:
         preview: str,
         action_hash: bytes,
         context: dict[str, Any],
+        expires_ms: int | None = None,
     ) -> tuple[Card, list[Card]]:
-        """A new pending card; returns it and the older cards it voided."""
+        """A new pending card (expiring after the card TTL unless ``expires_ms`` is given:
+        payment cards live 60 s); returns it and the older cards it voided."""
         t = now_ms()
         card_id = "c-" + secrets.token_hex(8)
         with transaction(self.db):
@@ -221,7 +223,7 @@ class ConsentAuthority:
                     action_hash,
                     secrets.token_bytes(16),
                     t,
-                    t + int(self.card_ttl_s * 1000),
+                    expires_ms if expires_ms is not None else t + int(self.card_ttl_s * 1000),
                     json.dumps(context),
                 ),
             )

@@ -19,6 +19,10 @@ scope (the phone), and in short form to devices with the ``hud`` role (glasses).
 cards are sent again when such a device comes online, and on request (an ``Approval``
 with ``sync`` set). Answers (``APPROVAL``) are checked and executed by the gateway; the
 outcome goes back as ``CARD_UPDATE``. Expired cards are cancelled every second.
+
+The payment authority (``hub.payments``, ``HOME/gateway/payments.db``) is opened next to
+the gateway: payment cards travel the same way; an ``APPROVAL`` carrying only a ``lease`` is
+the phone's signed unlock lease (answered with ``CARD_UPDATE`` ``LEASE_ACCEPTED``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +53,7 @@ from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
     from hub.daemon import HubDaemon
+    from hub.payments import PaymentAuthority
     from sync.envelope import Opened
 
 log = logging.getLogger(__name__)
@@ -84,6 +90,8 @@ class MeshConsent:
         self.daemon = daemon
         self.home = daemon.home.path
         self.gateway: Gateway | None = None
+        self.payments: PaymentAuthority | None = None
+        """the payment authority (``hub.payments``), attached to the gateway"""
         self._stack = AsyncExitStack()
         self._tasks: TaskOwner | None = None
         self.bridge = ExecutorBridge(self.home / "run" / "executor.sock", self._devices, self._send)
@@ -130,6 +138,11 @@ class MeshConsent:
                     audit_signer=self.daemon.home.hub_keys.sign,
                 )
             )
+            from hub.payments import open_payments
+
+            self.payments = await self._stack.enter_async_context(
+                open_payments(self.gateway, self.home / "gateway", devices=self._device)
+            )
             self._tasks = await self._stack.enter_async_context(TaskOwner("consent"))
             self._tasks.spawn(self._sweep(), "card-expiry")
         except BaseException:
@@ -143,6 +156,7 @@ class MeshConsent:
     ) -> None:
         await self._stack.aclose()
         self.gateway = None
+        self.payments = None
 
     async def _sweep(self) -> None:
         while True:
@@ -157,6 +171,10 @@ class MeshConsent:
     # ------------------------------------------------------------------ devices
     def _devices(self) -> list[DeviceRecord]:
         return [r for r in self.daemon.registry.devices() if not r.revoked]
+
+    def _device(self, device_id: str) -> DeviceRecord | None:
+        """The registry's record (revoked ones included: the caller checks)."""
+        return next((r for r in self.daemon.registry.devices() if r.device_id == device_id), None)
 
     @staticmethod
     def _has_role(rec: DeviceRecord, role: str) -> bool:
@@ -246,8 +264,28 @@ class MeshConsent:
         rec = next((r for r in self._devices() if r.device_id == opened.sender), None)
         if rec is None:
             return
+        if approval.lease and not approval.body:
+            await self._lease(approval, rec)
+            return
         assert self._tasks is not None
         self._tasks.spawn(self._answer(approval, rec, opened.trace_id), f"answer:{opened.counter}")
+
+    async def _lease(self, approval: consent_pb2.Approval, rec: DeviceRecord) -> None:
+        """The phone's signed unlock lease (voice pay and auto-pay need one)."""
+        if self.payments is None:
+            return
+        ok, reason, until = self.payments.report_lease(approval, rec)
+        log.info("unlock lease from %s: %s", rec.name, "accepted" if ok else reason)
+        when = time.strftime("%H:%M:%S", time.localtime(until / 1000)) if ok else ""
+        await self._send(
+            rec.device_id,
+            mesh_pb2.CARD_UPDATE,
+            consent_pb2.CardUpdate(
+                state=consent_pb2.LEASE_ACCEPTED if ok else consent_pb2.REFUSED,
+                reason=f"unlock lease until {when}" if ok else reason,
+                at_ms=until,
+            ),
+        )
 
     async def _answer(self, approval: consent_pb2.Approval, rec: DeviceRecord, trace: str) -> None:
         assert self.gateway is not None
@@ -257,6 +295,8 @@ class MeshConsent:
             sign_pk=rec.sign_pk,
             scopes=rec.scopes,
             trace_id=trace,
+            profile=rec.profile,
+            revoked=rec.revoked,
         )
         log.info("answer from %s: %s %s", rec.name, ans.outcome, ans.reason)
         if ans.card is None:  # refused before a card was found: tell the device why

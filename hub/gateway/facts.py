@@ -5,7 +5,7 @@ and a shorter voice form); the model writes only content and tone. :func:`check_
 takes the model's reply and the turn's receipts and
 
 - removes sentences whose numbers with units (Arabic or Chinese numerals: 二十一点五度),
-  status words (sent / saved / turned on… and their Chinese forms) or device states
+  status words (sent / saved / turned on / paid… and their Chinese forms) or device states
   contradict the receipts — a "sent" or "saved" claim with no receipt that did it counts
   as a contradiction;
 - removes suggestions to redo an action whose receipt says ``retry: forbidden``;
@@ -87,6 +87,31 @@ def _file_read(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     return f"Read {path} on the Mac.", f"Read {path}.", (path,)
 
 
+def _money(e: Effect) -> str:
+    from hub.payments.money import fmt
+
+    try:
+        return fmt(int(e.fields.get("amount_minor", 0)), str(e.fields.get("currency", "")))
+    except (TypeError, ValueError):
+        return "an unreadable amount"
+
+
+def _payment_paid(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+    payee = str(e.fields.get("payee") or e.target)
+    amount = _money(e)
+    return f"Paid {amount} to {payee}.", f"Paid {amount} to {payee}.", (payee,)
+
+
+def _checkout_opened(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+    payee = str(e.fields.get("payee") or e.target)
+    amount = _money(e)
+    return (
+        f"At the checkout: {amount} to {payee} (not paid).",
+        f"Checkout: {amount} to {payee}.",
+        (payee,),
+    )
+
+
 def _generic_effect(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     what = e.kind.replace(".", " ").replace("_", " ")
     on = f" ({e.target})" if e.target else ""
@@ -99,6 +124,8 @@ EFFECT_TEMPLATES: dict[str, EffectTemplate] = {
     "device.set": _device_set,
     "command.ran": _command_ran,
     "file.read": _file_read,
+    "payment.paid": _payment_paid,
+    "checkout.opened": _checkout_opened,
 }
 
 STATUS_TEMPLATES: dict[str, tuple[str, str]] = {
@@ -317,14 +344,21 @@ CLAIMS: dict[str, tuple[re.Pattern[str], frozenset[str]]] = {
         ),
         frozenset({"physical"}),
     ),
+    "paid": (
+        re.compile(
+            r"\b(paid|charged|purchased|bought|ordered)\b|已付款|付款了|付了|已支付|支付了|买好了",
+            re.IGNORECASE,
+        ),
+        frozenset({"spend"}),
+    ),
     "done": (
         re.compile(r"\b(done|completed|finished|succeeded)\b|完成了|已完成|搞定", re.IGNORECASE),
         frozenset({"send", "owner_data", "workspace", "physical", "account", "delete"}),
     ),
 }
 RETRY_SUGGESTION = re.compile(
-    r"\b(try again|retry|resend|re-send|send it again|do it again|once more)\b"
-    r"|重试|再发|重新发送|再试",
+    r"\b(try again|retry|resend|re-send|send it again|do it again|once more|pay again)\b"
+    r"|重试|再发|重新发送|再试|再付",
     re.IGNORECASE,
 )
 _STATE_WORDS = re.compile(r"\b(on|off|open|closed|locked|unlocked)\b|开着|关着|锁着", re.IGNORECASE)

@@ -10,9 +10,9 @@ Decision order (ARCHITECTURE F2): scope → duplicate / unknown → effect → g
   ``check_with`` tool must run before the tool runs again;
 - **effect**: from the manifest; ``effect_by_arg`` without a mapping for the value blocks;
 - **gate**: a table by effect (``observe``/``workspace`` allow; ``send`` and the others ask
-  through the consent authority; ``physical`` never touches locks; ``spend`` goes only
-  through the payment authority, not here). A call that needs a card in a scheduled run is
-  blocked instead.
+  through the consent authority; ``physical`` never touches locks; ``spend`` is handed to
+  the payment authority — ``hub.payments`` — and blocked when none is attached). A call
+  that needs a card in a scheduled run is blocked instead.
 
 Outcomes: ``allow``, ``rewrite`` (trusted fields — session, run, call id, idempotency key —
 overwrote or filled the model's), ``block`` (a ``rejected`` receipt with the reason) and
@@ -116,6 +116,33 @@ class Courier(Protocol):
     async def update(self, update: consent_pb2.CardUpdate, card: Card) -> None: ...
 
 
+class PaymentGate(Protocol):
+    """The payment authority as the gateway sees it (``hub.payments``): it gates ``spend``
+    calls, takes the checkout's receipt, and answers and expires payment cards."""
+
+    def gate(
+        self, call: ToolCall, ctx: CallContext, tool: str, args: dict[str, Any]
+    ) -> tuple[str, str]: ...
+
+    async def on_receipt(
+        self, call: ToolCall, ctx: CallContext, decision: Decision, r: Receipt
+    ) -> Receipt: ...
+
+    async def answer(
+        self,
+        approval: consent_pb2.Approval,
+        *,
+        device_id: str,
+        sign_pk: bytes,
+        scopes: tuple[str, ...] | list[str],
+        profile: str = "",
+        revoked: bool = False,
+        trace_id: str = "",
+    ) -> tuple[Answer, Receipt | None] | None: ...
+
+    async def card_expired(self, card: Card) -> Receipt | None: ...
+
+
 @dataclass(frozen=True)
 class _Gate:
     ctx: CallContext
@@ -124,6 +151,8 @@ class _Gate:
     target: str
     task_type: str
     owner_requested: bool
+    call: ToolCall | None = None
+    args: dict[str, Any] = field(default_factory=dict)
 
 
 GateResult = tuple[str, str]
@@ -152,6 +181,9 @@ class Gateway:
         self.host = host
         self.courier = courier
         self.on_result = on_result
+        self.payments: PaymentGate | None = None
+        """the payment authority (``hub.payments.open_payments`` attaches it): spend calls,
+        payment cards"""
         self.closed = False
         self.gates: dict[str, Callable[[_Gate], GateResult]] = {
             "observe": self._gate_allow,
@@ -203,7 +235,9 @@ class Gateway:
         return self._gate_consent(g)
 
     def _gate_spend(self, g: _Gate) -> GateResult:
-        return "block", "payments go through the payment authority, never a tool call"
+        if self.payments is None or g.call is None:
+            return "block", "payments go through the payment authority, never a tool call"
+        return self.payments.gate(g.call, g.ctx, g.spec.name, g.args)
 
     # ------------------------------------------------------------------ decide
     async def decide(self, call: ToolCall, ctx: CallContext) -> Decision:
@@ -288,7 +322,9 @@ class Gateway:
                 f"no effect is declared for {spec.effect_arg}={value!r}: blocked", base
             )
         # gate
-        outcome, reason = self.gates[effect](_Gate(ctx, spec, effect, target, task_type, asked))
+        outcome, reason = self.gates[effect](
+            _Gate(ctx, spec, effect, target, task_type, asked, call, args)
+        )
         if outcome == "allow" and rewritten:
             outcome = "rewrite"
         return replace(base, outcome=outcome, reason=reason)
@@ -478,6 +514,8 @@ class Gateway:
             t.check_with == spec.name for t in m.tools.values()
         ):
             self.ledger.check_ran(call.task_id, m.name, spec.name)
+        if self.payments is not None and stored.effect == "spend":
+            return await self.payments.on_receipt(call, ctx, decision, self._facts(stored))
         return self._facts(stored)
 
     # ------------------------------------------------------------------ observe
@@ -514,9 +552,24 @@ class Gateway:
         sign_pk: bytes,
         scopes: tuple[str, ...] | list[str],
         trace_id: str = "",
+        profile: str = "",
+        revoked: bool = False,
     ) -> tuple[Answer, Receipt | None]:
-        """A phone's signed answer: refuse, cancel, or execute exactly once."""
+        """A phone's signed answer: refuse, cancel, or execute exactly once. Answers to
+        payment cards go to the payment authority (``profile``/``revoked``: the device's)."""
         self._alive()
+        if self.payments is not None:
+            paid = await self.payments.answer(
+                approval,
+                device_id=device_id,
+                sign_pk=sign_pk,
+                scopes=scopes,
+                profile=profile,
+                revoked=revoked,
+                trace_id=trace_id,
+            )
+            if paid is not None:
+                return paid
         ans = self.consent.answer(approval, device_id=device_id, sign_pk=sign_pk, scopes=scopes)
         card = ans.card
         self.audit.append(
@@ -567,7 +620,9 @@ class Gateway:
         m = self.catalog.get(card.package)
         spec = m.tool(card.tool) if m else None
         problem = ""
-        if m is None or spec is None or self.host is None:
+        if card.effect == "spend":
+            problem = "payments go through the payment authority"
+        elif m is None or spec is None or self.host is None:
             problem = "the package is not available"
         elif spec.effect_for(card.args) != card.effect:
             problem = "the action changed"
@@ -614,10 +669,15 @@ class Gateway:
     async def expire_cards(self) -> list[Receipt]:
         """Cancel every card past its expiry (the hub runs this periodically)."""
         self._alive()
-        return [
-            await self._cancel(c, "expired", "the card expired", "")
-            for c in self.consent.expire_due()
-        ]
+        out: list[Receipt] = []
+        for c in self.consent.expire_due():
+            if c.effect == "spend" and self.payments is not None:
+                r = await self.payments.card_expired(c)
+                if r is not None:
+                    out.append(r)
+            else:
+                out.append(await self._cancel(c, "expired", "the card expired", ""))
+        return out
 
     async def _update(self, card: Card, state: int, reason: str, r: Receipt | None = None) -> None:
         if self.courier is None:

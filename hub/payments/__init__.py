@@ -1,0 +1,90 @@
+"""Payments (issue 8): every payment authorised on its own, checked at the checkout, never
+remembered.
+
+Python API (the hub daemon opens it next to the gateway; the brain calls it)::
+
+    from hub.payments import open_payments, PaymentRequest, VoiceEvidence
+
+    async with open_gateway(state_dir, ...) as gw, open_payments(gw, state_dir) as pay:
+        # the owner said "order the same lunch as last time" (platform code, from the
+        # admitted turn — never from a model's tool call or from content it read)
+        intent = pay.open_intent(ctx, PaymentRequest("owner_voice", utterance_id=u,
+                                 device_id=d, text=t, voice=VoiceEvidence(...)),
+                                 task_id=task, description="lunch", budget="30")
+        # the sub-agent drives the errands package through the gateway as usual:
+        #   browse_menu → add_to_cart → go_to_checkout  (refused without an open intent)
+        # go_to_checkout's receipt comes back "waiting": a card is on the phone (60 s) —
+        # or "running" for an auto-payment with a 5-second undo
+        await pay.voice_confirm(intent.payment_id, evidence, ctx)  # "pay it" (option)
+        await pay.undo(intent.payment_id, ctx)                     # "undo" (auto-pay)
+        pay.cancel(intent.payment_id)
+        # the phone answers with `yimi pay approve|deny --bundle PHONE`; the gateway hands
+        # spend cards to pay.answer(...); results reach gw.on_result and the ledger
+
+Modules: :mod:`.authority` (the state machine), :mod:`.store` (``payments.db``),
+:mod:`.model` (states, requests, the authorisation binding), :mod:`.options` (the two
+optional modes, owner-signed changes), :mod:`.provider` (the provider interface, the HTTP
+client, the in-memory shop of the fake), :mod:`.sandbox` (the sandbox provider service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from hub.gateway.gateway import Gateway
+from hub.payments.authority import (
+    DeviceLookup,
+    PaymentAuthority,
+    VoiceOutcome,
+    change_options,
+)
+from hub.payments.errors import PaymentError
+from hub.payments.model import Payment, PaymentRequest, VoiceEvidence
+from hub.payments.options import PayOptions
+from hub.payments.store import PaymentStore
+from sync.tasks import TaskOwner
+
+__all__ = [
+    "PayOptions",
+    "Payment",
+    "PaymentAuthority",
+    "PaymentError",
+    "PaymentRequest",
+    "PaymentStore",
+    "VoiceEvidence",
+    "VoiceOutcome",
+    "change_options",
+    "open_payments",
+]
+
+
+@asynccontextmanager
+async def open_payments(
+    gateway: Gateway,
+    state_dir: Path,
+    *,
+    devices: DeviceLookup | None = None,
+    durable: bool = True,
+    sweep: bool = True,
+) -> AsyncIterator[PaymentAuthority]:
+    """The payment authority over ``state_dir/payments.db``, attached to ``gateway`` (its
+    ``spend`` gate, cards and audit log) until the block ends. ``devices`` looks up the
+    device registry (revocation is checked at every use)."""
+    store = PaymentStore(state_dir / "payments.db", synchronous="FULL" if durable else "OFF")
+    authority = PaymentAuthority(gateway, store, devices=devices)
+    try:
+        async with TaskOwner("payments") as tasks:
+            authority.tasks = tasks
+            gateway.payments = authority
+            try:
+                await authority.reconcile()
+                if sweep:
+                    tasks.spawn(authority.run_sweeps(), "sweep")
+                yield authority
+            finally:
+                gateway.payments = None
+                authority.tasks = None
+    finally:
+        store.close()

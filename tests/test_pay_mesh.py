@@ -1,0 +1,133 @@
+"""Payments over the real mesh: the hub (in this process, with its real mosquitto, gRPC,
+gateway and payment authority over the real ``errands`` package and the sandbox provider)
+sends a payment card to the phone; ``yimi pay approve --bundle PHONE`` answers it with the
+phone's key and its (FAKE) lock sensor's state; the hub pays once; ``yimi pay list|show``
+and ``yimi audit verify`` on the home."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import yaml
+
+from hub.daemon import HubDaemon, HubOptions
+from hub.gateway import CallContext, ToolCall
+from hub.payments import PaymentRequest, VoiceEvidence
+from hub.payments.sandbox import SandboxShop
+from provisioning.bundle import Bundle
+from provisioning.home import Home
+from tests.mesh_harness import Mesh
+from tests.pay_kit import now_ms
+
+pytestmark = pytest.mark.slow
+
+CTX = CallContext(owner="owner", scope="owner", trace_id="trace-lunch")
+
+
+async def test_pay_card_to_phone_approve_list_show_and_audit(mesh: Mesh) -> None:
+    phone = mesh.add_device("phone1", "phone")
+    glasses = mesh.add_device("specs", "glasses")
+    specs_id = Bundle.load(glasses).device_id
+    async with SandboxShop(pay_timeout=2.0) as shop:
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+        )
+        options = HubOptions(
+            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+        )
+        async with HubDaemon(Home.load(mesh.home), options) as hub:
+            gw, pay = hub.consent.gateway, hub.consent.payments
+            assert gw is not None and pay is not None and gw.payments is pay
+
+            voice = VoiceEvidence(specs_id, "u1", "verified", "voiceprint", now_ms())
+            request = PaymentRequest("owner_voice", "u1", specs_id, "order lunch", voice)
+            p = pay.open_intent(CTX, request, task_id="t1", description="lunch", budget="30")
+            cart = ""
+            for i, item in enumerate(("noodles", "noodles")):
+                r = await gw.call(
+                    ToolCall(
+                        "errands",
+                        "add_to_cart",
+                        {"shop": "lotus-kitchen", "item_id": item, "quantity": 1, "cart_id": cart},
+                        f"a{i}",
+                        "t1",
+                    ),
+                    CTX,
+                )
+                cart = str(r.effects[0].fields["cart_id"])
+            r = await gw.call(
+                ToolCall("errands", "go_to_checkout", {"cart_id": cart}, "co", "t1"), CTX
+            )
+            assert r.status == "waiting" and shop.charges() == [], r
+
+            listed = await asyncio.to_thread(
+                mesh.yimi, "pay", "cards", "--bundle", str(phone), "--hub", mesh.hub_target
+            )
+            assert listed.returncode == 0 and "pay 25.00 EUR to Lotus Kitchen" in listed.stdout, (
+                listed.stderr
+            )
+            # the phone's (fake) lock sensor says locked: no approval leaves the phone
+            await asyncio.to_thread(
+                mesh.yimi, "pay", "lock-sensor", "--bundle", str(phone), "locked", check=True
+            )
+            locked = await asyncio.to_thread(
+                mesh.yimi, "pay", "approve", "--bundle", str(phone), "--hub", mesh.hub_target
+            )
+            assert locked.returncode == 1 and "locked" in locked.stderr, locked.stderr
+            # glasses are not a phone
+            specs = await asyncio.to_thread(
+                mesh.yimi, "pay", "approve", "--bundle", str(glasses), "--hub", mesh.hub_target
+            )
+            assert specs.returncode == 1 and "not a phone" in specs.stderr
+
+            unlocked = await asyncio.to_thread(
+                mesh.yimi, "pay", "lock-sensor", "--bundle", str(phone), "unlocked", check=True
+            )
+            assert "FAKE" in unlocked.stdout
+            ok = await asyncio.to_thread(
+                mesh.yimi, "pay", "approve", "--bundle", str(phone), "--hub", mesh.hub_target
+            )
+            assert ok.returncode == 0, ok.stderr
+            assert "executed" in ok.stdout and "Paid 25.00 EUR to Lotus Kitchen" in ok.stdout
+            assert [c["amount_minor"] for c in shop.charges()] == [2500]
+            q = pay.store.get(p.payment_id)
+            assert q is not None and q.state == "paid"
+
+            again = await asyncio.to_thread(
+                mesh.yimi,
+                "pay",
+                "approve",
+                "--bundle",
+                str(phone),
+                "--hub",
+                mesh.hub_target,
+                r.card_id,
+            )
+            assert again.returncode == 1 and "already" in again.stderr, again.stderr
+            assert len(shop.charges()) == 1
+
+            lease = await asyncio.to_thread(
+                mesh.yimi,
+                "pay",
+                "unlock",
+                "--bundle",
+                str(phone),
+                "--hub",
+                mesh.hub_target,
+                "--minutes",
+                "5",
+            )
+            assert lease.returncode == 0 and "unlock lease until" in lease.stdout, lease.stderr
+            assert pay.valid_lease() is not None
+
+    listed = mesh.yimi("pay", "list", "--home", str(mesh.home))
+    assert listed.returncode == 0 and p.payment_id in listed.stdout and "paid" in listed.stdout
+    assert "25.00 EUR" in listed.stdout
+    shown = mesh.yimi("pay", "show", p.payment_id, "--home", str(mesh.home))
+    assert shown.returncode == 0, shown.stderr
+    assert "paying" in shown.stdout and "used" in shown.stdout and "Lotus Kitchen" in shown.stdout
+    verified = mesh.yimi("audit", "verify", "--home", str(mesh.home))
+    assert verified.returncode == 0, verified.stderr
+    audit = mesh.yimi("audit", "show", "--home", str(mesh.home), "--json").stdout
+    assert '"step":"paid"' in audit.replace(" ", "") and "trace-lunch" in audit
