@@ -21,14 +21,17 @@ from types import TracebackType
 
 import aiomqtt
 import grpc
+from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
 from hub.broker import Broker, BrokerAccount
 from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
 from hub.grpc_server import HubService, start_server
-from hub.timeline import HubStore, StoredReply
+from hub.timeline import HubStore, ReplyMaker, StoredReply
+from hub.voice import HubVoice, authority_scope
 from hub.voiceprints import VoiceprintMesh
+from hub.wake_arbiter import Decision, WakeArbiter
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -123,12 +126,29 @@ class HubDaemon:
         """the capability gateway and its cards (``self.consent.gateway``)"""
         self.voice = VoiceprintMesh(self)
         """voiceprint authority (``self.voice.authority``): enrolment, distribution, scope"""
+        self.wake = WakeArbiter(self._send_decision, drop=self._drop)
+        """wake arbitration: of the devices that heard one wake, one answers"""
+        self.hearing = HubVoice(
+            home=home.path,
+            config=home.config,
+            ingest=self._ingest_turn,
+            send=self._send_to,
+            drop=self._drop,
+            commit=self._commit_counter,
+            answered=lambda uid: self.store.reply_for(uid) is not None,
+            count=self._count,
+            arbiter=self.wake,
+            scope=authority_scope(self.voice.authority, self.voice.channel_of),
+        )
+        """voice utterances: audio pieces, transcription, scope, then the timeline path"""
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self._on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
+            mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
+            mesh_pb2.WAKE_CLAIM: self._on_wake_claim,
             mesh_pb2.TRUST_WINDOW: self.voice.on_trust_window,
         }
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
@@ -221,6 +241,8 @@ class HubDaemon:
         await self._stack.enter_async_context(self.sync)
         await self._stack.enter_async_context(self.consent)
         await self._stack.enter_async_context(self.voice)
+        await self._stack.enter_async_context(self.wake)
+        await self._stack.enter_async_context(self.hearing)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -353,26 +375,42 @@ class HubDaemon:
         self.replay.commit(opened.sender, opened.counter)
         return (opened.sender, *state) if (state := self.replay.state(opened.sender)) else None
 
+    def _count(self, name: str) -> None:
+        self.drops[name] += 1
+
     async def _on_utterance(self, opened: Opened) -> None:
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
         if not utt.id or len(utt.id) > 128 or len(utt.text) > 16_000:
             self._drop(DropReason.MALFORMED, opened.sender, "utterance id or text")
             return
+        if utt.HasField("voice"):  # heard: transcribed off the loop, then _ingest_turn
+            await self.hearing.on_utterance(opened)
+            return
+        meta: dict[str, object] = {
+            "channel": utt.channel,
+            "source": utt.source or "typed",
+            "counter": opened.counter,
+        }
+        await self._ingest_turn(opened, utt.text, meta, None)
+
+    async def _ingest_turn(
+        self, opened: Opened, text: str, meta: dict[str, object], make_reply: ReplyMaker | None
+    ) -> None:
+        """Put an utterance (typed, or a voice transcript) and its reply on the timeline,
+        send the reply and replicate the turn."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
         now = int(time.time() * 1000)
         reply, duplicate = self.store.ingest_utterance(
             utterance_id=utt.id,
             device=opened.sender,
-            text=utt.text,
+            text=text,
             ts_ms=utt.started_ms or opened.time_ms,
             received_ms=now,
             trace_id=opened.trace_id,
-            meta={
-                "channel": utt.channel,
-                "source": utt.source or "typed",
-                "counter": opened.counter,
-            },
-            make_reply=self._placeholder_reply,
+            meta=meta,
+            make_reply=make_reply or self._placeholder_reply,
             replay_state=self._commit_counter(opened),
         )
         if duplicate:
@@ -387,7 +425,7 @@ class HubDaemon:
                     opened.sender,
                     utt.started_ms or opened.time_ms,
                     "utterance",
-                    utt.text,
+                    text,
                     reply.utterance_seq,
                 ),
                 docs.Entry(reply.id, HUB, now, "reply", reply.text, reply.reply_seq),
@@ -421,6 +459,27 @@ class HubDaemon:
             await self.mqtt.publish(topics.inbox(self.home.home_id, device), data, qos=1)
         except Exception as exc:  # the device will get it on its next ONLINE
             log.info("reply to %s not sent now: %s", device, exc)
+
+    async def _send_to(
+        self, device: str, kind: int, payload: Message, trace_id: str | None = None
+    ) -> None:
+        """Seal ``payload`` to ``device`` and publish it to its inbox (raises if the publish
+        fails; a device unknown or revoked gets nothing)."""
+        peer = self.peers.get(device)
+        if peer is None or peer.revoked or self.mqtt is None:
+            log.info("kind %d not sent to %s: unknown, revoked or no session", kind, device)
+            return
+        data = self.sealer.seal(
+            kind, payload, recipient=device, recipient_box_pk=peer.box_pk, trace_id=trace_id
+        )
+        await self.mqtt.publish(topics.inbox(self.home.home_id, device), data, qos=1)
+
+    async def _on_wake_claim(self, opened: Opened) -> None:
+        self.replay.commit(opened.sender, opened.counter)
+        await self.wake.on_claim(opened)
+
+    async def _send_decision(self, decision: Decision) -> None:
+        await self._send_to(decision.device, mesh_pb2.WAKE_DECISION, decision.message())
 
     async def _on_ack(self, opened: Opened) -> None:
         ack = opened.payload

@@ -234,6 +234,10 @@ class HubStore:
         assert row is not None
         return int(row[0])
 
+    def reply_for(self, utterance_id: str) -> StoredReply | None:
+        """The reply already made to ``utterance_id`` (``None``: not on the timeline yet)."""
+        return self._reply_for(utterance_id)
+
     def _reply_for(self, utterance_id: str) -> StoredReply | None:
         row = self.conn.execute(
             f"SELECT {REPLY_COLUMNS} FROM replies WHERE utterance_id=?",

