@@ -10,6 +10,7 @@ thread.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -29,6 +30,7 @@ from edge_agent.pipeline import (
     SpeechStarted,
     WakeFired,
 )
+from models.catalog import Catalog, ModelEntry
 from provisioning.bundle import Bundle
 
 log = logging.getLogger(__name__)
@@ -110,21 +112,47 @@ class TemplateWake:
         self.detector.reset()
 
 
-def load_wake(bundle: Bundle, entry: Any) -> TemplateWake:
+def load_wake(bundle: Bundle, catalog: Catalog, entry: ModelEntry) -> TemplateWake:
+    """The wake detector: the owner's templates for this device (``yimi wake enroll``) if
+    there are any, else the default "Yimi" templates (synthesized once and recorded in the
+    catalog); the threshold from ``<bundle>/models/wake.json`` if set there."""
     from models import wake
 
-    return TemplateWake(wake.detector_for(bundle, entry))
+    labels = {f.label for f in entry.extras}
+    if "owner" in labels:
+        path = entry.extra("owner")
+    elif "templates" in labels:
+        path = entry.extra("templates")
+    else:
+        path = wake.build_default_templates(catalog.dir, model_path=entry.file)
+        entry = catalog.set_extra("wake", entry.name, "templates", path)
+    templates = wake.WakeTemplates.load(path)
+    threshold: float | None = None
+    config = catalog.dir / wake.CONFIG_FILE
+    if config.exists():
+        try:
+            threshold = float(json.loads(config.read_text())["threshold"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            log.warning("%s ignored: %s", config, exc)
+    detector = wake.WakeDetector(entry.file, templates, threshold)
+    log.info(
+        "wake word %r: %d %s templates, threshold %.3f",
+        templates.word,
+        len(templates.frames),
+        templates.source,
+        detector.threshold,
+    )
+    return TemplateWake(detector)
 
 
 def load_ears(bundle: Bundle, progress: Callable[[float], None] | None = None) -> Ears:
     """The detectors for ``bundle`` from its catalog (ModelError if a model is refused)."""
     from hardware.audio import encode_flac
-    from models.catalog import Catalog
 
     catalog = Catalog.open(bundle.path)
     vad = catalog.resolve("vad")
     speaker = catalog.resolve("speaker", progress)
-    wake = catalog.resolve("wake")
+    wake = catalog.resolve("wake")  # the extras (templates) are checked with it
     log.info(
         "models: vad %s@%s, wake %s@%s, speaker %s@%s",
         vad.name,
@@ -136,7 +164,7 @@ def load_ears(bundle: Bundle, progress: Callable[[float], None] | None = None) -
     )
     return Ears(
         speech=SileroSpeech(vad.file),
-        wake=load_wake(bundle, wake),
+        wake=load_wake(bundle, catalog, wake),
         speaker=Ge2eSpeaker(speaker.file, f"{speaker.name}@{speaker.version}"),
         voiceprint=StoredVoiceprint(bundle.state_dir),
         encode=encode_flac,
