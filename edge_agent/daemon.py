@@ -90,7 +90,7 @@ async def run_edge(bundle: Bundle, *, hub: str | None, voice: VoiceOptions | Non
 
 async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> int:
     from edge_agent.ears import load_ears
-    from hardware.audio import open_sink, open_source
+    from hardware.audio import WavSource, open_sink, open_source
 
     profile = bundle.profile
     if not profile.has("capture_audio"):
@@ -100,6 +100,9 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
     source = open_source(voice.audio, realtime=voice.realtime, start_ms=voice.start_ms)
     ears = await asyncio.to_thread(load_ears, bundle, _progress)
     async with AsyncExitStack() as stack:
+        live = voice.audio.startswith("mic")
+        if not live:  # a missing or unreadable file fails now, not after connecting
+            await stack.enter_async_context(source)
         sink = None
         if out is not None and speaks:
             sink = await stack.enter_async_context(open_sink(out, realtime=voice.realtime))
@@ -126,13 +129,16 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
         except TimeoutError:
             log.warning("hub not reachable yet: requests will wait in the outbox")
         log.info("edge agent %s (%s) hearing %s", bundle.name, bundle.device_id, voice.audio)
-        await stack.enter_async_context(source)
+        if live:
+            await stack.enter_async_context(source)
         if voice.realtime and voice.start_ms is not None:
             wait_s = voice.start_ms / 1000 - time.time()
             if wait_s > 0:  # both devices hear the same file from the same instant
                 await asyncio.sleep(wait_s)
+        elif voice.start_ms is None and isinstance(source, WavSource):
+            source.start_ms = int(time.time() * 1000)  # the file "starts" now, not when opened
         t0 = time.perf_counter()
-        await pipeline.listen(source.frames(), finite=not voice.audio.startswith("mic"))
+        await pipeline.listen(source.frames(), finite=not live)
         heard_s = time.perf_counter() - t0
         stats = pipeline.stats
         pace = (

@@ -10,7 +10,6 @@ thread.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -112,37 +111,13 @@ class TemplateWake:
         self.detector.reset()
 
 
-def load_wake(bundle: Bundle, catalog: Catalog, entry: ModelEntry) -> TemplateWake:
-    """The wake detector: the owner's templates for this device (``yimi wake enroll``) if
-    there are any, else the default "Yimi" templates (synthesized once and recorded in the
-    catalog); the threshold from ``<bundle>/models/wake.json`` if set there."""
+def load_wake(bundle: Bundle, entry: ModelEntry) -> TemplateWake:
+    """The wake detector (``models.wake.detector_for``): the owner's templates for this
+    device (``yimi wake enroll``) if there are any, else the default "Yimi" templates; the
+    device's threshold if one is configured."""
     from models import wake
 
-    labels = {f.label for f in entry.extras}
-    if "owner" in labels:
-        path = entry.extra("owner")
-    elif "templates" in labels:
-        path = entry.extra("templates")
-    else:
-        path = wake.build_default_templates(catalog.dir, model_path=entry.file)
-        entry = catalog.set_extra("wake", entry.name, "templates", path)
-    templates = wake.WakeTemplates.load(path)
-    threshold: float | None = None
-    config = catalog.dir / wake.CONFIG_FILE
-    if config.exists():
-        try:
-            threshold = float(json.loads(config.read_text())["threshold"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            log.warning("%s ignored: %s", config, exc)
-    detector = wake.WakeDetector(entry.file, templates, threshold)
-    log.info(
-        "wake word %r: %d %s templates, threshold %.3f",
-        templates.word,
-        len(templates.frames),
-        templates.source,
-        detector.threshold,
-    )
-    return TemplateWake(detector)
+    return TemplateWake(wake.detector_for(bundle, entry))
 
 
 def load_ears(bundle: Bundle, progress: Callable[[float], None] | None = None) -> Ears:
@@ -164,7 +139,7 @@ def load_ears(bundle: Bundle, progress: Callable[[float], None] | None = None) -
     )
     return Ears(
         speech=SileroSpeech(vad.file),
-        wake=load_wake(bundle, catalog, wake),
+        wake=load_wake(bundle, wake),
         speaker=Ge2eSpeaker(speaker.file, f"{speaker.name}@{speaker.version}"),
         voiceprint=StoredVoiceprint(bundle.state_dir),
         encode=encode_flac,
