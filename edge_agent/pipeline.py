@@ -73,8 +73,8 @@ PLAYBACK_TAIL_MS = 300
 """after playback ends, input is still not taken as the owner for this long (room echo)"""
 DECISION_WAIT_S = 3.0
 """seconds a finished request waits for the hub's wake decision before it is sent anyway"""
-LATE_DECISION_S = 30.0
-"""seconds a queued request still obeys a stand-down that arrives late"""
+KEEP_WAKES = 256
+"""recent wakes remembered (a stand-down that comes late still withdraws their request)"""
 PREROLL_MS = 300
 """speech before the detected start fed to the wake spotter"""
 RING_FRAMES = 40
@@ -342,6 +342,8 @@ class WakeWindow:
     claimed: bool
     decision: asyncio.Future[voice_pb2.WakeDecision]
     used: bool = False
+    utterance_id: str = ""
+    """the request queued for this wake (a late stand-down withdraws it)"""
 
 
 @dataclass
@@ -474,6 +476,8 @@ class VoicePipeline:
             decision=loop.create_future(),
         )
         self._windows[window.wake_id] = window
+        while len(self._windows) > KEEP_WAKES:
+            self._windows.pop(next(iter(self._windows)))
         self._open_wake = window
         self._follow_up = None  # a new wake starts a new call
         claim = voice_pb2.WakeClaim(
@@ -658,8 +662,8 @@ class VoicePipeline:
             len(audio),
             waiting,
         )
-        if wake is not None and wake.claimed and not wake.decision.done():
-            self._tasks.spawn(self._late_decision(wake, utt.id), f"decision-{wake.wake_id}")
+        if wake is not None:
+            wake.utterance_id = utt.id
 
     async def _decision(self, wake: WakeWindow) -> voice_pb2.WakeDecision | None:
         try:
@@ -668,18 +672,15 @@ class VoicePipeline:
             log.info("wake %s: no decision within %.1f s; sending", wake.wake_id, DECISION_WAIT_S)
             return None
 
-    async def _late_decision(self, wake: WakeWindow, utterance_id: str) -> None:
-        """A stand-down arriving after the request was queued withdraws it if still there."""
-        try:
-            decision = await asyncio.wait_for(asyncio.shield(wake.decision), LATE_DECISION_S)
-        except TimeoutError:
-            return
-        if not decision.answer and utterance_id in self.pending:
-            if self.uplink.withdraw(utterance_id):
-                self.pending.pop(utterance_id, None)
-                self.stats.stood_down += 1
-                log.info("wake %s: late stand-down; %s withdrawn", wake.wake_id, utterance_id)
-                self._changed.set()
+    def _withdraw(self, wake: WakeWindow) -> None:
+        """A stand-down after the request was queued (the decision came late, or the hub
+        re-sent it when the request arrived) takes the request out of the outbox."""
+        uid = wake.utterance_id
+        if uid and uid in self.pending and self.uplink.withdraw(uid):
+            self.pending.pop(uid, None)
+            self.stats.stood_down += 1
+            log.info("wake %s: late stand-down; request %s withdrawn", wake.wake_id, uid)
+            self._changed.set()
 
     async def on_wake_decision(self, opened: Opened) -> None:
         decision = opened.payload
@@ -690,6 +691,8 @@ class VoicePipeline:
             return
         if not window.decision.done():
             window.decision.set_result(decision)
+        if not decision.answer:
+            self._withdraw(window)
         log.info(
             "wake %s: %s",
             decision.wake_id,
