@@ -495,6 +495,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.cli_voice import add_commands as add_voice_commands
 
     add_voice_commands(sub, command)
+    from hub.cli_wake import add_commands as add_wake_commands
+
+    add_wake_commands(sub, command)
     return p
 
 

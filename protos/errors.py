@@ -158,6 +158,23 @@ MESSAGES: dict[str, str] = {
     "speaker.input": "speaker embedding: unusable audio: {reason}",
     "speaker.mask": "speaker embedding: the voiced mask does not fit the audio: {reason}",
     "speaker.no_speech": "speaker embedding: no speech in {ms} ms of audio",
+    # wake word (models/wake.py, hub/cli_wake.py)
+    "wake.templates": "wake-word templates {path} are unusable: {reason}",
+    "wake.recording": (
+        "a wake-word recording must hold one word of {low}..{high} ms; this one has {ms} ms"
+    ),
+    "wake.take": (
+        "wake-word take {label}: {ms} ms of sound; say the wake word once, "
+        "{low}..{high} ms, with quiet around it"
+    ),
+    "wake.takes": "wake-word enrolment takes {low}..{high} takes of the word; got {count}",
+    "wake.inconsistent": (
+        "the wake-word takes do not sound alike (each against the others: {scores}; "
+        "need {need} or more): record them again, the same word each time, in a quiet room"
+    ),
+    "wake.threshold": "wake-word threshold {value} is not between {low} and 1",
+    "wake.config": "wake-word settings {path} are unusable: {reason}",
+    "wake.no_audio": "give WAV files of the wake word or --mic (one of them)",
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
