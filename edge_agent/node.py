@@ -22,6 +22,7 @@ from typing import Any
 import aiomqtt
 from google.protobuf.message import Message
 
+from edge_agent.replies import SeenReplies
 from edge_agent.roles import role_handlers
 from protos import mesh_pb2, sync_pb2, voice_pb2
 from provisioning.bundle import Bundle
@@ -56,8 +57,9 @@ FLUSH_POLL_S = 2.0
 """seconds between outbox checks of a long-lived node (items queued by other processes)"""
 
 ReplyHandler = Callable[[mesh_pb2.Reply, Opened, bool], Awaitable[None]]
-"""called with (reply, its envelope, fresh): ``fresh`` if this process's outbox held the
-utterance (``False`` for a reply the hub re-sent or another process already took)"""
+"""called with (reply chunk, its envelope, fresh): ``fresh`` the first time a process of
+this bundle gets this chunk (``False`` for a copy the hub re-sent or another process of the
+bundle already took: ACK it again, do not show it twice)"""
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class DeviceNode:
         state = bundle.state_dir
         self.counter = PersistentCounter(state / "counter.db")
         self.outbox = Outbox(state / "outbox.db")
+        self.seen = SeenReplies(state / "replies.db")
         self.sealer = Sealer(
             home_id=bundle.home_id,
             node_id=bundle.device_id,
@@ -185,6 +188,7 @@ class DeviceNode:
     def _close_files(self) -> None:
         self.counter.close()
         self.outbox.close()
+        self.seen.close()
 
     async def _target(self) -> tuple[str, int]:
         self.hub_address = await self.locator.locate()
@@ -395,12 +399,14 @@ class DeviceNode:
                 self.revoked.set()
 
     async def _handle_reply(self, opened: Opened) -> None:
+        """A reply chunk: the first one answers the outbox item (the next may be sent);
+        each chunk is handed on once as fresh (see :data:`ReplyHandler`)."""
         reply = opened.payload
         assert isinstance(reply, mesh_pb2.Reply)
-        fresh = self.outbox.done(reply.utterance_id)
-        if fresh:
+        if reply.utterance_id and self.outbox.done(reply.utterance_id):
             self.delivered += 1
-        fut = self._waiters.pop(reply.utterance_id, None)
+        fresh = self.seen.claim(reply.id, reply.chunk)
+        fut = self._waiters.pop(reply.utterance_id, None) if reply.utterance_id else None
         if fut is not None and not fut.done():
             fut.set_result(reply)
         await self._on_reply(reply, opened, fresh)
@@ -426,11 +432,16 @@ class DeviceNode:
         return answer.payload
 
     async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
-        """Tell the hub the reply was shown (``RENDERED``) or spoken (``PLAYED``)."""
+        """Tell the hub the reply chunk was shown (``RENDERED``) or spoken (``PLAYED``)."""
         assert self.mqtt is not None
         data = self.sealer.seal(
             mesh_pb2.DELIVERY_ACK,
-            mesh_pb2.DeliveryAck(reply_id=reply.id, state=state, at_ms=int(time.time() * 1000)),  # type: ignore[arg-type]
+            mesh_pb2.DeliveryAck(
+                reply_id=reply.id,
+                state=state,  # type: ignore[arg-type]
+                at_ms=int(time.time() * 1000),
+                chunk=reply.chunk,
+            ),
             recipient=HUB,
             recipient_box_pk=self.bundle.hub_box_pk,
         )

@@ -749,7 +749,8 @@ class VoicePipeline:
             self.stats.played += 1
         else:
             self.stats.rendered += 1
-        call_id = self.pending.pop(reply.utterance_id, None)
+        # a reply comes in chunks: the request is answered with its final one
+        call_id = self.pending.pop(reply.utterance_id, None) if reply.final else None
         if call_id is not None:
             self._follow_up = (self._clock_ms + PLAYBACK_TAIL_MS + FOLLOW_UP_MS, call_id)
 

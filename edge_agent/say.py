@@ -1,5 +1,8 @@
 """``yimi say``: send one typed utterance from a device and print the hub's reply.
 
+The reply is printed as its chunks come (one line per reply; each chunk ACKed ``RENDERED``)
+until its final chunk.
+
 The utterance is committed to the outbox first. If the hub cannot be reached it stays
 there ("queued"), exit status 3, and the running edge daemon or the next ``yimi say``
 delivers it. Older queued items are delivered first, in order.
@@ -32,14 +35,25 @@ CATCHUP_TIMEOUT_S = 5.0
 async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> int:
     mine = ""
     answered = asyncio.Event()
+    """set by the final chunk of the reply to our utterance"""
+    shown: set[int] = set()
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
-        if reply.utterance_id != mine and not fresh:
+        # a reply comes in chunks (whole sentences); each is printed once and ACKed
+        ours = reply.utterance_id == mine
+        if not fresh and not (ours and reply.chunk not in shown):
+            if ours or reply.utterance_id == "":
+                await node.ack(reply, mesh_pb2.RENDERED)  # a copy: ACK again, no reprint
             return  # another process's, already shown there
-        prefix = "" if reply.utterance_id == mine else "(queued earlier) "
-        print(f"{prefix}{reply.text}", flush=True)
+        if ours:
+            shown.add(reply.chunk)
+            prefix = ""
+        else:
+            prefix = "(update) " if reply.utterance_id == "" else "(queued earlier) "
+        # one line per reply: its chunks are printed as they come, the final one ends it
+        print(f"{prefix if reply.chunk == 0 else ''}{reply.text}", end=_end(reply), flush=True)
         await node.ack(reply, mesh_pb2.RENDERED)
-        if reply.utterance_id == mine:
+        if ours and reply.final:
             answered.set()
 
     def queue() -> None:
@@ -70,6 +84,10 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         except (TimeoutError, SyncError) as exc:
             log.info("replicas not brought up to date: %s", exc)
     return EXIT_OK
+
+
+def _end(reply: mesh_pb2.Reply) -> str:
+    return "\n" if reply.final else " "
 
 
 def _queued(node: DeviceNode, item_id: str, reason: str) -> int:

@@ -29,6 +29,7 @@ from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
 from hub.grpc_server import HubService, start_server
 from hub.timeline import HubStore, ReplyMaker, StoredReply
+from hub.turns import Turns, typed_scope
 from hub.voice import HubVoice, authority_scope
 from hub.voiceprints import VoiceprintMesh
 from hub.wake_arbiter import Decision, WakeArbiter
@@ -49,7 +50,6 @@ from sync.envelope import (
     Peer,
     ReplayGuard,
     Sealer,
-    random_id,
 )
 from sync.errors import SyncError
 from sync.mqtt import MqttSession
@@ -67,7 +67,6 @@ COMPACT_AT_BYTES = 4 * 1024 * 1024
 """bytes of a document's update log after which the hub compacts it (shallow snapshot)"""
 MAX_SYNC_BYTES = 64 * 1024 * 1024
 """bytes: the largest catch-up envelope accepted over gRPC"""
-PLACEHOLDER_PREFIX = "[placeholder reply: the brain is not wired in yet] "
 
 Handler = Callable[[Opened], Awaitable[None]]
 
@@ -88,6 +87,8 @@ class HubDaemon:
         self.store = HubStore(home.path / "hub.db")
         self.registry = Registry(home.path / "registry.db")
         self.peers: dict[str, Peer] = {}
+        self.scopes: dict[str, tuple[str, ...]] = {}
+        """device → the scopes its certificate grants"""
         self.revoked: set[str] = set()
         self.drops: Counter[str] = Counter()
         self.last_seen: dict[str, int] = {}
@@ -124,6 +125,10 @@ class HubDaemon:
         )
         self.consent = MeshConsent(self)
         """the capability gateway and its cards (``self.consent.gateway``)"""
+        self.turns = Turns(self)
+        """admission, the brain (``self.turns.brain``), delivery with ACKs, activity entries"""
+        self.consent.on_receipt = self.turns.on_receipt
+        self.consent.package_env = self.turns.package_env
         self.voice = VoiceprintMesh(self)
         """voiceprint authority (``self.voice.authority``): enrolment, distribution, scope"""
         self.wake = WakeArbiter(self._send_decision, drop=self._drop)
@@ -135,7 +140,7 @@ class HubDaemon:
             send=self._send_to,
             drop=self._drop,
             commit=self._commit_counter,
-            answered=lambda uid: self.store.reply_for(uid) is not None,
+            answered=lambda uid: self.store.admitted(uid) is not None,
             count=self._count,
             arbiter=self.wake,
             scope=authority_scope(self.voice.authority, self.voice.channel_of),
@@ -143,7 +148,7 @@ class HubDaemon:
         """voice utterances: audio pieces, transcription, scope, then the timeline path"""
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
-            mesh_pb2.DELIVERY_ACK: self._on_ack,
+            mesh_pb2.DELIVERY_ACK: self.turns.on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
@@ -240,6 +245,7 @@ class HubDaemon:
         )
         await self._stack.enter_async_context(self.sync)
         await self._stack.enter_async_context(self.consent)
+        await self._stack.enter_async_context(self.turns)
         await self._stack.enter_async_context(self.voice)
         await self._stack.enter_async_context(self.wake)
         await self._stack.enter_async_context(self.hearing)
@@ -297,6 +303,7 @@ class HubDaemon:
         self.peers.clear()
         for rec in records:
             self.peers[rec.device_id] = Peer(rec.device_id, rec.sign_pk, rec.box_pk, rec.revoked)
+            self.scopes[rec.device_id] = tuple(rec.scopes)
         return records
 
     def _accounts(self) -> list[BrokerAccount]:
@@ -387,20 +394,39 @@ class HubDaemon:
         if utt.HasField("voice"):  # heard: transcribed off the loop, then _ingest_turn
             await self.hearing.on_utterance(opened)
             return
+        # typed text signed by the device's own key: the owner's (see hub/turns.py)
+        scope = typed_scope(self.scopes.get(opened.sender, ()))
+        if scope is None:
+            self.replay.commit(opened.sender, opened.counter)
+            self.drops["rejected.no_utter_scope"] += 1
+            log.warning("utterance from %s refused: its certificate has no 'utter'", opened.sender)
+            return
         meta: dict[str, object] = {
             "channel": utt.channel,
             "source": utt.source or "typed",
             "counter": opened.counter,
+            "scope": scope,
+            "scope_reason": "typed_on_owner_device",
         }
         await self._ingest_turn(opened, utt.text, meta, None)
 
     async def _ingest_turn(
         self, opened: Opened, text: str, meta: dict[str, object], make_reply: ReplyMaker | None
     ) -> None:
-        """Put an utterance (typed, or a voice transcript) and its reply on the timeline,
-        send the reply and replicate the turn."""
+        """Put an utterance (typed, or a voice transcript) on the timeline and answer it:
+        through the brain (``make_reply`` None: admitted, answered by ``self.turns`` off
+        the message loop), or at once with ``make_reply``'s words (a voice utterance whose
+        audio could not be used)."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
+        if make_reply is None:
+            await self.turns.admit(opened, text, meta)
+            return
+        known = self.store.admitted(utt.id)
+        if known is not None:  # on the timeline already: its reply again, never a new one
+            self._commit_counter(opened)
+            await self.turns.repeat(known, opened.sender)
+            return
         now = int(time.time() * 1000)
         reply, duplicate = self.store.ingest_utterance(
             utterance_id=utt.id,
@@ -410,7 +436,7 @@ class HubDaemon:
             received_ms=now,
             trace_id=opened.trace_id,
             meta=meta,
-            make_reply=make_reply or self._placeholder_reply,
+            make_reply=make_reply,
             replay_state=self._commit_counter(opened),
         )
         if duplicate:
@@ -432,10 +458,6 @@ class HubDaemon:
             ]
             await self.sync.publish(self.sync.add_sequenced(turn))
 
-    @staticmethod
-    def _placeholder_reply(seq: int, text: str) -> tuple[str, str, bool]:
-        return random_id("r-"), f"{PLACEHOLDER_PREFIX}I heard: {text}", True
-
     async def _send_reply(self, reply: StoredReply) -> None:
         device = reply.device
         peer = self.peers.get(device)
@@ -450,6 +472,9 @@ class HubDaemon:
                 placeholder=reply.placeholder,
                 seq=reply.utterance_seq,
                 reply_seq=reply.reply_seq,
+                chunk=0,
+                final=True,
+                brain="hub",
             ),
             recipient=device,
             recipient_box_pk=peer.box_pk,
@@ -481,20 +506,6 @@ class HubDaemon:
     async def _send_decision(self, decision: Decision) -> None:
         await self._send_to(decision.device, mesh_pb2.WAKE_DECISION, decision.message())
 
-    async def _on_ack(self, opened: Opened) -> None:
-        ack = opened.payload
-        assert isinstance(ack, mesh_pb2.DeliveryAck)
-        state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
-        fresh = self.store.record_delivery(
-            ack.reply_id[:128],
-            opened.sender,
-            state,
-            ack.at_ms or opened.time_ms,
-            self._commit_counter(opened),
-        )
-        if fresh:
-            log.debug("reply %s %s on %s", ack.reply_id, state, opened.sender)
-
     async def _on_presence(self, opened: Opened) -> None:
         pres = opened.payload
         assert isinstance(pres, mesh_pb2.Presence)
@@ -502,8 +513,7 @@ class HubDaemon:
         current = self.store.presence().get(opened.sender)
         if pres.state == mesh_pb2.ONLINE:
             self.store.set_presence(opened.sender, "online", pres.session, pres.since_ms, now)
-            for reply in self.store.unacked_replies(opened.sender):
-                await self._send_reply(reply)
+            await self.turns.resend(opened.sender)
             await self.consent.on_online(opened.sender)
             await self.voice.on_online(opened.sender)
         elif pres.state == mesh_pb2.OFFLINE:

@@ -4,6 +4,13 @@ replay windows, presence and message counters.
 The hub is the only writer. Ingesting an utterance is one transaction: the entry, its
 ``seq``, the reply, and the sender's replay window commit together, so a crash at any point
 leaves either all of it or none, and a retry of the same utterance id returns the same reply.
+
+Brain turns are admitted first (:meth:`HubStore.admit_utterance`: the entry, its ``seq`` and
+the replay window) and answered later: every piece of the answer is a *chunk*
+(``reply_chunks``, one ``Reply`` message each) that the device ACKs on its own; the whole
+reply joins the timeline when its final chunk is made (:meth:`HubStore.finish_reply`), and
+counts as delivered (``deliveries``) once every chunk is ACKed. Reports of tasks that
+finished later are replies without an utterance.
 """
 
 from __future__ import annotations
@@ -84,6 +91,23 @@ CREATE TABLE IF NOT EXISTS counters (
     name  TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS reply_chunks (
+    reply_id      TEXT NOT NULL,
+    idx           INTEGER NOT NULL,
+    device        TEXT NOT NULL,
+    utterance_id  TEXT NOT NULL,
+    task_id       TEXT NOT NULL,
+    text          TEXT NOT NULL,
+    final         INTEGER NOT NULL,
+    brain         TEXT NOT NULL,
+    trace_id      TEXT NOT NULL,
+    utterance_seq INTEGER NOT NULL,
+    created_ms    INTEGER NOT NULL,
+    acked         TEXT,
+    acked_ms      INTEGER,
+    PRIMARY KEY (reply_id, idx)
+);
+CREATE INDEX IF NOT EXISTS reply_chunks_unacked ON reply_chunks (device) WHERE acked IS NULL;
 """
 
 
@@ -111,6 +135,53 @@ class StoredReply:
 
 
 @dataclass(frozen=True)
+class Chunk:
+    """One piece of a reply as sent (and re-sent until ACKed)."""
+
+    reply_id: str
+    index: int
+    device: str
+    utterance_id: str
+    """"" for a report of a task that finished after its turn was answered"""
+    task_id: str
+    text: str
+    final: bool
+    brain: str
+    trace_id: str
+    utterance_seq: int
+    reply_seq: int = 0
+    """timeline seq of the whole reply (0 until it is on the timeline)"""
+    acked: str | None = None
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What an ACK changed."""
+
+    fresh: bool
+    """this (reply, chunk, state) was not recorded before"""
+    complete: bool
+    """with it, every chunk of the reply (final one included) is ACKed"""
+    task_id: str = ""
+    text: str = ""
+    """the whole reply's text (when ``complete``)"""
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An utterance on the timeline (a brain turn's first half)."""
+
+    utterance_id: str
+    device: str
+    seq: int
+    text: str
+    trace_id: str
+    meta: dict[str, Any]
+    ts_ms: int
+    duplicate: bool
+
+
+@dataclass(frozen=True)
 class PresenceRow:
     device: str
     state: str
@@ -125,6 +196,18 @@ REPLY_COLUMNS = "id, utterance_id, device, text, placeholder, utterance_seq, rep
 def _reply(row: tuple[Any, ...]) -> StoredReply:
     rid, utterance_id, device, text, placeholder, useq, rseq, trace_id = row
     return StoredReply(rid, utterance_id, device, text, bool(placeholder), useq, rseq, trace_id)
+
+
+CHUNK_COLUMNS = (
+    "c.reply_id, c.idx, c.device, c.utterance_id, c.task_id, c.text, c.final, c.brain, "
+    "c.trace_id, c.utterance_seq, COALESCE(t.seq, 0), c.acked"
+)
+CHUNK_FROM = "reply_chunks c LEFT JOIN timeline t ON t.id = c.reply_id"
+
+
+def _chunk(row: tuple[Any, ...]) -> Chunk:
+    rid, idx, device, uid, task, text, final, brain, trace, useq, rseq, acked = row
+    return Chunk(rid, idx, device, uid, task, text, bool(final), brain, trace, useq, rseq, acked)
 
 
 class HubStore:
@@ -185,6 +268,12 @@ class HubStore:
                     received_ms,
                 ),
             )
+            self._insert_chunk(
+                Chunk(
+                    reply_id, 0, device, utterance_id, "", reply_text, True, "hub", trace_id, seq
+                ),
+                received_ms,
+            )
             self._bump("accepted.utterance")
             reply = self._reply_for(utterance_id)
         assert reply is not None
@@ -197,23 +286,235 @@ class HubStore:
         state: str,
         at_ms: int,
         replay_state: tuple[str, int, bytes] | None,
+        chunk: int = 0,
     ) -> bool:
         """Record an ACK; ``False`` if this (reply, state) was already recorded or unknown."""
+        return self.record_chunk_delivery(reply_id, device, state, at_ms, replay_state, chunk).fresh
+
+    def record_chunk_delivery(
+        self,
+        reply_id: str,
+        device: str,
+        state: str,
+        at_ms: int,
+        replay_state: tuple[str, int, bytes] | None,
+        chunk: int = 0,
+    ) -> Delivery:
+        """Record the ACK of one chunk; once every chunk of the reply (its final one
+        included) is ACKed, the reply is delivered (``deliveries``) and ``complete``."""
         with transaction(self.conn):
             if replay_state is not None:
                 self._save_replay(*replay_state)
-            owner = self.conn.execute(
-                "SELECT device FROM replies WHERE id=?", (reply_id,)
-            ).fetchone()
-            if owner is None or owner[0] != device:
-                self._bump("rejected.ack_unknown_reply")
-                return False
             row = self.conn.execute(
-                "INSERT OR IGNORE INTO deliveries VALUES (?,?,?,?) RETURNING reply_id",
-                (reply_id, device, state, at_ms),
+                "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
+                (reply_id, chunk),
             ).fetchone()
-            self._bump("accepted.ack" if row else "accepted.ack_duplicate")
-            return row is not None
+            if row is None:  # a reply from before chunks were kept
+                owner = self.conn.execute(
+                    "SELECT device FROM replies WHERE id=?", (reply_id,)
+                ).fetchone()
+                if owner is None or owner[0] != device or chunk != 0:
+                    self._bump("rejected.ack_unknown_reply")
+                    return Delivery(False, False)
+                fresh = self._delivered(reply_id, device, state, at_ms)
+                return Delivery(fresh, fresh)
+            if row[0] != device:
+                self._bump("rejected.ack_unknown_reply")
+                return Delivery(False, False)
+            task_id = str(row[1])
+            if row[2] is None:
+                self.conn.execute(
+                    "UPDATE reply_chunks SET acked=?, acked_ms=? WHERE reply_id=? AND idx=?",
+                    (state, at_ms, reply_id, chunk),
+                )
+            elif row[2] == state or state != "played":
+                self._bump("accepted.ack_duplicate")
+                return Delivery(False, False, task_id)
+            else:  # shown first, spoken later: the stronger state is kept
+                self.conn.execute(
+                    "UPDATE reply_chunks SET acked=? WHERE reply_id=? AND idx=?",
+                    (state, reply_id, chunk),
+                )
+            pieces = self.conn.execute(
+                "SELECT text, final, acked FROM reply_chunks WHERE reply_id=? ORDER BY idx",
+                (reply_id,),
+            ).fetchall()
+            whole = bool(pieces) and bool(pieces[-1][1]) and all(p[2] for p in pieces)
+            if not whole:
+                self._bump("accepted.ack_chunk")
+                return Delivery(True, False, task_id)
+            fresh = self._delivered(reply_id, device, state, at_ms)
+            text = " ".join(str(p[0]) for p in pieces)
+            return Delivery(True, fresh, task_id, text)
+
+    def _delivered(self, reply_id: str, device: str, state: str, at_ms: int) -> bool:
+        row = self.conn.execute(
+            "INSERT OR IGNORE INTO deliveries VALUES (?,?,?,?) RETURNING reply_id",
+            (reply_id, device, state, at_ms),
+        ).fetchone()
+        self._bump("accepted.ack" if row else "accepted.ack_duplicate")
+        return row is not None
+
+    # ------------------------------------------------------------------ brain turns
+    def admit_utterance(
+        self,
+        *,
+        utterance_id: str,
+        device: str,
+        text: str,
+        ts_ms: int,
+        received_ms: int,
+        trace_id: str,
+        meta: dict[str, object],
+        replay_state: tuple[str, int, bytes] | None,
+    ) -> Admitted:
+        """Put an utterance on the timeline (idempotent by id: a repeat returns the entry
+        already there, ``duplicate``), with the sender's replay window, in one transaction.
+        Its reply comes later, in chunks."""
+        with transaction(self.conn):
+            if replay_state is not None:
+                self._save_replay(*replay_state)
+            old = self._admitted(utterance_id)
+            if old is not None:
+                self._bump("accepted.duplicate")
+                return old
+            self._append(
+                utterance_id, device, "utterance", text, ts_ms, received_ms, trace_id, meta
+            )
+            self._bump("accepted.utterance")
+            got = self._admitted(utterance_id)
+        assert got is not None
+        return Admitted(got.utterance_id, device, got.seq, text, trace_id, got.meta, ts_ms, False)
+
+    def admitted(self, utterance_id: str) -> Admitted | None:
+        """The utterance entry ``utterance_id`` (``duplicate`` set), if on the timeline."""
+        return self._admitted(utterance_id)
+
+    def _admitted(self, utterance_id: str) -> Admitted | None:
+        row = self.conn.execute(
+            "SELECT seq, device, text, trace_id, meta, ts_ms FROM timeline WHERE id=?",
+            (utterance_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        seq, device, text, trace_id, meta, ts_ms = row
+        return Admitted(utterance_id, device, seq, text, trace_id, json.loads(meta), ts_ms, True)
+
+    def unanswered(self, *, since_ms: int, limit: int = 200) -> list[Admitted]:
+        """Admitted turns (meta ``admitted``) since ``since_ms`` that have no reply yet:
+        the hub stopped between admitting and answering them."""
+        rows = self.conn.execute(
+            "SELECT id FROM timeline t WHERE kind='utterance' AND received_ms >= ? "
+            "AND json_extract(meta, '$.admitted') = 1 "
+            "AND NOT EXISTS (SELECT 1 FROM replies r WHERE r.utterance_id = t.id) "
+            "ORDER BY seq LIMIT ?",
+            (since_ms, limit),
+        ).fetchall()
+        return [a for (uid,) in rows if (a := self._admitted(str(uid))) is not None]
+
+    def add_chunk(self, chunk: Chunk) -> Chunk:
+        """Keep one chunk of a reply (idempotent by (reply id, index): a chunk made again
+        after a restart keeps its first text)."""
+        with transaction(self.conn):
+            self._insert_chunk(chunk, int(time.time() * 1000))
+        got = self.chunks(chunk.reply_id)
+        return next(c for c in got if c.index == chunk.index)
+
+    def _insert_chunk(self, c: Chunk, now: int) -> None:
+        self.conn.execute(
+            "INSERT OR IGNORE INTO reply_chunks (reply_id, idx, device, utterance_id, task_id, "
+            "text, final, brain, trace_id, utterance_seq, created_ms) "
+            "VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                c.reply_id,
+                c.index,
+                c.device,
+                c.utterance_id,
+                c.task_id,
+                c.text,
+                int(c.final),
+                c.brain,
+                c.trace_id,
+                c.utterance_seq,
+                now,
+            ),
+        )
+
+    def finish_reply(
+        self,
+        *,
+        reply_id: str,
+        utterance_id: str,
+        device: str,
+        text: str,
+        trace_id: str,
+        utterance_seq: int,
+        meta: dict[str, object],
+    ) -> StoredReply:
+        """The whole reply on the timeline (and, when it answers an utterance, in
+        ``replies``); idempotent by reply id."""
+        now = int(time.time() * 1000)
+        with transaction(self.conn):
+            row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
+            if row is None:
+                reply_seq = self._append(
+                    reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
+                )
+            else:
+                reply_seq = int(row[0])
+            if utterance_id:
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        reply_id,
+                        utterance_id,
+                        device,
+                        text,
+                        0,
+                        utterance_seq,
+                        reply_seq,
+                        trace_id,
+                        now,
+                    ),
+                )
+        return StoredReply(
+            reply_id, utterance_id, device, text, False, utterance_seq, reply_seq, trace_id
+        )
+
+    def chunks(self, reply_id: str) -> list[Chunk]:
+        rows = self.conn.execute(
+            f"SELECT {CHUNK_COLUMNS} FROM {CHUNK_FROM} WHERE c.reply_id=? ORDER BY c.idx",
+            (reply_id,),
+        )
+        return [_chunk(r) for r in rows]
+
+    def unacked_chunks(self, device: str, limit: int = 500) -> list[Chunk]:
+        """Chunks ``device`` has not ACKed, oldest reply first (sent again when it is back)."""
+        rows = self.conn.execute(
+            f"SELECT {CHUNK_COLUMNS} FROM {CHUNK_FROM} WHERE c.device=? AND c.acked IS NULL "
+            "ORDER BY c.created_ms, c.reply_id, c.idx LIMIT ?",
+            (device, limit),
+        )
+        return [_chunk(r) for r in rows]
+
+    def append_entry(
+        self,
+        entry_id: str,
+        *,
+        device: str,
+        kind: str,
+        text: str,
+        ts_ms: int,
+        trace_id: str,
+        meta: dict[str, object],
+    ) -> tuple[int, bool]:
+        """An entry the hub writes itself (an activity card): its ``seq`` and whether it is
+        new (idempotent by id)."""
+        with transaction(self.conn):
+            row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (entry_id,)).fetchone()
+            if row is not None:
+                return int(row[0]), False
+            return self._append(entry_id, device, kind, text, ts_ms, ts_ms, trace_id, meta), True
 
     def _append(
         self,
@@ -347,5 +648,14 @@ class HubStore:
             "SELECT seq, id, device, kind, text, ts_ms, trace_id FROM timeline WHERE seq > ? "
             "ORDER BY seq LIMIT ?",
             (after, limit),
+        )
+        return [Entry(*r) for r in rows]
+
+    def entries_since(self, ts_ms: int, limit: int = 500) -> list[Entry]:
+        """Entries whose time is at or after ``ts_ms``, in ``seq`` order (the last ``limit``)."""
+        rows = self.conn.execute(
+            "SELECT seq, id, device, kind, text, ts_ms, trace_id FROM (SELECT * FROM timeline "
+            "WHERE ts_ms >= ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+            (ts_ms, limit),
         )
         return [Entry(*r) for r in rows]

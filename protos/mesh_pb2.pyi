@@ -131,30 +131,40 @@ class Utterance(_message.Message):
     def __init__(self, id: _Optional[str] = ..., text: _Optional[str] = ..., channel: _Optional[str] = ..., started_ms: _Optional[int] = ..., ended_ms: _Optional[int] = ..., source: _Optional[str] = ..., voice: _Optional[_Union[_voice_pb2.VoiceInfo, _Mapping]] = ...) -> None: ...
 
 class Reply(_message.Message):
-    __slots__ = ("id", "utterance_id", "text", "placeholder", "seq", "reply_seq")
+    __slots__ = ("id", "utterance_id", "text", "placeholder", "seq", "reply_seq", "chunk", "final", "task_id", "brain")
     ID_FIELD_NUMBER: _ClassVar[int]
     UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PLACEHOLDER_FIELD_NUMBER: _ClassVar[int]
     SEQ_FIELD_NUMBER: _ClassVar[int]
     REPLY_SEQ_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FINAL_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    BRAIN_FIELD_NUMBER: _ClassVar[int]
     id: str
     utterance_id: str
     text: str
     placeholder: bool
     seq: int
     reply_seq: int
-    def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ..., reply_seq: _Optional[int] = ...) -> None: ...
+    chunk: int
+    final: bool
+    task_id: str
+    brain: str
+    def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ..., reply_seq: _Optional[int] = ..., chunk: _Optional[int] = ..., final: _Optional[bool] = ..., task_id: _Optional[str] = ..., brain: _Optional[str] = ...) -> None: ...
 
 class DeliveryAck(_message.Message):
-    __slots__ = ("reply_id", "state", "at_ms")
+    __slots__ = ("reply_id", "state", "at_ms", "chunk")
     REPLY_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     AT_MS_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
     reply_id: str
     state: DeliveryState
     at_ms: int
-    def __init__(self, reply_id: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., at_ms: _Optional[int] = ...) -> None: ...
+    chunk: int
+    def __init__(self, reply_id: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., at_ms: _Optional[int] = ..., chunk: _Optional[int] = ...) -> None: ...
 
 class Presence(_message.Message):
     __slots__ = ("state", "session", "since_ms", "version")

@@ -172,10 +172,10 @@ def test_next_say_delivers_the_queued_ones_first(mesh: Mesh) -> None:
     lines = [ln for ln in r.stdout.splitlines() if ln.strip()]
     assert len(lines) == 4, r.stdout
     for line, text in zip(lines, texts, strict=False):
-        assert line.startswith("(queued earlier) ") and line.endswith(f"I heard: {text}"), line
-    assert not lines[-1].startswith("(queued earlier)") and lines[-1].endswith(
-        "I heard: back online"
-    ), lines[-1]
+        assert line.startswith("(queued earlier) ") and f"I heard: {text}." in line, line
+    assert not lines[-1].startswith("(queued earlier)") and "I heard: back online." in lines[-1], (
+        lines[-1]
+    )
 
     assert said(mesh) == [(gid, t) for t in [*texts, "back online"]], took
     assert outbox_count(g) == 0

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow
 
 WRONG_CODE = "pairing refused: the code is wrong, expired or already used"
 RATE_LIMITED = "pairing refused: too many attempts"
-PLACEHOLDER = "[placeholder reply: the brain is not wired in yet] "
+RULES = "[rule-based] "
 
 
 # ---------------------------------------------------------------- helpers
@@ -100,7 +100,7 @@ def test_good_code_enrols_once_and_the_device_can_talk(mesh: Mesh) -> None:
     # the paired device talks to the hub it paired with (pinned key, no --hub needed)
     say = mesh.say(bundle, "hello from a paired phone")
     assert say.returncode == 0, say.stderr
-    assert say.stdout.strip() == f"{PLACEHOLDER}I heard: hello from a paired phone"
+    assert say.stdout.strip().startswith(f"{RULES}I heard: hello from a paired phone.")
     assert [t for _, _, k, t in mesh.hub_timeline() if k == "utterance"] == [
         "hello from a paired phone"
     ]

@@ -409,7 +409,7 @@ async def test_reply_is_spoken_acked_played_then_a_follow_up_window(
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
         await until(lambda: uplink.queued)
         utt, _ = uplink.queued[0]
-        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted")
+        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await until(lambda: p.settled_now())
         assert sink.played == [1600] and uplink.acks == [("r-1", mesh_pb2.PLAYED)]
@@ -438,7 +438,7 @@ async def test_follow_up_window_closes_after_eight_seconds(tmp_path: Path) -> No
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
         await until(lambda: uplink.queued)
         utt, _ = uplink.queued[0]
-        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted")
+        reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await until(lambda: p.settled_now())
         gap = (pl.FOLLOW_UP_MS + pl.PLAYBACK_TAIL_MS) // FRAME_MS + 5
@@ -452,7 +452,7 @@ async def test_no_self_wake_while_playing_and_for_the_tail(tmp_path: Path) -> No
     p, uplink, wake = make(tmp_path, sink=sink)
     answer_claims(p, uplink)
     async with p:
-        reply = mesh_pb2.Reply(id="r-9", utterance_id="u-typed", text="hello there")
+        reply = mesh_pb2.Reply(id="r-9", utterance_id="u-typed", text="hello there", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await sink.started.wait()
         # the device hears its own reply, wake word included
@@ -479,7 +479,7 @@ async def test_text_only_device_acks_rendered(
 ) -> None:
     p, uplink, _ = make(tmp_path, speaks=False, sink=FakeSink())
     async with p:
-        reply = mesh_pb2.Reply(id="r-2", utterance_id="u-x", text="on the watch")
+        reply = mesh_pb2.Reply(id="r-2", utterance_id="u-x", text="on the watch", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await until(lambda: p.settled_now())
     assert uplink.acks == [("r-2", mesh_pb2.RENDERED)]
@@ -496,7 +496,7 @@ async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path) -> None:
 
     p._speak = broken
     async with p:
-        reply = mesh_pb2.Reply(id="r-3", utterance_id="u-x", text="hi")
+        reply = mesh_pb2.Reply(id="r-3", utterance_id="u-x", text="hi", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await until(lambda: p.settled_now())
     assert uplink.acks == [("r-3", mesh_pb2.RENDERED)]

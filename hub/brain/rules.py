@@ -12,7 +12,12 @@ leading "Yimi," and "please"; anything else gets the list below as its answer):
   saying I'm late", "message Dana: running late" → ``messaging.send_email``;
 - **control a device** — "turn on the kitchen light", "switch the kettle off" →
   ``home.list_devices`` (to find the device) and ``home.set_state``;
-- **timeline** — "what's on my timeline (today)" → the turn's ``timeline`` context source.
+- **timeline** — "what's on my timeline (today)" → the turn's ``timeline`` context source;
+- **order and pay** — "order the same lunch as last time", "order two beef noodles from
+  Lotus Kitchen (for up to 30 euros)" → a payment intent from the owner's own request, then
+  ``errands.browse_menu`` / ``add_to_cart`` / ``go_to_checkout`` (the checkout stops: a card
+  on the phone); "pay it" (voice pay, if the owner enabled it) and "undo"
+  (:mod:`hub.brain.ordering`).
 
 Recipients are looked up in the address book (:class:`AddressBook`: name, aliases such as
 "my colleague", e-mail). "the meeting notes" (any ``the ... notes``) is looked up in the
@@ -36,7 +41,8 @@ import yaml
 
 from hub.brain.base import Brain, Outbox, ReplyChunk, Turn
 from hub.brain.errors import BrainError
-from hub.brain.runtime import BrainCore
+from hub.brain.ordering import ORDER_KINDS, PAYMENT_KINDS, PaymentDesk, parse_order
+from hub.brain.runtime import BrainCore, waiting
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource, Snippet
@@ -47,7 +53,8 @@ PREFIX = "[rule-based]"
 HELP = (
     f"{PREFIX} I am the built-in rule-based assistant, not a language model. I understand: "
     "remember …; what do you remember about …; e-mail … to <contact> (or: send an e-mail to "
-    "<contact> saying …); turn on/off <device>; what's on my timeline."
+    "<contact> saying …); turn on/off <device>; what's on my timeline; order <items> from "
+    "<shop>; order the same lunch as last time; pay it; undo."
 )
 SOURCE_TIMEOUT_S = 1.2
 
@@ -167,6 +174,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 
 def parse(text: str) -> Intent:
     """The request in ``text``, or ``unknown``."""
+    order = parse_order(text)
+    if order is not None:
+        return Intent(order.kind, order.slots)
     t = _WAKE.sub("", text.strip())
     t = _PLEASE.sub("", t).strip().rstrip(".!?。！？ ").strip()
     for kind, pattern in _PATTERNS:
@@ -194,6 +204,7 @@ class RuleBrain(Brain):
         self.core = BrainCore(gateway, store, on_event, prefix=PREFIX + " ")
         self.store = store
         self.contacts: Contacts = contacts or AddressBook()
+        self.desk = PaymentDesk(gateway)
 
     async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
         turn = turn.ids()
@@ -208,8 +219,15 @@ class RuleBrain(Brain):
             session_id=turn.session_id,
             device_id=turn.device_id,
             title=_title(intent),
-            spec={"brain": self.kind, "intent": intent.kind, "slots": intent.slots},
+            spec={
+                "brain": self.kind,
+                "intent": intent.kind,
+                "slots": intent.slots,
+                **({"heard": turn.text[:500]} if intent.kind == "unknown" else {}),
+            },
         )
+        if fresh and intent.kind in ORDER_KINDS:  # where the words came from, for payments
+            task = self.store.update_spec(task.task_id, pay=self.desk.request_spec(turn))
         out = Outbox(task.task_id, task.trace_id, turn.device_id, self.kind)
         if not fresh and task.finished:
             text = str(task.result.get("report", "")) or f"{PREFIX} (already answered)"
@@ -288,9 +306,18 @@ class RuleBrain(Brain):
             return await self._device(task, s["device"], s["state"].lower(), asked)
         if intent.kind == "send":
             return await self._send(task, s, sources, asked)
+        if intent.kind in PAYMENT_KINDS:
+            return await self.desk.order(self.core, task, intent.kind, s)
+        if intent.kind == "pay_it":
+            return await self.desk.pay_it(task, self.store)
+        if intent.kind == "undo":
+            return await self.desk.undo(task, self.store)
+        # not a request it knows: say what was heard (the owner sees what reached it)
+        heard = " ".join(str(task.spec.get("heard", "")).split())
+        text = (f"I heard: {heard}. " if heard else "") + HELP[len(PREFIX) + 1 :]
         self.store.walk(task.task_id, "verifying")
-        self.store.move(task.task_id, "done", result={"report": HELP})
-        return HELP[len(PREFIX) + 1 :]
+        self.store.move(task.task_id, "done", result={"report": f"{PREFIX} {text}"})
+        return text
 
     async def _device(self, task: TaskRecord, name: str, state: str, asked: bool) -> str:
         listing = await self.core.step(task, "devices", "home", "list_devices", {}, lookup=True)
@@ -364,9 +391,9 @@ class RuleBrain(Brain):
 
     async def _recheck_waiting(self, task: TaskRecord) -> None:
         for step in self.store.steps(task.task_id):
-            if step.status == "waiting":
+            if waiting(step.status, step.receipt):
                 r = self.core.recorded(task.task_id, step.call_id)
-                if r is not None and r.status != "waiting":
+                if r is not None and not waiting(r.status, r.to_dict()):
                     await self.core.receipt_arrived(r)
 
     async def on_receipt(self, receipt: Receipt) -> None:
@@ -382,6 +409,10 @@ def _title(intent: Intent) -> str:
         "send": f"e-mail {s.get('to', '')}",
         "device": f"turn {s.get('state', '')} {s.get('device', '')}",
         "timeline": "timeline",
+        "order": f"order from {s.get('shop', '')}: {s.get('items', '')}",
+        "order_same": f"order the same {s.get('meal', 'order')} as last time",
+        "pay_it": "pay it",
+        "undo": "undo a payment",
     }.get(intent.kind, "help")[:200]
 
 

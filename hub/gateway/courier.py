@@ -18,7 +18,8 @@ Cards go as ``CARD`` envelopes to every device whose certificate holds the ``app
 scope (the phone), and in short form to devices with the ``hud`` role (glasses). Pending
 cards are sent again when such a device comes online, and on request (an ``Approval``
 with ``sync`` set). Answers (``APPROVAL``) are checked and executed by the gateway; the
-outcome goes back as ``CARD_UPDATE``. Expired cards are cancelled every second.
+outcome goes back as ``CARD_UPDATE``. Expired cards are cancelled every second. The receipt
+of every answered or expired card goes to ``on_receipt`` (the daemon hands it to the brain).
 
 The payment authority (``hub.payments``, ``HOME/gateway/payments.db``) is opened next to
 the gateway: payment cards travel the same way; an ``APPROVAL`` carrying only a ``lease`` is
@@ -31,6 +32,7 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -44,6 +46,7 @@ from hub.gateway import open_gateway
 from hub.gateway.consent import Card
 from hub.gateway.executor_bridge import ExecutorBridge
 from hub.gateway.gateway import Gateway
+from hub.gateway.receipts import Receipt
 from protos import consent_pb2, mesh_pb2
 from protos.codec import parse
 from provisioning.profiles import load_profile
@@ -95,6 +98,11 @@ class MeshConsent:
         self._stack = AsyncExitStack()
         self._tasks: TaskOwner | None = None
         self.bridge = ExecutorBridge(self.home / "run" / "executor.sock", self._devices, self._send)
+        self.on_receipt: Callable[[Receipt], Awaitable[None]] | None = None
+        """gets the receipt of every answered or expired card (the brain's waiting task
+        goes on: ``brain.on_receipt``)"""
+        self.package_env: Callable[[Manifest], dict[str, str]] | None = None
+        """settings the daemon adds to a package's environment (``packages.yaml`` wins)"""
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
@@ -118,7 +126,8 @@ class MeshConsent:
 
         def env_for(m: Manifest, variant: str) -> dict[str, str]:
             s = settings.get(m.name, {})
-            env = {f"YIMI_{k}": str(v) for k, v in (s.get("config") or {}).items()}
+            env = dict(self.package_env(m)) if self.package_env is not None else {}
+            env.update({f"YIMI_{k}": str(v) for k, v in (s.get("config") or {}).items()})
             env.update({k: secrets[k] for k in m.secrets if k in secrets})
             state = self.home / "package-state" / m.name
             state.mkdir(parents=True, exist_ok=True)
@@ -165,6 +174,7 @@ class MeshConsent:
                 try:
                     for r in await self.gateway.expire_cards():
                         log.info("card for %s.%s expired: cancelled", r.package, r.tool)
+                        await self._receipt(r)
                 except Exception:
                     log.exception("card expiry sweep failed")
 
@@ -267,6 +277,9 @@ class MeshConsent:
         if approval.lease and not approval.body:
             await self._lease(approval, rec)
             return
+        if approval.options and not approval.body:
+            await self._options(approval, rec)
+            return
         assert self._tasks is not None
         self._tasks.spawn(self._answer(approval, rec, opened.trace_id), f"answer:{opened.counter}")
 
@@ -277,15 +290,40 @@ class MeshConsent:
         ok, reason, until = self.payments.report_lease(approval, rec)
         log.info("unlock lease from %s: %s", rec.name, "accepted" if ok else reason)
         when = time.strftime("%H:%M:%S", time.localtime(until / 1000)) if ok else ""
+        text = (f"unlock lease until {when}" if until else "unlock lease ended") if ok else reason
         await self._send(
             rec.device_id,
             mesh_pb2.CARD_UPDATE,
             consent_pb2.CardUpdate(
                 state=consent_pb2.LEASE_ACCEPTED if ok else consent_pb2.REFUSED,
-                reason=f"unlock lease until {when}" if ok else reason,
+                reason=text,
                 at_ms=until,
             ),
         )
+
+    async def _options(self, approval: consent_pb2.Approval, rec: DeviceRecord) -> None:
+        """The phone's signed change of the payment options (``yimi pay options set``)."""
+        if self.payments is None or self.gateway is None:
+            return
+        from hub.payments import PaymentError, change_options
+
+        try:
+            options = change_options(
+                self.payments.store,
+                self.gateway.audit,
+                approval.options,
+                approval.options_signature,
+                rec,
+            )
+        except PaymentError as exc:
+            log.info("payment options change from %s refused: %s", rec.name, exc)
+            update = consent_pb2.CardUpdate(state=consent_pb2.REFUSED, reason=str(exc)[:300])
+        else:
+            log.info("payment options changed by %s", rec.name)
+            update = consent_pb2.CardUpdate(
+                state=consent_pb2.OPTIONS_CHANGED, reason="\n".join(options.describe())
+            )
+        await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
 
     async def _answer(self, approval: consent_pb2.Approval, rec: DeviceRecord, trace: str) -> None:
         assert self.gateway is not None
@@ -312,3 +350,11 @@ class MeshConsent:
             )
         if receipt is not None:
             log.info("card %s: %s", ans.card.card_id if ans.card else "?", receipt.summary)
+            await self._receipt(receipt)
+
+    async def _receipt(self, receipt: Receipt) -> None:
+        if self.on_receipt is not None:
+            try:
+                await self.on_receipt(receipt)
+            except Exception:
+                log.exception("receipt of task %s not handed on", receipt.task_id)
