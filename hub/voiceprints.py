@@ -65,7 +65,11 @@ TRUST_KEEP_MS = 86_400_000
 """milliseconds trust windows are kept in voiceprints.db (for ``yimi voice status``)"""
 TRUST_SKEW_MS = 5_000
 """milliseconds a trust window's opening may lie ahead of the hub's clock"""
-TRUST_METHODS = frozenset({"face", "fingerprint", "fake"})
+TRUST_METHODS = frozenset({"face", "fingerprint"})
+"""device biometrics a trust window may come from"""
+FAKE_METHOD = "fake"
+"""the stand-in biometric of machines without a sensor (``yimi voice trust``): accepted only
+when the hub's configuration says ``voiceprint: {allow_fake_biometric: true}`` (tests, demo)"""
 MAX_LABEL = 64
 MAX_MODEL = 128
 
@@ -193,6 +197,8 @@ class VoiceprintAuthority:
         self._calls: OrderedDict[tuple[str, str], _Call] = OrderedDict()
         self.on_change: Callable[[str], None] | None = None
         self._channels: dict[str, _Channel] = {}
+        self.allow_fake_biometric = bool(config and config.get("allow_fake_biometric") is True)
+        """accept trust windows from the fake biometric (off unless configured)"""
         self._load()
         if config:
             self.apply_config(config)
@@ -462,7 +468,9 @@ class VoiceprintAuthority:
         """Record a device-biometric confirmation on ``device``: 60 s at most, never opening
         later than the hub's clock allows (a device cannot pre-date a window into the future)."""
         received = received_ms if received_ms is not None else now_ms()
-        if method not in TRUST_METHODS:
+        if method == FAKE_METHOD and not self.allow_fake_biometric:
+            raise HubError("voice.fake_biometric")
+        if method not in TRUST_METHODS and method != FAKE_METHOD:
             raise HubError("voice.invalid", what="trust method", reason=repr(method[:32]))
         opened = min(int(opened_ms), received + TRUST_SKEW_MS)
         length = max(0, min(int(length_ms) or vp.TRUST_WINDOW_MS, vp.TRUST_WINDOW_MS))

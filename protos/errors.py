@@ -213,6 +213,10 @@ MESSAGES: dict[str, str] = {
     # recall
     "recall.invalid": "recall: {field}: {reason}",
     # voiceprint (models/voiceprint.py, hub/voiceprints.py, hub/cli_voice.py)
+    "voice.fake_biometric": (
+        "trust window refused: it comes from the fake biometric and this hub does not accept it "
+        "(set voiceprint: {{allow_fake_biometric: true}} in home.yaml on test machines only)"
+    ),
     "voice.embedding": "the {what} is not a usable speaker embedding: {reason}",
     "voice.no_weight": "the {count} segments carry no voiced speech to build a centroid from",
     "voice.too_short": (

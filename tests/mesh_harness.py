@@ -128,6 +128,15 @@ class Mesh:
         ).stdout
         return out
 
+    def configure(self, **sections: object) -> None:
+        """Merge top-level sections into the home's ``home.yaml`` (before the hub starts)."""
+        import yaml
+
+        path = self.home / "home.yaml"
+        config = yaml.safe_load(path.read_text()) or {}
+        config.update(sections)
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+
     def add_device(self, name: str, profile: str = "glasses") -> Path:
         out = self.root / f"bundle-{name}"
         self.yimi(

@@ -175,8 +175,28 @@ def test_call_anchor_is_for_that_call_only(db: Path) -> None:
     auth.close()
 
 
+FAKE_OK = {"config": {"allow_fake_biometric": True}}
+
+
+def test_the_fake_biometric_is_refused_unless_configured(db: Path) -> None:
+    auth = enrolled(db)
+    with pytest.raises(HubError) as err:
+        auth.open_trust_window("dev-g", T0, method="fake", received_ms=T0)
+    assert err.value.key == "voice.fake_biometric"
+    assert auth.trust_windows("dev-g") == []
+    auth.close()
+    for config in ({"allow_fake_biometric": "yes"}, {"allow_fake_biometric": 1}):
+        auth = VoiceprintAuthority(db, config=config)
+        with pytest.raises(HubError):
+            auth.open_trust_window("dev-g", T0, method="fake", received_ms=T0)
+        auth.close()
+    auth = VoiceprintAuthority(db, **FAKE_OK)  # type: ignore[arg-type]
+    assert auth.open_trust_window("dev-g", T0, method="fake", received_ms=T0).method == "fake"
+    auth.close()
+
+
 def test_trust_window_calls_and_learning(db: Path) -> None:
-    auth = enrolled(db, n=6)
+    auth = enrolled(db, n=6, **FAKE_OK)
     changed: list[str] = []
     auth.on_change = changed.append
     c = vp.as_vector(auth.voiceprint("glasses").centroid)  # type: ignore[union-attr]
@@ -219,7 +239,7 @@ def test_trust_window_calls_and_learning(db: Path) -> None:
 
 
 def test_trust_window_learning_rejects_a_different_voice(db: Path) -> None:
-    auth = enrolled(db)
+    auth = enrolled(db, **FAKE_OK)
     auth.open_trust_window("dev-g", T0, method="fake", received_ms=T0)
     d = auth.scope_for("glasses", OTHER, 3000, "c", "dev-g", at_ms=T0 + 10, quality=0.9)
     assert d.scope == OWNER  # the biometric said so: the call is the owner's
