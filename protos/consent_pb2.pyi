@@ -23,6 +23,7 @@ class CardState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     REFUSED: _ClassVar[CardState]
     SYNC_DONE: _ClassVar[CardState]
     LEASE_ACCEPTED: _ClassVar[CardState]
+    OPTIONS_CHANGED: _ClassVar[CardState]
 DECISION_UNSPECIFIED: Decision
 APPROVE: Decision
 DENY: Decision
@@ -36,6 +37,7 @@ VOIDED: CardState
 REFUSED: CardState
 SYNC_DONE: CardState
 LEASE_ACCEPTED: CardState
+OPTIONS_CHANGED: CardState
 
 class ConfirmCard(_message.Message):
     __slots__ = ("card_id", "effect", "target", "title", "preview", "expires_ms", "nonce", "action_hash", "package", "tool", "created_ms", "short_form")
@@ -102,18 +104,22 @@ class UnlockLease(_message.Message):
     def __init__(self, device_id: _Optional[str] = ..., unlocked_ms: _Optional[int] = ..., expires_ms: _Optional[int] = ..., lock_sensor: _Optional[str] = ..., signed_ms: _Optional[int] = ...) -> None: ...
 
 class Approval(_message.Message):
-    __slots__ = ("body", "signature", "sync", "lease", "lease_signature")
+    __slots__ = ("body", "signature", "sync", "lease", "lease_signature", "options", "options_signature")
     BODY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     SYNC_FIELD_NUMBER: _ClassVar[int]
     LEASE_FIELD_NUMBER: _ClassVar[int]
     LEASE_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_SIGNATURE_FIELD_NUMBER: _ClassVar[int]
     body: bytes
     signature: bytes
     sync: bool
     lease: bytes
     lease_signature: bytes
-    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., sync: _Optional[bool] = ..., lease: _Optional[bytes] = ..., lease_signature: _Optional[bytes] = ...) -> None: ...
+    options: bytes
+    options_signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., sync: _Optional[bool] = ..., lease: _Optional[bytes] = ..., lease_signature: _Optional[bytes] = ..., options: _Optional[bytes] = ..., options_signature: _Optional[bytes] = ...) -> None: ...
 
 class CardUpdate(_message.Message):
     __slots__ = ("card_id", "state", "reason", "status", "summary", "at_ms")

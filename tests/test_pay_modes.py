@@ -262,10 +262,17 @@ async def test_auto_pay_when_every_condition_holds(tmp_path: Path) -> None:
         pid, r = await auto_pay(w, "t1", "lotus-kitchen", (("noodles", 4),))  # 50.00: ≤ 50
         assert r.status == "running" and r.next.waiting_for == "undo", r
         assert "paying in 1 s unless you undo" in r.error
-        assert w.courier.shown == [], "no card"
+        # no approval card: a notice that it pays by itself, which the phone may deny (undo)
+        (notice,) = w.courier.shown
+        assert notice.title == "auto-pay: 50.00 EUR to Lotus Kitchen in 1 s" and r.card_id
+        assert notice.card_id == r.card_id and f"payment: {pid}" in notice.preview
         assert w.shop.charges() == [], "nothing paid inside the undo window"
         await paid(w, pid)
         assert [c["amount_minor"] for c in w.shop.charges()] == [5000]
+        card = w.gw.consent.card(notice.card_id)
+        assert card is not None and card.state == "executed"
+        assert w.courier.updates[-1].card_id == notice.card_id
+        assert "Paid 50.00 EUR" in w.courier.updates[-1].summary
         p = w.pay.store.get(pid)
         assert p is not None and p.mode == "auto"
         last = w.gw.ledger.call("t1", "t1-co")

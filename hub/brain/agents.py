@@ -72,8 +72,9 @@ from hub.brain.base import (
 from hub.brain.cloud import Provenance, blockers, eligible, receipt_provenance
 from hub.brain.errors import BrainError
 from hub.brain.fences import RULES, fence, render_receipt
+from hub.brain.ordering import PAYMENT_KINDS, PaymentDesk, parse_order
 from hub.brain.providers import Endpoint, ProviderConfig, ProviderStore, route
-from hub.brain.runtime import BrainCore
+from hub.brain.runtime import BrainCore, waiting
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.capabilities.host import ToolOutcome
 from hub.gateway import Decision, Gateway, Receipt, ToolCall
@@ -236,6 +237,9 @@ class GatewayHooks(AbstractCapability[AgentDeps]):
             )
         brain.store.start_step(deps.task.task_id, call_id, call_id, model_args)
         try:
+            # a checkout of an ordering turn: the intent the platform opened from the
+            # owner's words goes to this sub-agent (never opened from the model's call)
+            brain.desk.before_call(brain.store, deps.task, tc, brain.core.context(deps.task))
             async with asyncio.timeout(DECIDE_TIMEOUT_S):
                 decision = await brain.gateway.decide(tc, brain.core.context(deps.task))
         except Exception as exc:
@@ -342,6 +346,7 @@ class PydanticBrain(Brain):
         self.store = store
         self.providers = providers
         self.core = BrainCore(gateway, store, on_event)
+        self.desk = PaymentDesk(gateway)
         self.budget = budget
         self.milestone_every = milestone_every
         self.max_depth = max_depth
@@ -586,6 +591,22 @@ class PydanticBrain(Brain):
             for c in out.make(str(task.result.get("report", ""))):
                 yield c
             return
+        order = parse_order(turn.text) if fresh else None
+        if order is not None:  # payments: platform code, from the owner's own words
+            task = self.store.update_spec(task.task_id, pay=self.desk.request_spec(turn))
+            if order.kind not in PAYMENT_KINDS:  # "pay it" / "undo": never the model's call
+                task = self.store.walk(task.task_id, "admitted", "thinking")
+                act = self.desk.pay_it if order.kind == "pay_it" else self.desk.undo
+                text = await act(task, self.store)
+                done = self.store.move(
+                    task.task_id, self.store.require(task.task_id).state, result={"report": text}
+                )
+                await self.core.emit(done, text)
+                for c in out.make(text):
+                    yield c
+                return
+            note = self.desk.open_for_turn(self.store, task, order)
+            task = self.store.update_spec(task.task_id, pay_note=note)
         task = self.store.walk(task.task_id, "admitted")
         sources = [] if turn.scope == "guest" else list(turn.sources)
         ctx_block = await short_context(turn.text, sources) if sources else None
@@ -617,6 +638,8 @@ class PydanticBrain(Brain):
         if active:
             lines.append("Background tasks still running in this conversation:")
             lines += [f"- {t.task_id}: {t.title} ({t.state})" for t in active]
+        if task.spec.get("pay_note"):
+            lines.append(f"Payment (from the platform): {task.spec['pay_note']}")
         if ctx_block is not None and ctx_block.text:
             lines.append("Context (untrusted data):")
             lines.append(fence("context:" + ",".join(sorted(ctx_block.included)), ctx_block.text))
@@ -790,9 +813,9 @@ class PydanticBrain(Brain):
                 continue
             if task.state == "waiting_for_consent":
                 for step in self.store.steps(task.task_id):
-                    if step.status == "waiting":
+                    if waiting(step.status, step.receipt):
                         r = self.core.recorded(task.task_id, step.call_id)
-                        if r is not None and r.status != "waiting":
+                        if r is not None and not waiting(r.status, r.to_dict()):
                             await self.core.receipt_arrived(r)
                 resumed.append(task.task_id)
                 continue

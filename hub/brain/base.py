@@ -21,6 +21,7 @@ from hub.capabilities.manifest import Manifest, Runtime, ToolSpec
 from hub.gateway.receipts import Receipt
 from hub.memory.context import ContextSource
 from hub.memory.sensitivity import Source
+from hub.payments.model import VoiceEvidence
 
 MAX_CHUNK = 240
 """characters of one reply chunk (a chunk is one or more whole sentences when possible)"""
@@ -51,6 +52,14 @@ class Turn:
     text_sources: tuple[Source, ...] = ()
     voice: bool = False
     """the reply will be spoken (facts are rendered in their voice form)"""
+    evidence: VoiceEvidence | None = None
+    """the hub admission's view of a spoken turn (``hub.payments.model.voice_evidence``
+    from the utterance's meta); ``None`` for a typed one. Payments need it: an order opens
+    an intent with it, "pay it" is voice pay only with a voiceprint-verified one"""
+    utterance_id: str = ""
+    """the utterance's own id (default: ``turn_id``)"""
+    scheduled: bool = False
+    """a scheduled run, not the owner speaking now (never opens a payment)"""
 
     def ids(self) -> Turn:
         """This turn with its ids filled in."""

@@ -97,7 +97,9 @@ class BrainCore:
         return Receipt.from_dict(row.receipt)
 
     def waiting_steps(self, task_id: str) -> list[str]:
-        return [s.step for s in self.store.steps(task_id) if s.status == "waiting"]
+        """Steps waiting for the owner: a card (``waiting``) or an auto-payment inside its
+        undo window (``running``, waiting for ``undo``)."""
+        return [s.step for s in self.store.steps(task_id) if waiting(s.status, s.receipt)]
 
     def receipts(self, task_id: str) -> list[Receipt]:
         return [Receipt.from_dict(s.receipt) for s in self.store.steps(task_id) if s.receipt]
@@ -177,6 +179,17 @@ class BrainCore:
             return task
 
 
+def waiting(status: str | None, receipt: dict[str, Any] | None) -> bool:
+    """Whether a step with this receipt still waits for the owner."""
+    if status == "waiting":
+        return True
+    nxt = (receipt or {}).get("next") or {}
+    return status == "running" and isinstance(nxt, dict) and nxt.get("waiting_for") == "undo"
+
+
 def _default_report(receipts: list[Receipt]) -> str:
-    texts = [f.text for r in receipts for f in facts_of(r)[:1]]
+    # the actions' facts (a payment, a send), not the look-ups that prepared them (a menu,
+    # a cart), when the task has both
+    acts = [r for r in receipts if r.effect not in ("", "observe", "workspace")]
+    texts = [f.text for r in (acts or receipts) for f in facts_of(r)[:1]]
     return " ".join(texts) or "Nothing was done."

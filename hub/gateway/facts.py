@@ -293,6 +293,18 @@ UNIT_ALIASES: dict[str, str] = {
     "kb": "KB",
     "bytes": "B",
     "b": "B",
+    # money (receipts carry ISO 4217 codes: an amount said is checked against them)
+    "eur": "EUR",
+    "euro": "EUR",
+    "euros": "EUR",
+    "usd": "USD",
+    "dollars": "USD",
+    "gbp": "GBP",
+    "pounds": "GBP",
+    "chf": "CHF",
+    "cny": "CNY",
+    "jpy": "JPY",
+    "yen": "JPY",
 }
 
 

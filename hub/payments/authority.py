@@ -100,6 +100,9 @@ LEFTOVER_S = 5.0
 """an approved payment not paying after this long was left over by a stop: the sweep pays it"""
 MAX_APPROVAL_BYTES = 4096
 MAX_LEASE_BYTES = 1024
+AUTO_TITLE = "auto-pay"
+"""the title of an auto-payment's notice card starts with this (the phone undoes by denying
+it; it cannot be approved)"""
 
 DeviceLookup = Callable[[str], DeviceRecord | None]
 
@@ -265,8 +268,11 @@ class PaymentAuthority:
         description: str,
         budget: str | int | None = None,
         currency: str | None = None,
+        order: dict[str, Any] | None = None,
     ) -> Payment:
-        """Open the payment intent of ``task_id`` — only for the owner's own request."""
+        """Open the payment intent of ``task_id`` — only for the owner's own request.
+        ``order`` (shop and items, as the brain understood the request) is kept with the
+        payment so "the same as last time" can be found again (:meth:`last_order`)."""
         problem = ""
         if request.source not in m.OWNER_SOURCES:
             what = request.source or "an unknown source"
@@ -309,7 +315,12 @@ class PaymentAuthority:
             budget_minor=budget_minor,
             currency=cur,
             state=INTENT,
-            context={"scope": ctx.scope, "session_id": ctx.session_id, "run_id": ctx.run_id},
+            context={
+                "scope": ctx.scope,
+                "session_id": ctx.session_id,
+                "run_id": ctx.run_id,
+                **({"order": order} if order else {}),
+            },
             created_ms=t,
             updated_ms=t,
         )
@@ -345,6 +356,61 @@ class PaymentAuthority:
         if r is not None:
             await self._result(r)
         return True
+
+    def hand_to(self, payment_id: str, task_id: str, ctx: CallContext) -> bool:
+        """Give an open intent (state ``intent``, not yet at a checkout) to ``task_id``: the
+        background task of the same owner that will drive the checkout (the LLM brain's
+        sub-agent). Once; ``False`` if it is no longer open or the task already has a
+        payment in progress."""
+        p = self.store.get(payment_id)
+        if p is None or p.owner != ctx.owner or not task_id:
+            return False
+        if any(q.state not in m.FINAL for q in self.store.for_task(task_id)):
+            return False
+        if not self.store.rekey(payment_id, p.task_id, task_id):
+            return False
+        self._audit(p, "intent_handed", trace_id=ctx.trace_id, to_task=task_id)
+        return True
+
+    def note_order(self, payment_id: str, order: dict[str, Any]) -> None:
+        """Keep what was ordered (shop, item ids, quantities) with the payment, once the
+        menu resolved the owner's words (for "the same as last time")."""
+        p = self._get(payment_id)
+        self.store.set_context(payment_id, dict(p.context, order=order))
+
+    # ------------------------------------------------------------------ lookups (brain)
+    def last_order(self, owner: str, word: str = "") -> Payment | None:
+        """The owner's most recent paid payment that kept its order (shop and items),
+        preferring one whose description holds ``word`` ("lunch")."""
+        paid = [
+            p
+            for p in reversed(self.store.recent(200))
+            if p.owner == owner and p.state == PAID and isinstance(p.context.get("order"), dict)
+        ]
+        if word:
+            w = word.lower()
+            named = [p for p in paid if w in p.description.lower()]
+            if named:
+                return named[0]
+        return paid[0] if paid else None
+
+    def waiting(self, owner: str) -> list[Payment]:
+        """The owner's payments waiting for approval (newest first)."""
+        rows = [p for p in self.store.in_states([AWAITING]) if p.owner == owner]
+        return sorted(rows, key=lambda p: p.updated_ms, reverse=True)
+
+    def undoable(self, owner: str) -> list[Payment]:
+        """The owner's auto-payments still inside their undo window (newest first)."""
+        t = self.clock()
+        rows = [
+            p
+            for p in self.store.in_states([AUTHORISED])
+            if p.owner == owner
+            and p.mode == "auto"
+            and p.undo_until_ms is not None
+            and t < p.undo_until_ms
+        ]
+        return sorted(rows, key=lambda p: p.updated_ms, reverse=True)
 
     # ------------------------------------------------------------------ 2. the gate
     def gate(
@@ -514,11 +580,13 @@ class PaymentAuthority:
                 p, "authorised", method="auto", auth_id=auth.auth_id, undo_until_ms=p.undo_until_ms
             )
             self._schedule(p.payment_id, p.undo_until_ms)
+            notice = await self._issue_card(p, auth)
             return await self._receipt(
                 p,
                 "running",
                 f"auto-pay: paying in {opts.undo_seconds} s unless you undo",
                 waiting_for="undo",
+                card_id=notice.card_id,
             )
         if opts.auto_pay:
             self._audit(p, "auto_pay_fallback", reasons=unmet)
@@ -534,13 +602,18 @@ class PaymentAuthority:
         return Receipt(status="unknown", package=call.package, tool=call.tool)
 
     async def _issue_card(self, p: Payment, auth: Authorisation) -> Card:
+        """The phone card of an authorisation: an approval card, or — for an auto-payment
+        (``auth.method == "auto"``) — the notice that it pays after the undo window, which
+        the phone denies to undo (``yimi pay undo``)."""
         assert p.amount_minor is not None
         amount = fmt(p.amount_minor, p.currency)
+        auto = auth.method == "auto"
         lines = [
             f"payee: {p.payee}",
             f"amount: {amount}",
             f"for: {p.description}" if p.description else "",
             f"checkout: {p.checkout_id}",
+            f"payment: {p.payment_id}",
         ]
         asked = str(p.context.get("request_currency", p.currency))
         if asked != p.currency:
@@ -549,7 +622,19 @@ class PaymentAuthority:
             lines.append(f"note: over your budget of {fmt(p.budget_minor, p.currency)}")
         if p.reissues:
             lines.append(f"the amount changed at the checkout (new card {p.reissues} of 2)")
-        lines.append(f"valid {AUTH_TTL_S} s; approve on this phone while it is unlocked")
+        if auto:
+            assert p.undo_until_ms is not None
+            when = dt.datetime.fromtimestamp(p.undo_until_ms / 1000).strftime("%H:%M:%S")
+            lines.append(
+                f"auto-pay: paying at {when} unless you undo "
+                f"(yimi pay undo --bundle PHONE {p.payment_id})"
+            )
+            title = f"{AUTO_TITLE}: {amount} to {p.payee} in {self.options.undo_seconds} s"
+            expires = p.undo_until_ms
+        else:
+            lines.append(f"valid {AUTH_TTL_S} s; approve on this phone while it is unlocked")
+            title = f"pay {amount} to {p.payee}"
+            expires = auth.expires_ms
         card, voided = self.gw.consent.issue(
             task_id=p.task_id,
             call_id=p.checkout_call,
@@ -566,8 +651,8 @@ class PaymentAuthority:
             },
             effect="spend",
             target=p.payee,
-            task_type="payment",
-            title=f"pay {amount} to {p.payee}",
+            task_type="payment.auto" if auto else "payment",
+            title=title,
             preview="\n".join(x for x in lines if x),
             action_hash=auth.binding,
             context={
@@ -577,11 +662,15 @@ class PaymentAuthority:
                 "session_id": p.context.get("session_id", ""),
                 "run_id": p.context.get("run_id", ""),
             },
-            expires_ms=auth.expires_ms,
+            expires_ms=expires,
         )
         self.store.set_card(auth.auth_id, card.card_id)
         self._audit(
-            p, "card_issued", card_id=card.card_id, auth_id=auth.auth_id, expires_ms=auth.expires_ms
+            p,
+            "auto_pay_notice" if auto else "card_issued",
+            card_id=card.card_id,
+            auth_id=auth.auth_id,
+            expires_ms=expires,
         )
         for old in voided:
             await self.gw._update(old, consent_pb2.VOIDED, "the amount changed")
@@ -677,7 +766,7 @@ class PaymentAuthority:
             problem = "bad signature"
         if not problem and body.device_id != device_id:
             problem = "signed by another device"
-        if not problem and body.decision == consent_pb2.APPROVE:
+        if not problem and body.decision == consent_pb2.APPROVE and auth.method != "auto":
             if not body.lock_sensor:
                 problem = "no lock state reported: answer payment cards with 'yimi pay approve'"
             elif not body.unlocked:
@@ -692,6 +781,8 @@ class PaymentAuthority:
                 problem = (
                     "the approval is for another payment (payee, amount, currency or nonce differ)"
                 )
+        if not problem and auth.method == "auto":
+            return await self._answer_notice(card, auth, p, body, device_id, trace_id)
         if problem:
             return await self._refuse(card, p, device_id, problem)
         ans = self.gw.consent.answer(
@@ -731,6 +822,37 @@ class PaymentAuthority:
         await self.gw._update(card, consent_pb2.APPROVED, "approved: paying")
         return ans, await self.execute(p.payment_id)
 
+    async def _answer_notice(
+        self,
+        card: Card,
+        auth: Authorisation,
+        p: Payment,
+        body: consent_pb2.ApprovalBody,
+        device_id: str,
+        trace_id: str,
+    ) -> tuple[Answer, Receipt | None]:
+        """The phone answered an auto-payment's notice card: a denial is the undo (inside
+        the undo window); an approval is refused (it pays by itself)."""
+        if body.decision != consent_pb2.DENY:
+            return await self._refuse(
+                card, p, device_id, "an auto-payment pays by itself: deny its card to undo it"
+            )
+        if (body.action_hash, body.nonce, body.expires_ms) != (
+            auth.binding,
+            card.nonce,
+            card.expires_ms,
+        ) or card.action_hash != auth.binding:
+            return await self._refuse(card, p, device_id, "the undo is for another payment")
+        trace = trace_id or p.trace_id
+        if not await self._undo(p.payment_id, trace_id=trace, by=device_id, allowed=True):
+            q = self._get(p.payment_id)
+            why = f"too late to undo: the payment is {q.state.replace('_', ' ')}"
+            return await self._refuse(card, p, device_id, why)
+        r = await self._receipt_for_call(
+            ToolCall(p.package, PAY_TOOL, {}, p.checkout_call, p.task_id)
+        )
+        return Answer("denied", "undone", self.gw.consent.card(card.card_id)), r
+
     async def _refuse(
         self, card: Card, p: Payment | None, device_id: str, reason: str
     ) -> tuple[Answer, Receipt | None]:
@@ -767,6 +889,8 @@ class PaymentAuthority:
         auth = self.store.auth_by_card(card.card_id)
         if auth is None:
             return None
+        if auth.method == "auto":
+            return None  # the notice of an auto-payment ends with its undo window, not the payment
         p = self._get(auth.payment_id)
         return await self._expire_auth(p, auth, card)
 
@@ -851,7 +975,9 @@ class PaymentAuthority:
     async def _settle(self, p: Payment, auth: Authorisation, r: Receipt) -> Receipt:
         # the phone's card follows the outcome only when it was what authorised the payment
         card = (
-            self.gw.consent.card(auth.card_id) if auth.card_id and auth.method == "card" else None
+            self.gw.consent.card(auth.card_id)
+            if auth.card_id and auth.method in ("card", "auto")
+            else None
         )
         if r.status == "succeeded":
             eff = next(
@@ -1104,10 +1230,18 @@ class PaymentAuthority:
 
     async def undo(self, payment_id: str, ctx: CallContext) -> bool:
         """Cancel an auto-payment inside its undo window (the owner said "undo")."""
+        return await self._undo(
+            payment_id,
+            trace_id=ctx.trace_id,
+            by="voice",
+            allowed=ctx.scope in ("owner", "owner_uncertain"),
+        )
+
+    async def _undo(self, payment_id: str, *, trace_id: str, by: str, allowed: bool) -> bool:
         p = self._get(payment_id)
         t = self.clock()
         ok = False
-        if ctx.scope in ("owner", "owner_uncertain"):
+        if allowed:
             with transaction(self.store.db):
                 q = self.store.get(payment_id)
                 if (
@@ -1120,10 +1254,24 @@ class PaymentAuthority:
                     ok = self.store.move(payment_id, AUTHORISED, CANCELLED, "undone by the owner")
                     for a in self.store.auths(payment_id):
                         self.store.end_auth(a.auth_id, ("approved",), "voided", "undone")
-        self._audit(p, "undone" if ok else "undo_refused", trace_id=ctx.trace_id)
+        self._audit(p, "undone" if ok else "undo_refused", trace_id=trace_id, by=by)
         if ok:
-            await self._result(await self._receipt(p, "cancelled", "undone by the owner: not paid"))
+            r = await self._receipt(p, "cancelled", "undone by the owner: not paid")
+            await self._close_notice(payment_id, consent_pb2.DENIED, "undone: not paid", r)
+            await self._result(r)
         return ok
+
+    async def _close_notice(
+        self, payment_id: str, state: int, reason: str, r: Receipt | None
+    ) -> None:
+        """Tell the phone what became of an auto-payment's notice card."""
+        auth = next((a for a in self.store.auths(payment_id) if a.method == "auto"), None)
+        card = self.gw.consent.card(auth.card_id) if auth is not None and auth.card_id else None
+        if card is None:
+            return
+        names: dict[int, str] = {consent_pb2.DENIED: "denied", consent_pb2.VOIDED: "voided"}
+        self.gw.consent.set_state(card.card_id, names.get(state, "voided"), reason)
+        await self.gw._update(card, state, reason, r)
 
     # ------------------------------------------------------------------ sweeps
     async def reconcile(self) -> None:
@@ -1182,7 +1330,9 @@ class PaymentAuthority:
     def report_lease(
         self, approval: consent_pb2.Approval, device: DeviceRecord
     ) -> tuple[bool, str, int]:
-        """A phone's signed unlock lease: (accepted, reason, until_ms)."""
+        """A phone's signed unlock lease: (accepted, reason, until_ms). A lease that ends
+        when it is signed (``expires_ms <= signed_ms``) is the phone saying "locked now":
+        its earlier lease ends (accepted, until 0)."""
         t = self.clock()
         lease = parse(consent_pb2.UnlockLease, approval.lease, MAX_LEASE_BYTES)
         problem = _phone_problem(device.profile, device.scopes, device.revoked)
@@ -1201,6 +1351,8 @@ class PaymentAuthority:
                 problem = "the lease is not fresh"
             elif not lease.lock_sensor:
                 problem = "no lock sensor named"
+            elif lease.expires_ms <= lease.signed_ms:
+                self.store.end_lease(device.device_id, lease.signed_ms)
             elif lease.expires_ms <= t:
                 problem = "the lease has expired"
             else:
@@ -1209,9 +1361,10 @@ class PaymentAuthority:
                     Lease(device.device_id, lease.unlocked_ms, until, lease.lock_sensor[:64]),
                     lease.signed_ms,
                 )
+        locked = lease is not None and not problem and lease.expires_ms <= lease.signed_ms
         self._audit(
             None,
-            "unlock_lease",
+            "unlock_lease_ended" if locked else "unlock_lease",
             device=device.device_id,
             accepted=not problem,
             reason=problem,

@@ -96,6 +96,42 @@ class VoiceEvidence:
         )
 
 
+BASIS_OF_REASON = {
+    "verified": "voiceprint",
+    "trust_window": "trust_window",
+    "call_anchor": "call_anchor",
+}
+"""the hub's scope reason (``hub/voiceprints.py`` ``scope_for``) → the evidence's basis"""
+
+
+def voice_evidence(
+    device_id: str,
+    utterance_id: str,
+    meta: dict[str, Any],
+    *,
+    heard_ms: int,
+    text: str = "",
+) -> VoiceEvidence | None:
+    """The payment view of an admitted voice utterance, from the timeline meta the hub's
+    voice ingest wrote (``scope``, ``scope_reason``, ``scope_score``); ``None`` for a typed
+    one. The hub's own scope decision is what counts, not the device's verdict: ``owner``
+    by voiceprint is ``verified``/``voiceprint``; ``owner`` by a trust window or a call
+    anchor keeps that basis (payments refuse it); ``owner_uncertain`` is ``uncertain``."""
+    if str(meta.get("source", "")) != "voice":
+        return None
+    scope = str(meta.get("scope", ""))
+    reason = str(meta.get("scope_reason", ""))
+    verdict = {"owner": "verified", "owner_uncertain": "uncertain"}.get(scope, "unmatched")
+    basis = BASIS_OF_REASON.get(reason, "voiceprint")
+    try:
+        score = float(meta.get("scope_score") or 0.0)
+    except (TypeError, ValueError):
+        score = 0.0
+    if score != score:  # NaN: no voice
+        score = 0.0
+    return VoiceEvidence(device_id, utterance_id, verdict, basis, int(heard_ms), score, text)
+
+
 @dataclass(frozen=True)
 class PaymentRequest:
     """Where a request to pay came from, set by the platform from the admitted turn.

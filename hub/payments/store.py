@@ -17,6 +17,7 @@ import apsw
 from hub.payments.model import (
     AUTHORISED,
     AWAITING,
+    INTENT,
     LIVE,
     PAID,
     PAYING,
@@ -344,6 +345,26 @@ class PaymentStore:
                 (*set_.values(), now_ms(), payment_id),
             )
 
+    def set_context(self, payment_id: str, context: dict[str, Any]) -> None:
+        with transaction(self.db):
+            self.db.execute(
+                "UPDATE payments SET context=? WHERE payment_id=?",
+                (json.dumps(context), payment_id),
+            )
+
+    def rekey(self, payment_id: str, old_task: str, new_task: str) -> bool:
+        """Move an open intent (state ``intent``) from ``old_task`` to ``new_task``, once."""
+        with transaction(self.db):
+            self.db.execute(
+                "UPDATE payments SET task_id=?, updated_ms=? WHERE payment_id=? AND task_id=? "
+                "AND state=?",
+                (new_task, now_ms(), payment_id, old_task, INTENT),
+            )
+            if self.db.changes() != 1:
+                return False
+            self._history(payment_id, INTENT, INTENT, f"handed to task {new_task}"[:500], now_ms())
+        return True
+
     def next_revision(self, payment_id: str) -> int:
         """The next receipt revision of this payment's checkout call (strictly increasing)."""
         with transaction(self.db):
@@ -532,6 +553,13 @@ class PaymentStore:
                     signed_ms,
                     now_ms(),
                 ),
+            )
+
+    def end_lease(self, device_id: str, signed_ms: int) -> None:
+        """The phone locked: its lease (signed before ``signed_ms``) ends now."""
+        with transaction(self.db):
+            self.db.execute(
+                "DELETE FROM leases WHERE device_id=? AND signed_ms<=?", (device_id, signed_ms)
             )
 
     def leases(self) -> list[Lease]:

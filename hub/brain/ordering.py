@@ -1,0 +1,542 @@
+"""Orders and payments in the brain: the documented ordering requests, the payment intent
+opened from the admitted turn, "pay it" and "undo".
+
+The brain never decides that the owner wants to pay: *platform code* reads the owner's own
+words (the turn's text, never a model's output or content it read) against this fixed set
+of requests, and only then asks the payment authority (:mod:`hub.payments`) for an intent —
+with the turn's scope, its voice evidence and where the words came from. The authority
+refuses every turn that is not the owner's own live request (a guest, an uncertain voice, a
+scheduled run, text that came from an e-mail, a web page or another agent). Requests
+(English; an optional leading "Yimi," and "please")::
+
+    order the same lunch as last time        (also: "order the same as last time")
+    order <items> from <shop> [for up to <amount> [euros]]
+        items: "two beef noodles and a jasmine tea", "3 dumplings", "noodles"
+        shop:  a shop of the errands provider by name ("Lotus Kitchen") or id
+    pay it                                   ("pay", "yes, pay it", "pay for it")
+    undo                                     ("undo it", "cancel the order", "stop the payment")
+
+- **order** — an intent (budget: the amount named; for "the same … as last time" what it
+  cost last time), then ``errands.browse_menu`` → ``add_to_cart`` → ``go_to_checkout``
+  through the gateway. The checkout stops and reads back payee and amount; the authority
+  puts a card on the phone (or, with auto-pay on and every condition met, pays after a
+  5-second undo window). The reply says what the checkout read back and how to approve;
+  it never says "paid": the report that follows the receipt does.
+- **pay it** — the payment waiting for approval that was asked for on the same device:
+  :meth:`PaymentAuthority.voice_confirm` with the turn's voice evidence. Voice pay off, a
+  typed "pay it", or any unmet condition → "approve the card on your phone".
+- **undo** — an auto-payment inside its undo window is undone; a payment still waiting for
+  approval is cancelled.
+
+With the LLM brain the same intent is opened for an ordering turn; the main agent
+delegates, and when a sub-agent of that turn goes to a checkout the intent is handed to it
+(:meth:`PaymentDesk.before_call`) — one intent, one checkout. "pay it" and "undo" are
+answered by this code, not by the model.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hub.gateway import CallContext, Gateway, Receipt, ToolCall
+from hub.gateway.facts import check_reply
+
+if TYPE_CHECKING:
+    from hub.brain.base import Turn
+    from hub.brain.runtime import BrainCore
+    from hub.brain.tasks import TaskRecord, TaskStore
+    from hub.payments import Payment, PaymentAuthority, PaymentRequest
+
+log = logging.getLogger(__name__)
+
+ORDER_KINDS = frozenset({"order", "order_same", "pay_it", "undo"})
+PAYMENT_KINDS = frozenset({"order", "order_same"})
+"""requests that open a payment intent"""
+PACKAGE = "errands"
+
+_WAKE = re.compile(r"^\s*(?:(?:hey|ok|okay)\s+)?yimi\b[\s,!.:]*", re.I)
+_PLEASE = re.compile(r"^(?:please|could you|can you|would you)\s+", re.I)
+_MONEY = r"(?P<budget>\d+(?:[.,]\d{1,2})?)\s*(?:euros?|eur|€)?"
+_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
+    (
+        "order_same",
+        re.compile(
+            r"^(?:order|get)\s+(?:me\s+|us\s+)?(?:the\s+)?same\s+"
+            r"(?:(?P<meal>breakfast|brunch|lunch|dinner|supper|snack|order|meal)\s+)?"
+            r"(?:as|like)\s+(?:the\s+)?(?:last\s+time|before|yesterday)$",
+            re.I,
+        ),
+    ),
+    (
+        "order",
+        re.compile(
+            r"^(?:order|buy|get\s+me)\s+(?P<items>.+?)\s+from\s+(?P<shop>.+?)"
+            r"(?:\s*,?\s+(?:for\s+)?(?:up\s+to|under|at\s+most|no\s+more\s+than|max(?:imum)?"
+            r"|within|with\s+a\s+budget\s+of|budget(?:\s+of)?)\s+" + _MONEY + r")?$",
+            re.I,
+        ),
+    ),
+    (
+        "pay_it",
+        re.compile(
+            r"^(?:(?:yes|ok|okay|sure)[,!.]?\s+)?(?:go\s+ahead\s+and\s+)?"
+            r"pay(?:\s+(?:it|for\s+it|that|now|it\s+now))?$",
+            re.I,
+        ),
+    ),
+    (
+        "undo",
+        re.compile(
+            r"^(?:undo|stop|cancel)(?:\s+(?:it|that|the\s+(?:payment|order)|my\s+order))?$", re.I
+        ),
+    ),
+]
+_NUMBERS = {
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+}
+_ITEM = re.compile(
+    r"^(?:(?P<qty>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten)\s+)?"
+    r"(?:x\s+|portions?\s+of\s+|servings?\s+of\s+)?(?:the\s+)?(?P<name>.+)$",
+    re.I,
+)
+
+
+@dataclass(frozen=True)
+class OrderIntent:
+    kind: str
+    """``order`` / ``order_same`` / ``pay_it`` / ``undo``"""
+    slots: dict[str, str]
+
+
+def parse_order(text: str) -> OrderIntent | None:
+    """The ordering or payment request in the owner's words, or ``None``."""
+    t = _WAKE.sub("", text.strip())
+    t = _PLEASE.sub("", t).strip().rstrip(".!?。！？ ").strip()
+    for kind, pattern in _PATTERNS:
+        m = pattern.match(t)
+        if m:
+            slots = {k: v.strip() for k, v in m.groupdict().items() if v}
+            if "budget" in slots:
+                slots["budget"] = slots["budget"].replace(",", ".")
+            return OrderIntent(kind, slots)
+    return None
+
+
+def parse_items(text: str) -> list[tuple[int, str]]:
+    """``"two beef noodles and a jasmine tea"`` → ``[(2, "beef noodles"), (1, "jasmine tea")]``."""
+    out = []
+    for part in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+|\s*&\s*|\s+plus\s+", text.strip()):
+        m = _ITEM.match(part.strip())
+        if not m or not m.group("name").strip():
+            continue
+        q = (m.group("qty") or "1").lower()
+        qty = int(q) if q.isdigit() else _NUMBERS.get(q, 1)
+        out.append((qty, m.group("name").strip()))
+    return out
+
+
+def shop_id(name: str) -> str:
+    """``"Lotus Kitchen"`` → ``"lotus-kitchen"``."""
+    name = re.sub(r"^(?:the)\s+", "", name.strip(), flags=re.I)
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def _stem(word: str) -> str:
+    """A plural folded to its singular, roughly: noodles → noodle, dishes → dish."""
+    w = word.lower()
+    if len(w) <= 3:
+        return w
+    if w.endswith("ies"):
+        return w[:-3] + "y"
+    if w.endswith(("ches", "shes", "xes", "sses")):
+        return w[:-2]
+    if w.endswith("s") and not w.endswith("ss"):
+        return w[:-1]
+    return w
+
+
+def match_item(name: str, items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """The menu item whose id or name holds every word of ``name`` (plurals folded)."""
+    want = [_stem(w) for w in re.findall(r"\w+", name) if w.lower() not in ("of", "the")]
+    if not want:
+        return None
+    best: tuple[int, dict[str, Any]] | None = None
+    for item in items:
+        hay = {
+            _stem(w) for w in re.findall(r"\w+", f"{item.get('item_id', '')} {item.get('name')}")
+        }
+        if all(w in hay for w in want):
+            score = -len(hay)  # the tightest match
+            if best is None or score > best[0]:
+                best = (score, item)
+    return best[1] if best else None
+
+
+def _fmt(minor: int | None, currency: str) -> str:
+    from hub.payments.money import fmt
+
+    return fmt(minor, currency)
+
+
+def _amount(p: Payment) -> str:
+    return _fmt(p.amount_minor, p.currency)
+
+
+# ---------------------------------------------------------------- the desk
+class PaymentDesk:
+    """What both brains do about orders and payments (see the module doc). Stateless: the
+    payment authority is the gateway's (``gateway.payments``, attached by
+    :func:`hub.payments.open_payments`)."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+
+    @property
+    def pay(self) -> PaymentAuthority | None:
+        from hub.payments import PaymentAuthority
+
+        p = self.gateway.payments
+        return p if isinstance(p, PaymentAuthority) else None
+
+    # ------------------------------------------------------------------ the request
+    @staticmethod
+    def request_spec(turn: Turn) -> dict[str, Any]:
+        """Where the words of ``turn`` came from, as the payment authority must see it
+        (kept in the task's spec, so a resumed task asks with the same request)."""
+        kinds = {k for k, _ in turn.text_sources} or {"utterance"}
+        external = sorted(kinds - {"utterance"})
+        evidence = turn.evidence
+        if external:
+            source = external[0]
+        else:
+            source = "owner_voice" if evidence is not None else "owner_typed"
+        return {
+            "source": source,
+            "utterance_id": turn.utterance_id or turn.turn_id,
+            "device_id": turn.device_id,
+            "text": turn.text[:500],
+            "voice": evidence.to_dict() if evidence is not None else None,
+            "scheduled": turn.scheduled,
+        }
+
+    @staticmethod
+    def request_of(task: TaskRecord) -> tuple[CallContext, PaymentRequest]:
+        from hub.payments import PaymentRequest
+
+        spec = dict(task.spec.get("pay") or {})
+        ctx = CallContext(
+            owner=task.owner,
+            scope=task.scope,
+            session_id=task.session_id,
+            run_id=task.run_id,
+            trace_id=task.trace_id,
+            scheduled=bool(spec.get("scheduled", False)),
+        )
+        return ctx, PaymentRequest.from_dict(spec)
+
+    def open_intent(
+        self, task: TaskRecord, *, description: str, budget: str | None, order: dict[str, Any]
+    ) -> Payment:
+        """The intent of ``task``'s request (``PaymentError`` when it may not have one)."""
+        pay = self.pay
+        if pay is None:
+            from hub.payments import PaymentError
+
+            raise PaymentError("pay.not_owner_request", reason="payments are not set up here")
+        ctx, request = self.request_of(task)
+        return pay.open_intent(
+            ctx,
+            request,
+            task_id=task.task_id,
+            description=description,
+            budget=budget,
+            order=order,
+        )
+
+    def last_order_text(self, owner: str, meal: str = "") -> str:
+        pay = self.pay
+        last = pay.last_order(owner, meal) if pay is not None else None
+        if last is None:
+            return ""
+        order = last.context.get("order") or {}
+        items = ", ".join(
+            f"{int(i.get('quantity', 1))} × {i.get('name') or i.get('item_id')}"
+            for i in order.get("items", [])
+        )
+        return f"{items} from {order.get('shop')} ({_amount(last)}, {last.description})"
+
+    # ------------------------------------------------------------------ rule-based order
+    async def order(
+        self, core: BrainCore, task: TaskRecord, kind: str, slots: dict[str, str]
+    ) -> str:
+        """The rule-based brain's order: intent → menu → cart → checkout (one task)."""
+        from hub.payments import PaymentError
+
+        store = core.store
+        pay = self.pay
+        if pay is None:
+            store.move(task.task_id, "failed", "no payment authority")
+            return "Payments are not set up on this hub, so I cannot order."
+        ctx, _ = self.request_of(task)
+        mine = pay.store.for_task(task.task_id)
+        if mine:  # resumed: the intent was opened before the restart
+            p = mine[-1]
+        else:
+            budget = slots.get("budget")
+            if kind == "order_same":
+                meal = slots.get("meal", "")
+                last = pay.last_order(task.owner, meal)
+                if last is None:
+                    store.move(task.task_id, "failed", "no earlier order")
+                    what = f"{meal} " if meal and meal not in ("order", "meal") else ""
+                    return f"I have no earlier {what}order to repeat."
+                order = dict(last.context["order"])
+                budget = budget or str(_major(last.amount_minor, last.currency))
+                description = f"{meal or 'order'}: the same as {last.payment_id}"
+            else:
+                items = [{"quantity": q, "name": n} for q, n in parse_items(slots["items"])]
+                order = {"shop": shop_id(slots["shop"]), "shop_name": slots["shop"], "items": items}
+                description = task.spec.get("pay", {}).get("text", "") or "order"
+            try:
+                p = self.open_intent(task, description=description, budget=budget, order=order)
+            except PaymentError as exc:
+                store.move(task.task_id, "failed", "no payment intent")
+                reason = str(exc).removeprefix("no payment intent: ")
+                return f"I can't order or pay for this: {reason}."
+        order = dict(p.context.get("order") or {})
+        menu = await core.step(
+            task, "menu", PACKAGE, "browse_menu", {"shop": order.get("shop", "")}, lookup=True
+        )
+        if menu.status != "succeeded":
+            await pay.cancel(p.payment_id, "the shop could not be read")
+            store.move(task.task_id, "failed", "no menu")
+            name = order.get("shop_name") or order.get("shop")
+            return f"I could not open the menu of {name}: {menu.error or menu.status}."
+        fields = menu.effects[0].fields if menu.effects else {}
+        listed = list(fields.get("items", []))
+        lines: list[dict[str, Any]] = []
+        for it in order.get("items", []):
+            found = (
+                next((x for x in listed if x.get("item_id") == it.get("item_id")), None)
+                if it.get("item_id")
+                else match_item(str(it.get("name", "")), listed)
+            )
+            if found is None:
+                await pay.cancel(p.payment_id, "an item is not on the menu")
+                store.move(task.task_id, "failed", "item not found")
+                names = ", ".join(str(x.get("name")) for x in listed)
+                shop = fields.get("payee", order.get("shop"))
+                return f"{shop} has no {it.get('name')}. The menu: {names}."
+            lines.append(
+                {
+                    "item_id": found["item_id"],
+                    "name": found["name"],
+                    "quantity": int(it["quantity"]),
+                }
+            )
+        if not lines:
+            await pay.cancel(p.payment_id, "nothing to order")
+            store.move(task.task_id, "failed", "no items")
+            return "I did not understand what to order."
+        pay.note_order(p.payment_id, {**order, "items": lines, "payee": fields.get("payee", "")})
+        cart = ""
+        for i, line in enumerate(lines):
+            args = {
+                "shop": order["shop"],
+                "item_id": line["item_id"],
+                "quantity": line["quantity"],
+                "cart_id": cart,
+            }
+            r = await core.step(task, f"cart{i}", PACKAGE, "add_to_cart", args, lookup=True)
+            if r.status != "succeeded" or not r.effects:
+                await pay.cancel(p.payment_id, "the cart could not be filled")
+                store.move(task.task_id, "failed", "cart")
+                return f"I could not fill the cart: {r.error or r.status}."
+            cart = str(r.effects[0].fields.get("cart_id", ""))
+        store.move(task.task_id, "acting")
+        r = await core.step(task, "checkout", PACKAGE, "go_to_checkout", {"cart_id": cart})
+        return self.checkout_reply(r, ctx)
+
+    def checkout_reply(self, r: Receipt, ctx: CallContext) -> str:
+        """What to say after the checkout stop (never "paid": the receipt says that later)."""
+        pay = self.pay
+        p = None
+        if pay is not None:
+            rows = pay.store.for_task(r.task_id)
+            p = rows[-1] if rows else None
+        what = f"{_amount(p)} to {p.payee}" if p is not None and p.payee else "the order"
+        if r.status == "waiting":
+            voice = pay is not None and pay.options.voice_pay
+            how = ' — or say "pay it"' if voice else ""
+            return (
+                f"The checkout says {what}; not paid yet. Approve the card on your phone within "
+                f"60 seconds{how}."
+            )
+        if r.status == "running":
+            n = pay.options.undo_seconds if pay is not None else 5
+            return f'Auto-pay: {what} will be paid in {n} seconds unless you say "undo".'
+        if r.status == "rejected":
+            return f"I may not go to the checkout: {r.error or 'refused'}."
+        if r.status == "cancelled":
+            return f"The order was stopped: {r.error or 'cancelled'}. Nothing was paid."
+        return f"The checkout did not work: {r.error or r.status}. Nothing was paid."
+
+    # ------------------------------------------------------------------ "pay it" / "undo"
+    async def pay_it(self, task: TaskRecord, store: TaskStore) -> str:
+        """The owner said "pay it": voice pay for the payment waiting on this device."""
+        pay = self.pay
+        if pay is None:
+            return self._finish(store, task, "failed", "Payments are not set up on this hub.")
+        waiting = pay.waiting(task.owner)
+        if not waiting:
+            return self._finish(store, task, "done", "Nothing is waiting to be paid.")
+        here = [p for p in waiting if p.request.device_id == task.device_id]
+        p = (here or waiting)[0]
+        what = f"{_amount(p)} to {p.payee}"
+        ctx, request = self.request_of(task)
+        evidence = request.voice
+        if evidence is None or request.source != "owner_voice":
+            return self._finish(
+                store,
+                task,
+                "done",
+                f"To pay {what}, approve the card on your phone: only the owner's verified "
+                'voice can say "pay it".',
+            )
+        out = await pay.voice_confirm(p.payment_id, evidence, ctx)
+        if not out.authorised:
+            off = out.reason == "voice pay is off"
+            why = "voice pay is off" if off else f"not by voice: {out.reason}"
+            return self._finish(
+                store, task, "done", f"To pay {what}, approve the card on your phone ({why})."
+            )
+        r = out.receipt
+        if r is None:
+            text = f"Approved by voice: {what}. The payment's result is not in yet."
+        elif r.status == "succeeded":
+            text = r.summary or f"Paid {what}."
+        elif r.status == "unknown":
+            text = (
+                f"The payment of {what} is not confirmed: I am checking with the provider and "
+                "will not pay again."
+            )
+        else:
+            text = f"Not paid: {r.error or r.status}."
+        checked = check_reply(text, [r] if r is not None else [])
+        return self._finish(store, task, "done", checked.text or text)
+
+    async def undo(self, task: TaskRecord, store: TaskStore) -> str:
+        """The owner said "undo": an auto-payment in its window, else a waiting payment."""
+        pay = self.pay
+        if pay is None:
+            return self._finish(store, task, "failed", "Payments are not set up on this hub.")
+        ctx, _ = self.request_of(task)
+        if ctx.scope not in ("owner", "owner_uncertain"):
+            return self._finish(store, task, "done", "Only the owner can undo a payment.")
+        for p in pay.undoable(task.owner):
+            if await pay.undo(p.payment_id, ctx):
+                return self._finish(
+                    store, task, "done", f"Undone: {_amount(p)} to {p.payee} was not paid."
+                )
+        waiting = pay.waiting(task.owner)
+        if waiting and ctx.scope == "owner":
+            p = waiting[0]
+            if await pay.cancel(p.payment_id, "cancelled by the owner"):
+                return self._finish(
+                    store, task, "done", f"Cancelled: {_amount(p)} to {p.payee} will not be paid."
+                )
+        return self._finish(store, task, "done", "There is no payment I can still undo.")
+
+    @staticmethod
+    def _finish(store: TaskStore, task: TaskRecord, state: str, text: str) -> str:
+        cur = store.require(task.task_id)
+        if not cur.finished:
+            store.walk(task.task_id, "verifying")
+            store.move(task.task_id, state, text[:300] if state == "failed" else "")
+        return text
+
+    # ------------------------------------------------------------------ LLM brain
+    def open_for_turn(self, store: TaskStore, task: TaskRecord, intent: OrderIntent) -> str:
+        """An ordering turn of the LLM brain: open the turn's intent now (from the owner's
+        words); a note for the main agent says what the platform did."""
+        from hub.payments import PaymentError
+
+        if self.pay is None:
+            return "Payments are not set up on this hub: no order can be paid."
+        slots = intent.slots
+        budget = slots.get("budget")
+        order: dict[str, Any] = {}
+        last = ""
+        if intent.kind == "order_same":
+            meal = slots.get("meal", "")
+            prev = self.pay.last_order(task.owner, meal)
+            if prev is not None:
+                order = dict(prev.context["order"])
+                budget = budget or str(_major(prev.amount_minor, prev.currency))
+                last = self.last_order_text(task.owner, meal)
+        else:
+            order = {
+                "shop": shop_id(slots.get("shop", "")),
+                "shop_name": slots.get("shop", ""),
+                "items": [
+                    {"quantity": q, "name": n} for q, n in parse_items(slots.get("items", ""))
+                ],
+            }
+        try:
+            p = self.open_intent(
+                task,
+                description=task.spec.get("pay", {}).get("text", "order"),
+                budget=budget,
+                order=order,
+            )
+        except PaymentError as exc:
+            return f"No payment may be made for this request ({exc}); do not try a checkout."
+        store.update_spec(task.task_id, payment_id=p.payment_id)
+        note = (
+            "A payment intent is open for this order (the owner's own words). Delegate the "
+            "shopping (errands: browse_menu, add_to_cart, go_to_checkout); the checkout stops "
+            "and the platform asks the owner to approve. Never say it is paid."
+        )
+        if last:
+            note += f" The owner's last paid order: {last}."
+        return note
+
+    def before_call(
+        self, store: TaskStore, task: TaskRecord, call: ToolCall, ctx: CallContext
+    ) -> None:
+        """A sub-agent is about to go to a checkout (a ``spend`` tool other than ``pay``):
+        hand it the intent its turn opened, if that intent is still unused."""
+        pay = self.pay
+        if pay is None:
+            return
+        m = self.gateway.catalog.get(call.package)
+        spec = m.tools.get(call.tool) if m is not None else None
+        if spec is None or spec.effect != "spend" or call.tool == "pay":
+            return
+        if any(p.state == "intent" for p in pay.store.for_task(call.task_id)):
+            return
+        root = store.get(task.run_id)
+        pid = str((root.spec if root is not None else {}).get("payment_id", ""))
+        if pid and pay.hand_to(pid, call.task_id, ctx):
+            log.info("payment %s handed to task %s for its checkout", pid, call.task_id)
+
+
+def _major(minor: int | None, currency: str) -> Any:
+    from hub.payments.money import major
+
+    return major(minor or 0, currency)
