@@ -498,6 +498,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.cli_wake import add_commands as add_wake_commands
 
     add_wake_commands(sub, command)
+    from hub.demo import add_commands as add_demo_commands
+
+    add_demo_commands(sub, command)
     return p
 
 
