@@ -167,8 +167,7 @@ class CardInbox:
                 self.show(f"waiting for you on the phone: {card.title}")
             else:
                 self.show(
-                    f"card {describe(card)}\n{card.preview}\n"
-                    f"answer: yimi approve|deny --bundle {self.bundle.path} {card.card_id}"
+                    f"card {describe(card)}\n{card.preview}\n{_how_to_answer(self.bundle, card)}"
                 )
 
     async def on_update(self, opened: Opened) -> None:
@@ -182,6 +181,19 @@ class CardInbox:
         state = STATE_NAMES.get(u.state, "?")
         if self.show is not None and state in FINAL:
             self.show(f"card {u.card_id} {state}: {u.summary or u.reason}")
+
+
+def _how_to_answer(bundle: Bundle, card: consent_pb2.ConfirmCard) -> str:
+    b = bundle.path
+    if card.effect != "spend":
+        return f"answer: yimi approve|deny --bundle {b} {card.card_id}"
+    if card.title.startswith("auto-pay"):  # an auto-payment's notice: deny = undo
+        pid = next(
+            (x.split(": ", 1)[1] for x in card.preview.splitlines() if x.startswith("payment: ")),
+            "",
+        )
+        return f"undo: yimi pay undo --bundle {b} {pid}".rstrip()
+    return f"answer: yimi pay approve|deny --bundle {b} {card.card_id}"
 
 
 def card_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitable[None]]]:

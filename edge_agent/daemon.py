@@ -10,6 +10,9 @@ stdin, or a file (``--realtime`` paces a file like a microphone; ``--audio-start
 stamps its first frame, so two devices can hear one file "at the same time"). Replies are
 then spoken into ``--out`` (speaker, null, or a WAV file) on devices with a speaker.
 ``--once`` exits after the audio ended and every request got its reply delivered.
+
+On a phone it also watches the (FAKE) lock sensor: unlocked → a signed unlock lease to the
+hub, locked → the lease ends (:class:`edge_agent.pay.LockWatcher`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 
 from edge_agent.errors import EdgeError
 from edge_agent.node import DeviceNode, NodeOptions
+from edge_agent.pay import lock_watch
 from edge_agent.pipeline import DeviceVoice, VoicePipeline
 from protos import mesh_pb2, voice_pb2
 from protos.errors import render
@@ -82,7 +86,7 @@ async def run_edge(bundle: Bundle, *, hub: str | None, voice: VoiceOptions | Non
         await node.ack(reply, mesh_pb2.RENDERED)
 
     node = DeviceNode(bundle, NodeOptions(mode="edge", hub=hub), on_reply)
-    async with node:
+    async with node, lock_watch(bundle, node):  # a phone reports its lock state
         log.info("edge agent %s (%s) running", bundle.name, bundle.device_id)
         await asyncio.Event().wait()
     return 0
@@ -122,6 +126,7 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
         node.handlers[mesh_pb2.WAKE_DECISION] = pipeline.on_wake_decision
         await stack.enter_async_context(pipeline)
         await stack.enter_async_context(node)
+        await stack.enter_async_context(lock_watch(bundle, node))
         assert node.mqtt is not None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):

@@ -5,12 +5,17 @@
 | ``yimi pay approve --bundle PHONE [CARD_ID]`` | approve a payment card (signed, unlocked) |
 | ``yimi pay deny --bundle PHONE [CARD_ID]`` | deny it |
 | ``yimi pay cards --bundle PHONE`` | the payment cards waiting on the phone |
+| ``yimi pay undo --bundle PHONE [PAYMENT_ID]`` | undo an auto-payment inside its undo window |
 | ``yimi pay unlock --bundle PHONE [--minutes N]`` | report a signed unlock lease to the hub |
 | ``yimi pay lock-sensor --bundle PHONE locked|unlocked|show`` | set the phone's FAKE lock sensor |
 | ``yimi pay list --home DIR`` | recent payments and their states |
 | ``yimi pay show PAYMENT_ID --home DIR`` | one payment: history and authorisations |
 | ``yimi pay options show --home DIR`` | voice pay and auto-pay settings (default off) |
-| ``yimi pay options set --home DIR --bundle PHONE K=V...`` | change them, phone-signed |
+| ``yimi pay options set --bundle PHONE K=V...`` | change them, phone-signed, over the mesh |
+| ``yimi pay options set --home DIR --bundle PHONE K=V...`` | the same, written to the home |
+
+The phone's edge daemon (``yimi edge run --bundle PHONE``) sends unlock leases by itself
+when its lock sensor reports unlocked, and ends them when it reports locked.
 """
 
 from __future__ import annotations
@@ -68,6 +73,16 @@ def cmd_pay_cards(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle)
     cards = asyncio.run(list_payment_cards(bundle, hub=args.hub, timeout=args.timeout))
     print("\n".join(cards) if cards else "no pending payment cards")
+    return EXIT_OK
+
+
+def cmd_pay_undo(args: argparse.Namespace) -> int:
+    from edge_agent.pay import undo_payment
+    from provisioning.bundle import Bundle
+
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    bundle = Bundle.load(args.bundle)
+    print(asyncio.run(undo_payment(bundle, args.payment_id, hub=args.hub, timeout=args.timeout)))
     return EXIT_OK
 
 
@@ -183,6 +198,15 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
         if not sep:
             raise SystemExit(f"yimi pay options set: {item!r} is not KEY=VALUE")
         changes[key.strip()] = value.strip()
+    if args.home is None:  # over the mesh: the phone signs, the hub checks and applies
+        from edge_agent.pay import send_options
+
+        logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+        bundle = Bundle.load(args.bundle)
+        described = asyncio.run(send_options(bundle, changes, hub=args.hub, timeout=args.timeout))
+        print(f"payment options changed, signed by {bundle.name}:")
+        print(described)
+        return EXIT_OK
     home = Home.load(args.home)
     bundle = Bundle.load(args.bundle)
     registry = home.registry()
@@ -227,6 +251,11 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
         sp.add_argument("card_id", nargs="?", help="the card (default: the only pending one)")
     sp = command(pay_sub, "cards", cmd_pay_cards, "the payment cards waiting on the phone")
     phone_args(sp, 10.0)
+    sp = command(
+        pay_sub, "undo", cmd_pay_undo, "undo an auto-payment on the phone (inside its window)"
+    )
+    phone_args(sp, 10.0)
+    sp.add_argument("payment_id", nargs="?", help="the payment (default: the only one)")
     sp = command(pay_sub, "unlock", cmd_pay_unlock, "report a signed unlock lease to the hub")
     phone_args(sp, 10.0)
     sp.add_argument("--minutes", type=float, default=10.0, help="lease length (at most 15)")
@@ -250,8 +279,14 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     sp = command(
         opts_sub, "set", cmd_pay_options, "change payment options (signed by the owner's phone)"
     )
-    sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument(
+        "--home",
+        type=Path,
+        help="write the change into this home (default: send it to the hub over the mesh)",
+    )
     sp.add_argument("--bundle", type=Path, required=True, help="the owner's phone bundle")
+    sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
+    sp.add_argument("--timeout", type=float, default=10.0)
     sp.add_argument(
         "settings",
         nargs="+",

@@ -315,7 +315,7 @@ def shopper(instructions: str) -> Any:
         if req.model == "brain-model":
             if first(req):
                 return calls(("brain__delegate", {"instructions": instructions, "title": "order"}))
-            return text("I'll get that ordered; the checkout will ask you first.")
+            return text("Done: I ordered your noodles and paid 25 EUR. Enjoy your lunch!")
         done = [m for m in req.messages if m.get("role") == "tool"]
         if len(done) == 0:
             return calls(("errands__browse_menu", {"shop": "lotus-kitchen"}))
@@ -338,7 +338,9 @@ async def test_llm_brain_checkout_hands_over_to_the_payment_authority(tmp_path: 
     async with llm_world(tmp_path, shopper("order two beef noodles from lotus-kitchen")) as lw:
         w = lw.w
         reply = await collect(lw.brain.turn(spoken(w, ORDER, turn_id="t-llm", session_id="s1")))
-        assert "ordered" not in reply.lower() or "get that ordered" in reply.lower()
+        # the model claimed it: the checker removed the claim (no receipt says paid)
+        assert "paid" not in reply.lower() and "ordered" not in reply.lower(), reply
+        assert "Enjoy your lunch!" in reply
         await lw.brain.idle()
         (p,) = w.pay.store.recent()
         assert p.state == "awaiting_approval" and p.amount_minor == 2500

@@ -7,6 +7,7 @@ and ``yimi audit verify`` on the home."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 import yaml
@@ -18,7 +19,7 @@ from hub.payments.sandbox import SandboxShop
 from provisioning.bundle import Bundle
 from provisioning.home import Home
 from tests.mesh_harness import Mesh
-from tests.pay_kit import now_ms
+from tests.pay_kit import now_ms, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -131,3 +132,87 @@ async def test_pay_card_to_phone_approve_list_show_and_audit(mesh: Mesh) -> None
     assert verified.returncode == 0, verified.stderr
     audit = mesh.yimi("audit", "show", "--home", str(mesh.home), "--json").stdout
     assert '"step":"paid"' in audit.replace(" ", "") and "trace-lunch" in audit
+
+
+async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> None:
+    """The phone's edge daemon reports its (FAKE) lock sensor as unlock leases; the options
+    change travels over the mesh signed by the phone (no home folder on the phone's side);
+    auto-pay sends the phone its notice and `yimi pay undo` stops it inside the window."""
+    phone = mesh.add_device("phone1", "phone")
+    glasses = mesh.add_device("specs", "glasses")
+    specs_id = Bundle.load(glasses).device_id
+    async with SandboxShop(pay_timeout=2.0) as shop:
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+        )
+        options = HubOptions(
+            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+        )
+        async with HubDaemon(Home.load(mesh.home), options) as hub:
+            gw, pay = hub.consent.gateway, hub.consent.payments
+            assert gw is not None and pay is not None
+
+            def yimi(*args: str) -> Any:
+                return asyncio.to_thread(mesh.yimi, *args)
+
+            changed = await yimi(
+                "pay", "options", "set", "--bundle", str(phone), "--hub", mesh.hub_target,
+                "auto_pay=on", "undo_seconds=30", "known_payees=Lotus Kitchen",
+            )  # fmt: skip
+            assert changed.returncode == 0, changed.stderr
+            assert (
+                "auto-pay:           on" in changed.stdout and "signed by phone1" in changed.stdout
+            )
+            assert pay.options.auto_pay and pay.options.known_payees == ("Lotus Kitchen",)
+            refused = await yimi(
+                "pay", "options", "set", "--bundle", str(phone), "--hub", mesh.hub_target,
+                "tip=10",
+            )  # fmt: skip
+            assert refused.returncode == 1 and "no payment option 'tip'" in refused.stderr
+            assert "tip" not in pay.options.to_dict()
+
+            # the phone's daemon: locked → no lease; unlocked → a lease; locked → none
+            await yimi("pay", "lock-sensor", "--bundle", str(phone), "locked")
+            edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
+            assert pay.valid_lease() is None
+            await yimi("pay", "lock-sensor", "--bundle", str(phone), "unlocked")
+            await wait_until(lambda: pay.valid_lease() is not None, 20, "the unlock lease")
+            lease = pay.valid_lease()
+            assert lease is not None and lease.sensor == "fake-lock-sensor"
+
+            # auto-pay: the notice reaches the phone; the phone undoes it
+            voice = VoiceEvidence(specs_id, "u2", "verified", "voiceprint", now_ms())
+            request = PaymentRequest("owner_voice", "u2", specs_id, "order lunch", voice)
+            ctx = CallContext(owner="owner", scope="owner", trace_id="trace-auto")
+            p = pay.open_intent(ctx, request, task_id="t2", description="lunch", budget="30")
+            r = await gw.call(
+                ToolCall(
+                    "errands",
+                    "add_to_cart",
+                    {"shop": "lotus-kitchen", "item_id": "noodles", "quantity": 2},
+                    "a0",
+                    "t2",
+                ),
+                ctx,
+            )
+            cart = str(r.effects[0].fields["cart_id"])
+            r = await gw.call(
+                ToolCall("errands", "go_to_checkout", {"cart_id": cart}, "co", "t2"), ctx
+            )
+            assert r.status == "running", r
+            await wait_until(
+                lambda: f"yimi pay undo --bundle {phone} {p.payment_id}" in edge.text(),
+                20,
+                "the auto-pay notice on the phone",
+            )
+            undone = await yimi("pay", "undo", "--bundle", str(phone), "--hub", mesh.hub_target)
+            assert undone.returncode == 0, undone.stderr
+            assert "undone: 25.00 EUR to Lotus Kitchen" in undone.stdout
+            q = pay.store.get(p.payment_id)
+            assert q is not None and q.state == "cancelled" and shop.charges() == []
+
+            await yimi("pay", "lock-sensor", "--bundle", str(phone), "locked")
+            await wait_until(lambda: pay.valid_lease() is None, 20, "the lease to end")
+            mesh.stop(edge)
+    verified = mesh.yimi("audit", "verify", "--home", str(mesh.home))
+    assert verified.returncode == 0, verified.stderr

@@ -20,6 +20,14 @@ Python API (the hub daemon opens it next to the gateway; the brain calls it)::
         pay.cancel(intent.payment_id)
         # the phone answers with `yimi pay approve|deny --bundle PHONE`; the gateway hands
         # spend cards to pay.answer(...); results reach gw.on_result and the ledger
+        # auto-pay sends the phone a notice card (title "auto-pay: …"); the phone denies
+        # it to undo: `yimi pay undo --bundle PHONE PAYMENT`
+
+    The brain's side (``hub/brain/ordering.py``): ``voice_evidence(device, utterance, meta,
+    heard_ms=...)`` builds the evidence from the admission meta (``Turn.evidence``);
+    ``pay.last_order(owner, "lunch")``, ``pay.waiting(owner)``, ``pay.undoable(owner)``,
+    ``pay.note_order(...)``, and ``pay.hand_to(payment, sub_task, ctx)`` (the LLM brain's
+    sub-agent that goes to the checkout takes over the turn's intent).
 
 Modules: :mod:`.authority` (the state machine), :mod:`.store` (``payments.db``),
 :mod:`.model` (states, requests, the authorisation binding), :mod:`.options` (the two
@@ -41,7 +49,7 @@ from hub.payments.authority import (
     change_options,
 )
 from hub.payments.errors import PaymentError
-from hub.payments.model import Payment, PaymentRequest, VoiceEvidence
+from hub.payments.model import Payment, PaymentRequest, VoiceEvidence, voice_evidence
 from hub.payments.options import PayOptions
 from hub.payments.store import PaymentStore
 from sync.tasks import TaskOwner
@@ -57,6 +65,7 @@ __all__ = [
     "VoiceOutcome",
     "change_options",
     "open_payments",
+    "voice_evidence",
 ]
 
 
