@@ -189,34 +189,55 @@ class Proc:
         return self.popen.poll() is None
 
 
+@dataclass
+class Spoken:
+    """A clip handed to the :class:`Microphone`; ``start_wall`` (``time.time()``) of its
+    first sample on the microphone's real-time clock, once ``started`` is set."""
+
+    samples: npt.NDArray[np.int16]
+    started: threading.Event = field(default_factory=threading.Event)
+    start_wall: float = 0.0
+
+    def wall_at(self, index: int) -> float:
+        """When sample ``index`` of the clip was "spoken"."""
+        return self.start_wall + index / SAMPLE_RATE
+
+
 class Microphone:
     """Feeds raw 16 kHz PCM to a process's stdin in real time, as a microphone would:
-    silence, and the sentences queued with :meth:`say` when their turn comes."""
+    silence, and the clips queued with :meth:`say` when their turn comes (each starts on a
+    frame boundary)."""
 
     def __init__(self, stdin: Any) -> None:
         self.stdin = stdin
-        self._queue: list[npt.NDArray[np.int16]] = []
+        self._queue: list[Spoken] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="demo-microphone", daemon=True)
         self._thread.start()
 
-    def say(self, samples: npt.NDArray[np.int16]) -> None:
+    def say(self, samples: npt.NDArray[np.int16]) -> Spoken:
+        clip = Spoken(samples.astype(np.int16))
         with self._lock:
-            self._queue.append(samples.astype(np.int16))
+            self._queue.append(clip)
+        return clip
 
     def _run(self) -> None:
         silence = np.zeros(FRAME_SAMPLES, dtype=np.int16).tobytes()
         pending = b""
         t0 = time.monotonic()
+        t0_wall = time.time()
         sent = 0
         try:
             while not self._stop.is_set():
                 if not pending:
                     with self._lock:
-                        if self._queue:
-                            pending = self._queue.pop(0).tobytes()
+                        clip = self._queue.pop(0) if self._queue else None
+                    if clip is not None:
+                        pending = clip.samples.tobytes()
+                        clip.start_wall = t0_wall + sent / SAMPLE_RATE
+                        clip.started.set()
                 chunk = pending[: FRAME_SAMPLES * 2] if pending else silence
                 pending = pending[len(chunk) :]
                 chunk += bytes(FRAME_SAMPLES * 2 - len(chunk))
