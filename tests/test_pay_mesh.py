@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hub.brain.base import Turn, collect
 from hub.daemon import HubDaemon, HubOptions
 from hub.gateway import CallContext, ToolCall
 from hub.payments import PaymentRequest, VoiceEvidence
@@ -216,3 +217,73 @@ async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> 
             mesh.stop(edge)
     verified = mesh.yimi("audit", "verify", "--home", str(mesh.home))
     assert verified.returncode == 0, verified.stderr
+
+
+async def test_an_order_said_to_the_hub_goes_through_the_brain_to_the_phone(mesh: Mesh) -> None:
+    """The product path: a typed order on the glasses → the hub's rule-based brain opens
+    the intent and goes to the checkout → the phone's card → `yimi pay approve` → paid once
+    → the brain's task reports it from the receipt."""
+    phone = mesh.add_device("phone1", "phone")
+    glasses = mesh.add_device("specs", "glasses")
+    async with SandboxShop(pay_timeout=2.0) as shop:
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+        )
+        options = HubOptions(
+            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+        )
+        async with HubDaemon(Home.load(mesh.home), options) as hub:
+            pay = hub.consent.payments
+            assert pay is not None
+            said = await asyncio.to_thread(
+                mesh.say,
+                glasses,
+                "Yimi, order two beef noodles from Lotus Kitchen",
+                "--hub",
+                mesh.hub_target,
+            )
+            assert said.returncode == 0, said.stderr
+            assert "The checkout says 25.00 EUR to Lotus Kitchen; not paid yet" in said.stdout
+            (p,) = pay.store.recent()
+            assert p.state == "awaiting_approval" and p.request.source == "owner_typed"
+            assert p.request.device_id == Bundle.load(glasses).device_id
+            assert shop.charges() == []
+            await asyncio.to_thread(
+                mesh.yimi, "pay", "lock-sensor", "--bundle", str(phone), "unlocked", check=True
+            )
+            ok = await asyncio.to_thread(
+                mesh.yimi, "pay", "approve", "--bundle", str(phone), "--hub", mesh.hub_target
+            )
+            assert ok.returncode == 0 and "Paid 25.00 EUR to Lotus Kitchen" in ok.stdout, ok.stderr
+            assert [c["amount_minor"] for c in shop.charges()] == [2500]
+            brain = hub.turns.brain
+            assert brain is not None
+            await wait_until(
+                lambda: brain.store.require(p.task_id).state == "done", 20, "the order task"
+            )
+            assert "Paid 25.00 EUR" in str(brain.store.require(p.task_id).result.get("report"))
+            # auto-pay on (phone-signed over the mesh), a lease: the same lunch, spoken and
+            # verified, pays itself after the undo window and the result reaches the task
+            for args in (
+                ("options", "set", "--bundle", str(phone), "--hub", mesh.hub_target,
+                 "auto_pay=on", "undo_seconds=1", "same_payee_minutes=0"),
+                ("unlock", "--bundle", str(phone), "--hub", mesh.hub_target),
+            ):  # fmt: skip
+                done = await asyncio.to_thread(mesh.yimi, "pay", *args)
+                assert done.returncode == 0, done.stderr
+            specs = Bundle.load(glasses).device_id
+            ev = VoiceEvidence(specs, "u-same", "verified", "voiceprint", now_ms(), 0.9)
+            turn = Turn(
+                "Yimi, order the same lunch as last time",
+                device_id=specs,
+                turn_id="t-same",
+                evidence=ev,
+                utterance_id="u-same",
+            )
+            reply = await collect(brain.turn(turn))
+            assert "Auto-pay: 25.00 EUR to Lotus Kitchen will be paid in 1 seconds" in reply
+            await wait_until(
+                lambda: brain.store.require("t-same").state == "done", 20, "the auto-payment"
+            )
+            assert [c["amount_minor"] for c in shop.charges()] == [2500, 2500]
+            assert "Paid 25.00 EUR" in str(brain.store.require("t-same").result.get("report"))

@@ -152,6 +152,9 @@ class MeshConsent:
             self.payments = await self._stack.enter_async_context(
                 open_payments(self.gateway, self.home / "gateway", devices=self._device)
             )
+            # payment results no card answer carries (an auto-payment after its undo window,
+            # "pay it", a status check settling an unknown payment) reach the waiting task too
+            self.gateway.on_result = self._payment_result
             self._tasks = await self._stack.enter_async_context(TaskOwner("consent"))
             self._tasks.spawn(self._sweep(), "card-expiry")
         except BaseException:
@@ -350,6 +353,10 @@ class MeshConsent:
             )
         if receipt is not None:
             log.info("card %s: %s", ans.card.card_id if ans.card else "?", receipt.summary)
+            await self._receipt(receipt)
+
+    async def _payment_result(self, receipt: Receipt) -> None:
+        if receipt.effect == "spend":  # others come back with their card's answer
             await self._receipt(receipt)
 
     async def _receipt(self, receipt: Receipt) -> None:
