@@ -82,6 +82,18 @@ def test_items_shops_and_menu_matching() -> None:
     assert match_item("pizza", menu) is None
 
 
+def test_the_request_names_where_the_words_came_from() -> None:
+    from hub.brain.ordering import PaymentDesk
+
+    typed = PaymentDesk.request_spec(Turn(ORDER, device_id="d1", turn_id="t1").ids())
+    assert (typed["source"], typed["voice"], typed["utterance_id"]) == ("owner_typed", None, "t1")
+    heard = PaymentDesk.request_spec(Turn(ORDER, voice=True, turn_id="t1").ids())
+    assert (heard["source"], heard["voice"]) == ("owner_voice", None)
+    mail = Turn(ORDER, text_sources=(("email", "m1"),), scheduled=True).ids()
+    spec = PaymentDesk.request_spec(mail)
+    assert spec["source"] == "email" and spec["scheduled"] is True
+
+
 def test_voice_evidence_from_the_admission_meta() -> None:
     meta = {"source": "voice", "scope": "owner", "scope_reason": "verified", "scope_score": 0.8}
     ev = voice_evidence("specs", "u1", meta, heard_ms=5, text="pay it")

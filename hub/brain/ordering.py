@@ -223,8 +223,8 @@ class PaymentDesk:
         evidence = turn.evidence
         if external:
             source = external[0]
-        else:
-            source = "owner_voice" if evidence is not None else "owner_typed"
+        else:  # spoken without evidence: still voice, but never voice-verified
+            source = "owner_voice" if evidence is not None or turn.voice else "owner_typed"
         return {
             "source": source,
             "utterance_id": turn.utterance_id or turn.turn_id,
