@@ -81,6 +81,7 @@ RERUN_WINDOW_S = 24 * 3600
 HUB_BRAIN = "hub"
 """``Reply.brain`` of words the hub itself wrote (not the brain's)"""
 NOT_HEARD = "I didn't catch anything after the wake word."
+INTERRUPTED = "The hub restarted while I was answering this; please ask again if it still matters."
 NOTE_STOP = frozenset("a an the my our your of to for from about with and or notes note".split())
 MAX_NOTES = 10
 TIMELINE_SNIPPETS = 12
@@ -300,6 +301,11 @@ class Turns:
         if not adm.text.strip():
             await self._deliver(adm, rid, [(NOT_HEARD, True, "", HUB_BRAIN)])
             return
+        task = brain.store.get(uid)
+        if task is not None and task.finished and not str(task.result.get("report", "")).strip():
+            # the brain closed it without words (an LLM turn cut off by a restart)
+            await self._deliver(adm, rid, [(INTERRUPTED, True, uid, HUB_BRAIN)])
+            return
         turn = Turn(
             adm.text,
             owner="owner",
@@ -449,13 +455,14 @@ class Turns:
         if got.complete and got.task_id and gw is not None:
             receipts = gw.ledger.task_receipts(got.task_id)
             gw.delivered(got.task_id, receipts)
-            log.info(
-                "reply %s %s on %s: facts of task %s said",
-                ack.reply_id,
-                state,
-                opened.sender,
-                got.task_id,
-            )
+            if receipts:
+                log.info(
+                    "reply %s %s on %s: facts of task %s said",
+                    ack.reply_id,
+                    state,
+                    opened.sender,
+                    got.task_id,
+                )
 
     # ------------------------------------------------------------------ events and receipts
     async def on_receipt(self, receipt: Receipt) -> None:
@@ -536,7 +543,7 @@ class Turns:
                 ],
             )
             return
-        rid = report_id_for(event.task_id)
+        rid = report_id_for(f"{event.task_id}:{event.state}")
         if self.store.chunks(rid):
             return
         origin = self.store.admitted(event.task_id.split(".", 1)[0])
@@ -560,6 +567,7 @@ class Turns:
         LLM turns that finished meanwhile."""
         brain = self.brain
         assert brain is not None
+        await self.daemon.ready.wait()  # connected: the answers can go out at once
         since = int((time.time() - RERUN_WINDOW_S) * 1000)
         first: list[Admitted] = []
         later: list[Admitted] = []

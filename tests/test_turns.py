@@ -1,0 +1,155 @@
+"""Turn bookkeeping on the hub, without a mesh: reply chunks and their ACKs, admitted turns
+left unanswered, the scope of typed text, the context a scope may read, the address book."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+import yaml
+
+from hub.timeline import Chunk, HubStore
+from hub.turns import FileContacts, Turns, reply_id_for, typed_scope
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[HubStore]:
+    s = HubStore(tmp_path / "hub.db")
+    yield s
+    s.close()
+
+
+def admit(store: HubStore, uid: str, device: str = "dev-a", text: str = "hi") -> Any:
+    return store.admit_utterance(
+        utterance_id=uid,
+        device=device,
+        text=text,
+        ts_ms=1000,
+        received_ms=2000,
+        trace_id=f"t-{uid}",
+        meta={"scope": "owner", "admitted": True},
+        replay_state=None,
+    )
+
+
+def chunk(uid: str, index: int, final: bool, device: str = "dev-a", seq: int = 1) -> Chunk:
+    return Chunk(
+        reply_id_for(uid),
+        index,
+        device,
+        uid,
+        uid,
+        f"part {index}.",
+        final,
+        "rule-based",
+        f"t-{uid}",
+        seq,
+    )
+
+
+def test_admission_is_idempotent_and_unanswered_turns_are_found(store: HubStore) -> None:
+    a = admit(store, "u1")
+    assert (a.seq, a.duplicate, a.meta["scope"]) == (1, False, "owner")
+    again = admit(store, "u1", text="changed")
+    assert (again.seq, again.duplicate, again.text) == (1, True, "hi")
+    admit(store, "u2")
+    assert [x.utterance_id for x in store.unanswered(since_ms=0)] == ["u1", "u2"]
+    store.finish_reply(
+        reply_id=reply_id_for("u1"),
+        utterance_id="u1",
+        device="dev-a",
+        text="done",
+        trace_id="t-u1",
+        utterance_seq=1,
+        meta={},
+    )
+    assert [x.utterance_id for x in store.unanswered(since_ms=0)] == ["u2"]
+    assert store.unanswered(since_ms=10_000) == []  # older than the window
+
+
+def test_a_reply_is_delivered_once_every_chunk_is_acked(store: HubStore) -> None:
+    admit(store, "u1")
+    rid = reply_id_for("u1")
+    store.add_chunk(chunk("u1", 0, False))
+    store.add_chunk(chunk("u1", 0, False))  # made again after a restart: kept once
+    store.add_chunk(chunk("u1", 1, True))
+    assert [(c.index, c.final) for c in store.unacked_chunks("dev-a")] == [(0, False), (1, True)]
+    # another device cannot ACK it
+    assert not store.record_chunk_delivery(rid, "dev-b", "rendered", 5, None, 0).fresh
+    got = store.record_chunk_delivery(rid, "dev-a", "rendered", 5, None, 1)
+    assert (got.fresh, got.complete) == (True, False)  # chunk 0 still unACKed
+    assert not store.record_chunk_delivery(rid, "dev-a", "rendered", 6, None, 1).fresh
+    got = store.record_chunk_delivery(rid, "dev-a", "rendered", 7, None, 0)
+    assert (got.fresh, got.complete, got.task_id, got.text) == (True, True, "u1", "part 0. part 1.")
+    assert store.unacked_chunks("dev-a") == []
+    # spoken after it was shown: the stronger state is kept and recorded as a delivery too
+    got = store.record_chunk_delivery(rid, "dev-a", "played", 8, None, 0)
+    assert (got.fresh, got.complete) == (True, True)
+    assert not store.record_chunk_delivery(rid, "dev-a", "rendered", 9, None, 0).fresh
+    rows = store.conn.execute("SELECT state FROM deliveries ORDER BY at_ms").fetchall()
+    assert [r[0] for r in rows] == ["rendered", "played"]
+    counters = store.counters()
+    assert counters["accepted.ack"] == 2 and counters["rejected.ack_unknown_reply"] == 1
+
+
+def test_a_reply_without_its_final_chunk_is_not_delivered(store: HubStore) -> None:
+    admit(store, "u1")
+    store.add_chunk(chunk("u1", 0, False))
+    got = store.record_chunk_delivery(reply_id_for("u1"), "dev-a", "played", 5, None, 0)
+    assert (got.fresh, got.complete) == (True, False)
+
+
+def test_activity_entries_are_idempotent(store: HubStore) -> None:
+    seq, fresh = store.append_entry(
+        "act-1", device="hub", kind="activity", text="x — done", ts_ms=5, trace_id="t", meta={}
+    )
+    assert fresh and (seq, False) == store.append_entry(
+        "act-1", device="hub", kind="activity", text="other", ts_ms=6, trace_id="t", meta={}
+    )
+    assert [e.kind for e in store.entries_since(0)] == ["activity"]
+
+
+def test_typed_text_is_the_owners_only_from_a_device_that_may_utter() -> None:
+    assert typed_scope(("utter", "ack")) == "owner"
+    assert typed_scope(("timeline.read", "timeline.write", "notes.write")) is None
+
+
+def _turns(tmp_path: Path) -> Turns:
+    daemon: Any = SimpleNamespace(home=SimpleNamespace(path=tmp_path), store=None)
+    return Turns(daemon)
+
+
+def test_only_the_owner_reads_context(tmp_path: Path) -> None:
+    turns = _turns(tmp_path)
+    assert [s.name for s in turns.sources("owner", "u1")] == [
+        "profile",
+        "notes",
+        "timeline",
+        "timezone",
+    ]
+    assert turns.sources("owner_uncertain", "u1") == []
+    assert turns.sources("guest", "u1") == []
+
+
+def test_the_address_book_is_read_again_when_it_changes(tmp_path: Path) -> None:
+    path = tmp_path / "contacts.yaml"
+    book = FileContacts(path)
+    assert book.find("my colleague") is None  # no file yet
+    path.write_text(
+        yaml.safe_dump(
+            [{"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]}]
+        )
+    )
+    found = book.find("my colleague")
+    assert found is not None and found.email == "dana@example.org"
+    path.write_text(yaml.safe_dump([{"name": "Ann Bo", "email": "ann@example.org"}]))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
+    assert book.find("my colleague") is None and book.find("Ann") is not None
+    path.write_text("not: [a list")
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000))
+    assert book.find("Ann") is None  # a broken file is an empty book (and logged)

@@ -1,0 +1,516 @@
+"""Turns through the brain on the real mesh: the hub (in this process: mosquitto, gRPC,
+gateway over the real memory and messaging packages, the brain) answers ``yimi say`` from
+a Mac bundle; an e-mail waits for a card that ``yimi approve`` answers on the phone bundle;
+the e-mail goes through a local SMTP server; the result reaches the Mac as a report; the
+activity entries reach a device that was offline; a guest voice can neither send nor read
+memory; a repeated utterance id never runs the brain twice; facts count as said only after
+the device's ACK; a restart while a card waits resumes the task and sends exactly once; the
+same e-mail turn against a fake OpenAI-compatible endpoint (real HTTP, scripted tool
+calls)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+from edge_agent.node import DeviceNode, NodeOptions
+from hub.capabilities.worlds import SmtpWorld
+from hub.daemon import HubDaemon, HubOptions
+from hub.gateway.facts import fact_map
+from protos import mesh_pb2, voice_pb2
+from provisioning.bundle import Bundle
+from provisioning.home import Home
+from sync.envelope import Opened, new_trace_id, random_id
+from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
+from tests.mesh_harness import Mesh, Proc, wait_for
+
+pytestmark = pytest.mark.slow
+
+RULES = "[rule-based] "
+MAIL = "e-mail the meeting notes to my colleague"
+
+
+# ---------------------------------------------------------------- helpers
+def prepare(mesh: Mesh, smtp: SmtpWorld) -> None:
+    """Address book, a meeting note, and the packages (memory; messaging on ``smtp``)."""
+    home = mesh.home
+    (home / "contacts.yaml").write_text(
+        yaml.safe_dump(
+            [{"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]}]
+        )
+    )
+    (home / "packages.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "memory": {},
+                "messaging": {
+                    "config": {
+                        "SMTP_HOST": smtp.host,
+                        "SMTP_PORT": str(smtp.port),
+                        "SMTP_FROM": "assistant@home.test",
+                    }
+                },
+            }
+        )
+    )
+    mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
+
+
+@asynccontextmanager
+async def hub_up(mesh: Mesh) -> AsyncIterator[HubDaemon]:
+    options = HubOptions(
+        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+    )
+    async with HubDaemon(Home.load(mesh.home), options) as hub:
+        await asyncio.wait_for(hub.turns.started.wait(), 60)
+        yield hub
+
+
+async def say(mesh: Mesh, bundle: Path, words: str) -> str:
+    r = await asyncio.to_thread(
+        mesh.say, bundle, words, "--hub", mesh.hub_target, "--timeout", "60"
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    return r.stdout
+
+
+async def until(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    await asyncio.to_thread(wait_for, predicate, timeout, what)
+
+
+def turn_id(mesh: Mesh, words: str) -> str:
+    rows = mesh.hub_query("SELECT id FROM timeline WHERE kind='utterance' AND text=?", words)
+    assert len(rows) == 1, rows
+    return str(rows[0][0])
+
+
+def activity(mesh: Mesh) -> list[str]:
+    return [
+        str(r[0])
+        for r in mesh.hub_query("SELECT text FROM timeline WHERE kind='activity' ORDER BY seq")
+    ]
+
+
+def archived(mesh: Mesh) -> list[dict[str, object]]:
+    """The meta of the event objects in the home's L5 archive."""
+    import apsw
+
+    conn = apsw.Connection(str(mesh.home / "archive" / "index.db"))
+    try:
+        rows = conn.execute("SELECT meta FROM objects WHERE kind='event' ORDER BY ts_ms")
+        return [json.loads(str(m)) for (m,) in rows]
+    finally:
+        conn.close()
+
+
+def facts_said(hub: HubDaemon, task_id: str) -> tuple[list[str], list[str]]:
+    gw = hub.consent.gateway
+    assert gw is not None
+    ids = list(fact_map(gw.ledger.task_receipts(task_id)))
+    assert ids, "the task has facts"
+    return gw.ledger.fact_states(task_id, ids)
+
+
+async def approve(mesh: Mesh, phone: Path) -> str:
+    r = await asyncio.to_thread(
+        mesh.yimi, "approve", "--bundle", str(phone), "--hub", mesh.hub_target
+    )
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    return r.stdout
+
+
+# ---------------------------------------------------------------- the demo's steps, rule-based
+async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    phone = mesh.add_device("phone1", "phone")
+    glasses = mesh.add_device("specs", "glasses")
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with hub_up(mesh) as hub:
+            assert hub.turns.brain is not None and hub.turns.brain.kind == "rule-based"
+            mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            phone_edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
+
+            out = await say(mesh, mac, "Yimi, remember I don't eat cilantro")
+            assert out.startswith(RULES) and "I'll remember: I don't eat cilantro" in out, out
+            out = await say(mesh, mac, "what do you remember about cilantro")
+            assert out.startswith(RULES) and "I don't eat cilantro" in out, out
+
+            # typed on the Mac: the owner's turn (admission), the original archived
+            meta = json.loads(
+                str(
+                    mesh.hub_query(
+                        "SELECT meta FROM timeline WHERE kind='utterance' ORDER BY seq LIMIT 1"
+                    )[0][0]
+                )
+            )
+            assert (meta["scope"], meta["admitted"]) == ("owner", True), meta
+            originals = archived(mesh)
+            assert [m["source"] for m in originals] == ["typed", "typed"], originals
+
+            out = await say(mesh, mac, MAIL)
+            assert "need your approval" in out and "card on your phone" in out, out
+            assert smtp.messages() == []
+            task = turn_id(mesh, MAIL)
+            await until(lambda: "card " in phone_edge.text(), 20, "the card on the phone")
+            assert "ship on Friday" in phone_edge.text(), "the card previews the notes"
+            await until(
+                lambda: any("waiting for consent" in a for a in activity(mesh)),
+                10,
+                "the waiting activity",
+            )
+
+            shown = await approve(mesh, phone)
+            assert "executed" in shown and "dana@example.org" in shown, shown
+            await until(lambda: smtp.messages(), 20, "the e-mail at the SMTP server")
+            (mail,) = smtp.messages()
+            assert mail.recipients == ["dana@example.org"]
+            assert "ship on Friday" in mail.message.get_payload()
+
+            # the result comes back to the Mac, where the sentence was typed
+            def reported(p: Proc = mac_edge) -> bool:
+                return "hub: [rule-based] Sent the e-mail to dana@example.org" in p.text()
+
+            await until(reported, 20, "the report on the Mac")
+            assert hub.turns.brain.store.require(task).state == "done"
+            acts = activity(mesh)
+            assert any(
+                a.startswith(
+                    "e-mail my colleague — waiting for consent: messaging.send_email waiting"
+                )
+                for a in acts
+            ), acts
+            assert any(
+                a.startswith("e-mail my colleague — done: ")
+                and "messaging.send_email succeeded" in a
+                for a in acts
+            ), acts
+            # the Mac ACKed the report: its facts are said now
+            await until(lambda: not facts_said(hub, task)[0], 10, "the facts to be said")
+
+            # the glasses were off the whole time: they catch up the same timeline
+            specs = await asyncio.to_thread(mesh.start_edge, glasses, hub=mesh.hub_target)
+
+            def glasses_timeline() -> str:
+                return mesh.yimi("timeline", "--bundle", str(glasses)).stdout
+
+            await until(
+                lambda: "messaging.send_email succeeded" in glasses_timeline(),
+                30,
+                "the activity on the glasses",
+            )
+            view = glasses_timeline()
+            assert "I don't eat cilantro" in view and "activity" in view, view
+            for p in (mac_edge, phone_edge, specs):
+                mesh.stop(p)
+    hub_view = mesh.yimi("timeline", "--home", str(mesh.home), check=True).stdout
+    assert "activity" in hub_view and "waiting for consent" in hub_view, hub_view
+
+
+# ---------------------------------------------------------------- a guest voice
+def queue_voice(bundle: Path, words: str) -> str:
+    """Put a heard utterance in the device's outbox (its edge daemon sends it): words the
+    device recognised itself, no audio, no speaker embedding — nobody the voiceprint
+    authority can call the owner."""
+    from sync.outbox import Outbox
+
+    now = int(time.time() * 1000)
+    utt = mesh_pb2.Utterance(
+        id=random_id("u-"),
+        text=words,
+        channel="mac",
+        started_ms=now,
+        ended_ms=now,
+        source="voice",
+        voice=voice_pb2.VoiceInfo(window=voice_pb2.WAKE),
+    )
+    outbox = Outbox(Bundle.load(bundle).state_dir / "outbox.db")
+    try:
+        outbox.put(utt.id, mesh_pb2.UTTERANCE, utt.SerializeToString(), new_trace_id(), now)
+    finally:
+        outbox.close()
+    return utt.id
+
+
+def reply_text(mesh: Mesh, uid: str) -> str:
+    rows = mesh.hub_query("SELECT text FROM replies WHERE utterance_id=?", uid)
+    return str(rows[0][0]) if rows else ""
+
+
+async def test_a_guest_voice_can_neither_send_nor_read_memory(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with hub_up(mesh) as hub:
+            await say(mesh, mac, "remember my PIN hint is the blue door")
+            send = queue_voice(mac, "Yimi, send an e-mail to Dana saying hi")
+            recall = queue_voice(mac, "what do you remember about the PIN")
+            edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            await until(lambda: reply_text(mesh, recall), 30, "both replies")
+            sent, recalled = reply_text(mesh, send), reply_text(mesh, recall)
+            assert "I may not" in sent and "card" not in sent, sent
+            assert "blue door" not in recalled and "I may not" in recalled, recalled
+            await until(lambda: "I may not" in edge.text(), 10, "the replies on the Mac")
+            assert "blue door" not in edge.text(), edge.text()
+            gw = hub.consent.gateway
+            assert gw is not None
+            assert smtp.messages() == [] and gw.consent.pending() == []
+            refused = list(
+                gw.ledger.db.execute(
+                    'SELECT tool FROM calls WHERE receipt LIKE \'%"status": "rejected"%\''
+                )
+            )
+            assert {t for (t,) in refused} >= {"send_email", "recall"}, refused
+            mesh.stop(edge)
+        scopes = [
+            (json.loads(str(m))["scope"], json.loads(str(m))["source"])
+            for (m,) in mesh.hub_query("SELECT meta FROM timeline WHERE kind='utterance'")
+        ]
+        assert scopes == [("owner", "typed"), ("guest", "voice"), ("guest", "voice")], scopes
+
+
+# ---------------------------------------------------------------- delivery: ACKs, repeats
+@dataclass
+class Heard:
+    """Reply chunks a device got, by utterance id (reports under "")."""
+
+    chunks: dict[str, list[mesh_pb2.Reply]] = field(default_factory=dict)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def add(self, reply: mesh_pb2.Reply) -> None:
+        got = self.chunks.setdefault(reply.utterance_id, [])
+        if all((r.id, r.chunk) != (reply.id, reply.chunk) for r in got):
+            got.append(reply)
+        self.changed.set()
+
+    async def final(self, uid: str, timeout: float = 30) -> list[mesh_pb2.Reply]:
+        async with asyncio.timeout(timeout):
+            while not (self.chunks.get(uid) and self.chunks[uid][-1].final):
+                self.changed.clear()
+                await self.changed.wait()
+        return self.chunks[uid]
+
+
+@asynccontextmanager
+async def mute_device(mesh: Mesh, bundle: Path) -> AsyncIterator[tuple[DeviceNode, Heard]]:
+    """A device in this process that takes replies but never ACKs them."""
+    heard = Heard()
+
+    async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
+        heard.add(reply)
+
+    node = DeviceNode(Bundle.load(bundle), NodeOptions(mode="say", hub=mesh.hub_target), on_reply)
+    async with node:
+        assert node.mqtt is not None
+        await asyncio.wait_for(node.mqtt.connected.wait(), 20)
+        yield node, heard
+
+
+async def test_repeated_utterance_and_facts_said_only_after_the_ack(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with hub_up(mesh) as hub:
+            brain = hub.turns.brain
+            assert brain is not None
+            async with mute_device(mesh, mac) as (node, heard):
+                uid, _ = node.queue_utterance("remember the bins go out on Monday")
+                payload = node.outbox.pending(limit=1)[0].payload
+                await node.flush(stop_after=uid)
+                first = [(r.id, r.chunk, r.text) for r in await heard.final(uid)]
+                assert "I'll remember: the bins go out on Monday" in first[0][2]
+                # delivered but not ACKed: not said, kept for sending again
+                new, said = facts_said(hub, uid)
+                assert new and not said
+                assert hub.store.unacked_chunks(node.bundle.device_id)
+                tasks, calls_before = brain.store.count(), _calls(hub)
+
+                # the same utterance id again: the same reply, never a second brain run
+                heard.chunks.clear()
+                node.outbox.put(uid, mesh_pb2.UTTERANCE, payload, new_trace_id(), 0)
+                await node.flush(stop_after=uid)
+                again = [(r.id, r.chunk, r.text) for r in await heard.final(uid)]
+                assert again == first
+                assert (brain.store.count(), _calls(hub)) == (tasks, calls_before)
+                assert hub.store.counters()["accepted.duplicate"] == 1
+            assert not facts_said(hub, uid)[1], "nothing ACKed, nothing said"
+            # the device's daemon comes online: the unACKed chunks come again, are ACKed,
+            # and only now its facts count as said
+            edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            await until(lambda: not facts_said(hub, uid)[0], 20, "the facts to be said")
+            assert not hub.store.unacked_chunks(node.bundle.device_id)
+            mesh.stop(edge)
+        assert mesh.hub_query(
+            "SELECT state FROM deliveries d JOIN replies r ON r.id = d.reply_id "
+            "WHERE r.utterance_id=?",
+            uid,
+        ) == [("rendered",)]
+
+
+def _calls(hub: HubDaemon) -> int:
+    gw = hub.consent.gateway
+    assert gw is not None
+    return int(next(iter(gw.ledger.db.execute("SELECT COUNT(*) FROM calls")))[0])
+
+
+# ---------------------------------------------------------------- restart while a card waits
+async def test_hub_restart_while_a_card_waits_sends_once(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    phone = mesh.add_device("phone1", "phone")
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with hub_up(mesh):
+            mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            out = await say(mesh, mac, MAIL)
+            assert "need your approval" in out, out
+        task = turn_id(mesh, MAIL)
+        # the hub is down; it comes back and resumes the task, still waiting for the card
+        async with hub_up(mesh) as hub:
+            brain = hub.turns.brain
+            assert brain is not None
+            assert task in hub.turns.resumed
+            assert brain.store.require(task).state == "waiting_for_consent"
+            shown = await approve(mesh, phone)
+            assert "executed" in shown, shown
+            await until(lambda: smtp.messages(), 20, "the e-mail")
+            await until(lambda: brain.store.require(task).state == "done", 20, "the task done")
+            await until(
+                lambda: "Sent the e-mail to dana@example.org" in mac_edge.text(),
+                30,
+                "the report on the Mac",
+            )
+            gw = hub.consent.gateway
+            assert gw is not None
+            sends = list(gw.ledger.db.execute("SELECT status FROM calls WHERE tool='send_email'"))
+            assert sends == [("succeeded",)], sends
+        assert len(smtp.messages()) == 1, "the send ran exactly once"
+        mesh.stop(mac_edge)
+
+
+# ---------------------------------------------------------------- an LLM endpoint
+def _configure(home: Path, base_url: str) -> None:
+    from hub.brain.providers import ProviderStore
+    from tests.brain_kit import configure, fake_config
+
+    store = ProviderStore.for_home(Home.load(home))
+    try:
+        configure(store, fake_config(base_url))
+    finally:
+        store.close()
+
+
+def _first(req: Request) -> bool:
+    return not any(m.get("role") == "tool" for m in req.messages)
+
+
+async def test_the_email_turn_with_a_fake_openai_endpoint(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    phone = mesh.add_device("phone1", "phone")
+
+    def responder(req: Request) -> Reply:
+        if req.model == "brain-model":
+            if _first(req):
+                return calls(
+                    (
+                        "brain__delegate",
+                        {
+                            "instructions": "e-mail the meeting notes to dana@example.org",
+                            "title": "e-mail Dana the meeting notes",
+                        },
+                    )
+                )
+            return text("I'll e-mail the meeting notes to Dana.")
+        if _first(req):
+            return calls(
+                (
+                    "messaging__send_email",
+                    {
+                        "to": "dana@example.org",
+                        "subject": "Meeting notes",
+                        "body": "Meeting notes: ship on Friday.",
+                        "owner_requested": True,
+                    },
+                )
+            )
+        return text("The e-mail waits for the owner's approval.")
+
+    async with SmtpWorld() as smtp, FakeOpenAI(responder) as fake:
+        prepare(mesh, smtp)
+        _configure(mesh.home, fake.base_url)
+        async with hub_up(mesh) as hub:
+            mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            brain = hub.turns.brain
+            assert brain is not None and brain.kind == "llm"
+            out = await say(mesh, mac, MAIL)
+            assert "I'll e-mail the meeting notes to Dana." in out and RULES not in out, out
+            await until(
+                lambda: any("waiting for consent" in a for a in activity(mesh)),
+                30,
+                "the sub-agent waiting for the card",
+            )
+            shown = await approve(mesh, phone)
+            assert "executed" in shown and "dana@example.org" in shown, shown
+            await until(lambda: smtp.messages(), 20, "the e-mail")
+            await until(
+                lambda: "Sent the e-mail to dana@example.org" in mac_edge.text(),
+                30,
+                "the report on the Mac",
+            )
+            acts = activity(mesh)
+            assert any("done" in a and "messaging.send_email succeeded" in a for a in acts), acts
+        assert len(smtp.messages()) == 1
+        assert fake.chat_requests("brain-model") and fake.chat_requests("sub-model")
+        mesh.stop(mac_edge)
+
+
+async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> None:
+    """The hub stops while the model is still thinking: at the next start the turn is not
+    run again (its main agent could have delegated work); the device gets a reply saying
+    so, and the utterance has exactly one reply."""
+    mac = mesh.add_device("mac1", "mac")
+    held = asyncio.Event()
+    thinking = asyncio.Event()
+
+    async def responder(req: Request) -> Reply:
+        thinking.set()
+        await held.wait()
+        return text("never said")
+
+    words = "what should I cook tonight"
+    async with SmtpWorld() as smtp, FakeOpenAI(responder) as fake:
+        prepare(mesh, smtp)
+        _configure(mesh.home, fake.base_url)
+        try:
+            async with hub_up(mesh):
+                edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+                r = await asyncio.to_thread(
+                    mesh.say, mac, words, "--hub", mesh.hub_target, "--timeout", "3"
+                )
+                assert r.returncode == 3, (r.stdout, r.stderr)  # no reply yet
+                await asyncio.wait_for(thinking.wait(), 30)
+            uid = turn_id(mesh, words)
+            assert reply_text(mesh, uid) == ""
+            async with hub_up(mesh) as hub:
+                await until(lambda: reply_text(mesh, uid), 30, "the reply after the restart")
+                assert "restarted while I was answering" in reply_text(mesh, uid)
+                await until(
+                    lambda: "restarted while I was answering" in edge.text(),
+                    30,
+                    "the reply on the Mac",
+                )
+                brain = hub.turns.brain
+                assert brain is not None
+                assert brain.store.require(uid).state == "failed"
+                mesh.stop(edge)
+        finally:
+            held.set()
+    assert len(mesh.hub_query("SELECT id FROM replies WHERE utterance_id=?", uid)) == 1
+    assert len(fake.chat_requests("brain-model")) == 1, "the turn was not run again"
