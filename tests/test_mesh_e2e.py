@@ -185,7 +185,9 @@ def test_say_without_hub_address_finds_the_hub_by_zeroconf(mesh: Mesh) -> None:
     # the address it found (and cached) is the advertised one, not the dead hint
     found = json.loads(cache.read_text())
     assert (found["host"], found["grpc_port"], found["mqtt_port"]) == (
-        "127.0.0.1", mesh.grpc_port, mesh.mqtt_port,
+        "127.0.0.1",
+        mesh.grpc_port,
+        mesh.mqtt_port,
     ), found
     stop_hub_cleanly(mesh, hub)
 

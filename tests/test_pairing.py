@@ -40,8 +40,18 @@ def pair(
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     out = mesh.root / f"paired-{name}"
     r = mesh.yimi(
-        "device", "pair", "--code", code, "--profile", profile, "--name", name,
-        "--out", str(out), "--hub", hub or mesh.hub_target,
+        "device",
+        "pair",
+        "--code",
+        code,
+        "--profile",
+        profile,
+        "--name",
+        name,
+        "--out",
+        str(out),
+        "--hub",
+        hub or mesh.hub_target,
     )
     return r, out
 

@@ -180,37 +180,59 @@ def test_certificate_tampered_body_or_signature(home: Home) -> None:
         body = bytearray(signed.body)
         body[i] ^= 0x01
         bad = mesh_pb2.SignedCertificate(body=bytes(body), signature=signed.signature)
-        expect("certificate.invalid", certs.verify, bad, home.home_keys.sign_pk,
-               home_id=home.home_id)
+        expect(
+            "certificate.invalid", certs.verify, bad, home.home_keys.sign_pk, home_id=home.home_id
+        )
     for i in (0, 31, 32, 63):
         sig = bytearray(signed.signature)
         sig[i] ^= 0x80
         bad = mesh_pb2.SignedCertificate(body=signed.body, signature=bytes(sig))
-        expect("certificate.invalid", certs.verify, bad, home.home_keys.sign_pk,
-               home_id=home.home_id)
+        expect(
+            "certificate.invalid", certs.verify, bad, home.home_keys.sign_pk, home_id=home.home_id
+        )
     # a certificate with different scopes, signed by someone else
-    forged = certs.issue(NodeKeys.generate().sign, home_id=home.home_id, device_id="d",
-                         name="x", profile="phone", scopes=["approve"], sign_pk=b"\x00" * 32,
-                         box_pk=b"\x00" * 32)
-    expect("certificate.invalid", certs.verify, forged, home.home_keys.sign_pk,
-           home_id=home.home_id)
-    expect("certificate.invalid", certs.verify, b"\xff\xff", home.home_keys.sign_pk,
-           home_id=home.home_id)
+    forged = certs.issue(
+        NodeKeys.generate().sign,
+        home_id=home.home_id,
+        device_id="d",
+        name="x",
+        profile="phone",
+        scopes=["approve"],
+        sign_pk=b"\x00" * 32,
+        box_pk=b"\x00" * 32,
+    )
+    expect(
+        "certificate.invalid", certs.verify, forged, home.home_keys.sign_pk, home_id=home.home_id
+    )
+    expect(
+        "certificate.invalid",
+        certs.verify,
+        b"\xff\xff",
+        home.home_keys.sign_pk,
+        home_id=home.home_id,
+    )
 
 
 def test_certificate_other_home(home: Home, tmp_path: Path) -> None:
     other = Home.init(tmp_path / "other")
     signed = _issue(home)
     # checked against another home's key
-    expect("certificate.invalid", certs.verify, signed, other.home_keys.sign_pk,
-           home_id=other.home_id)
+    expect(
+        "certificate.invalid", certs.verify, signed, other.home_keys.sign_pk, home_id=other.home_id
+    )
     # right key, but the certificate names another home
-    expect("certificate.invalid", certs.verify, signed, home.home_keys.sign_pk,
-           home_id=other.home_id)
+    expect(
+        "certificate.invalid", certs.verify, signed, home.home_keys.sign_pk, home_id=other.home_id
+    )
     # issued by this home's key for another home's id
     mislabelled = _issue(home, home_id=other.home_id)
-    expect("certificate.invalid", certs.verify, mislabelled, home.home_keys.sign_pk,
-           home_id=home.home_id)
+    expect(
+        "certificate.invalid",
+        certs.verify,
+        mislabelled,
+        home.home_keys.sign_pk,
+        home_id=home.home_id,
+    )
 
 
 def test_certificate_expired(home: Home) -> None:
@@ -218,12 +240,19 @@ def test_certificate_expired(home: Home) -> None:
     expires = 1_000 + 86_400_000
     certs.verify(signed, home.home_keys.sign_pk, home_id=home.home_id, now_ms=expires - 1)
     for now in (expires, expires + 1, 10**15):
-        error = expect("certificate.invalid", certs.verify, signed, home.home_keys.sign_pk,
-                       home_id=home.home_id, now_ms=now)
+        error = expect(
+            "certificate.invalid",
+            certs.verify,
+            signed,
+            home.home_keys.sign_pk,
+            home_id=home.home_id,
+            now_ms=now,
+        )
         assert "expired" in str(error)
     # and against the real clock: a certificate issued long ago
-    expect("certificate.invalid", certs.verify, signed, home.home_keys.sign_pk,
-           home_id=home.home_id)
+    expect(
+        "certificate.invalid", certs.verify, signed, home.home_keys.sign_pk, home_id=home.home_id
+    )
 
 
 # --------------------------------------------------------------------------- bundles
@@ -277,8 +306,7 @@ def test_flash_refuses_a_non_empty_out(home: Home, tmp_path: Path) -> None:
 
 def test_duplicate_device_name_refused(home: Home, tmp_path: Path) -> None:
     first = flash(home, profile_name="mac", name="laptop", out=tmp_path / "b1")
-    expect("device.exists", flash, home, profile_name="phone", name="laptop",
-           out=tmp_path / "b2")
+    expect("device.exists", flash, home, profile_name="phone", name="laptop", out=tmp_path / "b2")
     assert not (tmp_path / "b2").exists() or not any((tmp_path / "b2").iterdir())
     registry = home.registry()
     try:
@@ -290,8 +318,7 @@ def test_duplicate_device_name_refused(home: Home, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["", "Laptop", "-x", "_x", "a b", "a/b", "x" * 33, "é"])
 def test_invalid_device_name_refused(home: Home, tmp_path: Path, name: str) -> None:
-    expect("device.name_invalid", flash, home, profile_name="mac", name=name,
-           out=tmp_path / "b")
+    expect("device.name_invalid", flash, home, profile_name="mac", name=name, out=tmp_path / "b")
     registry = home.registry()
     try:
         assert registry.devices() == []
@@ -357,13 +384,29 @@ def test_pairing_produces_a_working_bundle(home: Home, tmp_path: Path) -> None:
     assert loaded.mqtt_username == rec.device_id
 
     # the hub opens what the new device seals with it
-    sealer = Sealer(loaded.home_id, loaded.device_id, loaded.keys.sign, loaded.keys.box,
-                    itertools.count(1).__next__, loaded.group_key)
-    data = sealer.seal(mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"),
-                       recipient=HUB, recipient_box_pk=loaded.hub_box_pk)
+    sealer = Sealer(
+        loaded.home_id,
+        loaded.device_id,
+        loaded.keys.sign,
+        loaded.keys.box,
+        itertools.count(1).__next__,
+        loaded.group_key,
+    )
+    data = sealer.seal(
+        mesh_pb2.UTTERANCE,
+        mesh_pb2.Utterance(id="u1", text="hi"),
+        recipient=HUB,
+        recipient_box_pk=loaded.hub_box_pk,
+    )
     peer = Peer(rec.device_id, rec.sign_pk, rec.box_pk)
-    opener = Opener(home.home_id, HUB, home.hub_keys.box,
-                    {rec.device_id: peer}.get, ReplayGuard(), home.group_key)
+    opener = Opener(
+        home.home_id,
+        HUB,
+        home.hub_keys.box,
+        {rec.device_id: peer}.get,
+        ReplayGuard(),
+        home.group_key,
+    )
     result = opener.open(data)
     assert isinstance(result, Opened) and result.payload.text == "hi"  # type: ignore[attr-defined]
 
@@ -475,8 +518,17 @@ def test_pairing_response_for_another_attempt_is_unproven(home: Home, tmp_path: 
     expect("pair.hub_unproven", a1.finish, r2, out=tmp_path / "b", hub_host="h")
 
 
-@pytest.mark.parametrize("code", ["", "ABCD", "ABCD-EFGH-JKMN", "ABCD-EFGH-JKMN-PQRU",
-                                  "ABCDE-FGH-JKMN-PQRS", "ABCD-EFGH-JKMN-PQRS-TVWX"])
+@pytest.mark.parametrize(
+    "code",
+    [
+        "",
+        "ABCD",
+        "ABCD-EFGH-JKMN",
+        "ABCD-EFGH-JKMN-PQRU",
+        "ABCDE-FGH-JKMN-PQRS",
+        "ABCD-EFGH-JKMN-PQRS-TVWX",
+    ],
+)
 def test_pairing_code_format(code: str) -> None:
     expect("pair.code_format", split_code, code)
 

@@ -82,7 +82,11 @@ def utterance(
     """Wire bytes of a typed utterance sealed to the hub."""
     now = int(time.time() * 1000)
     utt = mesh_pb2.Utterance(
-        id=random_id("u-"), text=text, channel="test", started_ms=now, ended_ms=now,
+        id=random_id("u-"),
+        text=text,
+        channel="test",
+        started_ms=now,
+        ended_ms=now,
         source="typed",
     )
     return (via or sealer(bundle)).seal(
@@ -107,8 +111,13 @@ def flip(data: bytes, *, in_signature: bool) -> bytes:
 # ---------------------------------------------------------------- mqtt
 def client(mesh: Mesh, username: str, password: str, **kw: object) -> aiomqtt.Client:
     return aiomqtt.Client(
-        "127.0.0.1", mesh.mqtt_port, username=username, password=password,
-        identifier=f"test-{username}-{secrets.token_hex(3)}", timeout=5, **kw,  # type: ignore[arg-type]
+        "127.0.0.1",
+        mesh.mqtt_port,
+        username=username,
+        password=password,
+        identifier=f"test-{username}-{secrets.token_hex(3)}",
+        timeout=5,
+        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -144,7 +153,8 @@ def wait_counts(mesh: Mesh, expected: dict[str, int], timeout: float = 30) -> di
     """Poll until every counter in ``expected`` has (at least) its value; return them all."""
     wait_for(
         lambda: all(counters(mesh).get(k, 0) >= v for k, v in expected.items()),
-        timeout, f"counters {expected} (have {counters(mesh)})",
+        timeout,
+        f"counters {expected} (have {counters(mesh)})",
     )
     return counters(mesh)
 
@@ -235,7 +245,8 @@ def test_forged_and_tampered_envelopes_are_rejected_by_signature(mesh: Mesh) -> 
     sig_flipped = flip(utterance(a, "tampered signature"), in_signature=True)
     body_flipped = flip(utterance(a, "tampered body"), in_signature=False)
     publish(
-        mesh, a,
+        mesh,
+        a,
         (uplink(a), forged),
         (uplink(a), sig_flipped),
         (uplink(a), body_flipped),
@@ -322,10 +333,13 @@ def test_a_revoked_device_is_refused_within_one_second(mesh: Mesh) -> None:
 
     took, cut, sent = asyncio.run(run())
     wait_for(
-        lambda: counters(mesh).get("rejected.revoked", 0)
-        + len([t for t in utterances(mesh) if t.startswith("after revoke")])
-        == len(sent),
-        10, "the hub to handle every injected envelope",
+        lambda: (
+            counters(mesh).get("rejected.revoked", 0)
+            + len([t for t in utterances(mesh) if t.startswith("after revoke")])
+            == len(sent)
+        ),
+        10,
+        "the hub to handle every injected envelope",
     )
     accepted = [t for t in utterances(mesh) if t.startswith("after revoke")]
     refused = [(t, dt) for t, dt in sent if t not in accepted]
@@ -378,7 +392,8 @@ def test_a_rogue_hub_with_another_key_is_refused(mesh: Mesh, tmp_path: Path) -> 
         edge = mesh.spawn("edge-rogue", "edge", "run", "--bundle", str(bundle_dir), "--hub", target)
         wait_for(
             lambda: edge.text().count(f"refusing hub at {target}") >= 2 or not edge.alive(),
-            20, "the edge to refuse the rogue hub (twice: it retries with backoff)",
+            20,
+            "the edge to refuse the rogue hub (twice: it retries with backoff)",
         )
         assert edge.alive(), edge.text()
         text = edge.text()
@@ -442,8 +457,19 @@ def test_private_keys_live_only_in_their_own_files_with_mode_0600(
     code = mesh.yimi("hub", "pair-code", "--home", str(mesh.home), check=True).stdout.split()[0]
     paired = mesh.root / "bundle-paired"
     mesh.yimi(
-        "device", "pair", "--code", code, "--profile", "phone", "--name", "paired",
-        "--out", str(paired), "--hub", mesh.hub_target, check=True,
+        "device",
+        "pair",
+        "--code",
+        code,
+        "--profile",
+        "phone",
+        "--name",
+        "paired",
+        "--out",
+        str(paired),
+        "--hub",
+        mesh.hub_target,
+        check=True,
     )
     for bundle in (flashed, paired):
         r = mesh.say(bundle, f"hello from {bundle.name}")
@@ -470,7 +496,9 @@ def test_private_keys_live_only_in_their_own_files_with_mode_0600(
     needles: dict[str, list[bytes]] = {}
     owners: dict[str, Path] = {}
     for key_file in (
-        flashed / "device.key", paired / "device.key", home / "keys" / "home.key",
+        flashed / "device.key",
+        paired / "device.key",
+        home / "keys" / "home.key",
         home / "keys" / "hub.key",
     ):
         keys = json.loads(key_file.read_text())
@@ -530,8 +558,11 @@ def test_hostile_bytes_on_the_wire_never_crash_the_hub(mesh: Mesh) -> None:
     with pytest.raises(aiomqtt.MqttError):
         asyncio.run(too_big())
     broker_log = mesh.home / "broker" / "mosquitto.log"
-    wait_for(lambda: "disconnected due to oversize packet" in broker_log.read_text(), 5,
-             "the broker to refuse the oversize packet")
+    wait_for(
+        lambda: "disconnected due to oversize packet" in broker_log.read_text(),
+        5,
+        "the broker to refuse the oversize packet",
+    )
 
     publish(mesh, a, (uplink(a), b"\x00after"), (uplink(a), utterance(a, "still there?")))
     wait_for(lambda: utterances(mesh) == ["still there?"], 10, "the hub to serve A again")

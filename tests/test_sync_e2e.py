@@ -127,7 +127,8 @@ def start_edges(mesh: Mesh, bundles: list[Path]) -> list[Proc]:
     procs = [mesh.spawn(f"edge-{b.name}", "edge", "run", "--bundle", str(b)) for b in bundles]
     wait_for(
         lambda: all("connected to hub" in p.text() or not p.alive() for p in procs),
-        30, "the edges to connect",
+        30,
+        "the edges to connect",
     )
     for p in procs:
         assert p.alive(), p.text()
@@ -144,7 +145,7 @@ def hub_crdt_agrees_with_sqlite(mesh: Mesh) -> None:
     documents hold nothing SQLite lacks (no entry without a seq)."""
     sql = {r[0]: r for r in sqlite_rows(mesh)}
     crdt = {r[0]: r for r in crdt_rows(mesh.home / "replicas")}
-    assert set(sql) == set(crdt), (set(sql) ^ set(crdt))
+    assert set(sql) == set(crdt), set(sql) ^ set(crdt)
     for eid, row in crdt.items():
         assert row[1] is not None, f"{eid} has no seq in the hub's documents"
         assert row == sql[eid], (row, sql[eid])
@@ -219,8 +220,10 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
 
     wait_for(converged, 60, "every replica to converge", interval=0.1)
     took = time.monotonic() - t_heal
-    print(f"[sync] partition healed: 3 devices + hub identical after {took:.2f} s "
-          f"(bound {CONVERGENCE_BOUND_S:.0f} s, {len(written)} entries, edge start included)")
+    print(
+        f"[sync] partition healed: 3 devices + hub identical after {took:.2f} s "
+        f"(bound {CONVERGENCE_BOUND_S:.0f} s, {len(written)} entries, edge start included)"
+    )
     assert took < CONVERGENCE_BOUND_S, f"converged after {took:.2f} s"
 
     # what converged: all entries sequenced 1..n, the note's fields merged
@@ -317,11 +320,17 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
         os.kill(hub.popen.pid, signal.SIGKILL)  # the hub alone: its mosquitto follows
         assert hub.popen.wait(timeout=10) == -signal.SIGKILL
         kills.append(f"hub at {synced()} synced")
-        wait_for(lambda: not mosquitto_pids(str(mesh.home / "broker" / "mosquitto.conf")), 10,
-                 "the hub's mosquitto to die with it")
+        wait_for(
+            lambda: not mosquitto_pids(str(mesh.home / "broker" / "mosquitto.conf")),
+            10,
+            "the hub's mosquitto to die with it",
+        )
         counts = [w.count() for w in writers]
-        wait_for(lambda: all(w.count() >= c + 2 for w, c in zip(writers, counts, strict=True)),
-                 20, "memos while the hub is dead")
+        wait_for(
+            lambda: all(w.count() >= c + 2 for w, c in zip(writers, counts, strict=True)),
+            20,
+            "memos while the hub is dead",
+        )
         hub = mesh.start_hub()
         progress(4, "sync after restarting the hub")
     finally:
@@ -336,14 +345,14 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
 
     def complete() -> bool:
         sql = sqlite_rows(mesh)
-        return {r[0] for r in sql} == set(written) and all(
-            crdt_rows(f) == sql for f in everyone
-        )
+        return {r[0] for r in sql} == set(written) and all(crdt_rows(f) == sql for f in everyone)
 
     t0 = time.monotonic()
     wait_for(complete, 60, "every memo on every replica", interval=0.2)
-    print(f"\n[sync] kill -9 of {', '.join(kills)}; {len(written)} memos; "
-          f"converged {time.monotonic() - t0:.2f} s after the writers stopped")
+    print(
+        f"\n[sync] kill -9 of {', '.join(kills)}; {len(written)} memos; "
+        f"converged {time.monotonic() - t0:.2f} s after the writers stopped"
+    )
 
     sql = sqlite_rows(mesh)
     assert len(sql) == len(written) and [r[1] for r in sql] == list(range(1, len(sql) + 1))
@@ -372,8 +381,12 @@ def sealer_of(bundle: Bundle) -> Sealer:
             counter.close()
 
     return Sealer(
-        home_id=bundle.home_id, node_id=bundle.device_id, sign_key=bundle.keys.sign,
-        box_key=bundle.keys.box, next_counter=next_counter, group_key=bundle.group_key,
+        home_id=bundle.home_id,
+        node_id=bundle.device_id,
+        sign_key=bundle.keys.sign,
+        box_key=bundle.keys.box,
+        next_counter=next_counter,
+        group_key=bundle.group_key,
     )
 
 
@@ -386,8 +399,12 @@ def sync_envelope(bundle: Bundle, *updates: sync_pb2.DocUpdate) -> bytes:
 def publish(mesh: Mesh, username: str, password: str, items: list[tuple[str, bytes]]) -> None:
     async def run() -> None:
         async with aiomqtt.Client(
-            "127.0.0.1", mesh.mqtt_port, username=username, password=password,
-            identifier=f"test-{secrets.token_hex(4)}", timeout=5,
+            "127.0.0.1",
+            mesh.mqtt_port,
+            username=username,
+            password=password,
+            identifier=f"test-{secrets.token_hex(4)}",
+            timeout=5,
         ) as c:
             for topic, payload in items:
                 await c.publish(topic, payload, qos=1)
@@ -402,8 +419,12 @@ def counters(mesh: Mesh) -> dict[str, int]:
 def login_refused(mesh: Mesh, bundle: Bundle) -> bool:
     async def attempt() -> None:
         async with aiomqtt.Client(
-            "127.0.0.1", mesh.mqtt_port, username=bundle.device_id,
-            password=bundle.mqtt_password, identifier=f"probe-{secrets.token_hex(3)}", timeout=5,
+            "127.0.0.1",
+            mesh.mqtt_port,
+            username=bundle.device_id,
+            password=bundle.mqtt_password,
+            identifier=f"probe-{secrets.token_hex(3)}",
+            timeout=5,
         ):
             pass
 
@@ -442,13 +463,18 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
     oversize = sync_pb2.DocUpdate(doc=tl, blob=os.urandom(300 * 1024))
     own_topic = topics.sync(a.home_id, a.device_id)
     publish(
-        mesh, a.device_id, a.mqtt_password,
+        mesh,
+        a.device_id,
+        a.mqtt_password,
         [(own_topic, sync_envelope(a, u)) for u in bad] + [(own_topic, sync_envelope(a, oversize))],
     )
     wait_for(
-        lambda: counters(mesh).get("rejected.sync_update", 0) >= 4
-        and counters(mesh).get("rejected.oversize", 0) >= 1,
-        20, f"the hub to refuse and count them ({counters(mesh)})",
+        lambda: (
+            counters(mesh).get("rejected.sync_update", 0) >= 4
+            and counters(mesh).get("rejected.oversize", 0) >= 1
+        ),
+        20,
+        f"the hub to refuse and count them ({counters(mesh)})",
     )
 
     # a revoked device: its updates are refused even when they reach the hub
@@ -456,11 +482,16 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
     assert r.returncode == 0, r.stderr
     wait_for(lambda: login_refused(mesh, b), 10, "the hub to apply the revocation")
     hub_password = (mesh.home / "keys" / "broker.secret").read_text()
-    revoked_entry = docs.make_entry(entry_id="m-revoked", device=b.device_id, kind="memo",
-                                    text="from a revoked device")
+    revoked_entry = docs.make_entry(
+        entry_id="m-revoked", device=b.device_id, kind="memo", text="from a revoked device"
+    )
     revoked_update = ReplicaSet(mesh.root / "scratch-b").add_entry(revoked_entry)
-    publish(mesh, "hub", hub_password,
-            [(topics.sync(b.home_id, b.device_id), sync_envelope(b, revoked_update))])
+    publish(
+        mesh,
+        "hub",
+        hub_password,
+        [(topics.sync(b.home_id, b.device_id), sync_envelope(b, revoked_update))],
+    )
     wait_for(lambda: counters(mesh).get("rejected.revoked", 0) >= 1, 10, "rejected.revoked")
 
     # then a legitimate update from alpha to the same documents is applied
@@ -475,13 +506,18 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
     wait_for(applied, 15, "the legitimate update on the hub")
     # re-broadcast live (the watcher's periodic catch-up is 30 s away), and nothing else
     wait_for(
-        lambda: crdt_rows(replicas_dir(c)) == sqlite_rows(mesh)
-        and [n.text for n in crdt_notes(replicas_dir(c))] == ["still listening"],
-        10, "the watcher to receive the hub's re-broadcast",
+        lambda: (
+            crdt_rows(replicas_dir(c)) == sqlite_rows(mesh)
+            and [n.text for n in crdt_notes(replicas_dir(c))] == ["still listening"]
+        ),
+        10,
+        "the watcher to receive the hub's re-broadcast",
     )
     rejected = {k: v for k, v in counters(mesh).items() if k.startswith("rejected.")}
     assert rejected == {
-        "rejected.sync_update": 4, "rejected.oversize": 1, "rejected.revoked": 1,
+        "rejected.sync_update": 4,
+        "rejected.oversize": 1,
+        "rejected.revoked": 1,
     }, rejected
     assert counters(mesh).get("accepted.sync_entry") == 1
     hub_docs = ReplicaSet(mesh.home / "replicas")
