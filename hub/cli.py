@@ -492,6 +492,9 @@ def build_parser() -> argparse.ArgumentParser:
     from hub.cli_models import add_commands as add_model_commands
 
     add_model_commands(sub, command)
+    from hub.cli_brain import add_commands as add_brain_commands
+
+    add_brain_commands(sub, command)
     from hub.cli_voice import add_commands as add_voice_commands
 
     add_voice_commands(sub, command)

@@ -175,6 +175,9 @@ MESSAGES: dict[str, str] = {
     "wake.threshold": "wake-word threshold {value} is not between {low} and 1",
     "wake.config": "wake-word settings {path} are unusable: {reason}",
     "wake.no_audio": "give WAV files of the wake word or --mic (one of them)",
+    # brain CLI
+    "brain.confirm_device": "{name} cannot confirm a model change: {reason}",
+    "brain.config_file": "model configuration {path} is not valid YAML: {reason}",
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
