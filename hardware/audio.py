@@ -444,10 +444,8 @@ def _query_device(sd: ModuleType, device: int | str | None, kind: str) -> dict[s
 # ------------------------------------------------------------------ sources
 
 
-class Source:
-    """An async context manager yielding :class:`Frame` s from ``frames()``."""
-
-    what = "audio source"
+class _Opened:
+    """An async context manager around ``open()`` / ``close()`` (no-ops by default)."""
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -466,6 +464,12 @@ class Source:
 
     async def close(self) -> None:
         return None
+
+
+class Source(_Opened):
+    """An async context manager yielding :class:`Frame` s from ``frames()``."""
+
+    what = "audio source"
 
     def frames(self) -> AsyncIterator[Frame]:
         raise NotImplementedError
@@ -739,7 +743,7 @@ class MicSource(Source):
 # ------------------------------------------------------------------ sinks
 
 
-class Sink:
+class Sink(_Opened):
     """Where replies are spoken. ``await play(samples)`` returns when they were played;
     ``playing`` is true meanwhile. One play at a time, in call order."""
 
@@ -752,24 +756,6 @@ class Sink:
     @property
     def playing(self) -> bool:
         return self._playing > 0
-
-    async def __aenter__(self) -> Self:
-        await self.open()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.close()
-
-    async def open(self) -> None:
-        return None
-
-    async def close(self) -> None:
-        return None
 
     async def play(self, samples: Samples) -> None:
         """Play 16 kHz mono int16 ``samples``; returns when they were played."""
