@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from hub.broker import mosquitto_pids
+from hub.cli import loopback_hub_args
 
 REPO = Path(__file__).resolve().parent.parent
 HUB_START_TIMEOUT_S = 120.0
@@ -101,16 +102,7 @@ class HubProcess:
                     sys.executable,
                     "-m",
                     "hub.cli",
-                    "hub",
-                    "run",
-                    "--home",
-                    str(self.home),
-                    "--bind",
-                    "127.0.0.1",
-                    "--mqtt-port",
-                    str(self.mqtt_port),
-                    "--grpc-port",
-                    str(self.grpc_port),
+                    *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port),
                     "--no-advertise",
                 ],
                 stdin=subprocess.DEVNULL,

@@ -149,6 +149,23 @@ def cmd_device_pair(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- hub
+def loopback_hub_args(home: Path, mqtt_port: int, grpc_port: int) -> list[str]:
+    """``yimi`` arguments that run the hub of ``home`` on 127.0.0.1 with these ports (the
+    demo, the test harness and the benches start hub processes with them)."""
+    return [
+        "hub",
+        "run",
+        "--home",
+        str(home),
+        "--bind",
+        "127.0.0.1",
+        "--mqtt-port",
+        str(mqtt_port),
+        "--grpc-port",
+        str(grpc_port),
+    ]
+
+
 def cmd_hub_run(args: argparse.Namespace) -> int:
     from hub.daemon import HubDaemon, HubOptions
     from provisioning.home import Home

@@ -772,18 +772,11 @@ class Demo:
     def start_hub(self) -> None:
         with self.step("The hub (a real process: broker, gRPC, gateway, brain)"):
             t0 = time.monotonic()
+            from hub.cli import loopback_hub_args
+
             hub = self.spawn(
                 "hub",
-                "hub",
-                "run",
-                "--home",
-                str(self.home),
-                "--bind",
-                "127.0.0.1",
-                "--mqtt-port",
-                str(self.mqtt_port),
-                "--grpc-port",
-                str(self.grpc_port),
+                *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port),
                 "--no-advertise",
             )
             self.watch.until(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hub.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
+from hub.cli import loopback_hub_args
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -156,18 +157,7 @@ class Mesh:
 
     def start_hub(self, *extra: str, timeout: float = 30) -> Proc:
         hub = self.spawn(
-            "hub",
-            "hub",
-            "run",
-            "--home",
-            str(self.home),
-            "--bind",
-            "127.0.0.1",
-            "--mqtt-port",
-            str(self.mqtt_port),
-            "--grpc-port",
-            str(self.grpc_port),
-            *extra,
+            "hub", *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port), *extra
         )
         start = len(hub.text())
         wait_for(
