@@ -24,6 +24,19 @@ from tests.pay_kit import now_ms, wait_until
 
 pytestmark = pytest.mark.slow
 
+
+def hub_using(mesh: Mesh, shop: SandboxShop) -> HubDaemon:
+    """The mesh's hub, in this process on loopback, with the errands package pointed at
+    ``shop``."""
+    (mesh.home / "packages.yaml").write_text(
+        yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+    )
+    options = HubOptions(
+        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+    )
+    return HubDaemon(Home.load(mesh.home), options)
+
+
 CTX = CallContext(owner="owner", scope="owner", trace_id="trace-lunch")
 
 
@@ -32,13 +45,7 @@ async def test_pay_card_to_phone_approve_list_show_and_audit(mesh: Mesh) -> None
     glasses = mesh.add_device("specs", "glasses")
     specs_id = Bundle.load(glasses).device_id
     async with SandboxShop(pay_timeout=2.0) as shop:
-        (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
-        )
-        options = HubOptions(
-            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-        )
-        async with HubDaemon(Home.load(mesh.home), options) as hub:
+        async with hub_using(mesh, shop) as hub:
             gw, pay = hub.consent.gateway, hub.consent.payments
             assert gw is not None and pay is not None and gw.payments is pay
 
@@ -143,13 +150,7 @@ async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> 
     glasses = mesh.add_device("specs", "glasses")
     specs_id = Bundle.load(glasses).device_id
     async with SandboxShop(pay_timeout=2.0) as shop:
-        (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
-        )
-        options = HubOptions(
-            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-        )
-        async with HubDaemon(Home.load(mesh.home), options) as hub:
+        async with hub_using(mesh, shop) as hub:
             gw, pay = hub.consent.gateway, hub.consent.payments
             assert gw is not None and pay is not None
 
@@ -226,13 +227,7 @@ async def test_an_order_said_to_the_hub_goes_through_the_brain_to_the_phone(mesh
     phone = mesh.add_device("phone1", "phone")
     glasses = mesh.add_device("specs", "glasses")
     async with SandboxShop(pay_timeout=2.0) as shop:
-        (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
-        )
-        options = HubOptions(
-            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-        )
-        async with HubDaemon(Home.load(mesh.home), options) as hub:
+        async with hub_using(mesh, shop) as hub:
             pay = hub.consent.payments
             assert pay is not None
             said = await asyncio.to_thread(
