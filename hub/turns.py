@@ -499,6 +499,9 @@ class Turns:
         text = f"{event.title or 'task'} — {label}"
         if status:
             text += ": " + ", ".join(status[-4:])
+        refused = [r.error for r in event.receipts if r.status == "not_executed" and r.error]
+        if event.state == "failed" and refused:  # why the platform refused (the run's budget)
+            text += f" ({refused[-1]})"
         entry_id = f"act-{_short(event.task_id)}-{event.state}"
         now = int(time.time() * 1000)
         seq, fresh = self.store.append_entry(
