@@ -74,6 +74,7 @@ import hashlib
 import json
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -727,7 +728,7 @@ def rig() -> Rig:
     for text, voice in zip(OWNER_ENROL, speech.OWNER_TAKES, strict=True):
         e = ears.speaker.embed(synthesize(text, voice))
         segs.append(vp.Segment(e.vector, e.voiced_ms, e.quality, voice.label))
-    loo = vp.check_enrolment([], segs)
+    loo = vp.check_enrolment([], segs, vp.floor_for(ears.speaker.model))
     centroid = vp.centroid(segs)
     message = voice_pb2.Voiceprint(
         channel=channel,
@@ -1069,9 +1070,10 @@ def section_pipeline(cache: Path, quick: bool) -> None:
     ]
     frames = len(speech_t.ms)
     v = np.ones(256, np.float32) / 16.0
+    held = LocalVoiceprint(r.centroid, vp.VERIFIED_MIN, r.ears.speaker.model)
     t0 = time.perf_counter()
     for _ in range(1000):
-        verdict_for(float(np.dot(v.astype(np.float64), r.centroid.astype(np.float64))), 0.65)
+        verdict_for(v, held, r.ears.speaker.model)
     cosine_us = (time.perf_counter() - t0) * 1e6 / 1000
     print(
         f"per stage                  {'calls':>7}  {'per':<10}{'median':>8}{'p90':>8}"
@@ -1156,8 +1158,12 @@ def voiceprint_corpus(cache: Path, quick: bool) -> Corpus:
         pos = 0
         for side in ("owner", "other"):
             for i in range(n):
+                fest = ""
                 if side == "owner":
                     v, group = speech.OWNER_TAKES[i % len(speech.OWNER_TAKES)], "takes"
+                elif i % 4 == 3 and festival:
+                    fest = speech.FESTIVAL_OTHERS[(i // 4) % len(speech.FESTIVAL_OTHERS)]
+                    v, group = Voice(fest), "festival"
                 elif i % 2 == 0:
                     v, group = speech.OTHERS[(i // 2) % len(speech.OTHERS)], "others"
                 else:
@@ -1167,7 +1173,7 @@ def voiceprint_corpus(cache: Path, quick: bool) -> Corpus:
                     text = f"{wake.WAKE_WORD}, {REQUESTS[rng.integers(len(REQUESTS))]}"
                 else:
                     text = SENTENCES[rng.integers(len(SENTENCES))]
-                x = synthesize(text, v)
+                x = speech.say_festival(text, fest) if fest else synthesize(text, v)
                 condition = "clean" if i % 3 == 0 else "noisy"
                 if condition == "noisy":
                     x = noisy(x, rng)
@@ -1177,7 +1183,11 @@ def voiceprint_corpus(cache: Path, quick: bool) -> Corpus:
                 pos += len(x)
         return Corpus(np.concatenate(parts), spans, len(voices), labels)
 
-    return cached(cache, "voiceprint", {"n": n, "v": 1, "exclude": sorted(exclude)}, make)
+    festival = shutil.which("text2wave") is not None
+    if not festival:
+        print("voiceprint corpus          festival is not installed: no festival voices")
+    key = {"n": n, "v": 2, "exclude": sorted(exclude), "festival": festival}
+    return cached(cache, "voiceprint", key, make)
 
 
 def eer(targets: Sequence[float], impostors: Sequence[float]) -> tuple[float, float]:
@@ -1212,6 +1222,11 @@ def section_speaker(cache: Path, quick: bool) -> None:
     per_s: list[float] = []
     secs: list[float] = []
     score: dict[str, list[float]] = {}
+    floor = vp.floor_for(r.ears.speaker.model)
+    print(
+        f"scores                     calibrated: (cosine - {floor}) / (1 - {floor}), the score "
+        f"floor of {r.ears.speaker.model} (models.voiceprint.SCORE_FLOORS)"
+    )
     failed = 0
     for (a, b), label in zip(corpus.spans, corpus.kinds, strict=True):
         x = corpus.samples[a:b]
@@ -1225,7 +1240,7 @@ def section_speaker(cache: Path, quick: bool) -> None:
         ms.append(dt)
         secs.append(len(x) / SAMPLE_RATE)
         per_s.append(dt / secs[-1])
-        score.setdefault(label, []).append(vp.cosine(e.vector, r.centroid))
+        score.setdefault(label, []).append(vp.similarity(e.vector, r.centroid, floor))
     print(
         f"ms per utterance           median {median(ms):.1f}  p90 {pct(ms, 90):.1f}  over "
         f"{len(ms)} utterances of median {median(secs):.1f} s (p90 {pct(secs, 90):.1f} s); "
@@ -1246,11 +1261,12 @@ def section_speaker(cache: Path, quick: bool) -> None:
     print(
         f"trials                     {len(owner)} owner (5 takes, {len(pick('owner', '', 'noisy'))}"
         f" with noise at 10-30 dB) / {len(other)} other ({len(pick('other', 'others'))} by "
-        f"tests/speech.py OTHERS, {len(pick('other', 'random'))} by random espeak-ng voices; "
+        f"tests/speech.py OTHERS, {len(pick('other', 'random'))} by random espeak-ng voices, "
+        f"{len(pick('other', 'festival'))} by festival voices of real recordings; "
         f"{len(pick('other', '', 'noisy'))} with noise)"
     )
     print(
-        f"cosine to the centroid     owner median {median(owner):.3f} p10 {pct(owner, 10):.3f}"
+        f"score to the centroid      owner median {median(owner):.3f} p10 {pct(owner, 10):.3f}"
         f" min {min(owner):.3f}; others median {median(other):.3f} p90 {pct(other, 90):.3f} "
         f"max {max(other):.3f}"
     )
@@ -1261,6 +1277,7 @@ def section_speaker(cache: Path, quick: bool) -> None:
         ("noisy only", pick("owner", "", "noisy"), pick("other", "", "noisy")),
         ("OTHERS list only", owner, pick("other", "others")),
         ("random voices only", owner, pick("other", "random")),
+        ("festival voices only", owner, pick("other", "festival")),
     ):
         rate, th = eer(t, i)
         print(f"  {name:<25}{rate:>7.1%}{th:>8.3f}")
@@ -1275,6 +1292,14 @@ def section_speaker(cache: Path, quick: bool) -> None:
         f"at the 0.45 line (uncertain) owner unmatched {np.mean(o < vp.UNCERTAIN_MIN):.1%}; "
         f"others at or above 0.45 (uncertain or verified) {np.mean(x >= vp.UNCERTAIN_MIN):.1%}"
     )
+    for group in ("others", "random", "festival"):
+        g = np.asarray(pick("other", group))
+        if len(g):
+            print(
+                f"  {group + ' voices':<25}verified {np.mean(g >= vp.VERIFIED_MIN):.1%}, "
+                f"uncertain {np.mean((g >= vp.UNCERTAIN_MIN) & (g < vp.VERIFIED_MIN)):.1%}, "
+                f"unmatched (guest) {np.mean(g < vp.UNCERTAIN_MIN):.1%}"
+            )
     print("anchor                     none published for this setup (synthetic voices)")
 
 

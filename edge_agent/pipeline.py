@@ -232,11 +232,15 @@ def level_dbfs(samples: Samples) -> float:
     return max(-120.0, 20.0 * float(np.log10(max(rms, 1e-9) / 32768.0)))
 
 
-def verdict_for(score: float, line: float) -> int:
-    """The device-side verdict as a ``voice_pb2.Verdict`` (the hub decides the scope)."""
+def verdict_for(
+    embedding: npt.NDArray[np.float32], held: LocalVoiceprint, speaker_model: str
+) -> tuple[int, float]:
+    """The device-side verdict (a ``voice_pb2.Verdict``; the hub decides the scope) and the
+    calibrated score of ``embedding`` made by ``speaker_model`` against ``held``."""
     from models import voiceprint as vp
 
-    return vp.VERDICT_PROTO[vp.verdict(score, line)]
+    score = vp.similarity(embedding, held.centroid, vp.floor_for(speaker_model))
+    return vp.VERDICT_PROTO[vp.verdict(score, held.line)], score
 
 
 def split_chunks(data: bytes, size: int | None = None) -> list[bytes]:
@@ -619,8 +623,7 @@ class VoicePipeline:
             and vp.centroid.shape == emb.vector.shape
             and (not vp.speaker_model or vp.speaker_model == self.ears.speaker.model)
         ):
-            score = float(np.dot(emb.vector.astype(np.float64), vp.centroid.astype(np.float64)))
-            verdict = verdict_for(score, vp.line)
+            verdict, score = verdict_for(emb.vector, vp, self.ears.speaker.model)
         pieces = split_chunks(audio)
         info = voice_pb2.VoiceInfo(
             verdict=verdict,  # type: ignore[arg-type]

@@ -89,8 +89,9 @@ class DeviceVoiceprint:
     __hash__ = None  # type: ignore[assignment]
 
     def judge(self, embedding: np.ndarray) -> tuple[vp.Verdict, float]:
-        """The local verdict for a unit embedding: (verdict, cosine to the centroid)."""
-        s = vp.cosine(embedding, self.centroid)
+        """The local verdict for a unit embedding: (verdict, calibrated similarity to the
+        centroid, see :func:`models.voiceprint.similarity`)."""
+        s = vp.similarity(embedding, self.centroid, vp.floor_for(self.speaker_model))
         return vp.verdict(s, self.line), s
 
 

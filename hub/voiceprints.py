@@ -346,7 +346,7 @@ class VoiceprintAuthority:
                         got=speaker_model,
                     )
                 existing = current.segments
-            scores = vp.check_enrolment(existing, segments)
+            scores = vp.check_enrolment(existing, segments, vp.floor_for(speaker_model))
             combined = [*existing, *segments]
             cen = vp.centroid(combined)
             at = now_ms()
@@ -546,12 +546,13 @@ class VoiceprintAuthority:
             except ModelError as exc:
                 log.warning("voice from %s has an unusable embedding: %s", device, exc)
         with self._lock:
-            call = self._call(device, call_id, at)
+            floor = self._floor(speaker_model)
+            call = self._call(device, call_id, at, floor)
             lines = self.lines()
             if x is None:
                 m = vp.Match(math.nan, "", vp.Verdict.UNENROLLED)
             else:
-                m = vp.match(x, self.centroids(speaker_model), lines)
+                m = vp.match(x, self.centroids(speaker_model), lines, floor)
             trusted = not payment and self.trusted(device, call.started_ms)
             if trusted and x is not None:
                 self._maybe_learn(channel, x, voiced_ms, quality, speaker_model, device, call)
@@ -569,16 +570,23 @@ class VoiceprintAuthority:
             return ScopeDecision(OWNER_UNCERTAIN, m.score, "uncertain")
         return ScopeDecision(GUEST, m.score, m.verdict.value)
 
-    def _call(self, device: str, call_id: str, at: int) -> _Call:
+    def _floor(self, speaker_model: str) -> float:
+        """The score floor for embeddings of ``speaker_model`` (unnamed: the enrolled one's)."""
+        if not speaker_model:
+            models = sorted({ch.speaker_model for ch in self._channels.values()})
+            speaker_model = models[0] if len(models) == 1 else ""
+        return vp.floor_for(speaker_model)
+
+    def _call(self, device: str, call_id: str, at: int, floor: float) -> _Call:
         """The call ``call_id`` of ``device`` (created, starting at ``at``, if new)."""
         for key in [k for k, c in self._calls.items() if at - c.last_ms > CALL_IDLE_MS]:
             del self._calls[key]
         if not call_id:
-            return _Call(at, at, vp.CallAnchor(""))
+            return _Call(at, at, vp.CallAnchor("", floor=floor))
         key = (device, call_id[:128])
         call = self._calls.get(key)
         if call is None:
-            call = self._calls[key] = _Call(at, at, vp.CallAnchor(call_id))
+            call = self._calls[key] = _Call(at, at, vp.CallAnchor(call_id, floor=floor))
             while len(self._calls) > MAX_CALLS:
                 self._calls.popitem(last=False)
         else:
@@ -607,7 +615,7 @@ class VoiceprintAuthority:
             return False
         seg = vp.Segment(x, int(voiced_ms), float(quality), f"learned {call.anchor.call_id}")
         combined = [*ch.segments, seg]
-        scores = vp.leave_one_out(combined)
+        scores = vp.leave_one_out(combined, vp.floor_for(ch.speaker_model))
         if not all(s >= vp.LOO_MIN for s in scores):
             log.info(
                 "trust-window sample on %s not learned: leave-one-out %.2f", channel, scores[-1]

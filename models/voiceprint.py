@@ -17,6 +17,13 @@ The rules are ``ARCHITECTURE.md § Voiceprint``:
   that call with ≥ 200 ms voiced speech at cosine ≥ 0.65 to it count as the owner — for
   that call only.
 
+Every "cosine" above is a *calibrated* similarity (:func:`similarity`): the raw cosine of
+two embeddings rescaled by the speaker model's score floor, ``(cos - floor) / (1 - floor)``.
+The lines were set for a model whose different speakers score near 0; GE2E's embeddings are
+non-negative (ReLU before the norm), so any two voices score at least ~0.45 raw and the
+0.45 "unmatched" line would never be reached. Each model's floor lives in
+:data:`SCORE_FLOORS` (and "switching the speaker model means re-enrolling and calibrating").
+
 Nothing here does I/O: embeddings are numpy float32 vectors of :data:`EMBED_DIM`.
 """
 
@@ -26,6 +33,7 @@ import enum
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
 import numpy as np
 
@@ -62,6 +70,17 @@ DUPLICATE_COS = 0.9999
 UNIT_TOLERANCE = 1e-3
 """how far from unit length a received embedding may be before it is refused"""
 
+SCORE_FLOORS: Mapping[str, float] = MappingProxyType({"ge2e-resemblyzer": 0.45})
+"""raw cosine that maps to a calibrated similarity of 0, by speaker model name (the part of
+``name@version`` before ``@``); models not listed are used as they are (floor 0).
+
+GE2E (Resemblyzer): distinct speakers measured 0.45–0.72 raw (festival's slt, kal and ked
+voices and espeak-ng against each other, median ≈ 0.55), the same speaker's clean sentences
+0.85–0.96 and with noise at 20 dB SNR 0.80–0.90. The floor is the lowest distinct-speaker
+cosine, 0.45: the 0.65 line sits at raw 0.8075, "unmatched" below raw 0.6975
+(``bench/edge_pipeline.py`` prints the effect on its corpus).
+"""
+
 
 class Verdict(enum.StrEnum):
     """How a segment's voice compares with the enrolled centroids (``voice.proto Verdict``)."""
@@ -96,7 +115,7 @@ class Match:
     """The best channel for an embedding and what it means."""
 
     score: float
-    """max over channels of the cosine to the channel's centroid"""
+    """max over channels of the (calibrated) similarity to the channel's centroid"""
     channel: str
     """the channel with the highest cosine ("" when nothing is enrolled)"""
     verdict: Verdict
@@ -135,12 +154,29 @@ def to_bytes(vec: np.ndarray) -> bytes:
 
 
 def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine of two vectors (0.0 if either is zero)."""
+    """Raw cosine of two vectors (0.0 if either is zero)."""
     a64, b64 = np.asarray(a, np.float64), np.asarray(b, np.float64)
     na, nb = float(np.linalg.norm(a64)), float(np.linalg.norm(b64))
     if na == 0.0 or nb == 0.0:
         return 0.0
     return float(np.dot(a64, b64) / (na * nb))
+
+
+def floor_for(speaker_model: str) -> float:
+    """The score floor of ``speaker_model`` (``name`` or ``name@version``; 0.0 if unknown)."""
+    return SCORE_FLOORS.get(speaker_model.split("@", 1)[0], 0.0)
+
+
+def calibrate(raw: float, floor: float = 0.0) -> float:
+    """A raw cosine on the scale of the lines: ``(raw - floor) / (1 - floor)``."""
+    if not 0.0 <= floor < 1.0:
+        raise ValueError(f"score floor {floor} is outside [0, 1)")
+    return raw if floor == 0.0 else (raw - floor) / (1.0 - floor)
+
+
+def similarity(a: np.ndarray, b: np.ndarray, floor: float = 0.0) -> float:
+    """The calibrated similarity of two embeddings: what every rule compares with a line."""
+    return calibrate(cosine(a, b), floor)
 
 
 # --------------------------------------------------------------------------- enrolment
@@ -160,16 +196,16 @@ def centroid(segments: Sequence[Segment]) -> np.ndarray:
     return (total / norm).astype(np.float32)
 
 
-def leave_one_out(segments: Sequence[Segment]) -> list[float]:
-    """Each segment's cosine to the centroid of all the others (``nan`` if the others have
-    no weight; fewer than two segments: ``[]``)."""
+def leave_one_out(segments: Sequence[Segment], floor: float = 0.0) -> list[float]:
+    """Each segment's similarity to the centroid of all the others (``nan`` if the others
+    have no weight; fewer than two segments: ``[]``)."""
     if len(segments) < 2:
         return []
     scores: list[float] = []
     for i, seg in enumerate(segments):
         rest = [s for j, s in enumerate(segments) if j != i]
         try:
-            scores.append(cosine(seg.vector, centroid(rest)))
+            scores.append(similarity(seg.vector, centroid(rest), floor))
         except ModelError:
             scores.append(float("nan"))
     return scores
@@ -186,7 +222,9 @@ def check_segments(segments: Iterable[Segment]) -> None:
             raise ModelError("voice.quality", label=seg.label or "?", quality=seg.quality)
 
 
-def check_enrolment(existing: Sequence[Segment], submitted: Sequence[Segment]) -> list[float]:
+def check_enrolment(
+    existing: Sequence[Segment], submitted: Sequence[Segment], floor: float = 0.0
+) -> list[float]:
     """Validate an enrolment of ``submitted`` on a channel already holding ``existing``.
 
     Returns the leave-one-out score of each submitted segment (computed over the whole
@@ -210,7 +248,7 @@ def check_enrolment(existing: Sequence[Segment], submitted: Sequence[Segment]) -
             if cosine(seg.vector, prev.vector) >= DUPLICATE_COS:
                 other = prev.label or f"#{j + 1}"
                 raise ModelError("voice.duplicate", label=seg.label or "?", other=other)
-    scores = leave_one_out(combined)
+    scores = leave_one_out(combined, floor)
     bad = [
         (seg.label or f"#{i + 1}", s)
         for i, (seg, s) in enumerate(zip(combined, scores, strict=True))
@@ -254,11 +292,14 @@ def verdict(score: float, line: float | None = VERIFIED_MIN) -> Verdict:
     return Verdict.UNMATCHED
 
 
-def score(x: np.ndarray, centroids_by_channel: Mapping[str, np.ndarray]) -> tuple[float, str]:
-    """``(max over channels of cos(x, c_k), that channel)``; ``(nan, "")`` with no centroids."""
+def score(
+    x: np.ndarray, centroids_by_channel: Mapping[str, np.ndarray], floor: float = 0.0
+) -> tuple[float, str]:
+    """``(max over channels of similarity(x, c_k), that channel)``; ``(nan, "")`` with no
+    centroids."""
     best, best_channel = float("nan"), ""
     for channel, c in sorted(centroids_by_channel.items()):
-        s = cosine(x, c)
+        s = similarity(x, c, floor)
         if not best >= s:  # first one, or higher
             best, best_channel = s, channel
     return best, best_channel
@@ -268,16 +309,17 @@ def match(
     x: np.ndarray,
     centroids_by_channel: Mapping[str, np.ndarray],
     lines: Mapping[str, float] | None = None,
+    floor: float = 0.0,
 ) -> Match:
-    """Score ``x`` against every channel. ``verified`` when some channel's cosine reaches
+    """Score ``x`` against every channel. ``verified`` when some channel's score reaches
     that channel's line (so a high line on one channel never hides a match on another);
     otherwise the verdict of the best score. No centroids: ``unenrolled``."""
     if not centroids_by_channel:
         return Match(float("nan"), "", Verdict.UNENROLLED)
     lines = lines or {}
-    best, channel = score(x, centroids_by_channel)
+    best, channel = score(x, centroids_by_channel, floor)
     for ch, c in sorted(centroids_by_channel.items()):
-        s = cosine(x, c)
+        s = similarity(x, c, floor)
         if verdict(s, lines.get(ch)) is Verdict.VERIFIED:
             return Match(best, channel, Verdict.VERIFIED)
     return Match(best, channel, verdict(best, lines.get(channel)))
@@ -321,6 +363,8 @@ class CallAnchor:
 
     call_id: str
     anchors: list[np.ndarray] = field(default_factory=list)
+    floor: float = 0.0
+    """the speaker model's score floor (:func:`floor_for`)"""
 
     def add(self, verified: np.ndarray) -> None:
         """Keep an utterance verified by voiceprint (the first :data:`MAX_ANCHORS`)."""
@@ -332,8 +376,8 @@ class CallAnchor:
         return bool(self.anchors)
 
     def similarity(self, x: np.ndarray) -> float:
-        """Highest cosine of ``x`` to an anchor (``nan`` without anchors)."""
-        return max((cosine(x, a) for a in self.anchors), default=float("nan"))
+        """Highest similarity of ``x`` to an anchor (``nan`` without anchors)."""
+        return max((similarity(x, a, self.floor) for a in self.anchors), default=float("nan"))
 
     def matches(self, x: np.ndarray, voiced_ms: int) -> bool:
         """``x`` counts as the owner for this call: ≥ 200 ms voiced at cosine ≥ 0.65."""

@@ -8,10 +8,13 @@ the same phrases cheaply. Everything is 16 kHz mono int16 (``hardware.espeak``).
 from __future__ import annotations
 
 import functools
+import subprocess
+import tempfile
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import soxr
 
 from hardware.espeak import SAMPLE_RATE, Samples, Voice, synthesize
 
@@ -41,6 +44,33 @@ one formant synthesiser, and GE2E rates most of them 0.66-0.93 similar to the ow
 earlier en+f3, en-gb-scotland+m3, en-us+Andy, en+f2, en-gb+Alex and en-029+m7 all scored
 above 0.65); these scored 0.47-0.62 on the test phrases.
 """
+
+
+FESTIVAL_OTHERS = ("voice_cmu_us_slt_arctic_hts", "voice_kal_diphone")
+"""other people whose voices come from real recordings (festival: SLT, a US woman, HTS
+trained on CMU ARCTIC; KAL, a US man, diphones): GE2E rates espeak-ng voices alike, these
+are distinct speakers to it (raw cosine 0.5-0.7 to the owner)"""
+
+
+@functools.lru_cache(maxsize=128)
+def _festival(text: str, voice: str) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.wav"
+        subprocess.run(
+            ["text2wave", "-eval", f"({voice})", "-o", str(out)],
+            input=text.encode(),
+            check=True,
+            capture_output=True,
+            timeout=60,
+        )
+        data, rate = sf.read(str(out), dtype="float32", always_2d=True)
+    mono = soxr.resample(data.mean(axis=1), rate, SAMPLE_RATE)
+    return np.clip(np.round(mono * 32767), -32768, 32767).astype(np.int16).tobytes()
+
+
+def say_festival(text: str, voice: str = FESTIVAL_OTHERS[0]) -> Samples:
+    """``text`` spoken by festival's ``voice`` (a ``voice_…`` function name), 16 kHz mono."""
+    return np.frombuffer(_festival(text, voice), dtype=np.int16).copy()
 
 
 @functools.lru_cache(maxsize=512)

@@ -213,3 +213,40 @@ def test_the_same_recording_twice_is_refused() -> None:
     assert err.value.key == "voice.duplicate" and "take-3" in str(err.value)
     with pytest.raises(ModelError):
         vp.check_enrolment([], [*s, vp.Segment(s[0].vector.copy(), 1800, 0.8, "copy")])
+
+
+# ---------------------------------------------------------------- score calibration
+def test_scores_are_calibrated_by_the_speaker_models_floor() -> None:
+    assert vp.floor_for("ge2e-resemblyzer@0.1.4") == vp.floor_for("ge2e-resemblyzer") == 0.45
+    assert vp.floor_for("sherpa-campplus@1") == 0.0  # unknown models are used as they are
+    assert vp.calibrate(0.7, 0.0) == 0.7
+    assert vp.calibrate(1.0, 0.45) == pytest.approx(1.0)
+    assert vp.calibrate(0.45, 0.45) == pytest.approx(0.0)
+    assert vp.calibrate(0.8075, 0.45) == pytest.approx(vp.VERIFIED_MIN)
+    assert vp.calibrate(0.6975, 0.45) == pytest.approx(vp.UNCERTAIN_MIN)
+    for bad in (-0.1, 1.0, float("nan")):
+        with pytest.raises(ValueError):
+            vp.calibrate(0.5, bad)
+    owner = voice(1)
+    heard = take(owner, 0.75, 7)  # raw: verified; calibrated (floor 0.45): uncertain
+    assert vp.match(heard, {"glasses": owner}).verdict is vp.Verdict.VERIFIED
+    m = vp.match(heard, {"glasses": owner}, floor=0.45)
+    assert m.verdict is vp.Verdict.UNCERTAIN
+    assert m.score == pytest.approx(vp.similarity(heard, owner, 0.45))
+    other = take(owner, 0.6, 8)  # raw: uncertain; calibrated: unmatched
+    assert vp.match(other, {"glasses": owner}, floor=0.45).verdict is vp.Verdict.UNMATCHED
+
+
+def test_leave_one_out_and_anchors_use_the_calibrated_scale() -> None:
+    owner = voice(2)
+    loose = segs(owner, 5, cos=0.8)  # each take to the rest: 0.72-0.76 raw, 0.49-0.58 calibrated
+    assert len(vp.check_enrolment([], loose)) == 5
+    with pytest.raises(ModelError) as caught:
+        vp.check_enrolment([], loose, 0.45)
+    assert caught.value.key == "voice.outlier"
+    raw = vp.CallAnchor("c1")
+    calibrated = vp.CallAnchor("c2", floor=0.45)
+    for anchor in (raw, calibrated):
+        anchor.add(owner)
+    short = take(owner, 0.7, 9)
+    assert raw.matches(short, 300) and not calibrated.matches(short, 300)
