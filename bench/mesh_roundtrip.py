@@ -180,7 +180,8 @@ class TripDriver:
 
     ``queue_utterance`` commits the utterance to the outbox; ``flush`` seals, signs and
     publishes it and returns when the reply arrived; the reply handler (as in ``yimi say``)
-    publishes the sealed ACK, and the trip ends when that publish is acknowledged.
+    publishes a sealed ACK per chunk, and the trip ends when the final chunk's ACK publish is
+    acknowledged.
     """
 
     def __init__(self, bundle: Bundle, hub: str) -> None:
@@ -188,6 +189,8 @@ class TripDriver:
         self.hub = hub
         self.node: DeviceNode | None = None
         self._acked: dict[str, asyncio.Future[tuple[float, float]]] = {}
+        self._first: dict[str, float] = {}
+        """perf_counter when a reply's first chunk arrived, by utterance id"""
         self._stack = contextlib.AsyncExitStack()
 
     async def __aenter__(self) -> TripDriver:
@@ -217,10 +220,15 @@ class TripDriver:
         await self._stack.aclose()
 
     async def _on_reply(self, reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
-        replied = time.perf_counter()
+        """ACK every chunk; the trip ends with the ACK of the reply's final chunk (a reply
+        is delivered only when all its chunks are ACKed), timed from its first chunk."""
+        replied = self._first.setdefault(reply.utterance_id, time.perf_counter())
         assert self.node is not None
         await self.node.ack(reply, mesh_pb2.RENDERED)
+        if not reply.final:
+            return
         acked = time.perf_counter()
+        self._first.pop(reply.utterance_id, None)
         fut = self._acked.pop(reply.utterance_id, None)
         if fut is not None and not fut.done():
             fut.set_result((replied, acked))
