@@ -588,13 +588,9 @@ class Turns:
         self.resumed = await brain.resume()
         if self.resumed:
             log.info("resumed %d task(s): %s", len(self.resumed), ", ".join(self.resumed))
-        for adm in later:
+        for adm in later:  # LLM turns: finished meanwhile, or cut off and continued now
             task = brain.store.get(adm.utterance_id)
-            if (
-                task is not None
-                and task.finished
-                and self.store.reply_for(adm.utterance_id) is None
-            ):
+            if task is not None and self.store.reply_for(adm.utterance_id) is None:
                 self.enqueue(adm, None)
         self.started.set()
 

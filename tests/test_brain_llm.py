@@ -333,6 +333,54 @@ async def test_restart_resumes_without_redoing_a_completed_send(tmp_path: Path) 
         assert w2.store.require("turn-r").state == "done"
 
 
+async def test_a_main_turn_cut_off_after_delegating_goes_on_without_delegating_again(
+    tmp_path: Path,
+) -> None:
+    """The hub stops while the main agent writes its reply after delegating: run again, the
+    turn continues from its saved history — its delegation is answered by the ledger (one
+    job, not two) and the model is asked only for the reply it was writing."""
+    hold, stuck = asyncio.Event(), asyncio.Event()
+
+    async def before(req: Request) -> Reply:
+        if req.model == "brain-model":
+            if first_request(req):
+                return delegate("water the plants")
+            stuck.set()
+            await hold.wait()  # the hub "dies" here
+            return text("never")
+        await hold.wait()
+        return text("never")
+
+    turn = Turn("water the plants at six", turn_id="turn-cut")
+    async with world(tmp_path, before) as w:
+        run = asyncio.create_task(collect(w.brain.turn(turn)), name="turn-cut")
+        await asyncio.wait_for(stuck.wait(), 20)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        assert w.store.require("turn-cut").state == "thinking"
+    hold.set()
+
+    def after(req: Request) -> Reply:
+        if req.model == "brain-model":
+            assert not first_request(req), "the turn continued from its history"
+            return text("I'll water the plants at six.")
+        return text("Watering is scheduled.")
+
+    async with world(tmp_path, after) as w2:
+        resumed = await w2.brain.resume()
+        assert "turn-cut" not in resumed  # the turn's owner runs it again
+        assert w2.store.require("turn-cut").state == "thinking"
+        reply = await collect(w2.brain.turn(turn))
+        assert reply.startswith("I'll water the plants at six."), reply
+        assert w2.store.require("turn-cut").state == "done"
+        await w2.brain.idle()
+        subs = [t for t in _all(w2.store) if t.kind == "subagent"]
+        assert len(subs) == 1 and subs[0].state == "done", subs
+        main = w2.fake.chat_requests("brain-model")
+        assert len(main) == 1 and "brain__delegate" in main[0].message_text()
+
+
 def _sent(path: Path) -> int:
     import sqlite3
 

@@ -671,8 +671,18 @@ class PydanticBrain(Brain):
             utterance=turn.text,
             provenance=tuple(items),
         )
+        saved = self.store.history(task.task_id)  # a turn cut off by a restart goes on
+        history = ModelMessagesTypeAdapter.validate_json(saved) if saved else None
+        if history and not any(isinstance(m, ModelResponse) for m in history):
+            history = None  # cut off before the model answered at all: ask again
         try:
-            output = await self._drive(deps, toolset, self._main_prompt(task, ctx_block), turn.text)
+            output = await self._drive(
+                deps,
+                toolset,
+                self._main_prompt(task, ctx_block),
+                None if history else turn.text,
+                history,
+            )
         except Exception as exc:  # the model endpoint failed: say so, never guess
             log.warning("turn %s: the model failed: %s: %s", task.task_id, type(exc).__name__, exc)
             text = "I could not reach my language model, so I could not answer that."
@@ -803,8 +813,10 @@ class PydanticBrain(Brain):
     async def resume(self) -> list[str]:
         """Continue unfinished sub-agents (from their saved history; calls that completed
         are answered by the ledger, not run again) and recheck tasks waiting for a card.
-        Main-agent turns cut off mid-thought are closed as failed: their reply stream is
-        gone and their jobs, if delegated, resume on their own."""
+        Main-agent turns cut off mid-thought are left for their owner to run again through
+        :meth:`turn` (the hub's ``Turns`` does, for turns it has not answered): they
+        continue from their saved history, so a delegation the main agent already made is
+        answered by the ledger and never made twice."""
         config = self.between_turns()
         resumed = []
         self._owner.spawn(self.retry_waiting(), "retry-waiting")
@@ -822,8 +834,6 @@ class PydanticBrain(Brain):
             if task.waiting_for == WAIT_MODEL:
                 continue  # waits for an eligible model (retry_waiting)
             if task.kind == "turn":
-                cur = self.store.move(task.task_id, "failed", "interrupted by a restart")
-                await self.core.emit(cur, "")
                 continue
             self._start(task, config, self.store.history(task.task_id))
             resumed.append(task.task_id)
