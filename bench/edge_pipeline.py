@@ -20,7 +20,9 @@ also measures 2 threads). The audio is synthesized at run time with espeak-ng an
   (``tests/speech.py`` OWNER_TAKES), the same by other people (``tests/speech.py`` OTHERS),
   everyday sentences by random voices and by the owner, silence and plain noise (see MIX);
 * **voiceprint trials**: 120 (``--quick``: 24) utterances by the owner's five takes and 120
-  by other voices (half ``tests/speech.py`` OTHERS, half random), two thirds with noise.
+  by other voices (half ``tests/speech.py`` OTHERS, a quarter random espeak-ng voices, a
+  quarter festival voices made from real recordings when festival is installed), two thirds
+  with noise.
 
 The vad and wake sections stream the corpora in 32 ms frames through what the device runs:
 Silero VAD + the segmenter, and the wake detector only while the segmenter is in speech
@@ -48,8 +50,9 @@ Sections:
     through the bench's bare VAD and VAD + wake loops as same-run baselines.
 ``speaker``
     GE2E embedding ms per utterance (median, p90); voiceprint EER (centroid of five clean
-    owner takes, as enrolment computes it; cosine of each trial to it), the threshold at the
-    EER, and the verified / unmatched rates at the 0.65 and 0.45 lines.
+    owner takes, as enrolment computes it; the calibrated score of each trial to it, as the
+    verdicts use it), the threshold at the EER, and the verified / uncertain / unmatched
+    rates at the 0.65 and 0.45 lines, per group of other voices.
 ``asr``
     faster-whisper tiny.en int8 (``models.asr.WhisperTranscriber``) RTF per utterance
     (median, p90) with 1 and 2 threads on ≥ 10 noisy owner utterances (``--quick``: 3), and
