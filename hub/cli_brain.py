@@ -1,8 +1,10 @@
 """``yimi brain …``: the hub operator's view of the model providers, and model switches.
 
 - ``yimi brain status --home DIR``: the applied configuration (endpoints per role, local or
-  remote, cloud-eligible sources), stored API keys by id and fingerprint (never the key),
-  and recent changes with their state.
+  remote, cloud-eligible sources), the recogniser hub speech recognition uses (an ``asr``
+  endpoint, or local faster-whisper and why a remote endpoint is skipped), stored API keys
+  by id and fingerprint (never the key), and recent changes with their state. ``vision``
+  endpoints are accepted but marked "not used yet": nothing looks at images yet.
 - ``yimi brain key set --home DIR --id ID (--from-file F | --stdin)``: store an API key
   encrypted with the hub's key; prints its fingerprint. The key never reaches a model, a
   log or this command's output.
@@ -35,18 +37,21 @@ def _store(home_dir: Path) -> Any:
 
 
 def cmd_brain_status(args: argparse.Namespace) -> int:
+    from hub.brain.providers import asr_route
     from hub.memory.sensitivity import format_source
 
     store = _store(args.home)
     try:
         cfg = store.current()
         print(f"configuration version {cfg.version}")
-        if not cfg.roles:
+        if not cfg.endpoints("brain"):
             print("  brain: the built-in rule-based model (no endpoint configured)")
         for role, endpoints in sorted(cfg.roles.items()):
             for e in endpoints:
                 key = f", key {e.key_id}" if e.key_id else ""
-                print(f"  {role}: {e.label()}{key}")
+                unused = " — not used yet: nothing looks at images" if role == "vision" else ""
+                print(f"  {role}: {e.label()}{key}{unused}")
+        print(f"  speech recognition: {asr_route(cfg).describe()}")
         sources = ", ".join(sorted(format_source(s) for s in cfg.cloud_sources)) or "none"
         print(f"  cloud-eligible sources: {sources}")
         keys = list(store.db.execute("SELECT key_id, fingerprint FROM api_keys ORDER BY key_id"))

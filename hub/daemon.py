@@ -24,6 +24,7 @@ import grpc
 from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
+from hub.brain.providers import ProviderStore
 from hub.broker import Broker, BrokerAccount
 from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
@@ -144,6 +145,7 @@ class HubDaemon:
             count=self._count,
             arbiter=self.wake,
             scope=authority_scope(self.voice.authority, self.voice.channel_of),
+            providers=lambda: ProviderStore.for_home(home),
         )
         """voice utterances: audio pieces, transcription, scope, then the timeline path"""
         self.handlers: dict[int, Handler] = {

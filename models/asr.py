@@ -329,21 +329,8 @@ class WhisperTranscriber:
 
 # ------------------------------------------------------------------ OpenAI-compatible
 SecretHandle = Callable[[], str]
-"""Resolves a secret when it is needed (never stored in the transcriber or logged)."""
-
-
-def secret_file(path: Path) -> SecretHandle:
-    """A handle on a 0600 secret file (read at each use; blanks around the key dropped)."""
-
-    def read() -> str:
-        from provisioning.identity import read_secret
-
-        try:
-            return read_secret(path).decode().strip()
-        except Exception as exc:  # ProvisioningError, UnicodeDecodeError
-            raise ModelError("asr.config", reason=f"API key file: {exc}") from exc
-
-    return read
+"""Resolves a secret when it is needed (never stored in the transcriber or logged): the hub
+passes one that decrypts the ``asr`` endpoint's key from its provider store."""
 
 
 def wav_bytes(samples: Samples) -> bytes:

@@ -207,6 +207,12 @@ MESSAGES: dict[str, str] = {
     "asr.audio": "cannot transcribe this audio: {reason}",
     "asr.remote": "the transcription service at {url} failed: {reason}",
     "asr.config": "speech recognition settings (home.yaml 'asr'): {reason}",
+    "asr.moved": (
+        "home.yaml 'asr' still has {keys}: a transcription endpoint is now the asr role of "
+        "the model providers; remove them and run 'yimi brain use --home HOME --config FILE "
+        "--confirm-with OWNER_BUNDLE' with roles: {{asr: [{{base_url: URL, model: NAME, "
+        "key_id: ID}}]}} (key stored with 'yimi brain key set')"
+    ),
     "voice_audio.incomplete": (
         "the audio of utterance {id} did not arrive complete ({have} of {total} pieces "
         "within {seconds} s); please say it again"

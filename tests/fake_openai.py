@@ -11,11 +11,18 @@ Replies come from ``responder(request) -> Reply`` (sync or async; an async respo
 wait on an event to hold a reply back); the default responder pops the queue of the
 request's ``model`` and answers "fake: no scripted reply" when it is empty. ``stream: true``
 requests get server-sent events in the chat-completions chunk format.
+
+``POST …/audio/transcriptions`` (multipart: ``file``, ``model``, ``language``, ``prompt``) is
+answered the same way, ``{"text": reply.text}`` from the queue of the form's ``model``; the
+form fields are the request's ``body``, the uploaded file its ``file`` — it does not
+recognise speech.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.parser
+import email.policy
 import inspect
 import itertools
 import json
@@ -62,6 +69,8 @@ class Request:
     headers: dict[str, str]
     body: dict[str, Any]
     raw: bytes
+    file: bytes = b""
+    """the uploaded file of a multipart request (a transcription's WAV)"""
 
     @property
     def model(self) -> str:
@@ -124,6 +133,13 @@ class FakeOpenAI:
     def queue(self, model: str, *replies: Reply) -> None:
         self.queues.setdefault(model, deque()).extend(replies)
 
+    def transcription_requests(self, model: str | None = None) -> list[Request]:
+        return [
+            r
+            for r in self.requests
+            if r.path.endswith("/audio/transcriptions") and (model is None or r.model == model)
+        ]
+
     def chat_requests(self, model: str | None = None) -> list[Request]:
         return [
             r
@@ -172,11 +188,15 @@ class FakeOpenAI:
                     await self._send(writer, 413, {"error": {"message": "too large"}})
                     return
                 raw = await reader.readexactly(size) if size else b""
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    body = {}
-                req = Request(method, path.split("?", 1)[0], headers, body, raw)
+                file = b""
+                if headers.get("content-type", "").startswith("multipart/form-data"):
+                    body, file = _form(headers["content-type"], raw)
+                else:
+                    try:
+                        body = json.loads(raw) if raw else {}
+                    except ValueError:
+                        body = {}
+                req = Request(method, path.split("?", 1)[0], headers, body, raw, file)
                 self.requests.append(req)
                 await self._answer(req, writer)
                 if headers.get("connection", "").lower() == "close":
@@ -196,6 +216,14 @@ class FakeOpenAI:
             models = sorted(self.queues) or ["fake-model"]
             data = [{"id": m, "object": "model", "owned_by": "fake"} for m in models]
             await self._send(writer, 200, {"object": "list", "data": data})
+            return
+        if req.method == "POST" and req.path.endswith("/audio/transcriptions"):
+            reply = await self._reply(req)
+            if reply.status != 200:
+                err = {"error": {"message": "fake error", "type": "fake", "code": reply.status}}
+                await self._send(writer, reply.status, err)
+                return
+            await self._send(writer, 200, {"text": reply.text or ""})
             return
         if not req.path.endswith("/chat/completions"):
             await self._send(writer, 404, {"error": {"message": f"fake: no route {req.path}"}})
@@ -290,3 +318,20 @@ class FakeOpenAI:
         )
         writer.write(head.encode() + data)
         await writer.drain()
+
+
+def _form(content_type: str, raw: bytes) -> tuple[dict[str, Any], bytes]:
+    """A multipart form's text fields and its (first) file."""
+    head = f"Content-Type: {content_type}\r\n\r\n".encode()
+    msg = email.parser.BytesParser(policy=email.policy.default).parsebytes(head + raw)
+    fields: dict[str, Any] = {}
+    file = b""
+    for part in msg.iter_parts():
+        payload = part.get_payload(decode=True)
+        if not isinstance(payload, bytes):
+            continue
+        if part.get_filename():
+            file = file or payload
+        else:
+            fields[str(part.get_param("name", header="content-disposition"))] = payload.decode()
+    return fields, file

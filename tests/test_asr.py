@@ -1,5 +1,6 @@
 """Hub speech recognition: the real Whisper tiny.en on espeak-ng speech, the
-OpenAI-compatible path against a FAKE transcription server, and bad input."""
+OpenAI-compatible path against a FAKE transcription server (its key decrypted from the
+hub's provider store), and bad input."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import json
 import statistics
 import threading
 import wave
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -21,6 +22,8 @@ import numpy as np
 import pytest
 
 from hardware.espeak import Voice
+from hub.brain.errors import BrainError
+from hub.brain.providers import ProviderStore
 from models.asr import (
     MODEL_SHA256,
     OpenAITranscriber,
@@ -29,7 +32,6 @@ from models.asr import (
     check_samples,
     default_model_dir,
     only_wake_words,
-    secret_file,
     strip_wake,
     transcriptions_url,
 )
@@ -269,20 +271,27 @@ def fake() -> Iterator[FakeTranscriptionServer]:
         yield server
 
 
-def _key_file(tmp_path: Path, key: str) -> Path:
-    path = tmp_path / "asr.secret"
-    path.write_text(key + "\n")
-    path.chmod(0o600)
-    return path
+KeyHandle = Callable[[], str]
+
+
+@pytest.fixture
+def stored_key(tmp_path: Path) -> Iterator[Callable[[str], KeyHandle]]:
+    """A handle that decrypts an API key from a provider store, as the hub passes one."""
+    store = ProviderStore(tmp_path / "providers.db", hub_box_secret=b"h" * 32, home_id="home1")
+
+    def handle(secret: str) -> KeyHandle:
+        store.set_key("asr", secret)
+        return lambda: store.api_key("asr")
+
+    yield handle
+    store.close()
 
 
 def test_openai_transcriber_sends_wav_and_reads_text(
-    fake: FakeTranscriptionServer, tmp_path: Path
+    fake: FakeTranscriptionServer, stored_key: Callable[[str], KeyHandle]
 ) -> None:
     audio = say("turn on the lights", OWNER)
-    asr = OpenAITranscriber(
-        fake.base_url, secret_file(_key_file(tmp_path, fake.api_key)), "whisper-1"
-    )
+    asr = OpenAITranscriber(fake.base_url, stored_key(fake.api_key), "whisper-1")
     t = asr.transcribe(audio)
     assert t.text == fake.text
     assert t.model == f"openai:whisper-1@{fake.base_url.removeprefix('http://')}"
@@ -311,14 +320,11 @@ def test_openai_transcriber_sends_wav_and_reads_text(
     ],
 )
 def test_openai_transcriber_errors_are_clear(
-    fake: FakeTranscriptionServer, tmp_path: Path, mode: str, needle: str
+    fake: FakeTranscriptionServer, stored_key: Callable[[str], KeyHandle], mode: str, needle: str
 ) -> None:
     fake.mode = mode
     asr = OpenAITranscriber(
-        fake.base_url + "/v1",
-        secret_file(_key_file(tmp_path, fake.api_key)),
-        "whisper-1",
-        timeout_s=0.5,
+        fake.base_url + "/v1", stored_key(fake.api_key), "whisper-1", timeout_s=0.5
     )
     with pytest.raises(ModelError) as err:
         asr.transcribe(say("hello there", OWNER))
@@ -335,10 +341,17 @@ def test_openai_transcriber_wrong_key_and_unreachable(
     asr = OpenAITranscriber(fake.base_url, lambda: "sk-wrong", "whisper-1")
     with pytest.raises(ModelError, match="HTTP 401: Incorrect API key provided"):
         asr.transcribe(say("hello there", OWNER))
-    loose = _key_file(tmp_path, "k")
-    loose.chmod(0o644)
-    with pytest.raises(ModelError, match=r"API key file: key file .* has mode 644"):
-        OpenAITranscriber(fake.base_url, secret_file(loose), "m").transcribe(silence(1))
+    # a key stored by another hub does not decrypt here: nothing is sent, the key not shown
+    other = ProviderStore(tmp_path / "p.db", hub_box_secret=b"o" * 32, home_id="home1")
+    other.set_key("asr", fake.api_key)
+    other.close()
+    here = ProviderStore(tmp_path / "p.db", hub_box_secret=b"h" * 32, home_id="home1")
+    with pytest.raises(BrainError) as unreadable:
+        OpenAITranscriber(fake.base_url, lambda: here.api_key("asr"), "m").transcribe(silence(1))
+    here.close()
+    assert unreadable.value.key == "provider.key_unreadable"
+    assert fake.api_key not in str(unreadable.value)
+    assert len(fake.requests) == 1  # only the wrong-key request reached the server
     with FakeTranscriptionServer() as gone:
         url = gone.base_url
     with pytest.raises(ModelError, match="no answer"):

@@ -87,3 +87,36 @@ def test_a_bad_config_file_is_one_clear_error(
     argv = ["brain", "use", "--home", str(home), "--config", str(bad)]
     assert cli.main([*argv, "--confirm-with", str(tmp_path / "bundle-phone")]) == cli.EXIT_ERROR
     assert "is not an http(s) URL" in capsys.readouterr().err
+
+
+def test_status_says_which_recogniser_hub_asr_uses_and_that_vision_is_unused(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    phone = tmp_path / "bundle-phone"
+    assert cli.main(["brain", "status", "--home", str(home)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "speech recognition: local faster-whisper (no asr endpoint configured)" in out
+    config = tmp_path / "asr.yaml"
+    config.write_text(
+        "roles:\n"
+        "  asr: [{base_url: 'https://asr.example.test/v1', model: whisper-1}]\n"
+        "  vision: [{base_url: 'http://127.0.0.1:11434/v1', model: llava}]\n"
+        "cloud_sources: ['utterance:owner']\n"
+    )
+    argv = ["brain", "use", "--home", str(home), "--config", str(config)]
+    assert cli.main([*argv, "--confirm-with", str(phone)]) == cli.EXIT_OK
+    store = ProviderStore.for_home(Home.load(home))
+    try:
+        assert store.apply_pending() is not None
+    finally:
+        store.close()
+    capsys.readouterr()
+    assert cli.main(["brain", "status", "--home", str(home)]) == cli.EXIT_OK
+    out = capsys.readouterr().out
+    assert "  brain: the built-in rule-based model (no endpoint configured)" in out
+    assert "vision: llava at http://127.0.0.1:11434/v1 (local) — not used yet" in out
+    assert (
+        "speech recognition: local faster-whisper; skipped whisper-1 at "
+        "https://asr.example.test/v1 (remote): voice audio may reach a remote endpoint only "
+        "when audio:voice is in cloud_sources"
+    ) in out

@@ -15,7 +15,14 @@ from nacl.signing import SigningKey
 from hub.brain.base import Turn, collect
 from hub.brain.cloud import Provenance, receipt_provenance
 from hub.brain.errors import BrainError
-from hub.brain.providers import Endpoint, ProviderConfig, ProviderStore, route, sign_change
+from hub.brain.providers import (
+    Endpoint,
+    ProviderConfig,
+    ProviderStore,
+    asr_route,
+    route,
+    sign_change,
+)
 from hub.gateway.receipts import Effect, Receipt
 from hub.memory.context import Snippet, StaticSource
 from tests.brain_kit import configure, fake_config
@@ -140,7 +147,44 @@ def test_concurrent_changes_second_is_stale_and_key_swap_voids(tmp_path: Path) -
     assert err.value.key == "provider.key_in_use"
 
 
+def test_two_connections_apply_a_confirmed_change_once(tmp_path: Path) -> None:
+    # the brain (between turns) and hub ASR (between utterances) each apply from their own
+    # connection: whoever comes first applies it, the other sees nothing to do
+    brain, asr, phone = store(tmp_path), store(tmp_path), SigningKey.generate()
+    confirm(brain, brain.propose(CFG), phone)
+    assert asr.apply_pending() is not None
+    assert brain.apply_pending() is None
+    assert brain.current().version == asr.current().version == 1
+    brain.close()
+    asr.close()
+
+
 # ---------------------------------------------------------------- cloud eligibility
+def test_asr_route_local_first_usable_remote_only_with_voice_audio_allowed() -> None:
+    remote = Endpoint("https://asr.example.com/v1", "whisper-1")
+    loopback = Endpoint("http://127.0.0.1:8000/v1", "small")
+    lan = Endpoint("http://192.168.1.5:8000/v1", "lan", local=True)  # vouched in the config
+    words = frozenset({("utterance", "owner")})
+    voice = words | {("audio", "voice")}
+    none = asr_route(ProviderConfig(3))
+    assert (none.version, none.endpoint, none.skipped) == (3, None, ())
+    assert none.describe() == "local faster-whisper (no asr endpoint configured)"
+    skipped = asr_route(ProviderConfig(4, {"asr": (remote,)}, words))
+    assert skipped.endpoint is None
+    assert skipped.describe() == (
+        "local faster-whisper; skipped whisper-1 at https://asr.example.com/v1 (remote): voice "
+        "audio may reach a remote endpoint only when audio:voice is in cloud_sources"
+    )
+    r = asr_route(ProviderConfig(5, {"asr": (remote, loopback)}, words))
+    assert r.endpoint == loopback and len(r.skipped) == 1
+    assert asr_route(ProviderConfig(6, {"asr": (remote, lan)}, words)).endpoint == lan
+    assert asr_route(ProviderConfig(7, {"asr": (remote, loopback)}, voice)).endpoint == remote
+    assert asr_route(ProviderConfig(8, {"brain": (remote,)}, voice)).endpoint is None
+    assert asr_route(ProviderConfig(9, {"asr": (loopback,)})).describe() == (
+        "endpoint small at http://127.0.0.1:8000/v1 (local)"
+    )
+
+
 def test_route_prefers_listed_order_local_or_eligible_else_waits() -> None:
     remote = Endpoint("https://api.example.com/v1", "cloud")
     local = Endpoint("http://127.0.0.1:11434/v1", "small")

@@ -1,6 +1,8 @@
 """Hub voice ingest: audio pieces (missing, duplicate, oversize, wrong digest, expired),
-wake arbitration, and the whole in-process path with the real Whisper model; one slow test
-drives a real hub process over MQTT as two devices."""
+wake arbitration, the whole in-process path with the real Whisper model, the recogniser
+chosen by the provider configuration's asr role (a FAKE OpenAI-compatible server on
+loopback; owner-signed changes between utterances; the cloud allow-list for voice audio);
+one slow test drives a real hub process over MQTT as two devices."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ import pytest_asyncio
 from hardware.audio import encode_flac
 from hub.archive.admission import AdmissionPolicy
 from hub.archive.archive import Archive
+from hub.brain.providers import Endpoint, ProviderStore, sign_change
 from hub.errors import HubError
 from hub.timeline import ReplyMaker
 from hub.voice import (
@@ -34,12 +37,13 @@ from hub.voice import (
     Scope,
     check_voice,
     decode_audio,
+    endpoint_transcriber,
     make_transcriber,
     no_voiceprint_scope,
     verify_audio,
 )
 from hub.wake_arbiter import Claim, Outcome, WakeArbiter, validate
-from models.asr import OpenAITranscriber, WhisperTranscriber, default_model_dir
+from models.asr import OpenAITranscriber, Samples, Transcript, WhisperTranscriber, default_model_dir
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
@@ -47,6 +51,8 @@ from provisioning.home import Home
 from sync import topics
 from sync.envelope import HUB, DropReason, Opened, Opener, Peer, ReplayGuard, Sealer
 from sync.mqtt import MqttSession
+from tests.brain_kit import configure
+from tests.fake_openai import FakeOpenAI, Reply, Request, text
 from tests.mesh_harness import Mesh
 from tests.speech import OWNER, concat, say, silence
 
@@ -216,7 +222,7 @@ def test_audio_checks() -> None:
 
 def test_asr_settings(tmp_path: Path) -> None:
     s = AsrSettings.from_config({})
-    assert (s.engine, s.cpu_threads, s.wake_word) == ("whisper", 2, "Yimi")
+    assert (s.cpu_threads, s.beam_size, s.wake_word) == (2, 1, "Yimi")
     home = Home.init(tmp_path / "home")
     w = make_transcriber(home.path, s)  # the home catalog's asr model
     assert isinstance(w, WhisperTranscriber)
@@ -226,15 +232,16 @@ def test_asr_settings(tmp_path: Path) -> None:
     assert isinstance(w, WhisperTranscriber) and w.model_dir == Path("/models/ct2")
     with pytest.raises(ModelError, match="neither a hub home nor a device bundle"):
         make_transcriber(tmp_path, AsrSettings())
-    s = AsrSettings.from_config(
-        {"asr": {"engine": "openai", "base_url": "http://h:9", "model": "m", "timeout_s": 5}}
-    )
-    t = make_transcriber(Path("/x"), s)
+    t = endpoint_transcriber(Endpoint("http://h:9/v1", "m"), None, "Computer")
     assert isinstance(t, OpenAITranscriber) and t.name == "openai:m@h:9"
+    assert (t.url, t.prompt, t.api_key_handle) == (
+        "http://h:9/v1/audio/transcriptions",
+        "Computer,",
+        None,
+    )
     cases: list[tuple[dict[str, Any], str]] = [
-        ({"asr": {"engine": "vosk"}}, "engine 'vosk'"),
-        ({"asr": {"engine": "openai"}}, "needs base_url and model"),
         ({"asr": {"cpu_threads": 0}}, "cpu_threads"),
+        ({"asr": {"wake_word": " "}}, "wake_word"),
         ({"asr": {"colour": "blue"}}, "unknown keys colour"),
         ({"asr": []}, "not a mapping"),
     ]
@@ -242,6 +249,39 @@ def test_asr_settings(tmp_path: Path) -> None:
         with pytest.raises(ModelError) as err:
             AsrSettings.from_config(bad)
         assert err.value.key == "asr.config" and needle in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("asr", "keys"),
+    [
+        ({"engine": "openai", "base_url": "http://h:9", "model": "m"}, "engine, base_url, model"),
+        ({"api_key_file": "keys/asr.secret", "cpu_threads": 2}, "api_key_file"),
+        ({"engine": "whisper", "timeout_s": 30}, "engine, timeout_s"),
+    ],
+)
+async def test_removed_asr_keys_are_a_clear_error(
+    tmp_path: Path, asr: dict[str, Any], keys: str
+) -> None:
+    with pytest.raises(ModelError) as err:
+        AsrSettings.from_config({"asr": asr})
+    assert err.value.key == "asr.moved"
+    message = str(err.value)
+    assert "\n" not in message and message.startswith(f"home.yaml 'asr' still has {keys}: ")
+    assert "yimi brain use" in message and "roles: {asr: [{base_url: URL" in message
+    daemon = Daemon()
+    voice = HubVoice(
+        home=tmp_path,
+        config={"asr": asr},
+        ingest=daemon.ingest,
+        send=daemon.send,
+        drop=lambda r, s, d: None,
+        commit=lambda o: None,
+        answered=daemon.answered.__contains__,
+        count=lambda name: None,
+    )
+    with pytest.raises(ModelError, match="yimi brain use"):  # the hub does not start
+        async with voice:
+            pass
 
 
 # ------------------------------------------------------------------ arbitration (pure)
@@ -623,6 +663,189 @@ async def test_asr_failure_is_a_clear_reply(tmp_path: Path) -> None:
     assert len(archive.objects(source="dev-a")) == 1  # the audio is kept all the same
     archive.close()
     assert no_voiceprint_scope("dev-a", mesh_pb2.Utterance())[:1] == ("guest",)
+
+
+# ------------------------------------------------------------------ the asr role
+HUB_BOX = b"b" * 32
+ASR_SECRET = "sk-asr-0123456789-never-logged"
+
+
+@dataclass
+class LocalStub:
+    """Stands in for local faster-whisper: these tests are about which recogniser hears the
+    audio, not about the model (the real one is tested above and in test_asr.py)."""
+
+    calls: int = 0
+
+    @property
+    def name(self) -> str:
+        return "faster-whisper:stub"
+
+    def transcribe(self, samples: Samples) -> Transcript:
+        self.calls += 1
+        return Transcript("local words", "en", self.name, len(samples) * 1000 // 16000, 1.0)
+
+
+@dataclass
+class AsrRig:
+    voice: HubVoice
+    daemon: Daemon
+    local: LocalStub
+    operator: ProviderStore
+    """the operator's side (``yimi brain``): its own connection to the hub's providers.db"""
+    fake: FakeOpenAI
+
+
+@pytest_asyncio.fixture
+async def asr_rig(tmp_path: Path) -> AsyncIterator[AsrRig]:
+    daemon = Daemon()
+    local = LocalStub()
+    db = tmp_path / "brain" / "providers.db"
+
+    def open_store() -> ProviderStore:
+        return ProviderStore(db, hub_box_secret=HUB_BOX, home_id="home1")
+
+    operator = open_store()
+    archive = Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0))
+    try:
+        async with FakeOpenAI() as fake:
+            async with HubVoice(
+                home=tmp_path,
+                ingest=daemon.ingest,
+                send=daemon.send,
+                drop=lambda r, s, d: daemon.drops.append((r, d)),
+                commit=lambda o: None,
+                answered=daemon.answered.__contains__,
+                count=lambda name: daemon.counts.update([name]),
+                transcriber=local,
+                providers=open_store,  # the hub's voice worker opens its own, as the hub does
+                archive=archive,
+            ) as voice:
+                yield AsrRig(voice, daemon, local, operator, fake)
+    finally:
+        operator.close()
+        archive.close()
+
+
+SHORT = encode_flac(silence(1.0))
+
+
+async def utter(rig: AsrRig, uid: str) -> Turn:
+    """One voice utterance (one piece of audio); its turn once the hub has ingested it."""
+    before = len(rig.daemon.turns)
+    await rig.voice.on_chunk(opened(chunk(uid, 0, 1, SHORT), mesh_pb2.AUDIO_CHUNK))
+    await rig.voice.on_utterance(opened(voice_utterance(uid, SHORT, 1), mesh_pb2.UTTERANCE))
+    await wait_until(lambda: len(rig.daemon.turns) > before, 20, f"the turn of {uid}")
+    turn = rig.daemon.turns[-1]
+    assert "error" not in turn.meta, turn.meta
+    return turn
+
+
+def asr_role(base_url: str, model: str, **endpoint: Any) -> dict[str, Any]:
+    return {"roles": {"asr": [{"base_url": base_url, "model": model, **endpoint}]}}
+
+
+async def test_asr_role_on_a_loopback_endpoint_transcribes_with_the_stored_key(
+    asr_rig: AsrRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = asr_rig
+    caplog.set_level("DEBUG")
+    rig.operator.set_key("asr-key", ASR_SECRET)
+    configure(rig.operator, asr_role(rig.fake.base_url, "whisper-x", key_id="asr-key"))
+    rig.fake.queue("whisper-x", text("Yimi, turn on the lights."))
+    turn = await utter(rig, "u-1")
+    assert turn.text == "Turn on the lights."
+    assert turn.meta["asr_model"] == f"openai:whisper-x@127.0.0.1:{rig.fake.port}"
+    (req,) = rig.fake.transcription_requests()
+    assert req.path == "/v1/audio/transcriptions"
+    assert req.headers["authorization"] == f"Bearer {ASR_SECRET}"  # decrypted from the store
+    assert req.body == {
+        "model": "whisper-x", "response_format": "json", "language": "en", "prompt": "Yimi,"
+    }  # fmt: skip
+    assert req.file.startswith(b"RIFF") and len(req.file) == 44 + 2 * 16000
+    assert rig.local.calls == 0
+    route = rig.voice.asr_route
+    assert route.endpoint is not None and route.endpoint.model == "whisper-x"
+    assert route.endpoint.is_local and route.skipped == ()
+    assert "speech recognition (model configuration 1): endpoint whisper-x at" in caplog.text
+    assert ASR_SECRET not in caplog.text
+    assert ASR_SECRET not in repr(rig.voice.__dict__)
+
+
+async def test_a_remote_asr_endpoint_hears_voice_only_when_audio_voice_is_allow_listed(
+    asr_rig: AsrRig, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = asr_rig
+    caplog.set_level("INFO")
+    # local: false makes the loopback fake a remote endpoint; the owner's words as text are
+    # allow-listed, their voice is not
+    remote = asr_role(rig.fake.base_url, "cloud-asr", local=False)
+    configure(rig.operator, {**remote, "cloud_sources": ["utterance:owner"]})
+    rig.fake.queue("cloud-asr", text("heard in the cloud"))
+    turn = await utter(rig, "u-1")
+    assert turn.text == "Local words" and turn.meta["asr_model"] == "faster-whisper:stub"
+    assert rig.fake.transcription_requests() == []  # nothing left the hub
+    route = rig.voice.asr_route
+    assert route.endpoint is None and len(route.skipped) == 1
+    assert "cloud-asr at" in route.skipped[0] and "(remote)" in route.skipped[0]
+    assert "audio:voice is in cloud_sources" in route.skipped[0]
+    assert f"speech recognition: {route.skipped[0]}" in caplog.text
+    # the owner allow-lists voice audio (a signed change): the next utterance goes there
+    configure(rig.operator, {**remote, "cloud_sources": ["utterance:owner", "audio:voice"]})
+    turn = await utter(rig, "u-2")
+    assert turn.text == "Heard in the cloud" and str(turn.meta["asr_model"]).startswith(
+        "openai:cloud-asr@"
+    )
+    assert len(rig.fake.transcription_requests("cloud-asr")) == 1 and rig.local.calls == 1
+    assert rig.voice.asr_route.skipped == ()
+
+
+def confirm_only(store: ProviderStore, config: dict[str, Any]) -> None:
+    """Propose and confirm with an owner key (what ``yimi brain use`` does): not applied."""
+    from nacl.signing import SigningKey
+
+    phone = SigningKey.generate()
+    change = store.propose(config)
+    store.confirm(
+        change.change_id,
+        sign_change(change.body, phone),
+        device_id="phone0000000001",
+        sign_pk=bytes(phone.verify_key),
+        scopes=("approve",),
+    )
+
+
+async def test_a_model_change_switches_asr_between_utterances_not_during_one(
+    asr_rig: AsrRig,
+) -> None:
+    rig = asr_rig
+    arrived, release = asyncio.Event(), asyncio.Event()
+
+    async def responder(req: Request) -> Reply:
+        arrived.set()
+        if req.model == "asr-a":
+            await release.wait()  # utterance 1 stays in flight at asr-a
+        return text(f"heard by {req.model}")
+
+    rig.fake.responder = responder
+    configure(rig.operator, asr_role(rig.fake.base_url, "asr-a"))
+    first = asyncio.create_task(utter(rig, "u-1"))
+    await arrived.wait()
+    # the owner confirms a switch to asr-b while utterance 1 is being transcribed
+    confirm_only(rig.operator, asr_role(rig.fake.base_url, "asr-b"))
+    release.set()
+    assert (await first).text == "Heard by asr-a"  # the utterance in flight kept its recogniser
+    assert rig.operator.current().version == 1  # nobody applied the change yet
+    second = await utter(rig, "u-2")  # applied before this utterance is transcribed
+    assert second.text == "Heard by asr-b"
+    assert rig.operator.current().version == 2
+    assert [r.model for r in rig.fake.transcription_requests()] == ["asr-a", "asr-b"]
+    # back to no asr endpoint (the rule-based default): local whisper again
+    confirm_only(rig.operator, {})
+    third = await utter(rig, "u-3")
+    assert third.text == "Local words" and rig.local.calls == 1
+    assert rig.voice.asr_route.describe() == "local faster-whisper (no asr endpoint configured)"
+    assert len(rig.fake.transcription_requests()) == 2
 
 
 # ------------------------------------------------------------------ a real hub process

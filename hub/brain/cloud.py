@@ -15,7 +15,11 @@ Provenance of what the brain sends:
   sensitivity of what it includes and its sources;
 - a tool result: the tool's declared level (``tool_levels``, default ``high``: a tool that
   does not say counts as high), raised by any ``sensitivity`` field its effects carry, with
-  source ``("tool", "package.tool")`` plus any ``sources`` its effects name.
+  source ``("tool", "package.tool")`` plus any ``sources`` its effects name;
+- voice audio for speech recognition (:data:`VOICE_AUDIO`): ``low`` from
+  ``("audio", "voice")`` — its own source, so allow-listing the owner's words as text
+  (``utterance:owner``) does not send their voice anywhere; ``audio:voice`` must be listed
+  before a remote ``asr`` endpoint hears anything.
 
 :func:`route` picks, per role, the first configured endpoint that is local or eligible for
 everything; ``None`` means the task waits (nothing is sent anywhere).
@@ -27,7 +31,14 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from hub.gateway.receipts import Receipt
-from hub.memory.sensitivity import Source, check_level, cloud_eligible, highest, parse_source
+from hub.memory.sensitivity import (
+    Source,
+    check_level,
+    cloud_eligible,
+    format_source,
+    highest,
+    parse_source,
+)
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,16 @@ class Provenance:
     sensitivity: str
     sources: tuple[Source, ...]
     label: str = ""
+
+
+VOICE_AUDIO_SOURCE: Source = ("audio", "voice")
+"""the structured source of uplinked voice audio (the L5 archive's ``audio`` objects from
+the ``voice`` path): whoever spoke in a request window, as the device recorded it"""
+VOICE_AUDIO = Provenance("low", (VOICE_AUDIO_SOURCE,), "voice audio")
+"""what a remote ``asr`` endpoint would receive. ``low`` like the owner's words, because the
+gate is the owner's explicit allow-list entry :data:`VOICE_AUDIO_SOURCE` (a higher level
+could never be allowed: remote recognition would be impossible whatever the owner says)"""
+VOICE_AUDIO_ID = format_source(VOICE_AUDIO_SOURCE)
 
 
 def eligible(items: Iterable[Provenance], allowed: Collection[Source]) -> bool:

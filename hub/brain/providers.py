@@ -1,8 +1,10 @@
 """Model providers as configuration: OpenAI-compatible endpoints per role, keys encrypted.
 
-Roles: ``brain`` (the main agent), ``subagent`` (background sub-agents), ``asr`` and
-``vision`` (read by the components that transcribe and look). Each role lists endpoints in
-order of preference; any OpenAI-compatible server works (Ollama, llama.cpp server, vLLM,
+Roles: ``brain`` (the main agent), ``subagent`` (background sub-agents), ``asr`` (the
+hub's speech recognition, :mod:`hub.voice`: the first usable endpoint's
+``/v1/audio/transcriptions``, else local faster-whisper; :func:`asr_route`) and ``vision``
+(accepted, but nothing looks at images yet). Each role lists endpoints in order of
+preference; any OpenAI-compatible server works (Ollama, llama.cpp server, vLLM,
 hosted APIs). An endpoint is *local* when its host is a loopback address, or when the
 signed configuration says ``local: true`` (a LAN server the owner vouches for); every other
 endpoint is *remote* and receives only cloud-eligible context (:mod:`hub.brain.cloud`).
@@ -17,8 +19,9 @@ a *model change*:
 2. an owner device with the ``approve`` scope signs ``signing_input(MODEL_CHANGE_CONTEXT,
    body)`` with its Ed25519 key; :meth:`ProviderStore.confirm` checks it;
 3. the brain applies confirmed changes *between turns* (:meth:`ProviderStore.apply_pending`
-   at the start of a turn); a turn in flight keeps the configuration it started with.
-   Memory is not touched by a change.
+   at the start of a turn), and the hub's speech recognition between utterances (before it
+   transcribes one); a turn or an utterance in flight keeps the configuration it started
+   with. Memory is not touched by a change.
 
 API keys are stored encrypted (XSalsa20-Poly1305 ``SecretBox``) under a key derived from the
 hub's X25519 secret key; they are decrypted only to build the HTTP client of an endpoint.
@@ -48,7 +51,7 @@ import nacl.secret
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from hub.brain.cloud import Provenance, eligible
+from hub.brain.cloud import VOICE_AUDIO, VOICE_AUDIO_ID, Provenance, eligible
 from hub.brain.errors import BrainError
 from hub.gateway.receipts import canonical
 from hub.memory.sensitivity import LEVELS, Source, format_source, parse_source
@@ -241,6 +244,40 @@ def route(
     return None, bool(eps)
 
 
+@dataclass(frozen=True)
+class AsrRoute:
+    """The recogniser the hub uses under a configuration: the first ``asr`` endpoint that
+    may hear voice audio (local, or remote with :data:`~hub.brain.cloud.VOICE_AUDIO`
+    cloud-eligible), else the local faster-whisper model; and why endpoints were skipped."""
+
+    version: int
+    endpoint: Endpoint | None
+    skipped: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        if self.endpoint is not None:
+            head = f"endpoint {self.endpoint.label()}"
+        elif self.skipped:
+            head = "local faster-whisper"
+        else:
+            head = "local faster-whisper (no asr endpoint configured)"
+        return "; ".join([head, *self.skipped])
+
+
+def asr_route(config: ProviderConfig) -> AsrRoute:
+    """Which recogniser ``config`` gives the hub (see :class:`AsrRoute`)."""
+    allowed = eligible([VOICE_AUDIO], config.cloud_sources)
+    skipped: list[str] = []
+    for ep in config.endpoints("asr"):
+        if ep.is_local or allowed:
+            return AsrRoute(config.version, ep, tuple(skipped))
+        skipped.append(
+            f"skipped {ep.label()}: voice audio may reach a remote endpoint only when "
+            f"{VOICE_AUDIO_ID} is in cloud_sources"
+        )
+    return AsrRoute(config.version, None, tuple(skipped))
+
+
 # ---------------------------------------------------------------- changes
 @dataclass(frozen=True)
 class ModelChange:
@@ -406,12 +443,15 @@ class ProviderStore:
 
     def _set_state(self, change_id: str, state: str, reason: str = "", device: str = "") -> None:
         with transaction(self.db):
-            self.db.execute(
-                "UPDATE changes SET state=?, reason=?, device_id=CASE WHEN ?='' THEN device_id "
-                "ELSE ? END, confirmed_ms=CASE WHEN ?='confirmed' THEN ? ELSE confirmed_ms END "
-                "WHERE change_id=?",
-                (state, reason, device, device, state, now_ms(), change_id),
-            )
+            self._update_state(change_id, state, reason, device)
+
+    def _update_state(self, change_id: str, state: str, reason: str = "", device: str = "") -> None:
+        self.db.execute(
+            "UPDATE changes SET state=?, reason=?, device_id=CASE WHEN ?='' THEN device_id "
+            "ELSE ? END, confirmed_ms=CASE WHEN ?='confirmed' THEN ? ELSE confirmed_ms END "
+            "WHERE change_id=?",
+            (state, reason, device, device, state, now_ms(), change_id),
+        )
 
     def confirm(
         self,
@@ -452,34 +492,40 @@ class ProviderStore:
         return out
 
     def apply_pending(self) -> ProviderConfig | None:
-        """Apply the latest confirmed change (the brain calls this between turns).
+        """Apply the latest confirmed change (the brain calls this between turns, the hub's
+        speech recognition between utterances; each from its own connection, so one write
+        transaction decides and a change is applied once).
 
         A change confirmed against an older configuration version, or whose keys changed
         since it was signed, is ``stale`` and never applied. Returns the new configuration,
         or ``None`` if nothing changed."""
-        rows = list(
-            self.db.execute(
-                "SELECT change_id FROM changes WHERE state='confirmed' ORDER BY confirmed_ms"
-            )
-        )
+        confirmed = "SELECT EXISTS(SELECT 1 FROM changes WHERE state='confirmed')"
+        if not self.db.execute(confirmed).get:
+            return None
         applied: ProviderConfig | None = None
-        for (change_id,) in rows:
-            ch = self.change(change_id)
-            assert ch is not None
-            doc = ch.doc
-            cur = self.current()
-            if doc.get("base_version") != cur.version:
-                self._set_state(change_id, "stale", "the configuration changed meanwhile")
-                continue
-            cfg = ProviderConfig.from_dict(doc["config"], cur.version + 1)
-            try:
-                fps = self.fingerprints(cfg.key_ids())
-            except BrainError:
-                fps = {}
-            if fps != doc.get("key_fingerprints"):
-                self._set_state(change_id, "stale", "an API key changed since it was signed")
-                continue
-            with transaction(self.db):
+        applied_change = ""
+        with transaction(self.db):
+            rows = list(
+                self.db.execute(
+                    "SELECT change_id FROM changes WHERE state='confirmed' ORDER BY confirmed_ms"
+                )
+            )
+            for (change_id,) in rows:
+                ch = self.change(change_id)
+                assert ch is not None
+                doc = ch.doc
+                cur = self.current()
+                if doc.get("base_version") != cur.version:
+                    self._update_state(change_id, "stale", "the configuration changed meanwhile")
+                    continue
+                cfg = ProviderConfig.from_dict(doc["config"], cur.version + 1)
+                try:
+                    fps = self.fingerprints(cfg.key_ids())
+                except BrainError:
+                    fps = {}
+                if fps != doc.get("key_fingerprints"):
+                    self._update_state(change_id, "stale", "an API key changed since it was signed")
+                    continue
                 self.db.execute(
                     "INSERT INTO config VALUES (?,?,?,?)",
                     (cfg.version, json.dumps(cfg.to_dict()), change_id, now_ms()),
@@ -487,8 +533,13 @@ class ProviderStore:
                 self.db.execute(
                     "UPDATE changes SET state='applied' WHERE change_id=?", (change_id,)
                 )
-            log.info("model configuration version %d applied (change %s)", cfg.version, change_id)
-            applied = cfg
+                applied, applied_change = cfg, change_id
+        if applied is not None:
+            log.info(
+                "model configuration version %d applied (change %s)",
+                applied.version,
+                applied_change,
+            )
         return applied
 
     # ------------------------------------------------------------------ models
