@@ -423,6 +423,34 @@ async def test_host_starts_lazily_and_reclaims_idle_servers(tmp_path: Path) -> N
         assert out.structured and h.starts == 2
 
 
+async def test_a_changed_environment_restarts_the_server_after_its_calls(tmp_path: Path) -> None:
+    """The owner switches the brain to a cloud model: packages that were started for a local
+    one are restarted with the new environment; a call still running on the old server
+    finishes there."""
+    from hub.capabilities.host import PackageHost
+    from hub.capabilities.manifest import load
+    from tests.gateway_kit import PACKAGES
+    from tests.test_brain_llm import until
+
+    env = {"YIMI_STATE_DIR": str(tmp_path), "YIMI_MODEL_LOCATION": "local"}
+
+    def location(out: ToolOutcome) -> str:
+        assert out.structured is not None, out.text
+        return str(out.structured["effects"][0]["fields"]["received"]["model_location"])
+
+    async with PackageHost({"probe": load(PACKAGES["probe"])}, env_for=lambda *_: dict(env)) as h:
+        assert location(await h.call("probe", "echo", {})) == "local"
+        running = asyncio.create_task(h.call("probe", "slow", {"seconds": 1.0}), name="slow")
+        await until(lambda: any(s.inflight for s in h._servers.values()), 10)  # slow holds it
+        env["YIMI_MODEL_LOCATION"] = "cloud"
+        assert location(await h.call("probe", "echo", {})) == "cloud"
+        assert h.starts == 2
+        slow = await asyncio.wait_for(running, 10)
+        assert not slow.is_error, slow.text  # finished on the retired server
+        assert location(await h.call("probe", "echo", {})) == "cloud" and h.starts == 2
+        assert h.running() == ["probe"]
+
+
 async def test_denied_card_is_cancelled(tmp_path: Path) -> None:
     courier, phone = RecordingCourier(), Phone()
     async with gateway(tmp_path, "probe", courier=courier) as gw:

@@ -70,6 +70,8 @@ class _Server:
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
+    env: dict[str, str] = field(default_factory=dict)
+    """what ``env_for`` gave this server at its start"""
 
 
 class PackageHost:
@@ -131,10 +133,17 @@ class PackageHost:
         """The live server for ``m`` (started if needed); ``hold`` counts a call in flight
         from now on, so the server is not reclaimed while the call waits for it."""
         key = (m.name, self.variant, task_id if m.runtime.host == "dedicated" else "")
+        env = self._env_for(m, self.variant) if self._env_for is not None else {}
         async with self._lock:
             s = self._servers.get(key)
+            if s is not None and not s.stopping and s.env != env:
+                # e.g. the owner switched to a cloud model: what the package may show changed.
+                # New calls go to a new server; this one ends when its calls are done.
+                log.info("package %s: its environment changed: restarting it", m.name)
+                s.stopping = True
+                s.activity.set()
             if s is None or s.task is None or s.task.done() or s.stopping:
-                s = _Server(key, m, self._spec(m))
+                s = _Server(key, m, self._spec(m), env=env)
                 self._servers[key] = s
                 s.task = self._tasks.spawn(self._run(s), f"{m.name}:{self.variant}:{key[2]}")
                 self.starts += 1
@@ -160,8 +169,7 @@ class PackageHost:
         command, args, env, cwd = s.spec.resolved(m.root)
         extra = dict(env)
         extra.setdefault("PYTHONUNBUFFERED", "1")
-        if self._env_for is not None:
-            extra.update(self._env_for(m, self.variant))
+        extra.update(s.env)
         for name in ("PYTHONPATH", "LANG", "LC_ALL", "TMPDIR"):
             if name in os.environ and name not in extra:
                 extra[name] = os.environ[name]
@@ -187,6 +195,8 @@ class PackageHost:
         while not s.stop.is_set():
             s.activity.clear()
             wait = idle - (time.monotonic() - s.last_used)
+            if s.inflight == 0 and s.stopping:
+                return  # retired (its environment changed): its last call is done
             if s.inflight == 0 and wait <= 0:
                 s.stopping = True
                 log.info("package %s idle for %d s: reclaimed", s.manifest.name, idle)

@@ -44,7 +44,12 @@ def echo(
     text: str = "", owner_requested: bool | None = None, idempotency_key: str = ""
 ) -> dict[str, Any]:
     """Return the arguments it received as effect fields."""
-    got = {"text": text, "owner_requested": owner_requested, "idempotency_key": idempotency_key}
+    got = {
+        "text": text,
+        "owner_requested": owner_requested,
+        "idempotency_key": idempotency_key,
+        "model_location": os.environ.get("YIMI_MODEL_LOCATION", ""),
+    }
     return receipt(
         "succeeded", effects=[{"kind": "echo", "state": "verified", "fields": {"received": got}}]
     )
