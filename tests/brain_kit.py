@@ -55,8 +55,9 @@ class Events:
         return [e for e in self.seen if e.task_id == task_id]
 
 
-def configure(providers: Any, config: dict[str, Any]) -> Any:
-    """Propose ``config``, confirm it with a fresh owner phone key, and apply it."""
+def confirm_only(providers: Any, config: dict[str, Any]) -> None:
+    """Propose ``config`` and confirm it with a fresh owner phone key (what ``yimi brain
+    use`` does): not applied yet."""
     from nacl.signing import SigningKey
 
     from hub.brain.providers import sign_change
@@ -70,6 +71,11 @@ def configure(providers: Any, config: dict[str, Any]) -> Any:
         sign_pk=bytes(phone.verify_key),
         scopes=("approve",),
     )
+
+
+def configure(providers: Any, config: dict[str, Any]) -> Any:
+    """Propose ``config``, confirm it with a fresh owner phone key, and apply it."""
+    confirm_only(providers, config)
     return providers.apply_pending()
 
 

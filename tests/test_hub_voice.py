@@ -25,7 +25,7 @@ import pytest_asyncio
 from hardware.audio import encode_flac
 from hub.archive.admission import AdmissionPolicy
 from hub.archive.archive import Archive
-from hub.brain.providers import Endpoint, ProviderStore, sign_change
+from hub.brain.providers import Endpoint, ProviderStore
 from hub.errors import HubError
 from hub.timeline import ReplyMaker
 from hub.voice import (
@@ -51,7 +51,7 @@ from provisioning.home import Home
 from sync import topics
 from sync.envelope import HUB, DropReason, Opened, Opener, Peer, ReplayGuard, Sealer
 from sync.mqtt import MqttSession
-from tests.brain_kit import configure
+from tests.brain_kit import configure, confirm_only
 from tests.fake_openai import FakeOpenAI, Reply, Request, text
 from tests.mesh_harness import Mesh
 from tests.speech import OWNER, concat, say, silence
@@ -798,21 +798,6 @@ async def test_a_remote_asr_endpoint_hears_voice_only_when_audio_voice_is_allow_
     )
     assert len(rig.fake.transcription_requests("cloud-asr")) == 1 and rig.local.calls == 1
     assert rig.voice.asr_route.skipped == ()
-
-
-def confirm_only(store: ProviderStore, config: dict[str, Any]) -> None:
-    """Propose and confirm with an owner key (what ``yimi brain use`` does): not applied."""
-    from nacl.signing import SigningKey
-
-    phone = SigningKey.generate()
-    change = store.propose(config)
-    store.confirm(
-        change.change_id,
-        sign_change(change.body, phone),
-        device_id="phone0000000001",
-        sign_pk=bytes(phone.verify_key),
-        scopes=("approve",),
-    )
 
 
 async def test_a_model_change_switches_asr_between_utterances_not_during_one(

@@ -91,3 +91,27 @@ async def test_mac_commands_and_reads_over_the_mesh(mesh: Mesh, tmp_path: Path) 
     ]
     shown = mesh.yimi("executor", "log", "--bundle", str(mac)).stdout
     assert "running" in shown and "PAUSED" in shown and "mkdir" in shown
+
+
+async def test_the_bridge_socket_works_for_a_home_deep_in_the_tree(tmp_path: Path) -> None:
+    """A socket address holds ~107 bytes: a home whose run/executor.sock is longer gets its
+    socket in a private temp folder instead, reachable, and removed on exit."""
+    from hub.gateway.executor_bridge import MAX_SOCKET_PATH, ExecutorBridge
+
+    async def send(device: str, kind: int, payload: object) -> bool:
+        return False
+
+    deep = tmp_path.joinpath(*["a-rather-long-folder-name"] * 6) / "run" / "executor.sock"
+    assert len(str(deep)) > MAX_SOCKET_PATH
+    async with ExecutorBridge(deep, lambda: [], send) as bridge:
+        assert len(str(bridge.path)) <= MAX_SOCKET_PATH and bridge.path.exists()
+        assert (bridge.path.parent.stat().st_mode & 0o777) == 0o700
+        reader, writer = await asyncio.open_unix_connection(str(bridge.path))
+        writer.write(json.dumps({"device": "mac", "op": "run", "command": "ls"}).encode() + b"\n")
+        await writer.drain()
+        answer = json.loads(await asyncio.wait_for(reader.readline(), 10))
+        writer.close()
+        await writer.wait_closed()
+        assert answer["error_code"] == "UNREACHABLE", answer
+        short = bridge.path.parent
+    assert not short.exists()

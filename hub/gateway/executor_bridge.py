@@ -1,8 +1,9 @@
 """The hub's executor bridge: how the ``mac`` package's MCP server reaches a device with
 the executor role, without holding any key.
 
-The bridge listens on a Unix socket (``HOME/run/executor.sock``, mode 0600) and speaks one
-JSON line each way::
+The bridge listens on a Unix socket (``HOME/run/executor.sock``, mode 0600; when that path
+is longer than a socket address can hold, ``executor.sock`` in a private 0700 folder under
+the system's temp dir instead — ``path`` says where) and speaks one JSON line each way::
 
     → {"device": "mac", "op": "run", "command": "ls", "args": ["-l"], "timeout_s": 20,
        "task_id": "...", "call_id": "..."}
@@ -21,6 +22,8 @@ import contextlib
 import json
 import logging
 import os
+import shutil
+import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
@@ -37,6 +40,8 @@ log = logging.getLogger(__name__)
 
 MAX_REQUEST = 64 * 1024
 EXTRA_WAIT_S = 5.0
+MAX_SOCKET_PATH = 100
+"""bytes: a Unix socket address holds 107 (Linux) or 103 (macOS) and a NUL"""
 
 Send = Callable[[str, int, Any], Awaitable[bool]]
 
@@ -62,8 +67,13 @@ class ExecutorBridge:
         self._send = send
         self._pending: dict[str, tuple[str, asyncio.Future[executor_pb2.ExecResult]]] = {}
         self._server: asyncio.AbstractServer | None = None
+        self._short_dir: Path | None = None
 
     async def __aenter__(self) -> ExecutorBridge:
+        if len(os.fsencode(self.path)) > MAX_SOCKET_PATH:  # a home deep in the tree
+            self._short_dir = Path(tempfile.mkdtemp(prefix="yimi-exec-"))  # mode 0700
+            log.info("%s is too long for a socket address: using %s", self.path, self._short_dir)
+            self.path = self._short_dir / self.path.name
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
@@ -83,6 +93,8 @@ class ExecutorBridge:
             fut.cancel()
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        if self._short_dir is not None:
+            shutil.rmtree(self._short_dir, ignore_errors=True)
 
     def _device(self, name: str) -> DeviceRecord | None:
         for rec in self._devices():
