@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from hub.broker import mosquitto_pids
-from hub.cli import loopback_hub_args
+from hub.cli import hub_is_up, loopback_hub_args
 
 REPO = Path(__file__).resolve().parent.parent
 HUB_START_TIMEOUT_S = 120.0
@@ -114,7 +114,7 @@ class HubProcess:
                 preexec_fn=lambda: die_with_parent(parent),
             )
         deadline = started + HUB_START_TIMEOUT_S
-        while " up: " not in self.log.read_text(errors="replace"):
+        while not hub_is_up(self.log.read_text(errors="replace")):
             if self.popen.poll() is not None:
                 raise RuntimeError(f"the hub exited ({self.popen.returncode}):\n{self.log_tail()}")
             if time.monotonic() > deadline:

@@ -10,6 +10,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import sys
 import time
@@ -164,6 +165,15 @@ def loopback_hub_args(home: Path, mqtt_port: int, grpc_port: int) -> list[str]:
         "--grpc-port",
         str(grpc_port),
     ]
+
+
+HUB_UP = re.compile(r"\bhub [0-9a-f]+ up: ")
+"""the line a hub process logs once it is subscribed and serving (``HubDaemon``)"""
+
+
+def hub_is_up(log_text: str) -> bool:
+    """Whether a hub process's log says it is up (subscribed to every device's uplink)."""
+    return HUB_UP.search(log_text) is not None
 
 
 def cmd_hub_run(args: argparse.Namespace) -> int:

@@ -772,7 +772,7 @@ class Demo:
     def start_hub(self) -> None:
         with self.step("The hub (a real process: broker, gRPC, gateway, brain)"):
             t0 = time.monotonic()
-            from hub.cli import loopback_hub_args
+            from hub.cli import hub_is_up, loopback_hub_args
 
             hub = self.spawn(
                 "hub",
@@ -780,7 +780,7 @@ class Demo:
                 "--no-advertise",
             )
             self.watch.until(
-                lambda: " up: " in self.text_of("hub"), "the hub to come up", self.step_timeout
+                lambda: hub_is_up(self.text_of("hub")), "the hub to come up", self.step_timeout
             )
             self.say(
                 "hub",

@@ -177,7 +177,7 @@ class Turns:
         for device in self._queues:
             self._tasks.spawn(self._worker(device), f"device:{device}")
         self._tasks.spawn(self._startup(), "startup")
-        log.info("brain up: %s", self.brain.kind)
+        log.info("brain ready: %s", self.brain.kind)
         return self
 
     async def __aexit__(

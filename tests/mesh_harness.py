@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hub.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
-from hub.cli import loopback_hub_args
+from hub.cli import hub_is_up, loopback_hub_args
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -161,7 +161,7 @@ class Mesh:
         )
         start = len(hub.text())
         wait_for(
-            lambda: " up: " in hub.text()[start:] or not hub.alive(), timeout, "the hub to come up"
+            lambda: hub_is_up(hub.text()[start:]) or not hub.alive(), timeout, "the hub to come up"
         )
         assert hub.alive(), f"hub exited: {hub.text()}"
         return hub
