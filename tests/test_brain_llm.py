@@ -381,6 +381,26 @@ async def test_a_main_turn_cut_off_after_delegating_goes_on_without_delegating_a
         assert len(main) == 1 and "brain__delegate" in main[0].message_text()
 
 
+async def test_a_report_the_checker_empties_falls_back_to_the_receipts(tmp_path: Path) -> None:
+    """A sub-agent claims work no receipt backs: the checker removes the claim, and the
+    owner still hears how the job ended — from the receipts, not nothing."""
+
+    def responder(req: Request) -> Reply:
+        if req.model == "brain-model":
+            return delegate("tidy the inbox") if first_request(req) else text("On it.")
+        return text("Finished tidying the inbox.")
+
+    async with world(tmp_path, responder) as w:
+        await collect(w.brain.turn(Turn("tidy my inbox", turn_id="turn-claim")))
+        await w.brain.idle()
+        sub = next(t for t in _all(w.store) if t.kind == "subagent")
+        report = str(w.store.require(sub.task_id).result.get("report", ""))
+        assert "Finished" not in report and report.strip(), report
+        assert "No tool was used for this job." in report, report
+        said = [e.text for e in w.events.of(sub.task_id) if e.text]
+        assert said and said[-1] == report
+
+
 def _sent(path: Path) -> int:
     import sqlite3
 
