@@ -16,6 +16,7 @@ finished later are replies without an utterance.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -24,7 +25,11 @@ from typing import Any, Protocol
 
 import apsw
 
+from sync.documents import REFUSED as REFUSED_SEQ
+from sync.envelope import HUB as HUB_NAME
 from sync.store import open_db, transaction
+
+log = logging.getLogger(__name__)
 
 
 class ReplicatedEntry(Protocol):
@@ -46,6 +51,12 @@ ReplyMaker = Callable[[int, str], tuple[str, str, bool]]
 """Makes the reply to an utterance from (seq, text): (reply id, text, placeholder)."""
 
 SCHEMA = """
+CREATE TABLE IF NOT EXISTS refused_entries (
+    id       TEXT PRIMARY KEY,
+    device   TEXT NOT NULL,
+    sender   TEXT NOT NULL,
+    at_ms    INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS timeline (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     id         TEXT NOT NULL UNIQUE,
@@ -618,12 +629,38 @@ class HubStore:
         """Give entries that arrived through replication their ``seq`` (idempotent by id).
 
         This table is the source of truth for ``seq``; the CRDT ``seq`` documents are
-        written from it, and re-written from it on every hub start.
+        written from it, and re-written from it on every hub start. A device writes
+        entries only in its own name: one it sent in another's name (a device id that is
+        not the sender's) is refused — kept out of the timeline, remembered in
+        ``refused_entries`` and marked ``docs.REFUSED`` (-1) so every replica leaves it out.
         """
         now = int(time.time() * 1000)
+        refused: dict[str, int] = {}
         with transaction(self.conn):
             added = 0
             for e in entries:
+                if (
+                    self.conn.execute(
+                        "SELECT 1 FROM refused_entries WHERE id=?", (e.id,)
+                    ).fetchone()
+                    is not None
+                ):
+                    refused[e.id] = REFUSED_SEQ
+                    continue
+                if sender != HUB_NAME and e.device != sender and not self._known(e.id):
+                    self.conn.execute(
+                        "INSERT INTO refused_entries VALUES (?,?,?,?)",
+                        (e.id, e.device[:128], sender, now),
+                    )
+                    self._bump("rejected.entry_other_device")
+                    log.warning(
+                        "timeline entry %s from %s claims device %r: refused",
+                        e.id[:64],
+                        sender,
+                        e.device[:64],
+                    )
+                    refused[e.id] = REFUSED_SEQ
+                    continue
                 row = self.conn.execute(
                     "INSERT OR IGNORE INTO timeline (id, device, kind, text, ts_ms, received_ms, "
                     "trace_id, meta) VALUES (?,?,?,?,?,?,?,?) RETURNING seq",
@@ -632,15 +669,31 @@ class HubStore:
                 added += row is not None
             if added:
                 self._bump("accepted.sync_entry", added)
-            return {
+            return refused | {
                 e.id: int(r[0])
                 for e in entries
-                if (
+                if e.id not in refused
+                and (
                     r := self.conn.execute(
                         "SELECT seq FROM timeline WHERE id=?", (e.id,)
                     ).fetchone()
                 )
             }
+
+    def _known(self, entry_id: str) -> bool:
+        return (
+            self.conn.execute("SELECT 1 FROM timeline WHERE id=?", (entry_id,)).fetchone()
+            is not None
+        )
+
+    def refused_entries(self) -> list[tuple[str, str, str]]:
+        """(entry id, the device it claimed, the device that sent it) of refused entries."""
+        return [
+            (str(i), str(d), str(s))
+            for i, d, s in self.conn.execute(
+                "SELECT id, device, sender FROM refused_entries ORDER BY at_ms"
+            )
+        ]
 
     # ------------------------------------------------------------------ reading
     def entries(self, *, after: int = 0, limit: int = 1000) -> list[Entry]:

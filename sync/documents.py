@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,6 +174,27 @@ def entries_added(doc: LoroDoc, since: VersionVector) -> list[Entry] | None:
     return out
 
 
+REFUSED = -1
+"""the ``seq`` the hub writes for an entry it refused (a device wrote it in another
+device's name): not part of the timeline; every replica leaves it out"""
+
+
+def _mark(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def marked(doc: LoroDoc, entry_id: str) -> bool:
+    """Whether the hub has dealt with an entry: given a ``seq``, or refused it."""
+    n = _mark(getattr(doc.get_map("seq").get(entry_id), "value", None))
+    return n is not None and (n > 0 or n == REFUSED)
+
+
+def refused_of(doc: LoroDoc) -> set[str]:
+    """The entries the hub refused (``seq`` = :data:`REFUSED`)."""
+    raw = doc.get_map("seq").get_value()
+    return {k for k, v in raw.items() if _mark(v) == REFUSED} if isinstance(raw, dict) else set()
+
+
 def seq_of(doc: LoroDoc, entry_id: str) -> int | None:
     """One entry's ``seq`` (as :func:`seqs_of` would give it), without reading the whole map."""
     value = getattr(doc.get_map("seq").get(entry_id), "value", None)
@@ -197,8 +218,15 @@ def set_seqs(doc: LoroDoc, seqs: Iterable[tuple[str, int]]) -> None:
         m.insert(entry_id, n)
 
 
-def display_order(entries: Iterable[Entry], seqs: dict[str, int]) -> list[Entry]:
-    rows = [Entry(e.id, e.device, e.ts, e.kind, e.text, seqs.get(e.id)) for e in entries]
+def display_order(
+    entries: Iterable[Entry], seqs: dict[str, int], refused: Collection[str] = ()
+) -> list[Entry]:
+    """Entries by ``(seq, ts, device)``, unsequenced ones last, refused ones left out."""
+    rows = [
+        Entry(e.id, e.device, e.ts, e.kind, e.text, seqs.get(e.id))
+        for e in entries
+        if e.id not in refused
+    ]
     return sorted(
         rows,
         key=lambda e: (e.seq is None, e.seq or 0, e.ts, e.device, e.id),
@@ -266,8 +294,9 @@ def reapply(old: LoroDoc, new: LoroDoc) -> None:
     """
     present = {e.id for e in entries_of(new)}
     push_entries(new, [e for e in entries_of(old) if e.id not in present])
-    theirs = seqs_of(new)
-    set_seqs(new, [(k, v) for k, v in seqs_of(old).items() if k not in theirs])
+    theirs = seqs_of(new).keys() | refused_of(new)
+    ours = [*seqs_of(old).items(), *((k, REFUSED) for k in refused_of(old))]
+    set_seqs(new, [(k, v) for k, v in ours if k not in theirs])
     newer = {n.id: n for n in notes_of(new, include_deleted=True)}
     base = _shared_state(old, new)
     before = {n.id: n for n in notes_of(base, include_deleted=True)} if base is not None else {}

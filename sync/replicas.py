@@ -69,13 +69,15 @@ class ReplicaSet:
     def timeline(self) -> list[docs.Entry]:
         entries: list[docs.Entry] = []
         seqs: dict[str, int] = {}
+        refused: set[str] = set()
         for doc_id in self.doc_ids():
             if doc_id.startswith(docs.TIMELINE):
                 entries += docs.entries_of(self.get(doc_id).doc)
             elif doc_id.startswith(docs.SEQ):
                 seqs.update(docs.seqs_of(self.get(doc_id).doc))
+                refused |= docs.refused_of(self.get(doc_id).doc)
         unique = {e.id: e for e in reversed(entries)}  # first occurrence wins
-        return docs.display_order(unique.values(), seqs)
+        return docs.display_order(unique.values(), seqs, refused)
 
     # ------------------------------------------------------------------ notes
     def set_note(

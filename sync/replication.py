@@ -16,8 +16,9 @@ pushes what the hub lacks. Imports are idempotent, so duplicates and reordering 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 from types import TracebackType
 
@@ -224,7 +225,8 @@ class HubReplication:
     """The hub's side: apply devices' updates, re-broadcast, serve catch-ups, sequence entries.
 
     ``on_entries`` is called with the timeline entries that have no ``seq`` yet; it returns
-    their seqs (from the hub's SQLite timeline — the source of truth for ``seq``).
+    their seqs (from the hub's SQLite timeline — the source of truth for ``seq``), or
+    ``docs.REFUSED`` for an entry the hub keeps out of the timeline.
     """
 
     def __init__(
@@ -270,6 +272,7 @@ class HubReplication:
         """Apply what a device sent; returns (updates to re-broadcast, refusals)."""
         changed: list[sync_pb2.DocUpdate] = []
         refused: list[str] = []
+        introduced: set[str] = set()
         for item in updates:
             reason = refusal(item.doc, from_hub=False)
             if reason is None and item.snapshot:
@@ -279,6 +282,8 @@ class HubReplication:
                 self.refused[reason] = self.refused.get(reason, 0) + 1
                 log.warning("update from %s refused: %s: %s", sender, item.doc[:64], reason)
                 continue
+            timeline = item.doc.startswith(docs.TIMELINE)
+            before = self.replicas.get(item.doc).doc.oplog_vv if timeline else None
             try:
                 result = self.replicas.apply(item)
             except CrdtError as exc:
@@ -288,11 +293,20 @@ class HubReplication:
                 continue
             if result.changed:
                 changed.append(sync_pb2.DocUpdate(doc=item.doc, blob=item.blob))
-        seqs = self.sequence_new({u.doc for u in changed}, sender)
+                if before is not None:
+                    added = docs.entries_added(self.replicas.get(item.doc).doc, before)
+                    introduced |= {e.id for e in added or ()}
+        seqs = self.sequence_new({u.doc for u in changed}, sender, introduced)
         return changed + seqs, refused
 
-    def sequence_new(self, doc_ids: set[str], sender: str) -> list[sync_pb2.DocUpdate]:
+    def sequence_new(
+        self, doc_ids: set[str], sender: str, introduced: Collection[str] = ()
+    ) -> list[sync_pb2.DocUpdate]:
         """Give every unsequenced entry of these timeline documents its ``seq``.
+
+        ``sender`` is answerable for the entries in ``introduced`` (the ones its update
+        brought); other unsequenced entries were already here (the hub's own, or ones
+        written while it was down) and are sequenced as the hub's.
 
         The first time a document is looked at, all of it is read; after that only the
         entries added since it was last found fully sequenced (reading a whole document
@@ -314,12 +328,16 @@ class HubReplication:
             ):
                 added = docs.entries_added(timeline, mark[0])
             if added is None:
-                known = docs.seqs_of(seq_replica.doc)
+                known = docs.seqs_of(seq_replica.doc).keys() | docs.refused_of(seq_replica.doc)
                 fresh = [e for e in docs.entries_of(timeline) if e.id not in known]
             else:
-                fresh = [e for e in added if docs.seq_of(seq_replica.doc, e.id) is None]
+                fresh = [e for e in added if not docs.marked(seq_replica.doc, e.id)]
             seen = timeline.oplog_vv
-            seqs = self._sequence(fresh, sender) if fresh else {}
+            seqs: dict[str, int] = {}
+            for who, run in itertools.groupby(  # in document order, as one sequence
+                fresh, key=lambda e: sender if e.id in introduced else HUB_SENDER
+            ):
+                seqs |= self._sequence(list(run), who)
             if seqs:
                 blob = seq_replica.change(partial(docs.set_seqs, seqs=sorted(seqs.items())))
                 out.append(sync_pb2.DocUpdate(doc=seq_replica.doc_id, blob=blob))

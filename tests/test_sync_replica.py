@@ -612,6 +612,31 @@ def test_devices_catch_up_through_the_hub_and_get_seqs(hub: Hub, tmp_path: Path)
     assert hub.sqlite() == before and view(a.replicas) == expected
 
 
+def test_an_entry_in_another_devices_name_is_refused_everywhere(hub: Hub, tmp_path: Path) -> None:
+    """Device a writes one entry as itself and one claiming to be b: the hub sequences the
+    first, refuses the second (not in its timeline, remembered, marked -1 in the seq
+    document) and every replica — a's own too — leaves it out; a restart's reconcile
+    (sender "hub") does not let it in, and pushing it again changes nothing."""
+    a, b = hub.device(tmp_path, "a"), hub.device(tmp_path, "b")
+    a.replicas.add_entry(entry("a1", device="a", ts=T0 + 1))
+    a.replicas.add_entry(entry("forged", device="b", ts=T0 + 2))
+    catch_up(a, b)
+    assert set(hub.sqlite()) == {"a1"}
+    assert hub.store.refused_entries() == [("forged", "b", "a")]
+    assert hub.store.counters()["rejected.entry_other_device"] == 1
+    for rs in (hub.replicas, a.replicas, b.replicas):
+        assert [i for i, _ in view(rs)] == ["a1"], rs
+    # b relays what the hub sent it (its own entry and a's): nothing is refused
+    b.replicas.add_entry(entry("b1", device="b", ts=T0 + 3))
+    catch_up(b, a)
+    assert set(hub.sqlite()) == {"a1", "b1"} and len(hub.store.refused_entries()) == 1
+    # the reconcile of a hub start sequences as "hub": a refused entry stays refused
+    timeline_docs = {d for d in hub.replicas.doc_ids() if d.startswith(docs.TIMELINE)}
+    hub.sync.sequence_new(timeline_docs, "hub")
+    assert set(hub.sqlite()) == {"a1", "b1"}
+    assert hub.store.counters()["rejected.entry_other_device"] == 1
+
+
 def test_a_lost_log_record_comes_back_from_the_hubs_catch_up(hub: Hub, tmp_path: Path) -> None:
     dev = hub.device(tmp_path, "a")
     for i in range(3):
