@@ -58,13 +58,12 @@ import os
 import platform
 import re
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,6 +73,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.hubproc import HubProcess, child_env, die_with_parent, finish, free_port
+from bench.stats import median, percentile
 from hub.demo import ENROL_TAKES, SAMPLE_RATE, LineTail, Microphone, Spoken, synthesize
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -93,20 +93,6 @@ REQUEST = re.compile(r"^(\S+ \S+) INFO edge_agent\.pipeline: request (u-\S+) que
 
 
 # ---------------------------------------------------------------------------- statistics
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
 def ratio(a: float, b: float) -> str:
     return f"{a / b:5.2f}×" if b and not math.isnan(a) and not math.isnan(b) else "    -"
 

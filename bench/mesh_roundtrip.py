@@ -32,7 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import platform
 import secrets
@@ -53,6 +52,7 @@ import apsw
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, finish, free_port
+from bench.stats import percentile
 from edge_agent.node import DeviceNode, NodeOptions
 from protos import mesh_pb2
 from provisioning.bundle import Bundle, flash
@@ -73,17 +73,6 @@ RAW_PAYLOAD_BYTES = 400
 
 
 # ---------------------------------------------------------------------------- statistics
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``, linearly interpolated."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
 @dataclass
 class Series:
     label: str

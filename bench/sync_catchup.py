@@ -59,7 +59,6 @@ import platform
 import random
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -79,6 +78,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 import edge_agent.node as node_module
 import sync.replica as replica_module
 from bench.hubproc import HubProcess, cpu_seconds, finish, free_port
+from bench.stats import median, percentile
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.daemon import COMPACT_AT_BYTES, MAX_SYNC_BYTES
 from hub.timeline import HubStore
@@ -109,21 +109,6 @@ T = TypeVar("T")
 
 
 # ---------------------------------------------------------------------------- statistics
-def percentile(values: Sequence[float], q: float) -> float:
-    """The ``q`` quantile (0..1) of ``values``, linearly interpolated."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    k = (len(ordered) - 1) * q
-    lo = math.floor(k)
-    hi = min(lo + 1, len(ordered) - 1)
-    return ordered[lo] + (ordered[hi] - ordered[lo]) * (k - lo)
-
-
-def med(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
-
-
 def kib(n: float) -> str:
     if n >= 10 * 1024 * 1024:
         return f"{n / 1024 / 1024:.1f} MiB"
@@ -398,7 +383,7 @@ class Variant:
 
     @property
     def ms(self) -> float:
-        return med([s.seconds for s in self.samples]) * 1000
+        return median([s.seconds for s in self.samples]) * 1000
 
     @property
     def min_ms(self) -> float:
@@ -406,10 +391,10 @@ class Variant:
 
     @property
     def nbytes(self) -> int:
-        return int(med([s.nbytes for s in self.samples])) if self.samples else 0
+        return int(median([s.nbytes for s in self.samples])) if self.samples else 0
 
     def part_ms(self, name: str) -> float:
-        return med([s.parts.get(name, 0.0) for s in self.samples]) * 1000
+        return median([s.parts.get(name, 0.0) for s in self.samples]) * 1000
 
 
 async def _no_broadcast(update: sync_pb2.SyncUpdate) -> None:
@@ -1122,10 +1107,10 @@ def report(
         f"files {comp.files_bytes:,} B"
     )
     print(
-        f"load Replica(folder, doc) × {comp.documents}: median {med(comp.open_s) * 1000:.1f} ms "
+        f"load Replica(folder, doc) × {comp.documents}: median {median(comp.open_s) * 1000:.1f} ms "
         f"(loro decodes lazily); + decoding the state (get_value): "
-        f"{med(comp.open_decode_s) * 1000:.1f} ms; + reading it (entries_of/seqs_of, "
-        f"{comp.entries:,} entries): {med(comp.open_read_s) * 1000:.1f} ms  "
+        f"{median(comp.open_decode_s) * 1000:.1f} ms; + reading it (entries_of/seqs_of, "
+        f"{comp.entries:,} entries): {median(comp.open_read_s) * 1000:.1f} ms  "
         f"(medians of {len(comp.open_s)})"
     )
     print(
