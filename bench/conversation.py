@@ -298,14 +298,9 @@ class World:
                 self.order.append(m[2])
 
     def query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        import apsw
+        from sync.store import read_rows
 
-        conn = apsw.Connection(str(self.home_path / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.set_busy_timeout(2000)
-        try:
-            return [tuple(r) for r in conn.execute(sql, params)]
-        finally:
-            conn.close()
+        return read_rows(self.home_path / "hub.db", sql, *params, busy_ms=2000)
 
     # ------------------------------------------------------------------ models
     def use(self, model: str, fake_url: str) -> None:

@@ -612,14 +612,9 @@ class Demo:
         return f"127.0.0.1:{self.grpc_port}"
 
     def hub_query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        import apsw
+        from sync.store import read_rows
 
-        conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.set_busy_timeout(2000)
-        try:
-            return [tuple(r) for r in conn.execute(sql, params)]
-        finally:
-            conn.close()
+        return read_rows(self.home / "hub.db", sql, *params, busy_ms=2000)
 
     # ------------------------------------------------------------------ processes
     def spawn(self, name: str, *args: str, stdin: bool = False) -> Proc:

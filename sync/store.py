@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import apsw
 
@@ -42,3 +43,13 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def read_rows(path: Path, sql: str, *params: object, busy_ms: int = 5000) -> list[tuple[Any, ...]]:
+    """The rows of one query on a database another process writes, opened read-only."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(busy_ms)
+    try:
+        return [tuple(r) for r in conn.execute(sql, params)]
+    finally:
+        conn.close()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from hub.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
 from hub.cli import hub_is_up, loopback_hub_args
+from sync.store import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -204,23 +205,7 @@ class Mesh:
     # ------------------------------------------------------------------ reading state
     def hub_timeline(self) -> list[tuple[int, str, str, str]]:
         """(seq, device, kind, text) of every hub timeline entry, read from hub.db."""
-        import apsw
-
-        conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            return [
-                tuple(r)
-                for r in conn.execute("SELECT seq, device, kind, text FROM timeline ORDER BY seq")
-            ]  # type: ignore[misc]
-        finally:
-            conn.close()
+        return self.hub_query("SELECT seq, device, kind, text FROM timeline ORDER BY seq")  # type: ignore[return-value]
 
     def hub_query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
-        import apsw
-
-        conn = apsw.Connection(str(self.home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
-        conn.set_busy_timeout(5000)
-        try:
-            return [tuple(r) for r in conn.execute(sql, params)]
-        finally:
-            conn.close()
+        return read_rows(self.home / "hub.db", sql, *params)
