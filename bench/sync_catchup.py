@@ -414,14 +414,7 @@ class Envelopes:
         self.hub_box_pk = home.hub_keys.box_pk
         device_peer = Peer(bundle.device_id, bundle.keys.sign_pk, bundle.keys.box_pk)
         hub_peer = Peer(HUB, home.hub_keys.sign_pk, home.hub_keys.box_pk)
-        self.device_sealer = Sealer(
-            home_id=home.home_id,
-            node_id=bundle.device_id,
-            sign_key=bundle.keys.sign,
-            box_key=bundle.keys.box,
-            next_counter=itertools.count(1).__next__,
-            group_key=bundle.group_key,
-        )
+        self.device_sealer = Sealer.for_device(bundle, itertools.count(1).__next__)
         self.hub_opener = Opener(
             home_id=home.home_id,
             node_id=HUB,

@@ -79,14 +79,7 @@ class DeviceNode:
         self.counter = PersistentCounter(state / "counter.db")
         self.outbox = Outbox(state / "outbox.db")
         self.seen = SeenReplies(state / "replies.db")
-        self.sealer = Sealer(
-            home_id=bundle.home_id,
-            node_id=bundle.device_id,
-            sign_key=bundle.keys.sign,
-            box_key=bundle.keys.box,
-            next_counter=self.counter.next,
-            group_key=bundle.group_key,
-        )
+        self.sealer = Sealer.for_device(bundle, self.counter.next)
         hub_peer = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
         self.opener = Opener(
             home_id=bundle.home_id,

@@ -274,14 +274,7 @@ async def enrol_exchange(
     """
     from sync.envelope import Opener, Peer, ReplayGuard, Sealer
 
-    sealer = Sealer(
-        home_id=bundle.home_id,
-        node_id=bundle.device_id,
-        sign_key=bundle.keys.sign,
-        box_key=bundle.keys.box,
-        next_counter=next_counter,
-        group_key=bundle.group_key,
-    )
+    sealer = Sealer.for_device(bundle, next_counter)
     data = sealer.seal(
         mesh_pb2.VOICE_ENROL, request, recipient=HUB, recipient_box_pk=bundle.hub_box_pk
     )

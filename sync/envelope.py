@@ -13,6 +13,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from google.protobuf.message import Message
 from nacl.exceptions import BadSignatureError, CryptoError
@@ -159,6 +160,26 @@ class ReplayGuard:
         self._seen[sender] = int.from_bytes(seen, "big")
 
 
+class _Keys(Protocol):
+    @property
+    def sign(self) -> SigningKey: ...
+    @property
+    def box(self) -> PrivateKey: ...
+
+
+class DeviceIdentity(Protocol):
+    """What a device's bundle (``provisioning.bundle.Bundle``) gives a Sealer."""
+
+    @property
+    def home_id(self) -> str: ...
+    @property
+    def device_id(self) -> str: ...
+    @property
+    def keys(self) -> _Keys: ...
+    @property
+    def group_key(self) -> bytes: ...
+
+
 @dataclass
 class Sealer:
     """Signs and seals envelopes from one node."""
@@ -170,6 +191,18 @@ class Sealer:
     next_counter: Callable[[], int]
     group_key: bytes | None = None
     _boxes: dict[bytes, Box] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def for_device(cls, bundle: DeviceIdentity, next_counter: Callable[[], int]) -> Sealer:
+        """The Sealer of a device: its bundle's ids and keys, counting with ``next_counter``."""
+        return cls(
+            home_id=bundle.home_id,
+            node_id=bundle.device_id,
+            sign_key=bundle.keys.sign,
+            box_key=bundle.keys.box,
+            next_counter=next_counter,
+            group_key=bundle.group_key,
+        )
 
     def seal(
         self,

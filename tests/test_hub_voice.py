@@ -843,14 +843,7 @@ class RawDevice:
         self.bundle = b
         self.id = b.device_id
         counter = itertools.count(1)
-        self.sealer = Sealer(
-            home_id=b.home_id,
-            node_id=b.device_id,
-            sign_key=b.keys.sign,
-            box_key=b.keys.box,
-            next_counter=lambda: next(counter),
-            group_key=b.group_key,
-        )
+        self.sealer = Sealer.for_device(b, lambda: next(counter))
         hub = Peer(HUB, b.hub_sign_pk, b.hub_box_pk)
         self.opener = Opener(
             home_id=b.home_id,

@@ -384,14 +384,7 @@ def test_pairing_produces_a_working_bundle(home: Home, tmp_path: Path) -> None:
     assert loaded.mqtt_username == rec.device_id
 
     # the hub opens what the new device seals with it
-    sealer = Sealer(
-        loaded.home_id,
-        loaded.device_id,
-        loaded.keys.sign,
-        loaded.keys.box,
-        itertools.count(1).__next__,
-        loaded.group_key,
-    )
+    sealer = Sealer.for_device(loaded, itertools.count(1).__next__)
     data = sealer.seal(
         mesh_pb2.UTTERANCE,
         mesh_pb2.Utterance(id="u1", text="hi"),

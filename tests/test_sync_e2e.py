@@ -380,14 +380,7 @@ def sealer_of(bundle: Bundle) -> Sealer:
         finally:
             counter.close()
 
-    return Sealer(
-        home_id=bundle.home_id,
-        node_id=bundle.device_id,
-        sign_key=bundle.keys.sign,
-        box_key=bundle.keys.box,
-        next_counter=next_counter,
-        group_key=bundle.group_key,
-    )
+    return Sealer.for_device(bundle, next_counter)
 
 
 def sync_envelope(bundle: Bundle, *updates: sync_pb2.DocUpdate) -> bytes:
