@@ -5,9 +5,9 @@ Run::
     .venv/bin/python bench/conversation.py [--turns 20] [--block 5] [--quick] [--keep]
 
 Everything runs on loopback, in a temporary folder that is removed afterwards: a real hub
-process (``python -m hub.cli hub run``, its mosquitto, the gateway and the memory package)
+process (``python -m cli hub run``, its mosquitto, the gateway and the memory package)
 and a real glasses process (``yimi edge run --audio - --out null``) whose "microphone" is
-this script writing espeak-ng speech in real time (``hub.demo.Microphone``), exactly as in
+this script writing espeak-ng speech in real time (``demo.narrated.Microphone``), exactly as in
 ``yimi demo``. The owner's voice is enrolled first, so every turn is an owner turn.
 
 Two brains answer, in alternating blocks of ``--block`` turns (so drift of a noisy machine
@@ -74,7 +74,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.hubproc import HubProcess, child_env, die_with_parent, finish, free_port
 from bench.stats import median, percentile
-from hub.demo import ENROL_TAKES, SAMPLE_RATE, LineTail, Microphone, Spoken, synthesize
+from demo.narrated import ENROL_TAKES, SAMPLE_RATE, LineTail, Microphone, Spoken, synthesize
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
@@ -189,7 +189,7 @@ class World:
 
     def yimi(self, *args: str, timeout: float) -> str:
         done = subprocess.run(
-            [sys.executable, "-m", "hub.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -227,7 +227,7 @@ class World:
                 [
                     sys.executable,
                     "-m",
-                    "hub.cli",
+                    "cli.main",
                     "edge",
                     "run",
                     "--bundle",

@@ -14,8 +14,8 @@ import sys
 import time
 from pathlib import Path
 
-from hub.broker import mosquitto_pids
-from hub.cli import hub_is_up, loopback_hub_args
+from cli.main import hub_is_up, loopback_hub_args
+from hub.mesh.broker import mosquitto_pids
 
 REPO = Path(__file__).resolve().parent.parent
 HUB_START_TIMEOUT_S = 120.0
@@ -61,7 +61,7 @@ def cpu_seconds(pid: int | None) -> float:
 
 
 class HubProcess:
-    """``python -m hub.cli hub run`` in its own session; :meth:`stop` leaves nothing behind."""
+    """``python -m cli hub run`` in its own session; :meth:`stop` leaves nothing behind."""
 
     def __init__(self, root: Path, home: Path, mqtt_port: int, grpc_port: int) -> None:
         self.root = root
@@ -101,7 +101,7 @@ class HubProcess:
                 [
                     sys.executable,
                     "-m",
-                    "hub.cli",
+                    "cli",
                     *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port),
                     "--no-advertise",
                 ],

@@ -11,7 +11,7 @@ spread over ``--periods`` ISO-week documents ending this week, written one chang
 by five device peers, and their ``seq`` documents written by the hub peer (one change per
 entry, numbers from a real ``hub.db``). Every change's loro update is kept, so the replicas
 on disk are what the product writes: the hub's folder follows its own 4 MB compaction rule
-(``hub.daemon.COMPACT_AT_BYTES``: shallow snapshot + the log after it); a device's folder
+(``hub.mesh.daemon.COMPACT_AT_BYTES``: shallow snapshot + the log after it); a device's folder
 holds each document as one update with its whole history (as a catch-up from empty leaves
 it; devices do not compact). The lagging device has everything but the last ``--missed``
 entries (and their ``seq``).
@@ -80,7 +80,7 @@ import sync.replica as replica_module
 from bench.hubproc import HubProcess, cpu_seconds, finish, free_port
 from bench.stats import median, percentile
 from edge_agent.node import DeviceNode, NodeOptions
-from hub.daemon import COMPACT_AT_BYTES, MAX_SYNC_BYTES
+from hub.mesh.daemon import COMPACT_AT_BYTES, MAX_SYNC_BYTES
 from hub.timeline import HubStore
 from protos import mesh_pb2, sync_pb2
 from provisioning.bundle import Bundle, flash

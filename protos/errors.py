@@ -158,7 +158,7 @@ MESSAGES: dict[str, str] = {
     "speaker.input": "speaker embedding: unusable audio: {reason}",
     "speaker.mask": "speaker embedding: the voiced mask does not fit the audio: {reason}",
     "speaker.no_speech": "speaker embedding: no speech in {ms} ms of audio",
-    # wake word (models/wake.py, hub/cli_wake.py)
+    # wake word (models/wake.py, cli/wake.py)
     "wake.templates": "wake-word templates {path} are unusable: {reason}",
     "wake.recording": (
         "a wake-word recording must hold one word of {low}..{high} ms; this one has {ms} ms"
@@ -203,7 +203,7 @@ MESSAGES: dict[str, str] = {
         "no audio output device{device} ({reason}): use --out FILE (a WAV file) or --out null"
     ),
     "audio.device": "audio device {device} could not be opened: {reason}",
-    # hub speech recognition (models/asr.py) and voice ingest (hub/voice.py)
+    # hub speech recognition (models/asr.py) and voice ingest (hub/voice/hearing.py)
     "asr.audio": "cannot transcribe this audio: {reason}",
     "asr.remote": "the transcription service at {url} failed: {reason}",
     "asr.config": "speech recognition settings (home.yaml 'asr'): {reason}",
@@ -221,7 +221,7 @@ MESSAGES: dict[str, str] = {
     "voice_audio.undecodable": "the audio of utterance {id} could not be decoded: {reason}",
     # recall
     "recall.invalid": "recall: {field}: {reason}",
-    # voiceprint (models/voiceprint.py, hub/voiceprints.py, hub/cli_voice.py)
+    # voiceprint (models/voiceprint.py, hub/voice/voiceprints.py, cli/voice.py)
     "voice.fake_biometric": (
         "trust window refused: it comes from the fake biometric and this hub does not accept it "
         "(set voiceprint: {{allow_fake_biometric: true}} in home.yaml on test machines only)"

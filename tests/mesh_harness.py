@@ -16,8 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hub.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
-from hub.cli import hub_is_up, loopback_hub_args
+from cli.main import hub_is_up, loopback_hub_args
+from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
 from sync.store import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,7 +86,7 @@ class Mesh:
     ) -> subprocess.CompletedProcess[str]:
         """Run ``yimi ARGS`` to completion."""
         proc = subprocess.run(
-            [sys.executable, "-m", "hub.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -101,7 +101,7 @@ class Mesh:
         log = self.root / f"{name}.{len(self.procs)}.log"
         fh = log.open("wb")
         popen = subprocess.Popen(
-            [sys.executable, "-m", "hub.cli", *args],
+            [sys.executable, "-m", "cli", *args],
             stdout=fh,
             stderr=subprocess.STDOUT,
             env=env(),

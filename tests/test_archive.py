@@ -596,8 +596,8 @@ def test_repack_of_a_fully_deleted_pack(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------ CLI
 def test_cli_status_pack_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cli.main import main
     from hub.archive.settings import open_archive
-    from hub.cli import main
     from provisioning.home import Home
 
     home = tmp_path / "home"

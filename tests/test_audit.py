@@ -73,7 +73,7 @@ def test_appending_a_forged_record_or_truncating_is_detected(tmp_path: Path) -> 
 
 def _yimi(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hub.cli", *args],
+        [sys.executable, "-m", "cli", *args],
         capture_output=True,
         text=True,
         env=env(),

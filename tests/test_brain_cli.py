@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hub import cli
+from cli import main as cli
 from hub.brain.providers import ProviderStore
 from provisioning.home import Home
 

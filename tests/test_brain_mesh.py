@@ -25,13 +25,13 @@ import pytest
 import yaml
 
 from hub.brain.agents import TOOL_BUDGET, PydanticBrain
-from hub.capabilities.worlds import DEVICES, MqttHomeWorld
-from hub.daemon import HubDaemon
 from hub.gateway import Gateway
+from hub.mesh.daemon import HubDaemon
 from tests.fake_openai import FakeOpenAI, Reply, Request, Responder, calls, text
 from tests.mesh_harness import Mesh, Proc
 from tests.test_brain_llm import delegate, first_request, job_of
 from tests.test_turns_mesh import _configure, activity, hub_up, reply_text, say, turn_id, until
+from worlds.fakes import DEVICES, MqttHomeWorld
 
 pytestmark = pytest.mark.slow
 

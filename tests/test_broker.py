@@ -17,9 +17,9 @@ from pathlib import Path
 import aiomqtt
 import pytest
 
-from hub import broker as broker_module
-from hub.broker import Broker, BrokerAccount
 from hub.errors import HubError
+from hub.mesh import broker as broker_module
+from hub.mesh.broker import Broker, BrokerAccount
 from provisioning.credentials import mosquitto_hash, new_password
 from sync import topics
 
@@ -284,7 +284,7 @@ async def test_broker_dies_with_a_killed_hub(tmp_path: Path, port: int) -> None:
     script = (
         "import asyncio, sys\n"
         "from pathlib import Path\n"
-        "from hub.broker import Broker, BrokerAccount\n"
+        "from hub.mesh.broker import Broker, BrokerAccount\n"
         "async def main():\n"
         "    acct = [BrokerAccount('hub', sys.argv[3], 'hub')]\n"
         "    async with Broker(Path(sys.argv[1]), home_id='ab', port=int(sys.argv[2]),"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hub import cli
+from cli import main as cli
 from models import catalog as cat
 from models.catalog import (
     BUILTINS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hub import cli
+from cli import main as cli
 from provisioning.bundle import flash
 from provisioning.home import Home
 
@@ -387,8 +387,12 @@ def test_refused_operations_change_nothing(
 
 def test_hub_is_up_only_on_the_daemons_own_line() -> None:
     """Harness, demo and benches wait for this before devices talk: the hub is subscribed."""
-    from hub.cli import hub_is_up
+    from cli.main import hub_is_up
 
-    up = "2026-11-30 06:10:14,104 INFO hub.daemon: hub 6504fc89bc768d42 up: mqtt 127.0.0.1:1883"
+    up = (
+        "2026-11-30 06:10:14,104 INFO hub.mesh.daemon: hub 6504fc89bc768d42 up: mqtt 127.0.0.1:1883"
+    )
     assert hub_is_up(f"starting\n{up}\n")
-    assert not hub_is_up("INFO hub.turns: brain ready: rule-based\nINFO x: warming up: model\n")
+    assert not hub_is_up(
+        "INFO hub.turns.answering: brain ready: rule-based\nINFO x: warming up: model\n"
+    )

@@ -11,10 +11,10 @@ from typing import Any
 
 from nacl.signing import SigningKey
 
-from hub.capabilities.worlds import SmtpWorld
 from hub.gateway.facts import check_reply
 from protos import consent_pb2
 from tests.gateway_kit import OWNER, Phone, RecordingCourier, call, gateway
+from worlds.fakes import SmtpWorld
 
 INJECTED = (
     "Hi! Quarterly numbers attached.\n"

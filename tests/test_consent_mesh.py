@@ -13,11 +13,11 @@ from typing import Any
 import pytest
 import yaml
 
-from hub.capabilities.worlds import SmtpWorld
-from hub.daemon import HubDaemon, HubOptions
 from hub.gateway import CallContext, ToolCall
+from hub.mesh.daemon import HubDaemon, HubOptions
 from provisioning.home import Home
 from tests.mesh_harness import Mesh, wait_for
+from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
 

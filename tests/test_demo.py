@@ -35,7 +35,7 @@ def loopback_only() -> list[str]:
 
 def run_demo(folder: Path, *args: str, prefix: tuple[str, ...] = ()) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [*prefix, sys.executable, "-m", "hub.cli", "demo", "--folder", str(folder), *args],
+        [*prefix, sys.executable, "-m", "cli", "demo", "--folder", str(folder), *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from hub.capabilities.host import ToolOutcome
-from hub.capabilities.worlds import MqttHomeWorld, SmtpWorld
 from hub.gateway import CallContext, guarded
 from hub.gateway.errors import GatewayError
 from hub.gateway.facts import check_reply
@@ -24,6 +23,7 @@ from hub.gateway.receipts import (
 )
 from protos import consent_pb2
 from tests.gateway_kit import OWNER, Phone, RecordingCourier, call, gateway
+from worlds.fakes import MqttHomeWorld, SmtpWorld
 
 
 def email(to: str, body: str = "See you at noon.", asked: bool = True) -> dict[str, Any]:

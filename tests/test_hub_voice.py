@@ -28,7 +28,7 @@ from hub.archive.archive import Archive
 from hub.brain.providers import Endpoint, ProviderStore
 from hub.errors import HubError
 from hub.timeline import ReplyMaker
-from hub.voice import (
+from hub.voice.hearing import (
     MAX_CHUNK_BYTES,
     Added,
     AsrSettings,
@@ -42,7 +42,7 @@ from hub.voice import (
     no_voiceprint_scope,
     verify_audio,
 )
-from hub.wake_arbiter import Claim, Outcome, WakeArbiter, validate
+from hub.voice.wake_arbiter import Claim, Outcome, WakeArbiter, validate
 from models.asr import OpenAITranscriber, Samples, Transcript, WhisperTranscriber, default_model_dir
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub.daemon import HubDaemon, HubOptions
 from hub.gateway import CallContext, ToolCall
+from hub.mesh.daemon import HubDaemon, HubOptions
 from provisioning.home import Home
 from tests.mesh_harness import Mesh
 

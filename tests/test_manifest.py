@@ -102,7 +102,7 @@ def test_other_rules_name_their_field() -> None:
 def test_yimi_package_check(tmp_path: Path) -> None:
     def run(d: Path) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "hub.cli", "package", "check", str(d)],
+            [sys.executable, "-m", "cli", "package", "check", str(d)],
             capture_output=True,
             text=True,
             env=env(),

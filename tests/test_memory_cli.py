@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hub import cli
+from cli import main as cli
 from provisioning.home import Home
 
 

@@ -508,7 +508,7 @@ def test_timing_of_a_search_is_small(index: MemoryIndex) -> None:
 def test_yimi_memory_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
-    from hub.cli import main
+    from cli.main import main
 
     home = tmp_path / "home"
     assert main(["home", "init", "--home", str(home)]) == 0

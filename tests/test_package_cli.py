@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 def package_test(d: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hub.cli", "package", "test", str(d)],
+        [sys.executable, "-m", "cli", "package", "test", str(d)],
         capture_output=True,
         text=True,
         env=env(),

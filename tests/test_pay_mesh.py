@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from hub.brain.base import Turn, collect
-from hub.daemon import HubDaemon, HubOptions
 from hub.gateway import CallContext, ToolCall
+from hub.mesh.daemon import HubDaemon, HubOptions
 from hub.payments import PaymentRequest, VoiceEvidence
 from hub.payments.sandbox import SandboxShop
 from provisioning.bundle import Bundle

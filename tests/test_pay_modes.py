@@ -99,7 +99,7 @@ def test_yimi_pay_options_set_is_signed_by_the_phone(tmp_path: Path) -> None:
 
     def yimi(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "hub.cli", "pay", "options", *args],
+            [sys.executable, "-m", "cli", "pay", "options", *args],
             capture_output=True,
             text=True,
             timeout=60,
@@ -124,7 +124,7 @@ def test_yimi_pay_options_set_is_signed_by_the_phone(tmp_path: Path) -> None:
     shown = yimi("show", "--home", str(home.path))
     assert "auto-pay:           off" in shown.stdout and "Lotus Kitchen" in shown.stdout
     audit = subprocess.run(
-        [sys.executable, "-m", "hub.cli", "audit", "verify", "--home", str(home.path)],
+        [sys.executable, "-m", "cli", "audit", "verify", "--home", str(home.path)],
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hub import cli
+from cli import main as cli
 from protos import mesh_pb2
 from provisioning import certificate as certs
 from provisioning.bundle import Bundle, device_id_of, flash

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from hub.timeline import Chunk, HubStore
-from hub.turns import FileContacts, Turns, reply_id_for, typed_scope
+from hub.turns.answering import FileContacts, Turns, reply_id_for, typed_scope
 
 
 @pytest.fixture

@@ -22,15 +22,15 @@ import pytest
 import yaml
 
 from edge_agent.node import DeviceNode, NodeOptions
-from hub.capabilities.worlds import SmtpWorld
-from hub.daemon import HubDaemon, HubOptions
 from hub.gateway.facts import fact_map
+from hub.mesh.daemon import HubDaemon, HubOptions
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
 from sync.envelope import Opened, new_trace_id, random_id
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
 from tests.mesh_harness import Mesh, Proc, wait_for
+from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
 

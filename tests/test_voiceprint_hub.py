@@ -1,4 +1,4 @@
-"""The hub's voiceprint authority (hub/voiceprints.py): storage, lines, scope rules."""
+"""The hub's voiceprint authority (hub/voice/voiceprints.py): storage, lines, scope rules."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from hub.errors import HubError
-from hub.voiceprints import GUEST, OWNER, OWNER_UNCERTAIN, VoiceprintAuthority
+from hub.voice.voiceprints import GUEST, OWNER, OWNER_UNCERTAIN, VoiceprintAuthority
 from models import voiceprint as vp
 from models.errors import ModelError
 from tests.test_voiceprint import OTHER, segs, take
@@ -298,7 +298,7 @@ def test_enrol_requests_are_answered_not_raised(tmp_path: Path) -> None:
     """``Hub.Enrol``'s handling of a VoiceEnrol: every refusal is an answer with a key."""
     from types import SimpleNamespace
 
-    from hub.voiceprints import VoiceprintMesh
+    from hub.voice.voiceprints import VoiceprintMesh
     from protos import voice_pb2
 
     daemon = SimpleNamespace(home=SimpleNamespace(path=tmp_path, config={}))

@@ -333,7 +333,7 @@ def test_detector_for_a_device_builds_the_defaults_once(glasses: Bundle) -> None
 def test_cli_enroll_status_score(
     glasses: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from hub.cli import main
+    from cli.main import main
     from tests.speech import write_wav
 
     files = [

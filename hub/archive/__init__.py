@@ -7,5 +7,5 @@
 - :mod:`hub.archive.pack`: the lossless ``L5P1`` cold pack format (FLAC / gzip-1 chunks).
 - :mod:`hub.archive.targets`: a directory or a WebDAV server for the packs.
 - :mod:`hub.archive.maintainer`: the background upkeep rounds.
-- :mod:`hub.archive.cli`: ``yimi archive status|pack|verify``.
+- :mod:`cli.archive`: ``yimi archive status|pack|verify``.
 """

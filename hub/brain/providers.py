@@ -1,7 +1,7 @@
 """Model providers as configuration: OpenAI-compatible endpoints per role, keys encrypted.
 
 Roles: ``brain`` (the main agent), ``subagent`` (background sub-agents), ``asr`` (the
-hub's speech recognition, :mod:`hub.voice`: the first usable endpoint's
+hub's speech recognition, :mod:`hub.voice.hearing`: the first usable endpoint's
 ``/v1/audio/transcriptions``, else local faster-whisper; :func:`asr_route`) and ``vision``
 (accepted, but nothing looks at images yet). Each role lists endpoints in order of
 preference; any OpenAI-compatible server works (Ollama, llama.cpp server, vLLM,

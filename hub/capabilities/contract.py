@@ -35,8 +35,8 @@ import yaml
 from hub.capabilities.errors import CapabilityError
 from hub.capabilities.host import PackageHost
 from hub.capabilities.manifest import Manifest, load
-from hub.capabilities.worlds import WORLDS
 from hub.gateway.receipts import Receipt, enforce, parse_receipt
+from worlds.fakes import WORLDS
 
 
 @dataclass

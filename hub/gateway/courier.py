@@ -55,7 +55,7 @@ from sync import topics
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.daemon import HubDaemon
+    from hub.mesh.daemon import HubDaemon
     from hub.payments import PaymentAuthority
     from sync.envelope import Opened
 

@@ -101,7 +101,7 @@ BASIS_OF_REASON = {
     "trust_window": "trust_window",
     "call_anchor": "call_anchor",
 }
-"""the hub's scope reason (``hub/voiceprints.py`` ``scope_for``) → the evidence's basis"""
+"""the hub's scope reason (``hub/voice/voiceprints.py`` ``scope_for``) → the evidence's basis"""
 
 
 def voice_evidence(

@@ -12,15 +12,15 @@ loop never waits on the brain.
   unrevoked device whose certificate grants ``utter`` is the **owner**'s: every device of a
   home is the owner's, and typing needs the device in hand (unlocked) — the same standard as
   the phone's card approvals. A device without ``utter`` makes no turns (dropped, counted);
-- *voice* turns take the scope the voiceprint authority gave (``hub/voice.py`` →
-  ``hub/voiceprints.py`` ``scope_for``: ``owner`` when verified, inside a trust window or by
+- *voice* turns take the scope the voiceprint authority gave (``hub/voice/hearing.py`` →
+  ``hub/voice/voiceprints.py`` ``scope_for``: ``owner`` when verified, inside a trust window or by
   a call anchor; ``owner_uncertain``; ``guest``);
 - only ``owner`` turns get the context sources (profile, notes, timeline, time zone);
   ``owner_uncertain`` and ``guest`` turns read no private memory, and the gateway and both
   brains offer them only the tools their scope allows (package manifests' ``scopes``).
 
 The utterance joins the timeline with its ``seq`` (meta: ``scope``, ``admitted``) at once;
-its raw original goes to the L5 archive (voice: the audio, by ``hub/voice.py``; typed: the
+its raw original goes to the L5 archive (voice: the audio, by ``hub/voice/hearing.py``; typed: the
 ``Utterance`` message as an ``event`` object) from the turn's task.
 
 **Delivery** — the brain's reply chunks (whole sentences) go to the device the sentence
@@ -69,7 +69,7 @@ from sync.envelope import HUB, Opened
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.daemon import HubDaemon
+    from hub.mesh.daemon import HubDaemon
 
 log = logging.getLogger(__name__)
 

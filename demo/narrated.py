@@ -1,7 +1,7 @@
 """``yimi demo``: the whole assistant on this machine, narrated so a person can follow it.
 
 In a temporary folder the demo creates a home and flashes three devices, then runs the hub
-and the glasses, phone and mac daemons as real processes (``python -m hub.cli …``) on
+and the glasses, phone and mac daemons as real processes (``python -m cli …``) on
 loopback only (no zeroconf, no network beyond 127.0.0.1). The outside mail server is a
 **local test SMTP server** (aiosmtpd, in this process) the messaging package is pointed at.
 The demo then
@@ -618,13 +618,13 @@ class Demo:
 
     # ------------------------------------------------------------------ processes
     def spawn(self, name: str, *args: str, stdin: bool = False) -> Proc:
-        from hub.broker import _die_with_parent
+        from hub.mesh.broker import _die_with_parent
 
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(exist_ok=True)
         with log.open("ab") as fh:
             popen = subprocess.Popen(
-                [sys.executable, "-m", "hub.cli", *args],
+                [sys.executable, "-m", "cli", *args],
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
@@ -642,7 +642,7 @@ class Demo:
         """Run ``yimi ARGS`` to completion (StepFailed on a non-zero exit or the deadline)."""
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "hub.cli", *args],
+                [sys.executable, "-m", "cli", *args],
                 stdin=subprocess.DEVNULL,
                 capture_output=True,
                 text=True,
@@ -767,7 +767,7 @@ class Demo:
     def start_hub(self) -> None:
         with self.step("The hub (a real process: broker, gRPC, gateway, brain)"):
             t0 = time.monotonic()
-            from hub.cli import hub_is_up, loopback_hub_args
+            from cli.main import hub_is_up, loopback_hub_args
 
             hub = self.spawn(
                 "hub",

@@ -177,7 +177,7 @@ def hub_is_up(log_text: str) -> bool:
 
 
 def cmd_hub_run(args: argparse.Namespace) -> int:
-    from hub.daemon import HubDaemon, HubOptions
+    from hub.mesh.daemon import HubDaemon, HubOptions
     from provisioning.home import Home
 
     _setup_logging(args.verbose)
@@ -198,7 +198,7 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
-    from hub.daemon import hub_pid
+    from hub.mesh.daemon import hub_pid
 
     pid = hub_pid(args.home)
     print(f"hub: running (pid {pid})" if pid else "hub: not running")
@@ -501,34 +501,34 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--home", type=Path)
     where.add_argument("--bundle", type=Path)
     sp.add_argument("--limit", type=int, default=1000)
-    from hub.cli_gateway import add_commands
+    from cli.gateway import add_commands
 
     add_commands(sub, command)
-    from hub.archive.cli import add_commands as add_archive_commands
+    from cli.archive import add_commands as add_archive_commands
 
     add_archive_commands(sub, command)
-    from hub.memory.cli import add_commands as add_memory_commands
+    from cli.memory import add_commands as add_memory_commands
 
     memory_sub = add_memory_commands(sub, command)
-    from hub.memory.search_cli import add_search_command
+    from cli.recall import add_search_command
 
     add_search_command(memory_sub, command)
-    from hub.cli_pay import add_commands as add_pay_commands
+    from cli.pay import add_commands as add_pay_commands
 
     add_pay_commands(sub, command)
-    from hub.cli_models import add_commands as add_model_commands
+    from cli.models import add_commands as add_model_commands
 
     add_model_commands(sub, command)
-    from hub.cli_brain import add_commands as add_brain_commands
+    from cli.brain import add_commands as add_brain_commands
 
     add_brain_commands(sub, command)
-    from hub.cli_voice import add_commands as add_voice_commands
+    from cli.voice import add_commands as add_voice_commands
 
     add_voice_commands(sub, command)
-    from hub.cli_wake import add_commands as add_wake_commands
+    from cli.wake import add_commands as add_wake_commands
 
     add_wake_commands(sub, command)
-    from hub.demo import add_commands as add_demo_commands
+    from demo.narrated import add_commands as add_demo_commands
 
     add_demo_commands(sub, command)
     return p

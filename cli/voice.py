@@ -209,7 +209,7 @@ def cmd_voice_status(args: argparse.Namespace) -> int:
 
 
 def _status_home(home_path: Path) -> int:
-    from hub.voiceprints import VoiceprintAuthority
+    from hub.voice.voiceprints import VoiceprintAuthority
     from provisioning.home import Home
 
     home = Home.load(home_path)

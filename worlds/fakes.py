@@ -29,8 +29,8 @@ from typing import Any
 
 import aiomqtt
 
-from hub.broker import _accepts, _die_with_parent, _find_mosquitto
 from hub.capabilities.errors import CapabilityError
+from hub.mesh.broker import _accepts, _die_with_parent, _find_mosquitto
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ how many bytes and their SHA-256. :class:`ChunkAssembler` keeps the pieces per (
 utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
 :data:`TTL_S` life, a bound on pending utterances); :class:`HubVoice` then
 
-1. checks the wake: an utterance whose wake lost arbitration (:mod:`hub.wake_arbiter`) is
+1. checks the wake: an utterance whose wake lost arbitration (:mod:`hub.voice.wake_arbiter`) is
    not answered — its audio is archived as stood down, it is logged and counted, and the
    device is told again to stand down (it then withdraws the request);
 2. checks the assembled audio against the utterance (pieces, bytes, SHA-256) and decodes
@@ -50,7 +50,7 @@ from hub.archive.archive import Archive, NewObject
 from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
 from hub.timeline import ReplyMaker
-from hub.wake_arbiter import Decision, Outcome, WakeArbiter
+from hub.voice.wake_arbiter import Decision, Outcome, WakeArbiter
 from models.asr import (
     WAKE_WORD,
     OpenAITranscriber,
@@ -413,7 +413,7 @@ class ScopeAuthority(Protocol):
 def authority_scope(
     authority: ScopeAuthority, channel_of: Callable[[str], str | None] | None = None
 ) -> ScopeFn:
-    """A :data:`ScopeFn` over ``hub/voiceprints.py``'s ``scope_for``; the channel is the
+    """A :data:`ScopeFn` over ``hub/voice/voiceprints.py``'s ``scope_for``; the channel is the
     device's profile channel (``channel_of``) when it has one, else the utterance's."""
 
     def scope(device: str, utt: mesh_pb2.Utterance) -> Scope:

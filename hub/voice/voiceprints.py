@@ -51,7 +51,7 @@ from sync.store import open_db, transaction
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.daemon import HubDaemon
+    from hub.mesh.daemon import HubDaemon
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ claim arrived at the hub: the claim with the best ``wake_score`` answers (ties: 
 others). A claim that arrives after its group was decided stands down at once.
 
 Decisions are kept for :data:`KEEP_MS` so the utterance that follows a wake can be checked:
-an utterance whose wake lost gets no reply (:mod:`hub.voice` records and logs it).
+an utterance whose wake lost gets no reply (:mod:`hub.voice.hearing` records and logs it).
 
 The core (:meth:`WakeArbiter.claim`, :meth:`WakeArbiter.due`) is pure with explicit times;
 the async context manager owns the task that closes groups on time and sends decisions.

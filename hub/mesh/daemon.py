@@ -25,15 +25,15 @@ from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
 from hub.brain.providers import ProviderStore
-from hub.broker import Broker, BrokerAccount
 from hub.errors import HubError
 from hub.gateway.courier import MeshConsent
-from hub.grpc_server import HubService, start_server
+from hub.mesh.broker import Broker, BrokerAccount
+from hub.mesh.grpc_server import HubService, start_server
 from hub.timeline import HubStore, ReplyMaker, StoredReply
-from hub.turns import Turns, typed_scope
-from hub.voice import HubVoice, authority_scope
-from hub.voiceprints import VoiceprintMesh
-from hub.wake_arbiter import Decision, WakeArbiter
+from hub.turns.answering import Turns, typed_scope
+from hub.voice.hearing import HubVoice, authority_scope
+from hub.voice.voiceprints import VoiceprintMesh
+from hub.voice.wake_arbiter import Decision, WakeArbiter
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -396,7 +396,7 @@ class HubDaemon:
         if utt.HasField("voice"):  # heard: transcribed off the loop, then _ingest_turn
             await self.hearing.on_utterance(opened)
             return
-        # typed text signed by the device's own key: the owner's (see hub/turns.py)
+        # typed text signed by the device's own key: the owner's (see hub/turns/answering.py)
         scope = typed_scope(self.scopes.get(opened.sender, ()))
         if scope is None:
             self.replay.commit(opened.sender, opened.counter)

@@ -1,0 +1,1 @@
+"""The ``yimi`` command: one module per command group; thin — parses, calls, prints."""

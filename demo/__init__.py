@@ -1,0 +1,1 @@
+"""``yimi demo``: the whole assistant on this machine, narrated (real processes, loopback)."""

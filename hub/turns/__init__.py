@@ -1,0 +1,1 @@
+"""Turns: admission of utterances, answering through the brain, delivery and ACKs, activity."""
