@@ -298,7 +298,7 @@ class World:
                 self.order.append(m[2])
 
     def query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        from sync.store import read_rows
+        from storage.sqlite import read_rows
 
         return read_rows(self.home_path / "hub.db", sql, *params, busy_ms=2000)
 

@@ -48,10 +48,11 @@ def cmd_package_check(args: argparse.Namespace) -> int:
 
 def cmd_package_test(args: argparse.Namespace) -> int:
     from hub.capabilities.contract import run_contract
+    from worlds.fakes import WORLDS
 
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     variants = tuple(args.variant) if args.variant else ("fake", "real")
-    report = asyncio.run(run_contract(args.dir, variants=variants))
+    report = asyncio.run(run_contract(args.dir, worlds=WORLDS, variants=variants))
     for variant, case, passed, detail in report.results:
         mark = "PASS" if passed else "FAIL"
         print(f"{mark} [{variant}] {case}" + (f": {detail}" if detail else ""))

@@ -612,7 +612,7 @@ class Demo:
         return f"127.0.0.1:{self.grpc_port}"
 
     def hub_query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        from sync.store import read_rows
+        from storage.sqlite import read_rows
 
         return read_rows(self.home / "hub.db", sql, *params, busy_ms=2000)
 

@@ -24,8 +24,8 @@ import apsw
 from protos import consent_pb2, mesh_pb2
 from protos.codec import APPROVAL_CONTEXT, signing_input
 from provisioning.bundle import Bundle
+from storage.sqlite import open_db, transaction
 from sync.envelope import Opened
-from sync.store import open_db, transaction
 
 if TYPE_CHECKING:
     from edge_agent.node import DeviceNode

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import apsw
 
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 KEEP_DAYS = 14
 SCHEMA = """

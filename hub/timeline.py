@@ -25,9 +25,9 @@ from typing import Any, Protocol
 
 import apsw
 
+from storage.sqlite import open_db, transaction
 from sync.documents import REFUSED as REFUSED_SEQ
 from sync.envelope import HUB as HUB_NAME
-from sync.store import open_db, transaction
 
 log = logging.getLogger(__name__)
 

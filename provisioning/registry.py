@@ -15,7 +15,7 @@ from pathlib import Path
 import apsw
 
 from provisioning.errors import ProvisioningError
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import apsw
 
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), value INTEGER NOT NULL);

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import apsw
 
+from storage.sqlite import open_db, transaction
 from sync.errors import SyncError
-from sync.store import open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS outbox (

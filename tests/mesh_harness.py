@@ -18,7 +18,7 @@ from pathlib import Path
 
 from cli.main import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
-from sync.store import read_rows
+from storage.sqlite import read_rows
 
 REPO = Path(__file__).resolve().parent.parent
 

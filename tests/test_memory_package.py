@@ -8,6 +8,7 @@ import pytest
 
 from hub.capabilities.contract import run_contract
 from hub.capabilities.manifest import check_layout, load
+from worlds.fakes import WORLDS
 
 PACKAGE = Path(__file__).resolve().parent.parent / "packages" / "memory"
 
@@ -28,7 +29,7 @@ def test_manifest_declares_the_effects() -> None:
 
 @pytest.mark.slow
 async def test_contract_passes_on_fake_and_real() -> None:
-    report = await run_contract(PACKAGE)
+    report = await run_contract(PACKAGE, worlds=WORLDS)
     failed = [r for r in report.results if not r[2]]
     assert report.ok, failed
     assert {r[0] for r in report.results} == {"fake", "real"}

@@ -20,10 +20,11 @@ from hub.payments.money import fmt, to_minor
 from hub.payments.provider import HttpProvider, ProviderError
 from hub.payments.sandbox import SandboxShop
 from tests.pay_kit import ERRANDS
+from worlds.fakes import WORLDS
 
 
 async def test_the_errands_contract_passes_on_fake_and_real() -> None:
-    report = await run_contract(ERRANDS)
+    report = await run_contract(ERRANDS, worlds=WORLDS)
     assert report.ok, report.results
     assert {v for v, *_ in report.results} == {"fake", "real"}
 

@@ -39,7 +39,7 @@ from hub.archive import pack as fmt
 from hub.archive.admission import AdmissionPolicy, Decision, DiskReader, disk_space
 from hub.archive.errors import ArchiveError, TargetUnavailable
 from hub.archive.targets import ColdTarget, DirectoryTarget
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 log = logging.getLogger(__name__)
 

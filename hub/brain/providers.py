@@ -56,7 +56,7 @@ from hub.brain.errors import BrainError
 from hub.gateway.receipts import canonical
 from hub.memory.sensitivity import LEVELS, Source, format_source, parse_source
 from protos.codec import signing_input
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model

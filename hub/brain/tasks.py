@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hub.brain.errors import BrainError
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 STATES = (
     "received",

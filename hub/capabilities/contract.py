@@ -19,13 +19,15 @@ gateway's invariants)::
               values: [{name: ..., value: 1, unit: items}]
 
 Every tool the manifest declares must also be served by both servers. Each variant starts
-with a fresh state directory.
+with a fresh state directory. The outside-world fakes a contract may need are handed in by
+the caller (``worlds.fakes.WORLDS``: the ``yimi`` command, the tests), never imported here.
 """
 
 from __future__ import annotations
 
 import contextlib
 import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +38,9 @@ from hub.capabilities.errors import CapabilityError
 from hub.capabilities.host import PackageHost
 from hub.capabilities.manifest import Manifest, load
 from hub.gateway.receipts import Receipt, enforce, parse_receipt
-from worlds.fakes import WORLDS
+
+Worlds = Mapping[str, Callable[[], Any]]
+"""name → a factory of an async context manager whose value has ``env() -> dict[str, str]``"""
 
 
 @dataclass
@@ -110,7 +114,7 @@ def _substitute(value: Any, env: dict[str, str]) -> Any:
     return value
 
 
-def load_contract(m: Manifest) -> dict[str, Any]:
+def load_contract(m: Manifest, worlds: Worlds) -> dict[str, Any]:
     path = m.root / "tests" / "contract.yaml"
     if not path.is_file():
         raise CapabilityError("contract.missing", path=path)
@@ -121,22 +125,24 @@ def load_contract(m: Manifest) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("cases"), list):
         raise CapabilityError("contract.invalid", path=path, reason="no list of cases")
     for need in data.get("needs", []) or []:
-        if need not in WORLDS:
+        if need not in worlds:
             raise CapabilityError(
                 "contract.invalid",
                 path=path,
-                reason=f"needs {need!r}: known are {', '.join(WORLDS)}",
+                reason=f"needs {need!r}: known are {', '.join(worlds)}",
             )
     return data
 
 
-async def run_variant(m: Manifest, contract: dict[str, Any], variant: str, report: Report) -> None:
+async def run_variant(
+    m: Manifest, contract: dict[str, Any], variant: str, report: Report, worlds: Worlds
+) -> None:
     async with contextlib.AsyncExitStack() as stack:
         state = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="yimi-contract-")))
         env: dict[str, str] = {"YIMI_STATE_DIR": str(state)}
         if variant == "real":
             for need in contract.get("needs", []) or []:
-                world = await stack.enter_async_context(WORLDS[need]())
+                world = await stack.enter_async_context(worlds[need]())
                 env.update(world.env())
         host = await stack.enter_async_context(
             PackageHost(
@@ -180,13 +186,15 @@ async def run_variant(m: Manifest, contract: dict[str, Any], variant: str, repor
             report.results.append((variant, str(case.get("name", "?")), not detail, detail))
 
 
-async def run_contract(root: Path, *, variants: tuple[str, ...] = ("fake", "real")) -> Report:
+async def run_contract(
+    root: Path, *, worlds: Worlds, variants: tuple[str, ...] = ("fake", "real")
+) -> Report:
     m = load(root)
-    contract = load_contract(m)
+    contract = load_contract(m, worlds)
     report = Report(m.name)
     for variant in variants:
         if variant == "fake" and m.fake is None:
             report.results.append(("fake", "(fake server)", True, "no fake declared: skipped"))
             continue
-        await run_variant(m, contract, variant, report)
+        await run_variant(m, contract, variant, report, worlds)
     return report

@@ -30,7 +30,7 @@ from nacl.signing import VerifyKey
 from hub.gateway.ledger import Ledger, now_ms
 from protos import consent_pb2
 from protos.codec import APPROVAL_CONTEXT, parse, signing_input
-from sync.store import transaction
+from storage.sqlite import transaction
 
 CARD_TTL_S = 15 * 60
 """seconds a card waits for the owner before it expires"""

@@ -23,7 +23,7 @@ import apsw
 
 from hub.gateway.errors import GatewayError
 from hub.gateway.receipts import Receipt
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (

@@ -61,7 +61,7 @@ from hub.memory.sensitivity import (
     parse_source,
     parse_sources,
 )
-from sync.store import transaction
+from storage.sqlite import transaction
 
 log = logging.getLogger(__name__)
 

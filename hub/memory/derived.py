@@ -23,7 +23,7 @@ from hub.memory.assertions import AssertionStore, check_id
 from hub.memory.errors import MemoryStoreError
 from hub.memory.models import DerivedItem, ForgetReport, derived_item
 from hub.memory.sensitivity import LEVELS, check_level, highest, parse_source, parse_sources
-from sync.store import transaction
+from storage.sqlite import transaction
 
 log = logging.getLogger(__name__)
 

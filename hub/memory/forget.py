@@ -35,7 +35,7 @@ from hub.memory.index_api import IndexHook
 from hub.memory.models import ForgetReport, assertion_item, derived_item
 from hub.memory.schema import open_memory_db
 from hub.memory.sensitivity import Source, parse_source
-from sync.store import transaction
+from storage.sqlite import transaction
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import apsw
 
-from sync.store import open_db
+from storage.sqlite import open_db
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS assertion (

@@ -79,7 +79,7 @@ from protos.codec import (
     signing_input,
 )
 from provisioning.registry import DeviceRecord
-from sync.store import transaction
+from storage.sqlite import transaction
 
 log = logging.getLogger(__name__)
 

@@ -26,7 +26,7 @@ from hub.payments.model import (
     PaymentRequest,
 )
 from hub.payments.options import PayOptions
-from sync.store import open_db, transaction
+from storage.sqlite import open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (

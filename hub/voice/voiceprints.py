@@ -45,9 +45,9 @@ from protos import mesh_pb2, voice_pb2
 from protos.errors import YimiError
 from provisioning.profiles import Profile, load_profile
 from provisioning.registry import DeviceRecord
+from storage.sqlite import open_db, transaction
 from sync import topics
 from sync.envelope import Dropped, DropReason, Opened
-from sync.store import open_db, transaction
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:

@@ -1,0 +1,1 @@
+"""Capabilities: package manifests, the MCP host, the sandbox and contract tests."""
