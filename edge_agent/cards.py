@@ -14,21 +14,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import apsw
 
+from edge_agent.port import Handlers
 from protos import consent_pb2, mesh_pb2
 from protos.codec import APPROVAL_CONTEXT, signing_input
 from provisioning.bundle import Bundle
 from storage.sqlite import open_db, transaction
 from sync.envelope import Opened
-
-if TYPE_CHECKING:
-    from edge_agent.node import DeviceNode
 
 log = logging.getLogger(__name__)
 
@@ -152,7 +149,7 @@ class CardInbox:
         self.updates: asyncio.Queue[consent_pb2.CardUpdate] = asyncio.Queue()
         self.synced = asyncio.Event()
 
-    def handlers(self) -> dict[int, Callable[[Opened], Awaitable[None]]]:
+    def handlers(self) -> Handlers:
         return {mesh_pb2.CARD: self.on_card, mesh_pb2.CARD_UPDATE: self.on_update}
 
     async def on_card(self, opened: Opened) -> None:
@@ -196,18 +193,17 @@ def _how_to_answer(bundle: Bundle, card: consent_pb2.ConfirmCard) -> str:
     return f"answer: yimi pay approve|deny --bundle {b} {card.card_id}"
 
 
-def card_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitable[None]]]:
-    """The handlers a device's node gets: cards for a phone or a HUD, none otherwise."""
-    bundle = node.bundle
+def card_handlers(bundle: Bundle, *, show: bool) -> Handlers:
+    """The handlers a device's node gets: cards for a phone or a HUD, none otherwise;
+    ``show``: print each card as it arrives."""
     roles = bundle.profile.roles
     if not ({"confirm_cards", "hud"} & roles):
         return {}
-    edge = node.options.mode == "edge"
 
-    def show(text: str) -> None:
+    def print_card(text: str) -> None:
         print(f"[{bundle.name}] {text}", flush=True)
 
-    return CardInbox(bundle, show=show if edge else None).handlers()
+    return CardInbox(bundle, show=print_card if show else None).handlers()
 
 
 def sign_answer(

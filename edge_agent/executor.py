@@ -32,20 +32,15 @@ import json
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import yaml
 
+from edge_agent.port import Handlers, SendToHub
 from protos import executor_pb2, mesh_pb2
 from provisioning.bundle import Bundle
-from sync import topics
 from sync.envelope import HUB, Opened
-
-if TYPE_CHECKING:
-    from edge_agent.node import DeviceNode
 
 log = logging.getLogger(__name__)
 
@@ -212,9 +207,8 @@ def executor_for(bundle: Bundle) -> Executor:
     return Executor(bundle.state_dir, bundle.path / "executor.yaml")
 
 
-def executor_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitable[None]]]:
+def executor_handlers(bundle: Bundle, send: SendToHub) -> Handlers:
     """EXEC_REQUEST handling for a bundle with the executor role (and ``execute`` scope)."""
-    bundle = node.bundle
     if "executor" not in bundle.profile.roles or "execute" not in bundle.certificate.scopes:
         return {}
     executor = executor_for(bundle)
@@ -224,17 +218,8 @@ def executor_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitabl
         req = opened.payload
         assert isinstance(req, executor_pb2.ExecRequest)
         res = await executor.handle(req)
-        if node.mqtt is None:
-            return
-        data = node.sealer.seal(
-            mesh_pb2.EXEC_RESULT,
-            res,
-            recipient=HUB,
-            recipient_box_pk=bundle.hub_box_pk,
-            trace_id=opened.trace_id,
-        )
-        with contextlib.suppress(Exception):
-            await node.mqtt.publish(topics.uplink(bundle.home_id, bundle.device_id), data, qos=1)
+        with contextlib.suppress(Exception):  # offline or gone: the hub times the request out
+            await send(mesh_pb2.EXEC_RESULT, res, trace_id=opened.trace_id)
 
     async def on_request(opened: Opened) -> None:
         if opened.sender != HUB:

@@ -22,6 +22,7 @@ from typing import Any
 import aiomqtt
 from google.protobuf.message import Message
 
+from edge_agent.port import Handlers
 from edge_agent.replies import SeenReplies
 from edge_agent.roles import role_handlers
 from protos import mesh_pb2, sync_pb2, voice_pb2
@@ -121,7 +122,9 @@ class DeviceNode:
             group_key=bundle.group_key,
             max_bytes=MAX_RPC_BYTES,
         )
-        self.handlers: dict[int, Callable[[Opened], Awaitable[None]]] = role_handlers(self)
+        self.handlers: Handlers = role_handlers(
+            bundle, self.send, show_cards=options.mode == "edge"
+        )
         """more handlers by kind (confirmation cards on a phone or a HUD)"""
         self.revoked = asyncio.Event()
         self.delivered = 0
@@ -257,13 +260,17 @@ class DeviceNode:
             waiter.cancel()  # a flush waiting for its reply moves on
         return self.outbox.done(item_id)
 
-    async def send(self, kind: int, payload: Message) -> None:
+    async def send(self, kind: int, payload: Message, *, trace_id: str | None = None) -> None:
         """Seal ``payload`` to the hub and publish it now (not queued); SyncError if the
-        session is down."""
+        session is down (a :class:`~edge_agent.port.SendToHub`)."""
         if self.mqtt is None:
             raise SyncError("hub.unreachable", target="hub", reason="not connected")
         data = self.sealer.seal(
-            kind, payload, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
+            kind,
+            payload,
+            recipient=HUB,
+            recipient_box_pk=self.bundle.hub_box_pk,
+            trace_id=trace_id,
         )
         await self.mqtt.publish(
             topics.uplink(self.bundle.home_id, self.bundle.device_id), data, qos=1

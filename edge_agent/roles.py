@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
 from edge_agent.cards import card_handlers
 from edge_agent.executor import executor_handlers
+from edge_agent.port import Handlers, SendToHub
 from edge_agent.voiceprint import voiceprint_handlers
-from sync.envelope import Opened
-
-if TYPE_CHECKING:
-    from edge_agent.node import DeviceNode
+from provisioning.bundle import Bundle
 
 
-def role_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitable[None]]]:
-    return {**card_handlers(node), **executor_handlers(node), **voiceprint_handlers(node)}
+def role_handlers(bundle: Bundle, send: SendToHub, *, show_cards: bool) -> Handlers:
+    """The handlers of ``bundle``'s roles; ``show_cards``: print arriving cards (the
+    long-lived ``yimi edge run``, not a one-shot ``yimi say``)."""
+    return {
+        **card_handlers(bundle, show=show_cards),
+        **executor_handlers(bundle, send),
+        **voiceprint_handlers(bundle),
+    }

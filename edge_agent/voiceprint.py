@@ -26,15 +26,15 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import grpc
 import numpy as np
 
 from edge_agent.errors import EdgeError
+from edge_agent.port import Handlers
 from models import voiceprint as vp
 from models.errors import ModelError
 from protos import mesh_pb2, mesh_pb2_grpc, voice_pb2
@@ -42,9 +42,6 @@ from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opened
 from sync.errors import SyncError
 from sync.hub_rpc import CHANNEL_OPTIONS
-
-if TYPE_CHECKING:
-    from edge_agent.node import DeviceNode
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +230,12 @@ def load_trust_window(state_dir: Path, device: str = "") -> vp.TrustWindow | Non
 # --------------------------------------------------------------------------- on the mesh
 
 
-def voiceprint_handlers(node: DeviceNode) -> dict[int, Callable[[Opened], Awaitable[None]]]:
+def voiceprint_handlers(bundle: Bundle) -> Handlers:
     """``VOICEPRINT`` handling for a device with the ``voiceprint`` role."""
-    profile = node.bundle.profile
+    profile = bundle.profile
     if "voiceprint" not in profile.roles:
         return {}
-    state_dir = node.bundle.state_dir
+    state_dir = bundle.state_dir
 
     async def on_voiceprint(opened: Opened) -> None:
         msg = opened.payload
