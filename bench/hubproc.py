@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from cli.main import hub_is_up, loopback_hub_args
+from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids
 
 REPO = Path(__file__).resolve().parent.parent

@@ -8,7 +8,7 @@ Everything runs on loopback, in a temporary folder that is removed afterwards:
 
 1. a home is made and devices are flashed (in process, exactly as ``yimi device add``);
 2. a real hub is started in its own process (``python -m cli hub run``), which starts
-   its own mosquitto; the bench waits until the hub's log says it is up (``cli.main.hub_is_up``);
+   its own mosquitto; the bench waits until the hub's log says it is up (``cli.hub.hub_is_up``);
 3. **ours** — one device drives trips one after the other through
    :class:`edge_agent.node.DeviceNode`, the code path of ``yimi say``. A trip is timed from
    the start of the outbox flush (the utterance is sealed, signed and published, QoS 1)

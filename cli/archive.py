@@ -10,13 +10,11 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cli.common import EXIT_ERROR, EXIT_OK, Command
 from hub.archive.admission import human_bytes
-
-EXIT_OK, EXIT_ERROR = 0, 1
 
 
 def _open(args: argparse.Namespace, **overrides: Any) -> Any:
@@ -98,8 +96,8 @@ def cmd_archive_verify(args: argparse.Namespace) -> int:
     return EXIT_OK if all(r.ok for r in reports) else EXIT_ERROR
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``yimi archive …`` (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register ``yimi archive …`` (``command`` is cli.main's helper)."""
     arc = sub.add_parser("archive", help="the L5 archive: raw audio, images and events")
     arc_sub = arc.add_subparsers(dest="action", required=True)
 

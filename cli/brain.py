@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from cli.common import EXIT_OK, Command
 from hub.errors import HubError
-
-EXIT_OK = 0
 
 
 def _store(home_dir: Path) -> Any:
@@ -129,8 +127,8 @@ def cmd_brain_use(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``yimi brain …`` on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register ``yimi brain …`` on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
     brain = sub.add_parser("brain", help="model providers of the hub's brain")
     brain_sub = brain.add_subparsers(dest="action", required=True)
     sp = command(brain_sub, "status", cmd_brain_status, "endpoints, keys and recent changes")

@@ -20,13 +20,10 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_ERROR = 0, 1
-
-Handler = Callable[[argparse.Namespace], int]
+from cli.common import EXIT_ERROR, EXIT_OK, Command
 
 
 def cmd_package_check(args: argparse.Namespace) -> int:
@@ -181,8 +178,8 @@ def cmd_executor(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register the subcommands on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register the subcommands on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
     pkg = sub.add_parser("package", help="capability packages: validate and test")
     pkg_sub = pkg.add_subparsers(dest="action", required=True)
     sp = command(pkg_sub, "check", cmd_package_check, "validate a package folder's manifest")

@@ -18,19 +18,12 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cli.common import EXIT_ERROR, EXIT_OK, Command, fmt_ms
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import LEVELS, format_source
-
-EXIT_OK, EXIT_ERROR = 0, 1
-
-
-def _fmt_ms(ms: int) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
 
 def _open(args: argparse.Namespace, *, with_index: bool) -> Any:
@@ -115,7 +108,7 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     print(f"  {h.subject} · {h.predicate} · {json.dumps(h.value, ensure_ascii=False)}")
     print(
         f"  confidence {h.confidence} · sensitivity {h.sensitivity} · importance {h.importance}"
-        f" · committed {_fmt_ms(h.created_ms)}"
+        f" · committed {fmt_ms(h.created_ms)}"
     )
     print(f"  sources: {_sources(h)}")
     if h.depends_on:
@@ -158,7 +151,7 @@ def cmd_memory_explain(args: argparse.Namespace) -> int:
             if v.erased
             else f"{v.subject} · {v.predicate} · {json.dumps(v.value, ensure_ascii=False)}"
         )
-        print(f"  v{v.version}  {v.status:<18} {_fmt_ms(v.created_ms)}  {body}")
+        print(f"  v{v.version}  {v.status:<18} {fmt_ms(v.created_ms)}  {body}")
     print("depends on:")
     shown = False
     for v in history:
@@ -262,8 +255,8 @@ def cmd_memory_reapply(args: argparse.Namespace) -> int:
     return EXIT_ERROR if report.index_error else EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> Any:
-    """Register ``yimi memory …`` (``command`` is cli.py's helper); returns the subparsers
+def add_commands(sub: Any, command: Command) -> Any:
+    """Register ``yimi memory …`` (``command`` is cli.main's helper); returns the subparsers
     so further memory commands (``search``) can be added beside these."""
     mem = sub.add_parser("memory", help="the hub's memory: assertions, provenance, forgetting")
     mem_sub = mem.add_subparsers(dest="action", required=True)

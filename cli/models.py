@@ -16,13 +16,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_ERROR = 0, 1
-
-Handler = Callable[[argparse.Namespace], int]
+from cli.common import EXIT_ERROR, EXIT_OK, Command
 
 
 def _node_dir(args: argparse.Namespace) -> Path:
@@ -179,8 +176,8 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
     return EXIT_ERROR if failed else EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``yimi models …`` on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register ``yimi models …`` on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
     from models.catalog import ROLES, RUNTIMES
 
     def where_arg(sp: argparse.ArgumentParser) -> None:

@@ -24,18 +24,10 @@ import argparse
 import asyncio
 import logging
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_OK = 0
-
-
-def _when(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+from cli.common import EXIT_OK, Command, fmt_ms
 
 
 def _store(home: Path) -> Any:
@@ -110,7 +102,7 @@ def cmd_pay_lock_sensor(args: argparse.Namespace) -> int:
             raise SystemExit("this lock sensor cannot be set")
         state = set_(args.state == "unlocked")
     what = "unlocked" if state.unlocked else "locked"
-    print(f"{bundle.name}: {what} since {_when(state.since_ms)} ({state.sensor}: a FAKE sensor)")
+    print(f"{bundle.name}: {what} since {fmt_ms(state.since_ms)} ({state.sensor}: a FAKE sensor)")
     return EXIT_OK
 
 
@@ -130,7 +122,7 @@ def cmd_pay_list(args: argparse.Namespace) -> int:
         amount = fmt(p.amount_minor, p.currency) if p.amount_minor is not None else "-"
         print(
             f"{p.payment_id:<21} {p.state:<17} {amount:>13}  {p.payee[:20] or '-':<20} "
-            f"{p.mode or '-':<5} {_when(p.created_ms)}"
+            f"{p.mode or '-':<5} {fmt_ms(p.created_ms)}"
         )
     return EXIT_OK
 
@@ -160,12 +152,12 @@ def cmd_pay_show(args: argparse.Namespace) -> int:
         print(f"reason      {p.reason}")
     print("history:")
     for at, old, new, why in history:
-        print(f"  {_when(at)}  {old or '(new)':>17} → {new:<17} {why}")
+        print(f"  {fmt_ms(at)}  {old or '(new)':>17} → {new:<17} {why}")
     print("authorisations:")
     for a in auths:
         print(
             f"  {a.auth_id}  {a.method:<5} {a.state:<8} {fmt(a.amount_minor, a.currency):>12} "
-            f"to {a.payee}  issued {_when(a.issued_ms)}  card {a.card_id or '-'}"
+            f"to {a.payee}  issued {fmt_ms(a.issued_ms)}  card {a.card_id or '-'}"
             + (f"  by {a.approved_by}" if a.approved_by else "")
         )
     return EXIT_OK
@@ -181,7 +173,7 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
         for line in options.describe():
             print(line)
         print(
-            f"changed:            {_when(changed[0])} by {changed[1]}"
+            f"changed:            {fmt_ms(changed[0])} by {changed[1]}"
             if changed
             else "changed: never"
         )
@@ -232,8 +224,8 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``yimi pay`` on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register ``yimi pay`` on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
     pay = sub.add_parser("pay", help="payments: approve on the phone, list, options")
     pay_sub = pay.add_subparsers(dest="action", required=True)
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from cli.common import EXIT_OK, Command
 from hub.memory.index import LIST_LIMIT, MemoryIndex, RecallError
 from hub.memory.sensitivity import format_source
-
-EXIT_OK = 0
 
 
 def _k(text: str) -> int:
@@ -72,7 +70,7 @@ def cmd_memory_search(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_search_command(mem_sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+def add_search_command(mem_sub: Any, command: Command) -> None:
     """Add ``search`` to the ``yimi memory`` subcommands."""
     sp = command(mem_sub, "search", cmd_memory_search, "recall: keyword + vector search, fused")
     sp.add_argument("query", nargs="+", metavar="QUERY")

@@ -24,15 +24,12 @@ import asyncio
 import logging
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-EXIT_OK = 0
-
-Handler = Callable[[argparse.Namespace], int]
+from cli.common import EXIT_OK, Command, fmt_ms
 
 MIC_PROMPTS = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -45,12 +42,6 @@ MIC_PROMPTS = (
 """sentences the owner reads for ``--mic`` takes"""
 
 log = logging.getLogger(__name__)
-
-
-def _fmt_ms(ms: int | None) -> str:
-    if not ms:
-        return "-"
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
 def _voice_bundle(path: Path) -> Any:
@@ -196,14 +187,14 @@ def cmd_voice_status(args: argparse.Namespace) -> int:
     else:
         print(
             f"voiceprint: {held.samples} samples, line {held.line:.2f}, version {held.version}, "
-            f"model {held.speaker_model}, received {_fmt_ms(held.received_ms)}"
+            f"model {held.speaker_model}, received {fmt_ms(held.received_ms)}"
         )
     window = load_trust_window(bundle.state_dir, bundle.device_id)
     if window is not None:
         state = "open" if window.covers(int(time.time() * 1000)) else "closed"
         print(
-            f"trust window: {state} ({window.method}), {_fmt_ms(window.opened_ms)} – "
-            f"{_fmt_ms(window.closes_ms)}"
+            f"trust window: {state} ({window.method}), {fmt_ms(window.opened_ms)} – "
+            f"{fmt_ms(window.closes_ms)}"
         )
     return EXIT_OK
 
@@ -229,7 +220,7 @@ def _status_home(home_path: Path) -> int:
         samples = f"{r.samples}" + ("" if r.enrolled else "*")
         print(
             f"{r.channel:<12} {samples:>7} {r.learned:>7} {r.line:>5.2f} {r.version:>7}  "
-            f"{r.speaker_model or '-'} {_fmt_ms(r.updated_ms)}"
+            f"{r.speaker_model or '-'} {fmt_ms(r.updated_ms)}"
         )
     if not rows:
         print("(no channel enrolled yet)")
@@ -240,7 +231,7 @@ def _status_home(home_path: Path) -> int:
         for w in recent:
             state = "open" if w.covers(now) else "closed"
             print(
-                f"  {names.get(w.device, w.device):<16} {w.method:<11} {_fmt_ms(w.opened_ms)} "
+                f"  {names.get(w.device, w.device):<16} {w.method:<11} {fmt_ms(w.opened_ms)} "
                 f"{state}"
             )
     return EXIT_OK
@@ -300,7 +291,7 @@ def cmd_voice_trust(args: argparse.Namespace) -> int:
 
 
 # ---------------------------------------------------------------- parser
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+def add_commands(sub: Any, command: Command) -> None:
     voice = sub.add_parser("voice", help="the owner's voiceprint: enrol, status, trust window")
     voice_sub = voice.add_subparsers(dest="action", required=True)
 

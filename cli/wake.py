@@ -21,13 +21,10 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_OK, EXIT_ERROR = 0, 1
-
-Handler = Callable[[argparse.Namespace], int]
+from cli.common import EXIT_OK, Command
 
 log = logging.getLogger(__name__)
 
@@ -132,8 +129,8 @@ def cmd_wake_score(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``yimi wake`` on ``yimi``'s subparsers (``command`` is cli.py's helper)."""
+def add_commands(sub: Any, command: Command) -> None:
+    """Register ``yimi wake`` on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
     w = sub.add_parser("wake", help="the device's wake word: enrol the owner, status, score")
     w_sub = w.add_subparsers(dest="action", required=True)
     sp = command(w_sub, "enroll", cmd_wake_enroll, "make the owner's wake-word templates")

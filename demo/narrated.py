@@ -767,7 +767,7 @@ class Demo:
     def start_hub(self) -> None:
         with self.step("The hub (a real process: broker, gRPC, gateway, brain)"):
             t0 = time.monotonic()
-            from cli.main import hub_is_up, loopback_hub_args
+            from cli.hub import hub_is_up, loopback_hub_args
 
             hub = self.spawn(
                 "hub",

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -243,6 +243,14 @@ class Note:
     deleted: bool
     updated_at: int
     updated_by: str
+
+
+NOTE_EDITS: dict[str, Callable[[str], object]] = {
+    "text": str,
+    "kind": str,
+    "done": lambda v: v.lower() in ("1", "true", "yes", "done"),
+}
+"""the note fields an owner edits, each with how its typed-in text becomes the value"""
 
 
 def note_root(note_id: str) -> str:

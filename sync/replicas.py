@@ -14,6 +14,8 @@ from loro import ExportMode, VersionVector
 from protos import sync_pb2
 from sync import documents as docs
 from sync.crdt import version
+from sync.envelope import random_id
+from sync.errors import SyncError
 from sync.replica import Applied, Replica
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,32 @@ class ReplicaSet:
             partial(docs.set_note_fields, note_id=note_id, fields=fields, device=device)
         )
         return sync_pb2.DocUpdate(doc=docs.NOTES, blob=blob)
+
+    def add_note(self, text: str, kind: str, *, device: str) -> str:
+        """Write a new note (not done, not deleted); return its id."""
+        note_id = random_id("n-")[:14]
+        self.set_note(
+            note_id, {"text": text, "kind": kind, "done": False, "deleted": False}, device=device
+        )
+        return note_id
+
+    def edit_note(self, note_id: str, field: str, value: str, *, device: str) -> None:
+        """Set one field of a known note from its typed-in text (:data:`docs.NOTE_EDITS`).
+        SyncError ``note.unknown`` / ``note.field``."""
+        self._known_note(note_id)
+        if field not in docs.NOTE_EDITS:
+            raise SyncError("note.field", field=field, known=", ".join(docs.NOTE_EDITS))
+        self.set_note(note_id, {field: docs.NOTE_EDITS[field](value)}, device=device)
+
+    def delete_note(self, note_id: str, *, device: str) -> None:
+        """Mark a known note deleted (it stays, so the deletion replicates). SyncError
+        ``note.unknown``."""
+        self._known_note(note_id)
+        self.set_note(note_id, {"deleted": True}, device=device)
+
+    def _known_note(self, note_id: str) -> None:
+        if note_id not in {n.id for n in self.notes(include_deleted=True)}:
+            raise SyncError("note.unknown", id=note_id)
 
     def notes(self, *, include_deleted: bool = False) -> list[docs.Note]:
         return docs.notes_of(self.get(docs.NOTES).doc, include_deleted=include_deleted)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cli.main import hub_is_up, loopback_hub_args
+from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
 from storage.sqlite import read_rows
 

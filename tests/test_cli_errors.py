@@ -387,7 +387,7 @@ def test_refused_operations_change_nothing(
 
 def test_hub_is_up_only_on_the_daemons_own_line() -> None:
     """Harness, demo and benches wait for this before devices talk: the hub is subscribed."""
-    from cli.main import hub_is_up
+    from cli.hub import hub_is_up
 
     up = (
         "2026-11-30 06:10:14,104 INFO hub.mesh.daemon: hub 6504fc89bc768d42 up: mqtt 127.0.0.1:1883"

@@ -1,0 +1,56 @@
+"""What every ``yimi`` command group shares: exit codes, the handler type, logging setup,
+running a long-lived service, and how a time is shown."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_QUEUED = 0, 1, 2, 3
+"""0 done; 1 a refused or failed operation (one line on stderr); 2 usage; 3 the hub was
+unreachable and the utterance was queued (``yimi say``)"""
+
+Handler = Callable[[argparse.Namespace], int]
+"""a subcommand: parsed arguments in, exit status out"""
+
+Command = Callable[..., argparse.ArgumentParser]
+"""``command(subparsers, name, handler, help)``: add one subcommand (``cli.main``'s helper)"""
+
+
+def fmt_ms(ms: int | None) -> str:
+    """A wall-clock time in milliseconds as local ``YYYY-MM-DD HH:MM:SS`` (``-`` for none)."""
+    if not ms:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+def setup_logging(verbose: int, default: int = logging.INFO) -> None:
+    level = logging.DEBUG if verbose > 0 else default
+    logging.basicConfig(
+        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    for noisy in ("grpc", "zeroconf", "aiomqtt", "mqtt"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def run_service(coro_factory: Callable[[], Coroutine[Any, Any, int]]) -> int:
+    """Run a long-lived service until SIGTERM/SIGINT; then leave its context cleanly."""
+
+    async def main() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await coro_factory()
+        except asyncio.CancelledError:
+            return EXIT_OK
+
+    return asyncio.run(main())
