@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from cli.common import EXIT_OK, Command, fmt_ms
+from protos.clock import now_ms
 
 MIC_PROMPTS = (
     "The quick brown fox jumps over the lazy dog near the river bank.",
@@ -191,7 +192,7 @@ def cmd_voice_status(args: argparse.Namespace) -> int:
         )
     window = load_trust_window(bundle.state_dir, bundle.device_id)
     if window is not None:
-        state = "open" if window.covers(int(time.time() * 1000)) else "closed"
+        state = "open" if window.covers(now_ms()) else "closed"
         print(
             f"trust window: {state} ({window.method}), {fmt_ms(window.opened_ms)} – "
             f"{fmt_ms(window.closes_ms)}"
@@ -224,7 +225,7 @@ def _status_home(home_path: Path) -> int:
         )
     if not rows:
         print("(no channel enrolled yet)")
-    now = int(time.time() * 1000)
+    now = now_ms()
     recent = [w for w in windows if now - w.closes_ms < 3_600_000]
     if recent:
         print("\ntrust windows (last hour):")
@@ -254,7 +255,7 @@ def cmd_voice_trust(args: argparse.Namespace) -> int:
         "treating this command as the owner's confirmation.",
         file=sys.stderr,
     )
-    opened = int(time.time() * 1000)
+    opened = now_ms()
 
     async def on_reply(reply: mesh_pb2.Reply, opened_: Any, fresh: bool) -> None:
         return None

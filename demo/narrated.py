@@ -48,6 +48,8 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from protos.clock import now_ms
+
 REPO = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
 
@@ -291,7 +293,7 @@ class LocalSmtp:
             str(msg.get("Subject", "")),
             text,
             len(envelope.content),
-            int(time.time() * 1000),
+            now_ms(),
         )
         with self._lock:
             self.received.append(mail)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ import apsw
 
 from edge_agent.port import Handlers
 from protos import consent_pb2, mesh_pb2
+from protos.clock import now_ms
 from protos.codec import APPROVAL_CONTEXT, signing_input
 from provisioning.bundle import Bundle
 from storage.sqlite import open_db, transaction
@@ -45,10 +45,6 @@ CREATE TABLE IF NOT EXISTS cards (
 """
 STATE_NAMES = {v: k.lower() for k, v in consent_pb2.CardState.items()}
 FINAL = frozenset({"executed", "denied", "expired", "voided"})
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

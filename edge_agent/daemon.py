@@ -29,6 +29,7 @@ from edge_agent.node import DeviceNode, NodeOptions
 from edge_agent.pay import lock_watch
 from edge_agent.pipeline import DeviceVoice, VoicePipeline
 from protos import mesh_pb2, voice_pb2
+from protos.clock import now_ms
 from protos.errors import render
 from provisioning.bundle import Bundle
 from sync.envelope import Opened
@@ -141,7 +142,7 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
             if wait_s > 0:  # both devices hear the same file from the same instant
                 await asyncio.sleep(wait_s)
         elif voice.start_ms is None and isinstance(source, WavSource):
-            source.start_ms = int(time.time() * 1000)  # the file "starts" now, not when opened
+            source.start_ms = now_ms()  # the file "starts" now, not when opened
         t0 = time.perf_counter()
         await pipeline.listen(source.frames(), finite=not live)
         heard_s = time.perf_counter() - t0

@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,7 @@ import yaml
 
 from edge_agent.port import Handlers, SendToHub
 from protos import executor_pb2, mesh_pb2
+from protos.clock import now_ms
 from provisioning.bundle import Bundle
 from sync.envelope import HUB, Opened
 
@@ -103,7 +103,7 @@ class Executor:
 
     def _log(self, req: executor_pb2.ExecRequest, res: executor_pb2.ExecResult) -> None:
         line = {
-            "ts_ms": int(time.time() * 1000),
+            "ts_ms": now_ms(),
             "request_id": req.request_id,
             "op": req.op,
             "command": req.command,

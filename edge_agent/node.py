@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from edge_agent.port import Handlers
 from edge_agent.replies import SeenReplies
 from edge_agent.roles import role_handlers
 from protos import mesh_pb2, sync_pb2, voice_pb2
+from protos.clock import now_ms
 from provisioning.bundle import Bundle
 from sync import topics
 from sync.backoff import Backoff
@@ -197,7 +197,7 @@ class DeviceNode:
             mesh_pb2.Presence(
                 state=state,  # type: ignore[arg-type]
                 session=self.session_id,
-                since_ms=int(time.time() * 1000),
+                since_ms=now_ms(),
             ),
             recipient=HUB,
             recipient_box_pk=self.bundle.hub_box_pk,
@@ -224,7 +224,7 @@ class DeviceNode:
     # ------------------------------------------------------------------ sending
     def queue_utterance(self, text: str, *, channel: str | None = None) -> tuple[str, int]:
         """Commit an utterance to the outbox; returns (id, items waiting)."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         utt = mesh_pb2.Utterance(
             id=random_id("u-"),
             text=text,
@@ -247,7 +247,7 @@ class DeviceNode:
             mesh_pb2.UTTERANCE,
             utt.SerializeToString(),
             trace_id,
-            int(time.time() * 1000),
+            now_ms(),
             chunks=audio,
         )
         self._wake.set()
@@ -439,7 +439,7 @@ class DeviceNode:
             mesh_pb2.DeliveryAck(
                 reply_id=reply.id,
                 state=state,  # type: ignore[arg-type]
-                at_ms=int(time.time() * 1000),
+                at_ms=now_ms(),
                 chunk=reply.chunk,
             ),
             recipient=HUB,

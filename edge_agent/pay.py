@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
@@ -33,6 +32,7 @@ from edge_agent.errors import EdgeError
 from hardware.lock_sensor import FakeLockSensor, LockSensor, LockState
 from hub.payments.errors import PaymentError
 from protos import consent_pb2, mesh_pb2
+from protos.clock import now_ms
 from protos.codec import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, signing_input
 from provisioning.bundle import Bundle
 
@@ -49,10 +49,6 @@ LEASE_MINUTES = 10.0
 WATCH_EVERY_S = 0.5
 """how often the daemon reads its lock sensor (the FAKE sensor is a file; a phone OS would
 call back instead)"""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def lock_sensor(bundle: Bundle) -> LockSensor:

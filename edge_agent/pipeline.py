@@ -51,6 +51,7 @@ import numpy.typing as npt
 
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
+from protos.clock import now_ms
 from sync.envelope import Opened, new_trace_id, random_id
 from sync.errors import SyncError
 from sync.tasks import TaskOwner
@@ -543,7 +544,7 @@ class VoicePipeline:
         self.stats.ambient += 1
         s = seg.speech
         record = {
-            "at_ms": int(time.time() * 1000),
+            "at_ms": now_ms(),
             "device": self.device.device_id,
             "name": self.device.name,
             "channel": self.device.channel,

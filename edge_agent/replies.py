@@ -9,11 +9,11 @@ copy is only ACKed again. Shared by the processes of one bundle (``yimi edge run
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import apsw
 
+from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 
 KEEP_DAYS = 14
@@ -30,7 +30,7 @@ CREATE TABLE IF NOT EXISTS seen (
 class SeenReplies:
     def __init__(self, path: Path) -> None:
         self.conn: apsw.Connection = open_db(path, SCHEMA)
-        cutoff = int(time.time() * 1000) - KEEP_DAYS * 86_400_000
+        cutoff = now_ms() - KEEP_DAYS * 86_400_000
         with transaction(self.conn):
             self.conn.execute("DELETE FROM seen WHERE at_ms < ?", (cutoff,))
 
@@ -42,6 +42,6 @@ class SeenReplies:
         with transaction(self.conn):
             row = self.conn.execute(
                 "INSERT OR IGNORE INTO seen VALUES (?,?,?) RETURNING reply_id",
-                (reply_id[:128], int(chunk), int(time.time() * 1000)),
+                (reply_id[:128], int(chunk), now_ms()),
             ).fetchone()
         return row is not None

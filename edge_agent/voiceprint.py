@@ -25,7 +25,6 @@ import json
 import logging
 import os
 import secrets
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from edge_agent.port import Handlers
 from models import voiceprint as vp
 from models.errors import ModelError
 from protos import mesh_pb2, mesh_pb2_grpc, voice_pb2
+from protos.clock import now_ms
 from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opened
 from sync.errors import SyncError
@@ -173,7 +173,7 @@ def store_voiceprint(
         samples=int(message.samples),
         version=int(message.version),
         speaker_model=message.speaker_model,
-        received_ms=int(time.time() * 1000),
+        received_ms=now_ms(),
     )
     _write_json(
         state_dir / VOICEPRINT_FILE,

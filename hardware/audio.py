@@ -52,6 +52,7 @@ import soundfile as sf
 import soxr
 
 from hardware.errors import AudioError
+from protos.clock import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,6 @@ QUEUE_BLOCKS = 64
 Samples = npt.NDArray[np.int16]
 
 PORTAUDIO_FIX = "sudo apt-get install -y libportaudio2"
-
-
-def clock_ms() -> int:
-    """Wall clock in milliseconds (the time base of ``Frame.start_ms``)."""
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True, eq=False)
@@ -501,7 +497,7 @@ class WavSource(Source):
     async def open(self) -> None:
         self._file = _open_soundfile(self.path)
         if self.start_ms is None:
-            self.start_ms = clock_ms()
+            self.start_ms = now_ms()
 
     async def close(self) -> None:
         if self._file is not None:
@@ -639,7 +635,7 @@ class StdinPcmSource(Source):
             if isinstance(item, AudioError):
                 raise item
             if framer is None:
-                framer = _Framer(self.start_ms if self.start_ms is not None else clock_ms())
+                framer = _Framer(self.start_ms if self.start_ms is not None else now_ms())
             if item is None:
                 tail = resampler.push(np.zeros(0, dtype=np.float32), last=True)
                 for frame in framer.push(tail):
@@ -691,7 +687,7 @@ class MicSource(Source):
         def callback(indata: Any, frames: int, _time: Any, status: Any) -> None:
             if status:
                 log.debug("microphone: %s", status)
-            q.put((clock_ms(), indata[:, 0].copy()))
+            q.put((now_ms(), indata[:, 0].copy()))
 
         try:
             sd.check_input_settings(device=self.device, channels=1, samplerate=SAMPLE_RATE)

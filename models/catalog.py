@@ -48,7 +48,6 @@ import re
 import secrets
 import tempfile
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -57,6 +56,7 @@ from typing import Any
 import yaml
 
 from models.errors import ModelError
+from protos import clock
 
 log = logging.getLogger(__name__)
 
@@ -459,7 +459,7 @@ def sign_switch(
     """Sign a switch confirmation with an owner device's ``sign_key`` (nacl SigningKey)."""
     from protos.codec import signing_input
 
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     body = json.dumps(
         {
             "v": 1,
@@ -665,7 +665,7 @@ class Catalog:
 
     def _convert(self, b: Builtin, source: Path, out: Path, progress: Progress | None) -> str:
         marker = self._progress_file(b.role)
-        started = int(time.time() * 1000)
+        started = clock.now_ms()
 
         def report(fraction: float) -> None:
             fraction = min(1.0, max(0.0, float(fraction)))
@@ -875,7 +875,7 @@ class Catalog:
             state.selection[role] = {
                 "selected": name,
                 "previous": previous,
-                "switched_ms": int(time.time() * 1000),
+                "switched_ms": clock.now_ms(),
                 "confirmed_by": body["device_id"],
             }
             state.confirmations.append(str(body["id"]))
@@ -930,7 +930,7 @@ class Catalog:
         for key, want in expected.items():
             if body.get(key) != want:
                 raise refuse(f"it confirms {key} {body.get(key)!r}, not {want!r}")
-        now = int(time.time() * 1000)
+        now = clock.now_ms()
         if issued > now + CONFIRM_SKEW_MS or expires <= now or expires - issued > CONFIRM_TTL_MS:
             raise refuse("it has expired or is not yet valid")
         if str(body.get("id")) in state.confirmations:

@@ -26,13 +26,14 @@ from typing import Any
 import yaml
 
 from protos import mesh_pb2
+from protos.clock import now_ms
 from provisioning import certificate as certs
 from provisioning.credentials import mosquitto_hash, new_password
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
 from provisioning.profiles import Profile, dump_profile, load_profile
-from provisioning.registry import DeviceRecord, check_name, now_ms
+from provisioning.registry import DeviceRecord, check_name
 
 BUNDLE_VERSION = 1
 

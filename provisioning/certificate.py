@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
-from protos import mesh_pb2
+from protos import clock, mesh_pb2
 from protos.codec import CERTIFICATE_CONTEXT, parse, signing_input
 from provisioning.errors import ProvisioningError
 
@@ -32,7 +31,7 @@ def issue(
     now_ms: int | None = None,
 ) -> mesh_pb2.SignedCertificate:
     """Sign a certificate binding a device's id, profile, scopes and public keys."""
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     cert = mesh_pb2.DeviceCertificate(
         version=CERTIFICATE_VERSION,
         home_id=home_id,
@@ -72,7 +71,7 @@ def verify(
         raise ProvisioningError("certificate.invalid", reason="malformed body")
     if cert.home_id != home_id:
         raise ProvisioningError("certificate.invalid", reason=f"issued for home {cert.home_id}")
-    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now_ms = clock.now_ms() if now_ms is None else now_ms
     if cert.expires_ms <= now_ms:
         raise ProvisioningError("certificate.invalid", reason="expired")
     return cert

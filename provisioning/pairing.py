@@ -24,6 +24,7 @@ from nacl.exceptions import CryptoError
 from nacl.public import Box, PublicKey
 
 from protos import mesh_pb2
+from protos.clock import now_ms
 from protos.codec import parse
 from provisioning import certificate as certs
 from provisioning.bundle import Bundle, enrol, write
@@ -31,7 +32,7 @@ from provisioning.errors import ProvisioningError
 from provisioning.home import Home, home_id_of
 from provisioning.identity import NodeKeys
 from provisioning.profiles import load_profile
-from provisioning.registry import check_name, now_ms
+from provisioning.registry import check_name
 
 CODE_TTL_S = 600
 """seconds a pairing code stays valid"""

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import apsw
 
+from protos.clock import now_ms
 from provisioning.errors import ProvisioningError
 from storage.sqlite import open_db, transaction
 
@@ -71,10 +71,6 @@ def check_name(name: str) -> str:
             reason="use 1-32 of a-z, 0-9, '-', '_', starting with a letter or digit",
         )
     return name
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Registry:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import time
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from loro import LoroDoc, VersionVector
 
+from protos.clock import now_ms
 from sync.crdt import PASS_THROUGH
 
 TIMELINE = "timeline."
@@ -99,7 +99,7 @@ def make_entry(
     return Entry(
         id=entry_id,
         device=device,
-        ts=int(time.time() * 1000) if ts_ms is None else ts_ms,
+        ts=now_ms() if ts_ms is None else ts_ms,
         kind=kind,
         text=text[:MAX_TEXT_CHARS],
     )
@@ -261,7 +261,7 @@ def set_note_fields(doc: LoroDoc, note_id: str, fields: dict[str, object], *, de
     m = doc.get_map(note_root(note_id))
     for key, value in fields.items():
         m.insert(key, value)  # type: ignore[arg-type]  # callers pass scalars
-    m.insert("updated_at", int(time.time() * 1000))
+    m.insert("updated_at", now_ms())
     m.insert("updated_by", device)
 
 

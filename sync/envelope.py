@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 import secrets
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from nacl.secret import SecretBox
 from nacl.signing import SigningKey, VerifyKey
 
 from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2, voice_pb2
+from protos.clock import now_ms
 from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
 
 ENVELOPE_VERSION = 1
@@ -229,7 +229,7 @@ class Sealer:
             home_id=self.home_id,
             sender=self.node_id,
             counter=self.next_counter(),
-            time_ms=int(time.time() * 1000),
+            time_ms=now_ms(),
             kind=kind,  # type: ignore[arg-type]
             recipient=recipient,
             trace_id=trace_id or new_trace_id(),

@@ -25,7 +25,6 @@ import logging
 import os
 import re
 import struct
-import time
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +34,7 @@ from pathlib import Path
 
 from loro import ExportMode, LoroDoc
 
+from protos.clock import now_ms
 from sync.crdt import PASS_THROUGH, CrdtError, guard, version
 
 log = logging.getLogger(__name__)
@@ -187,7 +187,7 @@ class Replica:
     def _cut(self, path: Path, offset: int, reason: str) -> int:
         """Move a damaged log tail aside and truncate the log to its last good record."""
         size = path.stat().st_size
-        aside = path.with_name(f"{path.name}.damaged.{int(time.time() * 1000)}")
+        aside = path.with_name(f"{path.name}.damaged.{now_ms()}")
         with path.open("rb") as src:
             src.seek(offset)
             aside.write_bytes(src.read())
@@ -201,7 +201,7 @@ class Replica:
         return offset
 
     def _damaged(self, path: Path, reason: str) -> None:
-        aside = path.with_name(f"{path.name}.damaged.{int(time.time() * 1000)}")
+        aside = path.with_name(f"{path.name}.damaged.{now_ms()}")
         path.replace(aside)
         self._problem(f"{path.name}: {reason}; moved to {aside.name}, using the previous state")
 

@@ -8,7 +8,6 @@ input, the lock state of its FAKE lock sensor); the mesh path is in ``test_pay_m
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from hub.payments.authority import change_options
 from hub.payments.options import sign_change
 from hub.payments.sandbox import SandboxShop
 from protos import consent_pb2
+from protos.clock import now_ms
 from protos.codec import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, signing_input
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -31,10 +31,6 @@ from tests.gateway_kit import RecordingCourier
 
 REPO = Path(__file__).resolve().parent.parent
 ERRANDS = REPO / "packages" / "errands"
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def owner_ctx(trace: str = "trace-pay") -> CallContext:

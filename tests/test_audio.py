@@ -47,6 +47,7 @@ from hardware.audio import (
     read_wav,
     to_mono16k,
 )
+from protos.clock import now_ms
 from tests.speech import OWNER, say
 
 
@@ -414,9 +415,9 @@ def test_wav_source_frames_and_times(tmp_path: Path) -> None:
 def test_wav_source_converts_and_stamps_from_the_clock(tmp_path: Path) -> None:
     path = tmp_path / "stereo44.wav"
     sf.write(str(path), np.stack([sine(440, 1.0, 44_100)] * 2, axis=1), 44_100)
-    before = audio.clock_ms()
+    before = now_ms()
     frames = asyncio.run(collect(WavSource(path)))
-    assert before <= frames[0].start_ms <= audio.clock_ms()
+    assert before <= frames[0].start_ms <= now_ms()
     assert abs(len(frames) * FRAME_SAMPLES - SAMPLE_RATE) < 2 * FRAME_SAMPLES
 
 

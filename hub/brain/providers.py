@@ -37,7 +37,6 @@ import json
 import logging
 import re
 import secrets
-import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +54,7 @@ from hub.brain.cloud import VOICE_AUDIO, VOICE_AUDIO_ID, Provenance, eligible
 from hub.brain.errors import BrainError
 from hub.gateway.receipts import canonical
 from hub.memory.sensitivity import LEVELS, Source, format_source, parse_source
+from protos.clock import now_ms
 from protos.codec import signing_input
 from storage.sqlite import open_db, transaction
 
@@ -98,10 +98,6 @@ CREATE TABLE IF NOT EXISTS api_keys (
     created_ms  INTEGER NOT NULL
 );
 """
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def _refuse(field_: str, reason: str) -> BrainError:

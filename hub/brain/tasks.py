@@ -24,13 +24,13 @@ What makes a restart *resume* instead of redo:
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hub.brain.errors import BrainError
+from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 
 STATES = (
@@ -108,10 +108,6 @@ CREATE TABLE IF NOT EXISTS runs (
     lim    INTEGER NOT NULL
 );
 """
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

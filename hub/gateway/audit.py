@@ -25,7 +25,6 @@ import hashlib
 import json
 import logging
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +34,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from hub.gateway.receipts import canonical
+from protos.clock import now_ms
 from protos.codec import signing_input
 
 AUDIT_CONTEXT = b"yimi.audit.v1"
@@ -103,7 +103,7 @@ class AuditLog:
             seq, prev = self._tail()
             record: dict[str, Any] = {
                 "seq": seq + 1,
-                "ts_ms": int(time.time() * 1000),
+                "ts_ms": now_ms(),
                 "kind": kind,
                 "trace_id": trace_id[:128],
                 "data": data,

@@ -27,8 +27,9 @@ from typing import Any
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from hub.gateway.ledger import Ledger, now_ms
+from hub.gateway.ledger import Ledger
 from protos import consent_pb2
+from protos.clock import now_ms
 from protos.codec import APPROVAL_CONTEXT, parse, signing_input
 from storage.sqlite import transaction
 

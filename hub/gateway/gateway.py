@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -48,6 +47,7 @@ from hub.gateway.receipts import (
     parse_receipt,
 )
 from protos import consent_pb2
+from protos.clock import now_ms
 
 log = logging.getLogger(__name__)
 
@@ -688,16 +688,12 @@ class Gateway:
             reason=reason[:300],
             status=r.status if r else "",
             summary=(r.summary if r else "")[:600],
-            at_ms=_now_ms(),
+            at_ms=now_ms(),
         )
         try:
             await self.courier.update(update, card)
         except Exception:
             log.exception("card update %s not delivered now", card.card_id)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 Execute = Callable[[dict[str, Any]], Awaitable[ToolOutcome]]

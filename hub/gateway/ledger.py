@@ -14,7 +14,6 @@ checks, and which facts were already said.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import apsw
 
 from hub.gateway.errors import GatewayError
 from hub.gateway.receipts import Receipt
+from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 
 SCHEMA = """
@@ -100,10 +100,6 @@ CREATE TABLE IF NOT EXISTS tokens (
     consumed_ms INTEGER
 );
 """
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,6 @@ import json
 import logging
 import re
 import secrets
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +60,7 @@ from hub.memory.sensitivity import (
     parse_source,
     parse_sources,
 )
+from protos.clock import now_ms
 from storage.sqlite import transaction
 
 log = logging.getLogger(__name__)
@@ -73,10 +73,6 @@ MAX_DEPENDENCIES = 64
 MAX_REQUEST_ID = 128
 
 Listener = Callable[[Change], None]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def new_id() -> str:

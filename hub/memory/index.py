@@ -32,7 +32,6 @@ import json
 import math
 import re
 import threading
-import time
 import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ import numpy.typing as npt
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
+from protos.clock import now_ms
 
 DB_NAME = "memory_index.db"
 RRF_K = 60
@@ -84,10 +84,6 @@ class Embedder(Protocol):
 
 LiveFilter = Callable[[list[str]], Collection[str]]
 """given item ids, the subset whose originals still exist"""
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 # ---------------------------------------------------------------- ranking arithmetic

@@ -6,7 +6,6 @@ transaction, so any number of connections (threads, processes) agree on who won.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from hub.payments.model import (
     PaymentRequest,
 )
 from hub.payments.options import PayOptions
+from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 
 SCHEMA = """
@@ -110,10 +110,6 @@ CREATE TABLE IF NOT EXISTS voice_uses (
     at_ms        INTEGER NOT NULL
 );
 """
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 _PAY_COLS = (

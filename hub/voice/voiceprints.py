@@ -42,6 +42,7 @@ from hub.errors import HubError
 from models import voiceprint as vp
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
+from protos.clock import now_ms
 from protos.errors import YimiError
 from provisioning.profiles import Profile, load_profile
 from provisioning.registry import DeviceRecord
@@ -126,10 +127,6 @@ CREATE TABLE IF NOT EXISTS trust_windows (
     PRIMARY KEY (device, opened_ms)
 );
 """
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class ScopeDecision(NamedTuple):
