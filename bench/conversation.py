@@ -74,7 +74,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 from bench.hubproc import HubProcess, child_env, die_with_parent, finish, free_port
 from bench.stats import median, percentile
-from demo.narrated import ENROL_TAKES, SAMPLE_RATE, LineTail, Microphone, Spoken, synthesize
+from demo.narrated import ENROL_TAKES, LineTail, Microphone, Spoken, synthesize
+from hardware.pcm import SAMPLE_RATE
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text

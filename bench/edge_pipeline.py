@@ -97,7 +97,6 @@ from edge_agent.pipeline import (
     DeviceVoice,
     Ears,
     Embedding,
-    FrameLike,
     LocalVoiceprint,
     SpeakerEmbedder,
     SpeechDetector,
@@ -110,12 +109,13 @@ from edge_agent.pipeline import (
 )
 from edge_agent.voiceprint import store_voiceprint
 from hardware.audio import WavSource
-from hardware.espeak import SAMPLE_RATE, Samples, Voice, synthesize
+from hardware.espeak import Voice, synthesize
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from models import voiceprint as vp
 from models import wake
 from models.asr import WhisperTranscriber, strip_wake
 from models.errors import ModelError
-from models.vad import FRAME_MS, FRAME_SAMPLES, Segmenter, SileroVad, SpeechStart
+from models.vad import Segmenter, SileroVad, SpeechStart
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -899,7 +899,7 @@ class TimedSpeech(Timer):
         super().__init__()
         self.inner = inner
 
-    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]:
+    def feed(self, frame: Frame) -> Sequence[SpeechEvent]:
         return self.time(self.inner.feed, frame)
 
 
@@ -910,7 +910,7 @@ class TimedWake(Timer):
         super().__init__()
         self.inner = inner
 
-    def feed(self, frame: FrameLike) -> WakeFired | None:
+    def feed(self, frame: Frame) -> WakeFired | None:
         return self.time(self.inner.feed, frame)
 
     def reset(self) -> None:

@@ -79,7 +79,8 @@ def _show_progress(fraction: float) -> None:
 
 def _record_takes(count: int, seconds: float, device: str | None) -> list[tuple[str, Any]]:
     """Record ``count`` takes of ``seconds`` each from the microphone (prompts on stderr)."""
-    from hardware.audio import SAMPLE_RATE, MicSource
+    from hardware.audio import MicSource
+    from hardware.pcm import SAMPLE_RATE
 
     async def record() -> list[tuple[str, Any]]:
         takes: list[tuple[str, Any]] = []

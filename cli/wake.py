@@ -39,7 +39,8 @@ def _record_takes(count: int, seconds: float, device: str | None) -> list[tuple[
     """``count`` takes from the microphone, each the first speech segment heard (VAD)."""
     import numpy as np
 
-    from hardware.audio import SAMPLE_RATE, MicSource
+    from hardware.audio import MicSource
+    from hardware.pcm import SAMPLE_RATE
     from models.vad import Segmenter, SileroVad, SpeechEnd
 
     segmenter = Segmenter(SileroVad(), hangover_ms=300)

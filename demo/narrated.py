@@ -48,6 +48,7 @@ from typing import Any, TextIO
 import numpy as np
 import numpy.typing as npt
 
+from hardware.pcm import FRAME_SAMPLES, SAMPLE_RATE
 from protos.clock import now_ms
 
 REPO = Path(__file__).resolve().parent.parent
@@ -59,8 +60,6 @@ MODEL_STEP_FACTOR = 4.0
 """steps that load or convert models the first time get this many step timeouts"""
 POLL_S = 0.05
 STOP_TIMEOUT_S = 10.0
-FRAME_SAMPLES = 512
-SAMPLE_RATE = 16_000
 
 OWNER_VOICE = ("en-gb-x-rp", 45, 140)
 """the synthetic owner: espeak-ng voice, pitch, speed. Whisper tiny.en is sensitive to the

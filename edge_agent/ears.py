@@ -21,14 +21,13 @@ import numpy.typing as npt
 from edge_agent.pipeline import (
     Ears,
     Embedding,
-    FrameLike,
     LocalVoiceprint,
-    Samples,
     SpeechEnded,
     SpeechEvent,
     SpeechStarted,
     WakeFired,
 )
+from hardware.pcm import Frame, Samples
 from models.catalog import Catalog, ModelEntry
 from provisioning.bundle import Bundle
 
@@ -43,7 +42,7 @@ class SileroSpeech:
 
         self.segmenter = Segmenter(SileroVad(model_path))
 
-    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]:
+    def feed(self, frame: Frame) -> Sequence[SpeechEvent]:
         from models.vad import SpeechStart
 
         out: list[SpeechEvent] = []
@@ -101,7 +100,7 @@ class TemplateWake:
     def __init__(self, detector: Any) -> None:
         self.detector = detector
 
-    def feed(self, frame: FrameLike) -> WakeFired | None:
+    def feed(self, frame: Frame) -> WakeFired | None:
         hit = self.detector.feed(frame)
         if hit is None:
             return None

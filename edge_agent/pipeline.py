@@ -49,6 +49,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from protos.clock import now_ms
@@ -58,11 +59,6 @@ from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
-Samples = npt.NDArray[np.int16]
-
-SAMPLE_RATE = 16_000
-FRAME_SAMPLES = 512
-FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 REQUEST_WINDOW_MS = 5_000
 """after the wake word ends, a request must start within this (when the wake word was
 said on its own)"""
@@ -92,22 +88,6 @@ MAX_SPOKEN_CHARS = 1_000
 
 
 # ---------------------------------------------------------------------- protocols
-class FrameLike(Protocol):
-    @property
-    def samples(self) -> Samples: ...
-
-    @property
-    def start_ms(self) -> int: ...
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One 32 ms frame; ``start_ms`` is the wall clock of its first sample."""
-
-    samples: Samples
-    start_ms: int
-
-
 @dataclass(frozen=True)
 class SpeechStarted:
     ms: int
@@ -129,7 +109,7 @@ SpeechEvent = SpeechStarted | SpeechEnded
 class SpeechDetector(Protocol):
     """Voice activity: frames in, speech start / finished segment events out."""
 
-    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]: ...
+    def feed(self, frame: Frame) -> Sequence[SpeechEvent]: ...
 
 
 @dataclass(frozen=True)
@@ -141,7 +121,7 @@ class WakeFired:
 
 
 class WakeSpotter(Protocol):
-    def feed(self, frame: FrameLike) -> WakeFired | None: ...
+    def feed(self, frame: Frame) -> WakeFired | None: ...
 
     def reset(self) -> None: ...
 
@@ -283,7 +263,7 @@ class Hearing:
         self.preroll_ms = preroll_ms
         """fed to the wake spotter before a detected start (0 when the detector's start
         already includes its own pre-roll)"""
-        self._ring: deque[FrameLike] = deque(maxlen=RING_FRAMES)
+        self._ring: deque[Frame] = deque(maxlen=RING_FRAMES)
         self._in_speech = False
         self._fed_until = 0
         self._speech_ms = 0
@@ -294,7 +274,7 @@ class Hearing:
         self.frames = 0
         self.stage_s = {"vad": 0.0, "wake": 0.0}
 
-    def feed(self, frame: FrameLike, suppressed: bool) -> list[Wake | Segment]:
+    def feed(self, frame: Frame, suppressed: bool) -> list[Wake | Segment]:
         out: list[Wake | Segment] = []
         self.frames += 1
         self._ring.append(frame)
@@ -440,11 +420,11 @@ class VoicePipeline:
         playing = self.sink is not None and self.sink.playing
         return playing or self._clock_ms < self._quiet_until
 
-    async def listen(self, frames: AsyncIterator[FrameLike], *, finite: bool = True) -> None:
+    async def listen(self, frames: AsyncIterator[Frame], *, finite: bool = True) -> None:
         """Hear ``frames`` until they end (then close the last segment with silence)."""
         loop = asyncio.get_running_loop()
         self.listening = True
-        last: FrameLike | None = None
+        last: Frame | None = None
         try:
             async for frame in frames:
                 last = frame
@@ -458,7 +438,7 @@ class VoicePipeline:
             self.listening = False
             self._changed.set()
 
-    async def _hear(self, loop: asyncio.AbstractEventLoop, frame: FrameLike) -> None:
+    async def _hear(self, loop: asyncio.AbstractEventLoop, frame: Frame) -> None:
         self._clock_ms = frame.start_ms + FRAME_MS
         self.stats.audio_ms += FRAME_MS
         suppressed = self._suppressed()

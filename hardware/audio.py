@@ -41,7 +41,6 @@ import struct
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import Any, BinaryIO, Self
@@ -52,15 +51,11 @@ import soundfile as sf
 import soxr
 
 from hardware.errors import AudioError
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from protos.clock import now_ms
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
-"""Hz: every sample array inside Yimi is 16 kHz mono int16"""
-FRAME_SAMPLES = 512
-"""samples per frame (32 ms at 16 kHz; Silero VAD's chunk size)"""
-FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 MIN_RATE, MAX_RATE = 8_000, 384_000
 """Hz: rates accepted from files, pipes and devices"""
 MAX_CHANNELS = 32
@@ -80,21 +75,7 @@ PLAY_CHUNK = 1024
 QUEUE_BLOCKS = 64
 """blocks a pipe or microphone reader buffers before it waits (pipe) or drops (mic)"""
 
-Samples = npt.NDArray[np.int16]
-
 PORTAUDIO_FIX = "sudo apt-get install -y libportaudio2"
-
-
-@dataclass(frozen=True, eq=False)
-class Frame:
-    """``FRAME_SAMPLES`` int16 samples; ``start_ms`` is the wall clock of the first one."""
-
-    samples: Samples
-    start_ms: int
-
-    @property
-    def end_ms(self) -> int:
-        return self.start_ms + FRAME_MS
 
 
 # ------------------------------------------------------------------ conversion

@@ -14,19 +14,15 @@ import subprocess
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 import soundfile as sf
 import soxr
 
 from hardware.errors import AudioError
+from hardware.pcm import SAMPLE_RATE, Samples
 
-SAMPLE_RATE = 16_000
-"""Hz: every sample array in Yimi is 16 kHz mono int16"""
 TIMEOUT_S = 30.0
 """seconds one synthesis may take"""
 MAX_TEXT_CHARS = 2_000
-
-Samples = npt.NDArray[np.int16]
 
 
 @dataclass(frozen=True)

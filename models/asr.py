@@ -38,8 +38,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import numpy.typing as npt
 
+from hardware.pcm import SAMPLE_RATE, Samples
 from models.embed import verify
 from models.errors import ModelError
 
@@ -47,7 +47,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
 MIN_SAMPLES = SAMPLE_RATE // 10
 """0.1 s: shorter audio is refused (Whisper needs something to listen to)"""
 MAX_SECONDS = 120.0
@@ -70,8 +69,6 @@ than LOOP_RATIO (a repetition loop: Whisper's own threshold) is dropped"""
 WAKE_WORD = "Yimi"
 REMOTE_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 1 << 20
-
-Samples = npt.NDArray[np.int16]
 
 
 @dataclass(frozen=True)

@@ -28,14 +28,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Samples
 from models.errors import ModelError
 
 log = logging.getLogger(__name__)
 
-SAMPLE_RATE = 16_000
-FRAME_SAMPLES = 512
-"""32 ms: the only chunk size Silero v5+ accepts at 16 kHz"""
-FRAME_MS = FRAME_SAMPLES * 1000 // SAMPLE_RATE
 CONTEXT_SAMPLES = 64
 """samples of the previous chunk the v5+ model sees in front of each chunk"""
 
@@ -45,8 +42,6 @@ MODEL_VERSION = "6.2.3"
 MODEL_FILE = "data/silero_vad.onnx"
 MODEL_SHA256 = "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
 WHAT = "voice activity (Silero VAD)"
-
-Samples = npt.NDArray[np.int16]
 
 
 def sha256_file(path: Path) -> str:

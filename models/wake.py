@@ -48,14 +48,15 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from hardware.espeak import Voice, synthesize
+from hardware.pcm import FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from models.errors import ModelError
-from models.vad import FRAME_SAMPLES, SAMPLE_RATE, onnx_session, package_file, verified
+from models.vad import onnx_session, package_file, verified
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,6 @@ CONFIG_FILE = "wake.json"
 DEFAULT_TEMPLATES_FILE = "wake-yimi-default.npz"
 OWNER_TEMPLATES_FILE = "wake-owner.npz"
 
-Samples = npt.NDArray[np.int16]
 Floats = npt.NDArray[np.float32]
 
 
@@ -385,14 +385,6 @@ def build_default_templates(
 
 
 # ---------------------------------------------------------------- detector
-class FrameLike(Protocol):
-    @property
-    def samples(self) -> Samples: ...
-
-    @property
-    def start_ms(self) -> int: ...
-
-
 @dataclass(frozen=True)
 class WakeHit:
     """The wake word was heard."""
@@ -459,7 +451,7 @@ class WakeDetector:
         self._quiet_until_t = -1
         self.peak_score = 0.0
 
-    def feed(self, frame: FrameLike | Samples, start_ms: int | None = None) -> WakeHit | None:
+    def feed(self, frame: Frame | Samples, start_ms: int | None = None) -> WakeHit | None:
         """One frame (any length, normally 512 samples); a hit at most once per word."""
         if isinstance(frame, np.ndarray):
             samples = frame

@@ -16,7 +16,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from hardware.espeak import SAMPLE_RATE, Samples, Voice, synthesize
+from hardware.espeak import Voice, synthesize
+from hardware.pcm import SAMPLE_RATE, Samples
 
 OWNER = Voice("en-us", pitch=45, speed=165)
 """the synthetic owner"""

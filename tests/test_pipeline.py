@@ -20,21 +20,17 @@ import pytest
 
 from edge_agent import pipeline as pl
 from edge_agent.pipeline import (
-    FRAME_MS,
-    FRAME_SAMPLES,
     DeviceVoice,
     Ears,
     Embedding,
-    Frame,
-    FrameLike,
     LocalVoiceprint,
-    Samples,
     SpeechEnded,
     SpeechEvent,
     SpeechStarted,
     VoicePipeline,
     WakeFired,
 )
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, Frame, Samples
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from sync.envelope import Opened
@@ -51,10 +47,10 @@ class FakeSpeech:
     """Fake VAD: non-zero frames are speech; a segment ends after 3 silent frames."""
 
     def __init__(self) -> None:
-        self.frames: list[FrameLike] = []
+        self.frames: list[Frame] = []
         self.silent = 0
 
-    def feed(self, frame: FrameLike) -> Sequence[SpeechEvent]:
+    def feed(self, frame: Frame) -> Sequence[SpeechEvent]:
         loud = bool(np.any(frame.samples))
         if loud:
             self.silent = 0
@@ -84,7 +80,7 @@ class FakeWake:
         self.fed: list[int] = []
         self.resets = 0
 
-    def feed(self, frame: FrameLike) -> WakeFired | None:
+    def feed(self, frame: Frame) -> WakeFired | None:
         self.fed.append(frame.start_ms)
         if int(frame.samples[0]) == WAKE_MARK:
             return WakeFired(0.8, frame.start_ms + FRAME_MS)
@@ -202,7 +198,7 @@ def frames_of(parts: list[Samples], start_ms: int = T0) -> list[Frame]:
     return [Frame(s, start_ms + i * FRAME_MS) for i, s in enumerate(parts)]
 
 
-async def feed(frames: list[Frame]) -> AsyncIterator[FrameLike]:
+async def feed(frames: list[Frame]) -> AsyncIterator[Frame]:
     for f in frames:
         yield f
 

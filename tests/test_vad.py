@@ -9,12 +9,10 @@ import numpy as np
 import pytest
 
 from hardware.espeak import Voice
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE
 from models.errors import ModelError
 from models.vad import (
-    FRAME_MS,
-    FRAME_SAMPLES,
     MODEL_SHA256,
-    SAMPLE_RATE,
     Segmenter,
     SileroVad,
     SpeechEnd,

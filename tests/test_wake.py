@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 from hardware.espeak import Voice
+from hardware.pcm import FRAME_MS, FRAME_SAMPLES
 from models import wake
 from models.errors import ModelError
-from models.vad import FRAME_MS, FRAME_SAMPLES, Segmenter, SileroVad, SpeechStart
+from models.vad import Segmenter, SileroVad, SpeechStart
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from tests.speech import OTHERS, OWNER, OWNER_TAKES, concat, noise, say, silence, with_noise
