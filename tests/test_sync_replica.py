@@ -453,7 +453,7 @@ def test_a_peer_behind_the_compaction_point_takes_a_snapshot_and_keeps_its_own_c
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = iter(range(1_000, 10**9, 1_000))
-    monkeypatch.setattr(docs.time, "time", lambda: next(clock) / 1000)
+    monkeypatch.setattr(docs, "now_ms", lambda: next(clock))
     hub = ReplicaSet(tmp_path / "hub")
     dev = ReplicaSet(tmp_path / "dev")
     for doc_id in (TL, docs.NOTES):
@@ -514,7 +514,7 @@ def test_behind_the_compaction_point_concurrent_edits_of_different_note_fields_m
     device then takes the hub's snapshot (it is behind the compaction point): both edits
     survive, on the device and — after the device pushes — on the hub."""
     clock = iter(range(1_000, 10**9, 1_000))
-    monkeypatch.setattr(docs.time, "time", lambda: next(clock) / 1000)
+    monkeypatch.setattr(docs, "now_ms", lambda: next(clock))
     hub, dev = ReplicaSet(tmp_path / "hub"), ReplicaSet(tmp_path / "dev")
     hub.set_note("n1", {"text": "first", "kind": "note", "done": False}, device="hub")
     _sync(hub.get(docs.NOTES), dev.get(docs.NOTES))
