@@ -19,11 +19,12 @@ from hub.gateway import CallContext, Gateway, Receipt, ToolCall, open_gateway
 from hub.gateway.audit import records, verify
 from hub.gateway.consent import Answer, Card
 from hub.payments import PaymentAuthority, PaymentRequest, VoiceEvidence, open_payments
-from hub.payments.authority import change_options
+from hub.payments.phone import change_options
 from hub.payments.options import sign_change
-from hub.payments.sandbox import SandboxShop
+from packages.errands.sandbox import SandboxShop
 from protos import consent_pb2
-from protos.codec import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, signing_input
+from protos.codec import signing_input
+from protos.signed import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from provisioning.registry import DeviceRecord

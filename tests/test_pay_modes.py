@@ -14,7 +14,7 @@ import pytest
 
 from hub.payments import PaymentError, PayOptions, VoiceEvidence
 from hub.payments.options import sign_change
-from hub.payments.sandbox import SandboxShop
+from packages.errands.sandbox import SandboxShop
 from tests.pay_kit import PayWorld, make_home, now_ms, owner_ctx, pay_world, wait_until
 
 KNOWN = "Lotus Kitchen,Green Bowl,Corner Bakery,Tea House,Grand Hotel"
@@ -62,7 +62,7 @@ async def test_both_options_are_off_by_default(tmp_path: Path) -> None:
 
 
 async def test_changing_the_options_needs_the_owners_phone(tmp_path: Path) -> None:
-    from hub.payments.authority import change_options
+    from hub.payments.phone import change_options
 
     async with pay_world(tmp_path) as w:
         store, audit = w.pay.store, w.gw.audit

@@ -359,8 +359,9 @@ WORLDS["mac_local"] = LocalExecutorWorld
 
 # ---------------------------------------------------------------- the sandbox shop
 def sandbox_shop() -> Any:
-    """The sandbox payment provider (``hub.payments.sandbox``): a local HTTP shop, no money."""
-    from hub.payments.sandbox import SandboxShop
+    """The sandbox payment provider (``packages.errands.sandbox``): a local HTTP shop, no
+    money."""
+    from packages.errands.sandbox import SandboxShop
 
     return SandboxShop()
 

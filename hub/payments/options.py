@@ -22,8 +22,6 @@ signed time, once per nonce.
 
 from __future__ import annotations
 
-import json
-import secrets
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
@@ -32,10 +30,9 @@ from nacl.signing import SigningKey
 
 from hub.payments.errors import PaymentError
 from hub.payments.money import check_currency, fmt, to_minor
-from protos.codec import PAY_OPTIONS_CONTEXT, signing_input
+from protos import signed
 
 CHANGE_TTL_S = 120
-MAX_CHANGE_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -137,15 +134,7 @@ def apply(options: PayOptions, changes: dict[str, Any]) -> PayOptions:
 def sign_change(
     key: SigningKey, device_id: str, changes: dict[str, Any], *, now_ms: int | None = None
 ) -> tuple[bytes, bytes]:
-    """(body, signature) of an options change, as the owner's phone makes it."""
-    body = json.dumps(
-        {
-            "device_id": device_id,
-            "signed_ms": now_ms if now_ms is not None else int(time.time() * 1000),
-            "nonce": secrets.token_hex(16),
-            "set": changes,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    ).encode()
-    return body, key.sign(signing_input(PAY_OPTIONS_CONTEXT, body)).signature
+    """(body, signature) of an options change, as the owner's phone makes it
+    (:func:`protos.signed.options_change`)."""
+    signed_ms = now_ms if now_ms is not None else int(time.time() * 1000)
+    return signed.options_change(key, device_id, changes, signed_ms=signed_ms)
