@@ -187,8 +187,8 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     from hub.gateway.audit import AuditLog
-    from hub.payments.phone import change_options
     from hub.payments.options import sign_change
+    from hub.payments.phone import change_options
     from provisioning.bundle import Bundle
     from provisioning.home import Home
 

@@ -19,8 +19,8 @@ from hub.gateway import CallContext, Gateway, Receipt, ToolCall, open_gateway
 from hub.gateway.audit import records, verify
 from hub.gateway.consent import Answer, Card
 from hub.payments import PaymentAuthority, PaymentRequest, VoiceEvidence, open_payments
-from hub.payments.phone import change_options
 from hub.payments.options import sign_change
+from hub.payments.phone import change_options
 from packages.errands.sandbox import SandboxShop
 from protos import consent_pb2
 from protos.codec import signing_input

@@ -85,9 +85,7 @@ async def open_payments(
     sweep (tests call ``sweep()`` themselves); undo timers still run."""
     store = PaymentStore(state_dir / "payments.db", synchronous="FULL" if durable else "OFF")
     authority = PaymentAuthority(gateway, store, devices=devices)
-    sweeper = PaymentSweeper(
-        authority.sweep, authority.execute, lambda: authority.clock(), periodic=sweep
-    )
+    sweeper = PaymentSweeper(authority.sweep, authority.execute, authority.now, periodic=sweep)
     gateway.payments = authority
     try:
         await authority.reconcile()

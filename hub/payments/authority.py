@@ -97,14 +97,14 @@ class PaymentAuthority:
         """milliseconds now (tests move it)"""
         self.sweeper: PaymentSweeper | None = None
         """the owned sweep and undo timers (set by ``open_payments``)"""
-        clock = lambda: self.clock()  # noqa: E731 — follows a clock the tests replace
+        clock = self.now  # the parts follow ``self.clock``, which the tests replace
         self.records = PaymentRecords(gateway, store)
         self.cards = PaymentCards(
             gateway,
             store,
             self.records,
             clock,
-            lambda payment_id: self.execute(payment_id),
+            lambda payment_id: self.cashier.execute(payment_id),
             lambda payment_id, trace_id, by: self._undo(
                 payment_id, trace_id=trace_id, by=by, allowed=True
             ),
@@ -128,6 +128,10 @@ class PaymentAuthority:
         self.check = self.cashier.check
 
     # ------------------------------------------------------------------ facts
+    def now(self) -> int:
+        """Milliseconds now, by :attr:`clock`."""
+        return self.clock()
+
     @property
     def options(self) -> PayOptions:
         return self.store.options()
