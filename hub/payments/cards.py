@@ -195,6 +195,7 @@ class PaymentCards:
         await self.gw.update_card(card, consent_pb2.REFUSED, reason)
         return Answer("refused", reason, card), None
 
+    # ------------------------------------------------------------------ answers
     def judge(
         self,
         approval: consent_pb2.Approval,
@@ -241,7 +242,6 @@ class PaymentCards:
             return "the undo is for another payment"
         return ""
 
-    # ------------------------------------------------------------------ answers
     async def answer(
         self,
         approval: consent_pb2.Approval,
@@ -325,6 +325,8 @@ class PaymentCards:
         return Answer("denied", "undone", self.gw.consent.card(j.card.card_id)), r
 
     async def expire(self, p: Payment, auth: Authorisation, card: Card | None) -> Receipt | None:
+        """``auth`` ran out before it was approved or used: the payment expires, so does
+        its card."""
         with transaction(self.store.db):
             self.store.end_auth(auth.auth_id, ("issued", "approved"), "expired", "expired (60 s)")
             moved = self.store.move(
