@@ -216,9 +216,7 @@ async def send_options(
 ) -> str:
     """A phone-signed change of the payment options, sent to the hub over the mesh."""
     _check_phone(bundle)
-    body, signature = signed.options_change(
-        bundle.keys.sign, bundle.device_id, changes, signed_ms=now_ms()
-    )
+    body, signature = signed.options_change(bundle.keys.sign, bundle.device_id, changes)
     session = PhoneSession(bundle, hub)
     try:
         async with session.node:

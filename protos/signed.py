@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -140,14 +141,15 @@ def options_change(
     device_id: str,
     changes: dict[str, Any],
     *,
-    signed_ms: int,
+    signed_ms: int | None = None,
     nonce: str | None = None,
 ) -> tuple[bytes, bytes]:
-    """(body, signature) of an options change, as the owner's phone makes it."""
+    """(body, signature) of an options change, as the owner's phone makes it (signed now
+    unless ``signed_ms`` is given)."""
     body = json.dumps(
         {
             "device_id": device_id,
-            "signed_ms": signed_ms,
+            "signed_ms": signed_ms if signed_ms is not None else int(time.time() * 1000),
             "nonce": nonce if nonce is not None else secrets.token_hex(16),
             "set": changes,
         },
