@@ -179,8 +179,8 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
         )
         return EXIT_OK
     from hub.gateway.audit import AuditLog
-    from hub.payments.authority import change_options
-    from hub.payments.options import sign_change
+    from hub.payments.phone import change_options
+    from protos.signed import options_change
     from provisioning.bundle import Bundle
     from provisioning.home import Home
 
@@ -210,7 +210,7 @@ def cmd_pay_options(args: argparse.Namespace) -> int:
         from hub.payments.errors import PaymentError
 
         raise PaymentError("pay.options_refused", reason="the bundle's device is not in this home")
-    body, signature = sign_change(bundle.keys.sign, bundle.device_id, changes)
+    body, signature = options_change(bundle.keys.sign, bundle.device_id, changes)
     store = _store(args.home)
     audit = AuditLog(args.home / "gateway" / "audit", signer=home.hub_keys.sign)
     try:

@@ -20,9 +20,8 @@ from pathlib import Path
 import apsw
 
 from edge_agent.port import Handlers
-from protos import consent_pb2, mesh_pb2
+from protos import consent_pb2, mesh_pb2, signed
 from protos.clock import now_ms
-from protos.codec import APPROVAL_CONTEXT, signing_input
 from provisioning.bundle import Bundle
 from storage.sqlite import open_db, transaction
 from sync.envelope import Opened
@@ -180,7 +179,7 @@ def _how_to_answer(bundle: Bundle, card: consent_pb2.ConfirmCard) -> str:
     b = bundle.path
     if card.effect != "spend":
         return f"answer: yimi approve|deny --bundle {b} {card.card_id}"
-    if card.title.startswith("auto-pay"):  # an auto-payment's notice: deny = undo
+    if card.title.startswith(signed.AUTO_PAY_TITLE):  # an auto-payment's notice: deny = undo
         pid = next(
             (x.split(": ", 1)[1] for x in card.preview.splitlines() if x.startswith("payment: ")),
             "",
@@ -206,14 +205,6 @@ def sign_answer(
     bundle: Bundle, card: consent_pb2.ConfirmCard, decision: int
 ) -> consent_pb2.Approval:
     """The device-signed answer to ``card``."""
-    body = consent_pb2.ApprovalBody(
-        card_id=card.card_id,
-        action_hash=card.action_hash,
-        expires_ms=card.expires_ms,
-        nonce=card.nonce,
-        decision=decision,  # type: ignore[arg-type]
-        device_id=bundle.device_id,
-        signed_ms=now_ms(),
-    ).SerializeToString()
-    signature = bundle.keys.sign.sign(signing_input(APPROVAL_CONTEXT, body)).signature
-    return consent_pb2.Approval(body=body, signature=signature)
+    return signed.approval(
+        bundle.keys.sign, card, decision, device_id=bundle.device_id, signed_ms=now_ms()
+    )

@@ -30,10 +30,8 @@ from edge_agent.approve import PhoneSession
 from edge_agent.cards import STATE_NAMES, describe
 from edge_agent.errors import EdgeError
 from hardware.lock_sensor import FakeLockSensor, LockSensor, LockState
-from hub.payments.errors import PaymentError
-from protos import consent_pb2, mesh_pb2
+from protos import consent_pb2, mesh_pb2, signed
 from protos.clock import now_ms
-from protos.codec import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, signing_input
 from provisioning.bundle import Bundle
 
 if TYPE_CHECKING:
@@ -42,8 +40,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 TERMINAL = {"executed", "denied", "expired", "voided"}
-AUTO_TITLE = "auto-pay"
-"""an auto-payment's notice card (``hub.payments.authority.AUTO_TITLE``): undo, not approve"""
 LEASE_MINUTES = 10.0
 """how long a lease the phone's daemon sends lasts (the hub caps it at 15 min)"""
 WATCH_EVERY_S = 0.5
@@ -58,39 +54,34 @@ def lock_sensor(bundle: Bundle) -> LockSensor:
 
 def _check_phone(bundle: Bundle) -> None:
     if bundle.profile.name != "phone":
-        raise PaymentError("pay.not_phone", profile=bundle.profile.name)
+        raise EdgeError("pay.not_phone", profile=bundle.profile.name)
 
 
 def sign_payment_answer(
     bundle: Bundle, card: consent_pb2.ConfirmCard, decision: int, lock: LockState
 ) -> consent_pb2.Approval:
-    body = consent_pb2.ApprovalBody(
-        card_id=card.card_id,
-        action_hash=card.action_hash,
-        expires_ms=card.expires_ms,
-        nonce=card.nonce,
-        decision=decision,  # type: ignore[arg-type]
+    return signed.approval(
+        bundle.keys.sign,
+        card,
+        decision,
         device_id=bundle.device_id,
         signed_ms=now_ms(),
         unlocked=lock.unlocked,
         lock_sensor=lock.sensor,
-    ).SerializeToString()
-    signature = bundle.keys.sign.sign(signing_input(APPROVAL_CONTEXT, body)).signature
-    return consent_pb2.Approval(body=body, signature=signature)
+    )
 
 
 def sign_lease(bundle: Bundle, lock: LockState, seconds: int) -> consent_pb2.Approval:
     """A signed unlock lease of ``seconds``; ``0`` ends the phone's lease (it locked)."""
     t = now_ms()
-    lease = consent_pb2.UnlockLease(
+    return signed.lease(
+        bundle.keys.sign,
         device_id=bundle.device_id,
         unlocked_ms=lock.since_ms if lock.unlocked else 0,
         expires_ms=t + seconds * 1000,
         lock_sensor=lock.sensor,
         signed_ms=t,
-    ).SerializeToString()
-    signature = bundle.keys.sign.sign(signing_input(UNLOCK_LEASE_CONTEXT, lease)).signature
-    return consent_pb2.Approval(lease=lease, lease_signature=signature)
+    )
 
 
 async def _await_update(
@@ -112,7 +103,7 @@ async def answer_payment(
     _check_phone(bundle)
     lock = lock_sensor(bundle).read()
     if approve and not lock.unlocked:
-        raise PaymentError("pay.locked", sensor=lock.sensor)
+        raise EdgeError("pay.locked", sensor=lock.sensor)
     session = PhoneSession(bundle, hub)
     try:
         async with session.node:
@@ -120,13 +111,13 @@ async def answer_payment(
             pending = [
                 c.card
                 for c in session.inbox.store.pending()
-                if c.card.effect == "spend" and not c.card.title.startswith(AUTO_TITLE)
+                if c.card.effect == "spend" and not c.card.title.startswith(signed.AUTO_PAY_TITLE)
             ]
             if card_id is None:
                 if not pending:
-                    raise PaymentError("pay.no_card")
+                    raise EdgeError("pay.no_card")
                 if len(pending) > 1:
-                    raise PaymentError("pay.several", ids=", ".join(c.card_id for c in pending))
+                    raise EdgeError("pay.several", ids=", ".join(c.card_id for c in pending))
                 chosen = pending[0]
             else:
                 stored = session.inbox.store.get(card_id)
@@ -138,7 +129,7 @@ async def answer_payment(
             u = await _await_update(session, chosen.card_id, timeout, TERMINAL | {"refused"})
             state = STATE_NAMES.get(u.state, "")
             if state == "refused":
-                raise PaymentError("pay.refused", card=chosen.card_id, reason=u.reason)
+                raise EdgeError("pay.refused", card=chosen.card_id, reason=u.reason)
             if state == "voided" and approve:
                 # the amount changed at the checkout: the hub voided this card and sent a
                 # new one — say so (the new card needs its own approval)
@@ -167,7 +158,7 @@ async def send_lease(bundle: Bundle, *, minutes: float, hub: str | None, timeout
     _check_phone(bundle)
     lock = lock_sensor(bundle).read()
     if not lock.unlocked:
-        raise PaymentError("pay.locked", sensor=lock.sensor)
+        raise EdgeError("pay.locked", sensor=lock.sensor)
     session = PhoneSession(bundle, hub)
     try:
         async with session.node:
@@ -175,7 +166,7 @@ async def send_lease(bundle: Bundle, *, minutes: float, hub: str | None, timeout
             await session._send(sign_lease(bundle, lock, max(1, int(minutes * 60))))
             u = await _await_update(session, "", timeout, {"lease_accepted", "refused"})
             if STATE_NAMES.get(u.state, "") == "refused":
-                raise PaymentError("pay.lease_refused", reason=u.reason)
+                raise EdgeError("pay.lease_refused", reason=u.reason)
             return f"{u.reason} (lock sensor: {lock.sensor})"
     finally:
         session.inbox.store.close()
@@ -185,14 +176,14 @@ def _auto_notice(session: PhoneSession, payment_id: str | None) -> consent_pb2.C
     notices = [
         c.card
         for c in session.inbox.store.pending()
-        if c.card.effect == "spend" and c.card.title.startswith(AUTO_TITLE)
+        if c.card.effect == "spend" and c.card.title.startswith(signed.AUTO_PAY_TITLE)
     ]
     if payment_id:
         notices = [c for c in notices if f"payment: {payment_id}" in c.preview.splitlines()]
     if not notices:
-        raise PaymentError("pay.no_card")
+        raise EdgeError("pay.no_card")
     if len(notices) > 1:
-        raise PaymentError("pay.several", ids=", ".join(c.card_id for c in notices))
+        raise EdgeError("pay.several", ids=", ".join(c.card_id for c in notices))
     return notices[0]
 
 
@@ -210,8 +201,8 @@ async def undo_payment(
             await session._send(sign_payment_answer(bundle, card, consent_pb2.DENY, lock))
             u = await _await_update(session, card.card_id, timeout, TERMINAL | {"refused"})
             if STATE_NAMES.get(u.state, "") != "denied":
-                raise PaymentError("pay.refused", card=card.card_id, reason=u.reason or "too late")
-            return f"undone: {card.title.removeprefix(AUTO_TITLE + ': ')} was not paid"
+                raise EdgeError("pay.refused", card=card.card_id, reason=u.reason or "too late")
+            return f"undone: {card.title.removeprefix(signed.AUTO_PAY_TITLE + ': ')} was not paid"
     finally:
         session.inbox.store.close()
 
@@ -220,10 +211,8 @@ async def send_options(
     bundle: Bundle, changes: dict[str, Any], *, hub: str | None, timeout: float
 ) -> str:
     """A phone-signed change of the payment options, sent to the hub over the mesh."""
-    from hub.payments.options import sign_change
-
     _check_phone(bundle)
-    body, signature = sign_change(bundle.keys.sign, bundle.device_id, changes)
+    body, signature = signed.options_change(bundle.keys.sign, bundle.device_id, changes)
     session = PhoneSession(bundle, hub)
     try:
         async with session.node:
@@ -231,7 +220,7 @@ async def send_options(
             await session._send(consent_pb2.Approval(options=body, options_signature=signature))
             u = await _await_update(session, "", timeout, {"options_changed", "refused"})
             if STATE_NAMES.get(u.state, "") == "refused":
-                raise PaymentError("pay.options_refused", reason=u.reason)
+                raise EdgeError("pay.options_refused", reason=u.reason)
             return u.reason
     finally:
         session.inbox.store.close()

@@ -11,12 +11,8 @@ M = TypeVar("M", bound=Message)
 ENVELOPE_CONTEXT = b"yimi.envelope.v1"
 CERTIFICATE_CONTEXT = b"yimi.certificate.v1"
 IDENTIFY_CONTEXT = b"yimi.identify.v1"
-APPROVAL_CONTEXT = b"yimi.approval.v1"
-"""what a phone signs when it answers a confirmation card (consent.proto ApprovalBody)"""
-UNLOCK_LEASE_CONTEXT = b"yimi.unlock-lease.v1"
-"""what a phone signs when it reports an unlock lease (consent.proto UnlockLease)"""
-PAY_OPTIONS_CONTEXT = b"yimi.pay-options.v1"
-"""what an owner device signs to change the payment options (hub.payments.options)"""
+# the contexts of what an owner's phone signs (card answers, unlock leases, payment options)
+# are in protos.signed, with the one signing and verifying helper
 
 
 def signing_input(context: bytes, body: bytes) -> bytes:

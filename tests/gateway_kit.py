@@ -19,7 +19,8 @@ from nacl.signing import SigningKey
 from hub.gateway import CallContext, Gateway, Receipt, ToolCall, open_gateway
 from hub.gateway.consent import Answer, Card
 from protos import consent_pb2
-from protos.codec import APPROVAL_CONTEXT, signing_input
+from protos.codec import signing_input
+from protos.signed import APPROVAL_CONTEXT
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGES = {

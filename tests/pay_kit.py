@@ -18,12 +18,12 @@ from hub.gateway import CallContext, Gateway, Receipt, ToolCall, open_gateway
 from hub.gateway.audit import records, verify
 from hub.gateway.consent import Answer, Card
 from hub.payments import PaymentAuthority, PaymentRequest, VoiceEvidence, open_payments
-from hub.payments.authority import change_options
-from hub.payments.options import sign_change
-from hub.payments.sandbox import SandboxShop
+from hub.payments.phone import change_options
+from packages.errands.sandbox import SandboxShop
 from protos import consent_pb2
 from protos.clock import now_ms
-from protos.codec import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, signing_input
+from protos.codec import signing_input
+from protos.signed import APPROVAL_CONTEXT, UNLOCK_LEASE_CONTEXT, options_change
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from provisioning.registry import DeviceRecord
@@ -181,7 +181,7 @@ class PayWorld:
         )
 
     def options(self, **changes: Any) -> Any:
-        body, sig = sign_change(self.phone.keys.sign, self.phone.device_id, changes)
+        body, sig = options_change(self.phone.keys.sign, self.phone.device_id, changes)
         return change_options(self.pay.store, self.gw.audit, body, sig, self.device(self.phone))
 
     # ------------------------------------------------------------------ checks

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from hub.gateway import ToolCall
 from hub.payments.model import AUTHORISED, binding
-from hub.payments.sandbox import SandboxShop
 from hub.payments.store import PaymentStore
+from packages.errands.sandbox import SandboxShop
 from protos import consent_pb2
 from tests.pay_kit import make_home, now_ms, owner_ctx, pay_world, wait_until
 

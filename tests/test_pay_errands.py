@@ -17,8 +17,8 @@ from hub.capabilities.manifest import load
 from hub.gateway.receipts import Receipt, enforce, parse_receipt
 from hub.payments import PaymentError
 from hub.payments.money import fmt, to_minor
-from hub.payments.provider import HttpProvider, ProviderError
-from hub.payments.sandbox import SandboxShop
+from packages.errands.provider import HttpProvider, ProviderError
+from packages.errands.sandbox import SandboxShop
 from tests.pay_kit import ERRANDS
 from worlds.fakes import WORLDS
 

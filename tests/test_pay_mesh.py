@@ -16,7 +16,7 @@ from hub.brain.base import Turn, collect
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from hub.payments import PaymentRequest, VoiceEvidence
-from hub.payments.sandbox import SandboxShop
+from packages.errands.sandbox import SandboxShop
 from provisioning.bundle import Bundle
 from provisioning.home import Home
 from tests.mesh_harness import Mesh

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from hub.payments import PaymentError, PayOptions, VoiceEvidence
-from hub.payments.options import sign_change
-from hub.payments.sandbox import SandboxShop
+from packages.errands.sandbox import SandboxShop
+from protos.signed import options_change
 from tests.pay_kit import PayWorld, make_home, now_ms, owner_ctx, pay_world, wait_until
 
 KNOWN = "Lotus Kitchen,Green Bowl,Corner Bakery,Tea House,Grand Hotel"
@@ -62,13 +62,13 @@ async def test_both_options_are_off_by_default(tmp_path: Path) -> None:
 
 
 async def test_changing_the_options_needs_the_owners_phone(tmp_path: Path) -> None:
-    from hub.payments.authority import change_options
+    from hub.payments.phone import change_options
 
     async with pay_world(tmp_path) as w:
         store, audit = w.pay.store, w.gw.audit
 
         def change(bundle: Any, rec_of: Any, **kw: Any) -> Any:
-            body, sig = sign_change(bundle.keys.sign, bundle.device_id, {"auto_pay": "on"}, **kw)
+            body, sig = options_change(bundle.keys.sign, bundle.device_id, {"auto_pay": "on"}, **kw)
             return change_options(store, audit, body, sig, w.device(rec_of))
 
         with pytest.raises(PaymentError, match="only on the owner's phone"):
@@ -76,8 +76,8 @@ async def test_changing_the_options_needs_the_owners_phone(tmp_path: Path) -> No
         with pytest.raises(PaymentError, match="bad signature"):
             change(w.glasses, w.phone)  # the glasses' key claiming to be the phone
         with pytest.raises(PaymentError, match="not fresh"):
-            change(w.phone, w.phone, now_ms=now_ms() - 5 * 60_000)
-        body, sig = sign_change(w.phone.keys.sign, w.phone.device_id, {"auto_pay": "on"})
+            change(w.phone, w.phone, signed_ms=now_ms() - 5 * 60_000)
+        body, sig = options_change(w.phone.keys.sign, w.phone.device_id, {"auto_pay": "on"})
         assert change_options(store, audit, body, sig, w.device(w.phone)).auto_pay
         with pytest.raises(PaymentError, match="already applied"):
             change_options(store, audit, body, sig, w.device(w.phone))  # replayed

@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import socket
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -359,8 +360,13 @@ WORLDS["mac_local"] = LocalExecutorWorld
 
 # ---------------------------------------------------------------- the sandbox shop
 def sandbox_shop() -> Any:
-    """The sandbox payment provider (``hub.payments.sandbox``): a local HTTP shop, no money."""
-    from hub.payments.sandbox import SandboxShop
+    """The sandbox payment provider (``packages.errands.sandbox``): a local HTTP shop, no
+    money. The errands package lives in the checkout, beside this one (as its servers do,
+    the checkout goes on ``sys.path`` when it is not there yet)."""
+    checkout = str(Path(__file__).resolve().parent.parent)
+    if checkout not in sys.path:
+        sys.path.append(checkout)
+    from packages.errands.sandbox import SandboxShop
 
     return SandboxShop()
 

@@ -24,19 +24,14 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-from nacl.exceptions import BadSignatureError
-from nacl.signing import VerifyKey
-
 from hub.gateway.ledger import Ledger
-from protos import consent_pb2
+from protos import consent_pb2, signed
 from protos.clock import now_ms
-from protos.codec import APPROVAL_CONTEXT, parse, signing_input
 from storage.sqlite import transaction
 
 CARD_TTL_S = 15 * 60
 """seconds a card waits for the owner before it expires"""
 PREVIEW_CHARS = 600
-MAX_APPROVAL_BYTES = 4096
 EXPIRED_NOW = "card expired"
 """the refusal reason of the answer that found its card just expired (the call is cancelled)"""
 CARD_EFFECTS_IF_UNASKED = frozenset({"owner_data", "account", "delete", "physical", "self_change"})
@@ -272,14 +267,10 @@ class ConsentAuthority:
         t = now if now is not None else now_ms()
         if "approve" not in scopes:
             return Answer("refused", "this device may not answer cards")
-        body = parse(consent_pb2.ApprovalBody, approval.body, MAX_APPROVAL_BYTES)
+        body = signed.read_approval(approval)
         if body is None or len(approval.signature) != 64:
             return Answer("refused", "malformed approval")
-        try:
-            VerifyKey(sign_pk).verify(
-                signing_input(APPROVAL_CONTEXT, approval.body), approval.signature
-            )
-        except (BadSignatureError, ValueError):
+        if not signed.verify(sign_pk, signed.APPROVAL_CONTEXT, approval.body, approval.signature):
             return Answer("refused", "bad signature")
         if body.device_id != device_id:
             return Answer("refused", "signed by another device")

@@ -376,6 +376,19 @@ class Gateway:
             d = replace(d, card=card, receipt=self._stamp(waiting, call, d))
             for old in voided:
                 await self._cancel(old, "voided", "the action changed", ctx.trace_id)
+        self.record_decision(call, ctx, d, args_fp)
+        if d.receipt is not None:
+            stored = self._facts(
+                await self._store(call.task_id, call.call_id, d.receipt, ctx.trace_id)
+            )
+            d = replace(d, receipt=stored)
+        if d.card is not None:
+            await self.show_card(d.card)
+        return d
+
+    def record_decision(self, call: ToolCall, ctx: CallContext, d: Decision, args_fp: str) -> None:
+        """The ledger row and the audit record of a decision (also for the calls the payment
+        authority makes itself)."""
         self.ledger.record_decision(
             task_id=call.task_id,
             call_id=call.call_id,
@@ -400,17 +413,16 @@ class Gateway:
             },
             trace_id=ctx.trace_id,
         )
-        if d.receipt is not None:
-            stored = self._facts(
-                await self._store(call.task_id, call.call_id, d.receipt, ctx.trace_id)
-            )
-            d = replace(d, receipt=stored)
-        if d.card is not None and self.courier is not None:
-            try:
-                await self.courier.show(d.card)
-            except Exception:  # the card waits in the ledger; the phone gets it on sync
-                log.exception("card %s not delivered now", d.card.card_id)
-        return d
+
+    async def show_card(self, card: Card) -> None:
+        """Send ``card`` to the owner's phone now; if it is out of reach the card waits in
+        the ledger and the phone gets it on sync."""
+        if self.courier is None:
+            return
+        try:
+            await self.courier.show(card)
+        except Exception:  # the card waits in the ledger; the phone gets it on sync
+            log.exception("card %s not delivered now", card.card_id)
 
     def _restore(self, decision: dict[str, Any], receipt: dict[str, Any] | None) -> Decision:
         card = self.consent.card(decision["card_id"]) if decision.get("card_id") else None
@@ -474,6 +486,17 @@ class Gateway:
     def _facts(self, r: Receipt) -> Receipt:
         new, said = self.ledger.fact_states(r.task_id, list(factsmod.fact_map([r])))
         return replace(r, new_facts=tuple(new), said_facts=tuple(said))
+
+    async def record_revision(
+        self, r: Receipt, call: ToolCall, d: Decision, revision: int, trace_id: str
+    ) -> Receipt:
+        """Record ``r`` as revision ``revision`` of ``call``'s receipt (stamped with the call
+        and its decision, audited once) and return it with its new and said facts — how the
+        payment authority writes a payment's outcome onto its checkout call."""
+        stored = await self._store(
+            call.task_id, call.call_id, self._stamp(r, call, d, revision), trace_id
+        )
+        return self._facts(stored)
 
     # ------------------------------------------------------------------ receipt
     async def receipt(
@@ -589,7 +612,7 @@ class Gateway:
             if ans.reason == EXPIRED_NOW:
                 receipt = await self._cancel(card, "expired", "the card expired", trace_id)
             else:
-                await self._update(card, consent_pb2.REFUSED, ans.reason)
+                await self.update_card(card, consent_pb2.REFUSED, ans.reason)
             return ans, receipt
         if ans.outcome == "denied":
             return ans, await self._cancel(card, "denied", "denied by the owner", trace_id)
@@ -636,7 +659,7 @@ class Gateway:
             self.consent.set_state(card.card_id, "voided", problem)
             r = self._stamp(gateway_receipt("cancelled", problem), call, d, revision=1)
             r = await self._store(card.task_id, card.call_id, r, trace_id)
-            await self._update(card, consent_pb2.VOIDED, problem, r)
+            await self.update_card(card, consent_pb2.VOIDED, problem, r)
             return self._facts(r)
         assert self.host is not None
         outcome = await self.host.call(card.package, card.tool, card.args, task_id=card.task_id)
@@ -644,7 +667,7 @@ class Gateway:
         self.consent.set_state(card.card_id, "executed")
         if card.effect == "send" and r.status == "succeeded":
             self.consent.remember_send(card.owner, card.target, card.task_type)
-        await self._update(card, consent_pb2.EXECUTED, "", r)
+        await self.update_card(card, consent_pb2.EXECUTED, "", r)
         if self.on_result is not None:
             await self.on_result(r)
         return r
@@ -661,7 +684,7 @@ class Gateway:
             "expired": consent_pb2.EXPIRED,
             "voided": consent_pb2.VOIDED,
         }
-        await self._update(card, states.get(state, consent_pb2.VOIDED), reason, r)
+        await self.update_card(card, states.get(state, consent_pb2.VOIDED), reason, r)
         if self.on_result is not None:
             await self.on_result(r)
         return r
@@ -679,7 +702,11 @@ class Gateway:
                 out.append(await self._cancel(c, "expired", "the card expired", ""))
         return out
 
-    async def _update(self, card: Card, state: int, reason: str, r: Receipt | None = None) -> None:
+    async def update_card(
+        self, card: Card, state: int, reason: str, r: Receipt | None = None
+    ) -> None:
+        """Tell the phone what became of ``card`` (``consent_pb2.CardState``), with the
+        receipt's status and summary; a phone out of reach gets it on its next sync."""
         if self.courier is None:
             return
         update = consent_pb2.CardUpdate(

@@ -29,10 +29,15 @@ Python API (the hub daemon opens it next to the gateway; the brain calls it)::
     ``pay.note_order(...)``, and ``pay.hand_to(payment, sub_task, ctx)`` (the LLM brain's
     sub-agent that goes to the checkout takes over the turn's intent).
 
-Modules: :mod:`.authority` (the state machine), :mod:`.store` (``payments.db``),
-:mod:`.model` (states, requests, the authorisation binding), :mod:`.options` (the two
-optional modes, owner-signed changes), :mod:`.provider` (the provider interface, the HTTP
-client, the in-memory shop of the fake), :mod:`.sandbox` (the sandbox provider service).
+Modules: :mod:`.authority` (the coordinating shell), :mod:`.policy` (the rules, pure, with
+an explicit ``now``), :mod:`.lifecycle` (which state may follow which), :mod:`.intents`,
+:mod:`.checkout` (the hand-over at the checkout), :mod:`.cards` (the phone's payment
+cards and its answers), :mod:`.cashier` (paying once, status checks), :mod:`.phone`
+(unlock leases, owner-signed option changes), :mod:`.records` (audit and receipts through
+the gateway), :mod:`.sweeper` (the owned sweep and undo timers), :mod:`.store`
+(``payments.db``), :mod:`.model` (states, requests, the authorisation binding),
+:mod:`.options` (the two optional modes). The shop provider, its sandbox service and the
+in-memory shop of the fake are the errands package's (``packages/errands``).
 """
 
 from __future__ import annotations
@@ -42,17 +47,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from hub.gateway.gateway import Gateway
-from hub.payments.authority import (
-    DeviceLookup,
-    PaymentAuthority,
-    VoiceOutcome,
-    change_options,
-)
+from hub.payments.authority import PaymentAuthority, VoiceOutcome
 from hub.payments.errors import PaymentError
 from hub.payments.model import Payment, PaymentRequest, VoiceEvidence, voice_evidence
 from hub.payments.options import PayOptions
+from hub.payments.phone import DeviceLookup, change_options
 from hub.payments.store import PaymentStore
-from sync.tasks import TaskOwner
+from hub.payments.sweeper import PaymentSweeper
 
 __all__ = [
     "PayOptions",
@@ -80,20 +81,20 @@ async def open_payments(
 ) -> AsyncIterator[PaymentAuthority]:
     """The payment authority over ``state_dir/payments.db``, attached to ``gateway`` (its
     ``spend`` gate, cards and audit log) until the block ends. ``devices`` looks up the
-    device registry (revocation is checked at every use)."""
+    device registry (revocation is checked at every use). ``sweep=False``: no periodic
+    sweep (tests call ``sweep()`` themselves); undo timers still run."""
     store = PaymentStore(state_dir / "payments.db", synchronous="FULL" if durable else "OFF")
     authority = PaymentAuthority(gateway, store, devices=devices)
+    sweeper = PaymentSweeper(authority.sweep, authority.execute, authority.now, periodic=sweep)
+    gateway.payments = authority
     try:
-        async with TaskOwner("payments") as tasks:
-            authority.tasks = tasks
-            gateway.payments = authority
+        await authority.reconcile()
+        async with sweeper:
+            authority.sweeper = sweeper
             try:
-                await authority.reconcile()
-                if sweep:
-                    tasks.spawn(authority.run_sweeps(), "sweep")
                 yield authority
             finally:
-                gateway.payments = None
-                authority.tasks = None
+                authority.sweeper = None
     finally:
+        gateway.payments = None
         store.close()

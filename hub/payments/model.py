@@ -14,6 +14,7 @@ with the provider; a payment is never retried automatically.
 from __future__ import annotations
 
 import hashlib
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -245,3 +246,49 @@ def binding(
             }
         )
     ).digest()
+
+
+def rebind(a: Authorisation) -> bytes:
+    """The binding ``a``'s fields give (equal to ``a.binding`` unless it was tampered with)."""
+    return binding(
+        payment_id=a.payment_id,
+        auth_id=a.auth_id,
+        payee=a.payee,
+        amount_minor=a.amount_minor,
+        currency=a.currency,
+        checkout_id=a.checkout_id,
+        nonce=a.nonce,
+        expires_ms=a.expires_ms,
+    )
+
+
+def new_authorisation(p: Payment, method: str, now: int) -> Authorisation:
+    """A fresh one-time authorisation of ``p``'s payee and amount, valid ``AUTH_TTL_S``."""
+    assert p.amount_minor is not None
+    auth_id = "pa-" + secrets.token_hex(12)
+    nonce = secrets.token_bytes(16)
+    expires = now + AUTH_TTL_S * 1000
+    return Authorisation(
+        auth_id=auth_id,
+        payment_id=p.payment_id,
+        card_id="",
+        payee=p.payee,
+        amount_minor=p.amount_minor,
+        currency=p.currency,
+        checkout_id=p.checkout_id,
+        nonce=nonce,
+        binding=binding(
+            payment_id=p.payment_id,
+            auth_id=auth_id,
+            payee=p.payee,
+            amount_minor=p.amount_minor,
+            currency=p.currency,
+            checkout_id=p.checkout_id,
+            nonce=nonce,
+            expires_ms=expires,
+        ),
+        method=method,
+        state="issued",
+        issued_ms=now,
+        expires_ms=expires,
+    )

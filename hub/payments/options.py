@@ -15,27 +15,22 @@ option                 default  meaning
 =====================  =======  ==========================================================
 
 A change is a JSON body ``{"device_id", "signed_ms", "nonce", "set": {...}}`` signed with
-an owner device's key over ``"yimi.pay-options.v1" || 0x00 || body``. The hub accepts it
+an owner device's key over ``"yimi.pay-options.v1" || 0x00 || body``
+(:func:`protos.signed.options_change`; :func:`hub.payments.phone.change_options` applies
+it). The hub accepts it
 only from a phone (profile ``phone``, ``approve`` scope, not revoked), within 120 s of its
 signed time, once per nonce.
 """
 
 from __future__ import annotations
 
-import json
-import secrets
-import time
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
-from nacl.signing import SigningKey
-
 from hub.payments.errors import PaymentError
 from hub.payments.money import check_currency, fmt, to_minor
-from protos.codec import PAY_OPTIONS_CONTEXT, signing_input
 
 CHANGE_TTL_S = 120
-MAX_CHANGE_BYTES = 8192
 
 
 @dataclass(frozen=True)
@@ -132,20 +127,3 @@ def apply(options: PayOptions, changes: dict[str, Any]) -> PayOptions:
             "pay.invalid", field="auto_pay_limit", reason="larger than the daily auto-pay cap"
         )
     return out
-
-
-def sign_change(
-    key: SigningKey, device_id: str, changes: dict[str, Any], *, now_ms: int | None = None
-) -> tuple[bytes, bytes]:
-    """(body, signature) of an options change, as the owner's phone makes it."""
-    body = json.dumps(
-        {
-            "device_id": device_id,
-            "signed_ms": now_ms if now_ms is not None else int(time.time() * 1000),
-            "nonce": secrets.token_hex(16),
-            "set": changes,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    ).encode()
-    return body, key.sign(signing_input(PAY_OPTIONS_CONTEXT, body)).signature

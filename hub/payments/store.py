@@ -1,6 +1,7 @@
 """``payments.db``: payments, one-time authorisations, their history, unlock leases and the
 options. Every state change is a compare-and-set inside one ``BEGIN IMMEDIATE``
-transaction, so any number of connections (threads, processes) agree on who won.
+transaction, so any number of connections (threads, processes) agree on who won, and only
+along the lifecycle's tables (:mod:`hub.payments.lifecycle`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 import apsw
 
+from hub.payments import lifecycle
 from hub.payments.model import (
     AUTHORISED,
     AWAITING,
@@ -308,6 +310,7 @@ class PaymentStore:
         self, payment_id: str, old: str | Iterable[str], new: str, reason: str, set_: dict[str, Any]
     ) -> bool:
         olds = [old] if isinstance(old, str) else list(old)
+        lifecycle.check(olds, new)
         if reason and "reason" not in set_:
             set_ = {**set_, "reason": reason[:500]}
         bad = set(set_) - _UPDATABLE
@@ -435,6 +438,7 @@ class PaymentStore:
     def end_auth(self, auth_id: str, old: Iterable[str], new: str, reason: str) -> bool:
         """CAS an authorisation into ``voided`` / ``expired`` / ``denied``."""
         olds = list(old)
+        lifecycle.check(olds, new, lifecycle.AUTH_TRANSITIONS)
         marks = ",".join("?" * len(olds))
         sql = f"UPDATE authorisations SET state=?, reason=? WHERE auth_id=? AND state IN ({marks})"
         if self.db.in_transaction:

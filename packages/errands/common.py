@@ -15,7 +15,7 @@ from typing import Any
 
 from hub.capabilities.package_sdk import receipt
 from hub.payments.money import major
-from hub.payments.provider import Checkout, Provider, ProviderError
+from packages.errands.provider import Checkout, Provider, ProviderError
 
 
 def _money(name: str, minor: int, currency: str, source: str) -> dict[str, Any]:

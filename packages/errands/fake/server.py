@@ -9,10 +9,9 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common
-
-from hub.payments.provider import MemoryProvider
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.errands
+from packages.errands import common
+from packages.errands.provider import MemoryProvider
 
 mcp = MCPServer("errands-fake")
 PROVIDER = MemoryProvider()

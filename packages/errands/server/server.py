@@ -14,10 +14,9 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-import common
-
-from hub.payments.provider import HttpProvider
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.errands
+from packages.errands import common
+from packages.errands.provider import HttpProvider
 
 mcp = MCPServer("errands")
 PROVIDER = HttpProvider(

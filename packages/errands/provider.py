@@ -4,7 +4,7 @@ executor drives it.
 - :class:`Provider` — menu, cart, checkout (read back payee and amount), pay with an
   idempotency key, and a status query by that key.
 - :class:`HttpProvider` — the client of a provider's HTTP API (the sandbox service in
-  :mod:`hub.payments.sandbox` speaks it).
+  :mod:`packages.errands.sandbox` speaks it).
 - :class:`ShopBook` — the shop logic itself (carts, checkouts, idempotent payments), used by
   the sandbox service and, directly, by :class:`MemoryProvider` — the ``errands`` fake: same
   answers, no service, no money.

@@ -23,7 +23,7 @@ Controls (tests and demos; ``POST /_sandbox/control`` or the Python methods)::
     {"set_price": {"checkout_id": ..., "total_minor": ...}}  — the shop changes the price
     GET /_sandbox/charges                    → every charge made
 
-Run one by hand: ``python -m hub.payments.sandbox --port 18890``.
+Run one by hand: ``python -m packages.errands.sandbox --port 18890``.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any
 
-from hub.payments.provider import ProviderError, ShopBook, to_json
+from packages.errands.provider import ProviderError, ShopBook, to_json
 
 log = logging.getLogger(__name__)
 
