@@ -6,14 +6,15 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
 from hub.timeline import Chunk, HubStore
-from hub.turns.answering import FileContacts, Turns, reply_id_for, typed_scope
+from hub.turns.admission import AudioFacts, TurnMeta, VoiceFacts, typed_scope
+from hub.turns.context import ContextSources, FileContacts
+from hub.turns.delivery import reply_id_for
 
 
 @pytest.fixture
@@ -118,13 +119,8 @@ def test_typed_text_is_the_owners_only_from_a_device_that_may_utter() -> None:
     assert typed_scope(("timeline.read", "timeline.write", "notes.write")) is None
 
 
-def _turns(tmp_path: Path) -> Turns:
-    daemon: Any = SimpleNamespace(home=SimpleNamespace(path=tmp_path), store=None)
-    return Turns(daemon)
-
-
 def test_only_the_owner_reads_context(tmp_path: Path) -> None:
-    turns = _turns(tmp_path)
+    turns = ContextSources(tmp_path, None, list)
     assert [s.name for s in turns.sources("owner", "u1")] == [
         "profile",
         "notes",
@@ -153,3 +149,38 @@ def test_the_address_book_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("not: [a list")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000))
     assert book.find("Ann") is None  # a broken file is an empty book (and logged)
+
+
+def test_turn_meta_is_stored_as_the_json_it_always_was() -> None:
+    """The timeline's ``meta`` keys (read by the demo, benches, payments) stay as they were;
+    a stored row reads back as the same record, and old rows read with defaults."""
+    typed = TurnMeta(channel="mic", counter=7, scope="owner", scope_reason="typed_on_owner_device")
+    assert typed.to_json() == {
+        "channel": "mic",
+        "source": "typed",
+        "counter": 7,
+        "scope": "owner",
+        "scope_reason": "typed_on_owner_device",
+    }
+    voice = VoiceFacts("verified", 0.8, 900, None, -20.0, "wake", "w1", 0.7, "c1", "ecapa")
+    audio = AudioFacts("ab" * 32, 1234, 900, {"stored": True, "id": "o1"}, 12.5, "Yimi, hi")
+    heard = TurnMeta(
+        channel="glasses",
+        source="voice",
+        counter=3,
+        scope="owner",
+        scope_reason="verified",
+        scope_score=0.81,
+        admitted=True,
+        voice=voice,
+        audio=audio,
+        asr_model="faster-whisper:x",
+    )
+    raw = heard.to_json()
+    assert raw["quality"] is None and raw["audio_sha256"] == "ab" * 32 and raw["admitted"] is True
+    assert {"verdict", "wake_id", "call_id", "transcript", "asr_ms", "scope_score"} <= set(raw)
+    assert TurnMeta.from_json(raw) == heard and TurnMeta.from_json(typed.to_json()) == typed
+    failed = TurnMeta(source="voice", voice=voice, error="voice_audio.refused", error_text="no")
+    assert TurnMeta.from_json(failed.to_json()) == failed
+    assert TurnMeta.from_json({"scope": "owner", "admitted": True}).scope == "owner"
+    assert TurnMeta.from_json({}) == TurnMeta()
