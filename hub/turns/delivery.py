@@ -23,6 +23,7 @@ from google.protobuf.message import Message
 
 from hub.gateway import Gateway
 from hub.timeline import Admitted, Chunk, HubStore, ReplayState, StoredReply
+from hub.turns.admission import PublishFn
 from protos import mesh_pb2
 from sync import documents as docs
 from sync.envelope import HUB, Opened
@@ -34,7 +35,6 @@ HUB_BRAIN = "hub"
 
 SendFn = Callable[[str, int, Message, str | None], Awaitable[object]]
 """(device, kind, message, trace id): seal and publish to one device (raises if it fails)"""
-PublishFn = Callable[[list[docs.Entry]], Awaitable[None]]
 
 
 def reply_id_for(utterance_id: str) -> str:
