@@ -259,13 +259,11 @@ class MeshConsent:
 
     async def on_exec_result(self, opened: Opened) -> None:
         """A device's answer to an executor request (the ``mac`` package's calls)."""
-        self.port.commit(opened)
         await self.bridge.on_result(opened)
 
     async def on_approval(self, opened: Opened) -> None:
         approval = opened.payload
         assert isinstance(approval, consent_pb2.Approval)
-        self.port.commit(opened)
         if self.gateway is None:
             return
         if approval.sync and not approval.body:

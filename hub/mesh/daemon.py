@@ -66,6 +66,10 @@ COMPACT_AT_BYTES = 4 * 1024 * 1024
 __all__ = ["COMPACT_AT_BYTES", "MAX_SYNC_BYTES", "HubDaemon", "HubOptions", "hub_pid"]
 
 Handler = Callable[[Opened], Awaitable[None]]
+COMMITTED_BY_HANDLER = frozenset({mesh_pb2.UTTERANCE, mesh_pb2.DELIVERY_ACK})
+"""kinds whose handler commits the envelope's counter itself, inside the ``hub.db``
+transaction that keeps what the message changed (every other kind's counter is committed as
+it arrives, before its handler runs)"""
 
 
 @dataclass(frozen=True)
@@ -165,9 +169,10 @@ class HubDaemon:
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
             mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
-            mesh_pb2.WAKE_CLAIM: self._on_wake_claim,
+            mesh_pb2.WAKE_CLAIM: self.wake.on_claim,
             mesh_pb2.TRUST_WINDOW: self.voiceprints.on_trust_window,
         }
+        """kind → its handler (see :data:`COMMITTED_BY_HANDLER` for the replay window)"""
         self._stack = AsyncExitStack()
         self.broker: Broker | None = None
         self.mqtt: MqttSession | None = None
@@ -359,6 +364,8 @@ class HubDaemon:
         if handler is None:
             self.port.drop(DropReason.MALFORMED, opened.sender, f"kind {opened.kind} not accepted")
             return
+        if opened.kind not in COMMITTED_BY_HANDLER:
+            self.port.commit(opened)
         await handler(opened)
 
     async def _on_utterance(self, opened: Opened) -> None:
@@ -372,10 +379,6 @@ class HubDaemon:
             return
         # typed text signed by the device's own key: the owner's (see hub/turns/admission.py)
         await self.admission.typed(opened, self.port.scopes_of(opened.sender))
-
-    async def _on_wake_claim(self, opened: Opened) -> None:
-        self.port.commit(opened)
-        await self.wake.on_claim(opened)
 
     async def _send_decision(self, decision: Decision) -> None:
         await self.port.send(decision.device, mesh_pb2.WAKE_DECISION, decision.message())
@@ -423,7 +426,6 @@ class HubDaemon:
     async def _on_sync_update(self, opened: Opened) -> None:
         update = opened.payload
         assert isinstance(update, sync_pb2.SyncUpdate)
-        self.port.commit(opened)
         changed, refused = self.sync.apply_from_device(list(update.updates), opened.sender)
         for _ in refused:
             self.port.count("rejected.sync_update")

@@ -545,10 +545,9 @@ class Hearing:
 
     # -------------------------------------------------------------- incoming
     async def on_chunk(self, opened: Opened) -> None:
-        """Handle an ``AUDIO_CHUNK`` envelope."""
+        """Handle an ``AUDIO_CHUNK`` envelope (the caller committed its counter)."""
         chunk = opened.payload
         assert isinstance(chunk, voice_pb2.AudioChunk)
-        self._commit(opened)
         key = (opened.sender, chunk.utterance_id)
         if key in self._done or key in self._taken:
             self._count("voice.chunk_after_use")

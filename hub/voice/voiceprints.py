@@ -820,7 +820,6 @@ class VoiceprintMesh:
     async def on_trust_window(self, opened: Opened) -> None:
         """A ``TRUST_WINDOW`` from a device with a voiceprint role (its biometric said "it's
         the owner"): recorded; calls that start inside it on that device are the owner's."""
-        self.port.commit(opened)
         msg = opened.payload
         assert isinstance(msg, voice_pb2.TrustWindow)
         if self.channel_of(opened.sender) is None:
