@@ -935,3 +935,44 @@ async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh
         5,
         "the stand-down counted",
     )
+
+
+@pytest.mark.slow
+async def test_hub_process_answers_unusable_audio_through_the_one_delivery(mesh: Mesh) -> None:
+    """Audio that does not match its SHA-256: the utterance is admitted with its error and
+    the hub's words answer it as every reply goes — a final chunk the device ACKs, the reply
+    on the timeline after the utterance, the same reply again for a retry."""
+    a = RawDevice(mesh.add_device("glasses-a"), mesh.mqtt_port)
+    mesh.start_hub()
+    async with a.session:
+        await wait_until(a.session.connected.is_set, 20, "the device connected")
+        _, audio = speech("hello")
+        await a.send(mesh_pb2.AUDIO_CHUNK, chunk("u-bad", 0, 1, audio), "trace-u-bad")
+        utt = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
+        await a.send(mesh_pb2.UTTERANCE, utt, "trace-u-bad")
+        await wait_until(lambda: a.got(mesh_pb2.Reply), 30, "the hub's reply")
+        (reply,) = a.got(mesh_pb2.Reply)
+        assert (reply.utterance_id, reply.final, reply.brain) == ("u-bad", True, "hub")
+        assert "does not match its SHA-256" in reply.text
+        await a.send(
+            mesh_pb2.DELIVERY_ACK,
+            mesh_pb2.DeliveryAck(reply_id=reply.id, state=mesh_pb2.RENDERED, chunk=0),
+        )
+        retry = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
+        await a.send(mesh_pb2.UTTERANCE, retry, "trace-u-bad")
+        await wait_until(lambda: len(a.got(mesh_pb2.Reply)) == 2, 30, "the reply again")
+        assert a.got(mesh_pb2.Reply)[1] == reply
+        await wait_until(
+            lambda: mesh.hub_query("SELECT state FROM deliveries WHERE reply_id=?", reply.id),
+            10,
+            "the ACK recorded",
+        )
+    rows = mesh.hub_query("SELECT seq, id, kind, meta FROM timeline ORDER BY seq")
+    assert [(r[1], r[2]) for r in rows] == [("u-bad", "utterance"), (reply.id, "reply")]
+    meta = json.loads(str(rows[0][3]))
+    assert (meta["source"], meta["error"], meta["admitted"]) == (
+        "voice",
+        "voice_audio.refused",
+        True,
+    )
+    assert reply.seq == rows[0][0] and reply.reply_seq == rows[1][0]
