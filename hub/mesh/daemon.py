@@ -34,7 +34,7 @@ from hub.mesh.grpc_server import HubService, start_server
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
-from hub.turns.admission import Admission
+from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
@@ -371,8 +371,8 @@ class HubDaemon:
     async def _on_utterance(self, opened: Opened) -> None:
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
-        if not utt.id or len(utt.id) > 128 or len(utt.text) > 16_000:
-            self.port.drop(DropReason.MALFORMED, opened.sender, "utterance id or text")
+        if problem := utterance_problem(utt):
+            self.port.drop(DropReason.MALFORMED, opened.sender, problem)
             return
         if utt.HasField("voice"):  # heard: transcribed off the loop, then admitted
             await self.hearing.on_utterance(opened)

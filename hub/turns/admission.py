@@ -40,6 +40,8 @@ SCOPES = ("owner", "owner_uncertain", "guest")
 TYPED_SCOPE = "utter"
 """the certificate scope a device needs to make turns"""
 VOICE_SOURCE = "voice"
+MAX_UTTERANCE_ID = 128
+MAX_TEXT = 16_000
 
 PublishFn = Callable[[list[docs.Entry]], Awaitable[None]]
 """sequence timeline entries in the replicated documents and broadcast them"""
@@ -49,6 +51,14 @@ def typed_scope(scopes: Sequence[str]) -> str | None:
     """The scope of typed text from a device with these certificate scopes (``None``: the
     device may not make turns)."""
     return "owner" if TYPED_SCOPE in scopes else None
+
+
+def utterance_problem(utt: mesh_pb2.Utterance) -> str:
+    """Why an ``Utterance`` cannot be admitted at all ("" when it can): the envelope is
+    dropped as malformed."""
+    if not utt.id or len(utt.id) > MAX_UTTERANCE_ID or len(utt.text) > MAX_TEXT:
+        return "utterance id or text"
+    return ""
 
 
 # ------------------------------------------------------------------ records

@@ -574,7 +574,7 @@ class Hearing:
             event.set()
 
     async def on_utterance(self, opened: Opened) -> None:
-        """Handle a voice ``UTTERANCE`` (id and text already checked by the daemon)."""
+        """Handle a voice ``UTTERANCE`` (id and text already checked: ``utterance_problem``)."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
         problem = check_voice(utt.voice)
