@@ -449,7 +449,10 @@ def _finite(x: float) -> float | None:
 
 
 class Hearing:
-    """The hub's voice ingest (an async context manager owning its worker and tasks).
+    """The hub's hearing of voice utterances (an async context manager owning its worker
+    and tasks): audio pieces in, a transcript and a scope out, handed to ``admit``. It takes
+    narrow callables from the mesh port (``send``, ``drop``, ``commit``, ``count``), never
+    the daemon.
 
     ``providers`` is the model-provider store (or a factory opening one: the hub's voice
     worker then owns that connection and closes it); its ``asr`` role picks the recogniser
