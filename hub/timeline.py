@@ -1,12 +1,11 @@
 """The hub's store (``hub.db``): the timeline with its one ``seq``, replies, deliveries,
 replay windows, presence and message counters.
 
-The hub is the only writer. Ingesting an utterance is one transaction: the entry, its
-``seq``, the reply, and the sender's replay window commit together, so a crash at any point
-leaves either all of it or none, and a retry of the same utterance id returns the same reply.
-
-Brain turns are admitted first (:meth:`HubStore.admit_utterance`: the entry, its ``seq`` and
-the replay window) and answered later: every piece of the answer is a *chunk*
+The hub is the only writer. Admitting an utterance is one transaction
+(:meth:`HubStore.admit_utterance`): the entry, its ``seq`` and the sender's replay window
+commit together, so a crash at any point leaves either all of it or none, and a retry of the
+same utterance id finds the entry already there. Turns are answered later (the brain's, or
+the hub's own words for an utterance it could not use): every piece of the answer is a *chunk*
 (``reply_chunks``, one ``Reply`` message each) that the device ACKs on its own; the whole
 reply joins the timeline when its final chunk is made (:meth:`HubStore.finish_reply`), and
 counts as delivered (``deliveries``) once every chunk is ACKed. Reports of tasks that
@@ -17,14 +16,14 @@ from __future__ import annotations
 
 import json
 import logging
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import apsw
 
+from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 from sync.documents import REFUSED as REFUSED_SEQ
 from sync.envelope import HUB as HUB_NAME
@@ -47,8 +46,8 @@ class ReplicatedEntry(Protocol):
     def text(self) -> str: ...
 
 
-ReplyMaker = Callable[[int, str], tuple[str, str, bool]]
-"""Makes the reply to an utterance from (seq, text): (reply id, text, placeholder)."""
+ReplayState = tuple[str, int, bytes]
+"""(sender, highest counter, seen bitmap): one sender's replay window as kept here"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS refused_entries (
@@ -229,74 +228,14 @@ class HubStore:
     def close(self) -> None:
         self.conn.close()
 
-    # ------------------------------------------------------------------ ingestion
-    def ingest_utterance(
-        self,
-        *,
-        utterance_id: str,
-        device: str,
-        text: str,
-        ts_ms: int,
-        received_ms: int,
-        trace_id: str,
-        meta: dict[str, object],
-        make_reply: ReplyMaker,
-        replay_state: tuple[str, int, bytes] | None,
-    ) -> tuple[StoredReply, bool]:
-        """Append the utterance and its reply; returns (reply, was_duplicate)."""
-        with transaction(self.conn):
-            if replay_state is not None:
-                self._save_replay(*replay_state)
-            existing = self._reply_for(utterance_id)
-            if existing is not None:
-                self._bump("accepted.duplicate")
-                return existing, True
-            seq = self._append(
-                utterance_id, device, "utterance", text, ts_ms, received_ms, trace_id, meta
-            )
-            reply_id, reply_text, placeholder = make_reply(seq, text)
-            reply_seq = self._append(
-                reply_id,
-                "hub",
-                "reply",
-                reply_text,
-                received_ms,
-                received_ms,
-                trace_id,
-                {"to": device, "utterance": utterance_id, "placeholder": placeholder},
-            )
-            self.conn.execute(
-                "INSERT INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    reply_id,
-                    utterance_id,
-                    device,
-                    reply_text,
-                    int(placeholder),
-                    seq,
-                    reply_seq,
-                    trace_id,
-                    received_ms,
-                ),
-            )
-            self._insert_chunk(
-                Chunk(
-                    reply_id, 0, device, utterance_id, "", reply_text, True, "hub", trace_id, seq
-                ),
-                received_ms,
-            )
-            self._bump("accepted.utterance")
-            reply = self._reply_for(utterance_id)
-        assert reply is not None
-        return reply, False
-
+    # ------------------------------------------------------------------ deliveries
     def record_delivery(
         self,
         reply_id: str,
         device: str,
         state: str,
         at_ms: int,
-        replay_state: tuple[str, int, bytes] | None,
+        replay_state: ReplayState | None,
         chunk: int = 0,
     ) -> bool:
         """Record an ACK; ``False`` if this (reply, state) was already recorded or unknown."""
@@ -308,7 +247,7 @@ class HubStore:
         device: str,
         state: str,
         at_ms: int,
-        replay_state: tuple[str, int, bytes] | None,
+        replay_state: ReplayState | None,
         chunk: int = 0,
     ) -> Delivery:
         """Record the ACK of one chunk; once every chunk of the reply (its final one
@@ -377,7 +316,7 @@ class HubStore:
         received_ms: int,
         trace_id: str,
         meta: dict[str, object],
-        replay_state: tuple[str, int, bytes] | None,
+        replay_state: ReplayState | None,
     ) -> Admitted:
         """Put an utterance on the timeline (idempotent by id: a repeat returns the entry
         already there, ``duplicate``), with the sender's replay window, in one transaction.
@@ -427,7 +366,7 @@ class HubStore:
         """Keep one chunk of a reply (idempotent by (reply id, index): a chunk made again
         after a restart keeps its first text)."""
         with transaction(self.conn):
-            self._insert_chunk(chunk, int(time.time() * 1000))
+            self._insert_chunk(chunk, now_ms())
         got = self.chunks(chunk.reply_id)
         return next(c for c in got if c.index == chunk.index)
 
@@ -464,7 +403,7 @@ class HubStore:
     ) -> StoredReply:
         """The whole reply on the timeline (and, when it answers an utterance, in
         ``replies``); idempotent by reply id."""
-        now = int(time.time() * 1000)
+        now = now_ms()
         with transaction(self.conn):
             row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
             if row is None:
@@ -575,7 +514,7 @@ class HubStore:
             (sender, highest, seen),
         )
 
-    def replay_windows(self) -> list[tuple[str, int, bytes]]:
+    def replay_windows(self) -> list[ReplayState]:
         return [(r[0], r[1], bytes(r[2])) for r in self.conn.execute("SELECT * FROM replay")]
 
     # ------------------------------------------------------------------ presence
@@ -634,7 +573,7 @@ class HubStore:
         not the sender's) is refused — kept out of the timeline, remembered in
         ``refused_entries`` and marked ``docs.REFUSED`` (-1) so every replica leaves it out.
         """
-        now = int(time.time() * 1000)
+        now = now_ms()
         refused: dict[str, int] = {}
         with transaction(self.conn):
             added = 0

@@ -1,26 +1,15 @@
-"""The hub's store: one timeline seq, idempotent ingestion and ACKs, atomic transactions."""
+"""The hub's store: one timeline seq, idempotent admission and ACKs, atomic transactions."""
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from hub.timeline import HubStore, ReplyMaker, StoredReply
+from hub.timeline import Chunk, HubStore, ReplayState, StoredReply
+from hub.turns.delivery import reply_id_for
 from sync.envelope import DropReason, ReplayGuard
-
-_ids = itertools.count(1)
-
-
-def maker(calls: list[tuple[int, str]] | None = None) -> ReplyMaker:
-    def make(seq: int, text: str) -> tuple[str, str, bool]:
-        if calls is not None:
-            calls.append((seq, text))
-        return f"r-{next(_ids)}", f"heard: {text}", True
-
-    return make
 
 
 @pytest.fixture
@@ -36,10 +25,11 @@ def ingest(
     device: str = "dev-a",
     text: str = "hello",
     *,
-    make_reply: ReplyMaker | None = None,
-    replay_state: tuple[str, int, bytes] | None = None,
+    replay_state: ReplayState | None = None,
 ) -> tuple[StoredReply, bool]:
-    return store.ingest_utterance(
+    """What admission and delivery write for one utterance answered at once: the utterance
+    (with the sender's replay window), then its one-chunk reply."""
+    adm = store.admit_utterance(
         utterance_id=utterance_id,
         device=device,
         text=text,
@@ -47,24 +37,39 @@ def ingest(
         received_ms=2000,
         trace_id=f"trace-{utterance_id}",
         meta={"channel": "mic"},
-        make_reply=make_reply or maker(),
         replay_state=replay_state,
     )
+    if adm.duplicate:
+        known = store.reply_for(utterance_id)
+        assert known is not None
+        return known, True
+    rid, words = reply_id_for(utterance_id), f"heard: {text}"
+    store.add_chunk(
+        Chunk(rid, 0, device, utterance_id, "", words, True, "hub", adm.trace_id, adm.seq)
+    )
+    reply = store.finish_reply(
+        reply_id=rid,
+        utterance_id=utterance_id,
+        device=device,
+        text=words,
+        trace_id=adm.trace_id,
+        utterance_seq=adm.seq,
+        meta={"utterance": utterance_id},
+    )
+    return reply, False
 
 
 def test_ingest_assigns_consecutive_seqs(store: HubStore) -> None:
-    calls: list[tuple[int, str]] = []
-    r1, dup1 = ingest(store, "u1", text="one", make_reply=maker(calls))
-    r2, dup2 = ingest(store, "u2", device="dev-b", text="two", make_reply=maker(calls))
+    r1, dup1 = ingest(store, "u1", text="one")
+    r2, dup2 = ingest(store, "u2", device="dev-b", text="two")
     assert not dup1 and not dup2
     assert (r1.utterance_seq, r1.reply_seq) == (1, 2)
     assert (r2.utterance_seq, r2.reply_seq) == (3, 4)
-    assert calls == [(1, "one"), (3, "two")]  # the maker saw the utterance's seq
     assert (r1.utterance_id, r1.device, r1.text, r1.placeholder, r1.trace_id) == (
         "u1",
         "dev-a",
         "heard: one",
-        True,
+        False,
         "trace-u1",
     )
     entries = store.entries()
@@ -82,13 +87,11 @@ def test_ingest_assigns_consecutive_seqs(store: HubStore) -> None:
 
 def test_same_utterance_twice_returns_the_same_reply(tmp_path: Path) -> None:
     store = HubStore(tmp_path / "hub.db")
-    calls: list[tuple[int, str]] = []
-    first, dup = ingest(store, "u1", make_reply=maker(calls))
-    again, dup2 = ingest(store, "u1", text="a retry", make_reply=maker(calls))
+    first, dup = ingest(store, "u1")
+    again, dup2 = ingest(store, "u1", text="a retry")
     assert not dup and dup2
     assert again == first
-    assert len(calls) == 1  # no second reply was made
-    assert len(store.entries()) == 2
+    assert len(store.entries()) == 2  # no second reply was made
     assert store.counters()["accepted.duplicate"] == 1
     # and it survives a restart
     store.close()
@@ -168,15 +171,24 @@ class Crash(Exception):
     pass
 
 
-def crashing(seq: int, text: str) -> tuple[str, str, bool]:
-    raise Crash("power cut while making the reply")
+def crash_at_the_end(store: HubStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The power goes after the utterance row was written, before the transaction ends."""
+
+    def crashing(name: str, by: int = 1) -> None:
+        raise Crash("power cut inside the transaction")
+
+    monkeypatch.setattr(store, "_bump", crashing)
 
 
-def test_crash_inside_ingestion_leaves_nothing_half_written(store: HubStore) -> None:
+def test_crash_inside_ingestion_leaves_nothing_half_written(
+    store: HubStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ingest(store, "u0")
     before = (store.entries(), store.counters(), store.replay_windows())
-    with pytest.raises(Crash):
-        ingest(store, "u1", make_reply=crashing, replay_state=("dev-a", 5, b"\x01"))
+    with monkeypatch.context() as m:
+        crash_at_the_end(store, m)
+        with pytest.raises(Crash):
+            ingest(store, "u1", replay_state=("dev-a", 5, b"\x01"))
     assert (store.entries(), store.counters(), store.replay_windows()) == before
     assert len(store.unacked_replies("dev-a")) == 1
     # the retry goes through as if the crash never happened, with the next seqs
@@ -186,11 +198,15 @@ def test_crash_inside_ingestion_leaves_nothing_half_written(store: HubStore) -> 
     assert store.replay_windows() == [("dev-a", 5, b"\x01")]
 
 
-def test_crash_is_not_visible_to_another_connection(tmp_path: Path) -> None:
+def test_crash_is_not_visible_to_another_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     writer, reader = HubStore(tmp_path / "hub.db"), HubStore(tmp_path / "hub.db")
     try:
-        with pytest.raises(Crash):
-            ingest(writer, "u1", make_reply=crashing)
+        with monkeypatch.context() as m:
+            crash_at_the_end(writer, m)
+            with pytest.raises(Crash):
+                ingest(writer, "u1")
         assert reader.entries() == [] and reader.counters() == {}
         # the writer is still usable afterwards
         ingest(writer, "u1")
@@ -198,18 +214,3 @@ def test_crash_is_not_visible_to_another_connection(tmp_path: Path) -> None:
     finally:
         writer.close()
         reader.close()
-
-
-def test_reply_id_clash_rolls_back_the_utterance(store: HubStore) -> None:
-    """A failure after the utterance row was written (a reply id already used) undoes it."""
-    first, _ = ingest(store, "u1")
-    before = store.entries()
-
-    def reuse(seq: int, text: str) -> tuple[str, str, bool]:
-        return first.id, "clash", False
-
-    with pytest.raises(Exception):  # noqa: B017 - apsw's constraint error
-        ingest(store, "u2", make_reply=reuse)
-    assert store.entries() == before
-    reply, dup = ingest(store, "u2")
-    assert not dup and reply.utterance_seq == 3

@@ -27,13 +27,13 @@ from hub.archive.admission import AdmissionPolicy
 from hub.archive.archive import Archive
 from hub.brain.providers import Endpoint, ProviderStore
 from hub.errors import HubError
-from hub.timeline import ReplyMaker
+from hub.turns.admission import Inbound, TurnMeta
 from hub.voice.hearing import (
     MAX_CHUNK_BYTES,
     Added,
     AsrSettings,
     ChunkAssembler,
-    HubVoice,
+    Hearing,
     Scope,
     check_voice,
     decode_audio,
@@ -269,10 +269,10 @@ async def test_removed_asr_keys_are_a_clear_error(
     assert "\n" not in message and message.startswith(f"home.yaml 'asr' still has {keys}: ")
     assert "yimi brain use" in message and "roles: {asr: [{base_url: URL" in message
     daemon = Daemon()
-    voice = HubVoice(
+    voice = Hearing(
         home=tmp_path,
         config={"asr": asr},
-        ingest=daemon.ingest,
+        admit=daemon.admit,
         send=daemon.send,
         drop=lambda r, s, d: None,
         commit=lambda o: None,
@@ -387,7 +387,7 @@ async def test_arbiter_decides_on_time_and_sends_to_each_claimant() -> None:
     assert len(drops) == 1 and "heard_ms" in drops[0]
 
 
-# ------------------------------------------------------------------ HubVoice in process
+# ------------------------------------------------------------------ Hearing in process
 @pytest.fixture(scope="module")
 def whisper() -> WhisperTranscriber:
     w = WhisperTranscriber(cpu_threads=2)
@@ -405,7 +405,7 @@ class Turn:
 
 @dataclass
 class Daemon:
-    """What HubVoice calls back into (the hub daemon's side), recorded."""
+    """What Hearing calls back into (the hub daemon's side), recorded."""
 
     turns: list[Turn] = field(default_factory=list)
     sent: list[tuple[str, int, Any]] = field(default_factory=list)
@@ -414,10 +414,10 @@ class Daemon:
     answered: set[str] = field(default_factory=set)
     committed: list[int] = field(default_factory=list)
 
-    async def ingest(
-        self, o: Opened, text: str, meta: dict[str, object], make: ReplyMaker | None
-    ) -> None:
-        self.turns.append(Turn(o, text, meta, make(1, text)[1] if make else None))
+    async def admit(self, inbound: Inbound, text: str, meta: TurnMeta) -> None:
+        """Admission's side: the turn as stored; an error turn is answered with its text."""
+        o = inbound.opened
+        self.turns.append(Turn(o, text, meta.to_json(), meta.error_text if meta.error else None))
         assert isinstance(o.payload, mesh_pb2.Utterance)
         self.answered.add(o.payload.id)
 
@@ -435,7 +435,7 @@ async def wait_until(predicate: Callable[[], object], timeout: float, what: str)
 
 @dataclass
 class Rig:
-    voice: HubVoice
+    voice: Hearing
     daemon: Daemon
     archive: Archive
     arbiter: WakeArbiter
@@ -452,9 +452,9 @@ async def rig(tmp_path: Path, whisper: WhisperTranscriber) -> AsyncIterator[Rig]
         return Scope("owner" if verified else "guest", utt.voice.score, "test")
 
     async with WakeArbiter() as arbiter:
-        voice = HubVoice(
+        voice = Hearing(
             home=tmp_path,
-            ingest=daemon.ingest,
+            admit=daemon.admit,
             send=daemon.send,
             drop=lambda r, s, d: daemon.drops.append((r, d)),
             commit=lambda o: daemon.committed.append(o.counter),
@@ -641,9 +641,9 @@ async def test_asr_failure_is_a_clear_reply(tmp_path: Path) -> None:
     daemon = Daemon()
     broken = WhisperTranscriber(tmp_path / "no-model")
     archive = Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0))
-    async with HubVoice(
+    async with Hearing(
         home=tmp_path,
-        ingest=daemon.ingest,
+        admit=daemon.admit,
         send=daemon.send,
         drop=lambda r, s, d: None,
         commit=lambda o: None,
@@ -688,7 +688,7 @@ class LocalStub:
 
 @dataclass
 class AsrRig:
-    voice: HubVoice
+    voice: Hearing
     daemon: Daemon
     local: LocalStub
     operator: ProviderStore
@@ -709,9 +709,9 @@ async def asr_rig(tmp_path: Path) -> AsyncIterator[AsrRig]:
     archive = Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0))
     try:
         async with FakeOpenAI() as fake:
-            async with HubVoice(
+            async with Hearing(
                 home=tmp_path,
-                ingest=daemon.ingest,
+                admit=daemon.admit,
                 send=daemon.send,
                 drop=lambda r, s, d: daemon.drops.append((r, d)),
                 commit=lambda o: None,
@@ -935,3 +935,44 @@ async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh
         5,
         "the stand-down counted",
     )
+
+
+@pytest.mark.slow
+async def test_hub_process_answers_unusable_audio_through_the_one_delivery(mesh: Mesh) -> None:
+    """Audio that does not match its SHA-256: the utterance is admitted with its error and
+    the hub's words answer it as every reply goes — a final chunk the device ACKs, the reply
+    on the timeline after the utterance, the same reply again for a retry."""
+    a = RawDevice(mesh.add_device("glasses-a"), mesh.mqtt_port)
+    mesh.start_hub()
+    async with a.session:
+        await wait_until(a.session.connected.is_set, 20, "the device connected")
+        _, audio = speech("hello")
+        await a.send(mesh_pb2.AUDIO_CHUNK, chunk("u-bad", 0, 1, audio), "trace-u-bad")
+        utt = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
+        await a.send(mesh_pb2.UTTERANCE, utt, "trace-u-bad")
+        await wait_until(lambda: a.got(mesh_pb2.Reply), 30, "the hub's reply")
+        (reply,) = a.got(mesh_pb2.Reply)
+        assert (reply.utterance_id, reply.final, reply.brain) == ("u-bad", True, "hub")
+        assert "does not match its SHA-256" in reply.text
+        await a.send(
+            mesh_pb2.DELIVERY_ACK,
+            mesh_pb2.DeliveryAck(reply_id=reply.id, state=mesh_pb2.RENDERED, chunk=0),
+        )
+        retry = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
+        await a.send(mesh_pb2.UTTERANCE, retry, "trace-u-bad")
+        await wait_until(lambda: len(a.got(mesh_pb2.Reply)) == 2, 30, "the reply again")
+        assert a.got(mesh_pb2.Reply)[1] == reply
+        await wait_until(
+            lambda: mesh.hub_query("SELECT state FROM deliveries WHERE reply_id=?", reply.id),
+            10,
+            "the ACK recorded",
+        )
+    rows = mesh.hub_query("SELECT seq, id, kind, meta FROM timeline ORDER BY seq")
+    assert [(r[1], r[2]) for r in rows] == [("u-bad", "utterance"), (reply.id, "reply")]
+    meta = json.loads(str(rows[0][3]))
+    assert (meta["source"], meta["error"], meta["admitted"]) == (
+        "voice",
+        "voice_audio.refused",
+        True,
+    )
+    assert reply.seq == rows[0][0] and reply.reply_seq == rows[1][0]

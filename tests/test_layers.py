@@ -106,7 +106,6 @@ def test_no_import_cycles_in_edge_agent() -> None:
     assert not cycles, describe("edge_agent", cycles)
 
 
-@pytest.mark.xfail(strict=False, reason="h1")
 def test_no_import_cycles_in_hub() -> None:
     cycles = import_cycles("hub")
     assert not cycles, describe("hub", cycles)

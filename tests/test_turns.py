@@ -4,16 +4,21 @@ left unanswered, the scope of typed text, the context a scope may read, the addr
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 import yaml
 
-from hub.timeline import Chunk, HubStore
-from hub.turns.answering import FileContacts, Turns, reply_id_for, typed_scope
+from hub.timeline import Admitted, Chunk, HubStore
+from hub.turns.admission import Admission, AudioFacts, TurnMeta, VoiceFacts, typed_scope
+from hub.turns.context import ContextSources, FileContacts
+from hub.turns.delivery import reply_id_for
+from protos import mesh_pb2, voice_pb2
+from sync.envelope import Opened
 
 
 @pytest.fixture
@@ -118,13 +123,8 @@ def test_typed_text_is_the_owners_only_from_a_device_that_may_utter() -> None:
     assert typed_scope(("timeline.read", "timeline.write", "notes.write")) is None
 
 
-def _turns(tmp_path: Path) -> Turns:
-    daemon: Any = SimpleNamespace(home=SimpleNamespace(path=tmp_path), store=None)
-    return Turns(daemon)
-
-
 def test_only_the_owner_reads_context(tmp_path: Path) -> None:
-    turns = _turns(tmp_path)
+    turns = ContextSources(tmp_path, None, list)
     assert [s.name for s in turns.sources("owner", "u1")] == [
         "profile",
         "notes",
@@ -153,3 +153,95 @@ def test_the_address_book_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("not: [a list")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000))
     assert book.find("Ann") is None  # a broken file is an empty book (and logged)
+
+
+def test_turn_meta_is_stored_as_the_json_it_always_was() -> None:
+    """The timeline's ``meta`` keys (read by the demo, benches, payments) stay as they were;
+    a stored row reads back as the same record, and old rows read with defaults."""
+    typed = TurnMeta(channel="mic", counter=7, scope="owner", scope_reason="typed_on_owner_device")
+    assert typed.to_json() == {
+        "channel": "mic",
+        "source": "typed",
+        "counter": 7,
+        "scope": "owner",
+        "scope_reason": "typed_on_owner_device",
+    }
+    voice = VoiceFacts("verified", 0.8, 900, None, -20.0, "wake", "w1", 0.7, "c1", "ecapa")
+    audio = AudioFacts("ab" * 32, 1234, 900, {"stored": True, "id": "o1"}, 12.5, "Yimi, hi")
+    heard = TurnMeta(
+        channel="glasses",
+        source="voice",
+        counter=3,
+        scope="owner",
+        scope_reason="verified",
+        scope_score=0.81,
+        admitted=True,
+        voice=voice,
+        audio=audio,
+        asr_model="faster-whisper:x",
+    )
+    raw = heard.to_json()
+    assert raw["quality"] is None and raw["audio_sha256"] == "ab" * 32 and raw["admitted"] is True
+    assert {"verdict", "wake_id", "call_id", "transcript", "asr_ms", "scope_score"} <= set(raw)
+    assert TurnMeta.from_json(raw) == heard and TurnMeta.from_json(typed.to_json()) == typed
+    failed = TurnMeta(source="voice", voice=voice, error="voice_audio.refused", error_text="no")
+    assert TurnMeta.from_json(failed.to_json()) == failed
+    assert TurnMeta.from_json({"scope": "owner", "admitted": True}).scope == "owner"
+    assert TurnMeta.from_json({}) == TurnMeta()
+
+
+@dataclass
+class Queue:
+    """Answering's side of admission, recorded."""
+
+    queued: list[tuple[str, bool]] = field(default_factory=list)
+    repeats: list[str] = field(default_factory=list)
+
+    async def repeat(self, adm: Admitted, sender: str) -> None:
+        self.repeats.append(adm.utterance_id)
+
+    def enqueue(self, adm: Admitted, raw: bytes | None) -> None:
+        self.queued.append((adm.utterance_id, raw is not None))
+
+
+async def test_typed_and_unusable_voice_utterances_pass_the_one_admission(
+    store: HubStore,
+) -> None:
+    queue, counts = Queue(), Counter[str]()
+    published: list[str] = []
+    committed: list[int] = []
+
+    async def publish(entries: list[Any]) -> None:
+        published.extend(e.id for e in entries)
+
+    def commit(o: Opened) -> tuple[str, int, bytes]:
+        committed.append(o.counter)
+        return (o.sender, o.counter, b"\x01")
+
+    admission = Admission(
+        store, turns=queue, publish=publish, commit=commit, count=lambda name: counts.update([name])
+    )
+
+    def opened(utt: mesh_pb2.Utterance, counter: int) -> Opened:
+        return Opened("dev-a", counter, 5, mesh_pb2.UTTERANCE, "hub", "t", utt)
+
+    typed = mesh_pb2.Utterance(id="u1", text="add milk", channel="mic")
+    await admission.typed(opened(typed, 1), ("timeline.read",))  # no 'utter'
+    assert counts == {"rejected.no_utter_scope": 1} and store.entries() == []
+    await admission.typed(opened(typed, 2), ("utter",))
+    await admission.typed(opened(typed, 3), ("utter",))  # the device's retry
+    assert queue.queued == [("u1", True)] and queue.repeats == ["u1"] and published == ["u1"]
+    meta = TurnMeta.from_json(store.admitted("u1").meta)  # type: ignore[union-attr]
+    assert (meta.scope, meta.scope_reason, meta.admitted) == (
+        "owner",
+        "typed_on_owner_device",
+        True,
+    )
+
+    heard = mesh_pb2.Utterance(id="u2", voice=voice_pb2.VoiceInfo(audio_chunks=1))
+    failed = TurnMeta(source="voice", error="voice_audio.refused", error_text="no match")
+    await admission.admit(admission.inbound(opened(heard, 4)), "", failed)
+    assert queue.queued[-1] == ("u2", False)
+    meta = TurnMeta.from_json(store.admitted("u2").meta)  # type: ignore[union-attr]
+    assert (meta.error, meta.scope, meta.admitted) == ("voice_audio.refused", "guest", True)
+    assert committed == [1, 2, 3, 4] and store.replay_windows() == [("dev-a", 4, b"\x01")]

@@ -296,13 +296,13 @@ def test_device_keeps_newer_voiceprints_and_never_lowers_the_line(tmp_path: Path
 
 def test_enrol_requests_are_answered_not_raised(tmp_path: Path) -> None:
     """``Hub.Enrol``'s handling of a VoiceEnrol: every refusal is an answer with a key."""
-    from types import SimpleNamespace
+    from typing import Any, cast
 
     from hub.voice.voiceprints import VoiceprintMesh
     from protos import voice_pb2
 
-    daemon = SimpleNamespace(home=SimpleNamespace(path=tmp_path, config={}))
-    mesh = VoiceprintMesh(daemon)  # type: ignore[arg-type]
+    authority = VoiceprintAuthority(tmp_path / "voiceprints.db")
+    mesh = VoiceprintMesh(authority, port=cast(Any, None), devices=list)
 
     def request(segments: list[vp.Segment], channel: str = "glasses") -> voice_pb2.VoiceEnrol:
         return voice_pb2.VoiceEnrol(

@@ -32,7 +32,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from google.protobuf.message import Message
+from nacl.signing import SigningKey
 
 from hub.capabilities.manifest import Manifest, load
 from hub.gateway import open_gateway
@@ -51,11 +52,10 @@ from protos import consent_pb2, mesh_pb2
 from protos.codec import parse
 from provisioning.profiles import load_profile
 from provisioning.registry import DeviceRecord
-from sync import topics
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.mesh.daemon import HubDaemon
+    from hub.mesh.port import MeshPort
     from hub.payments import PaymentAuthority
     from sync.envelope import Opened
 
@@ -89,9 +89,21 @@ def package_secrets(home: Path) -> dict[str, str]:
 
 
 class MeshConsent:
-    def __init__(self, daemon: HubDaemon) -> None:
-        self.daemon = daemon
-        self.home = daemon.home.path
+    """The gateway on the mesh: ``home`` is ``HOME``, ``audit_signer`` the hub's signing key
+    (audit log), ``port`` the hub's mesh port, ``devices`` the registry's records."""
+
+    def __init__(
+        self,
+        home: Path,
+        *,
+        audit_signer: SigningKey,
+        port: MeshPort,
+        devices: Callable[[], Sequence[DeviceRecord]],
+    ) -> None:
+        self.home = home
+        self._audit_signer = audit_signer
+        self.port = port
+        self._registry_devices = devices
         self.gateway: Gateway | None = None
         self.payments: PaymentAuthority | None = None
         """the payment authority (``hub.payments``), attached to the gateway"""
@@ -144,7 +156,7 @@ class MeshConsent:
                     manifests=catalog,
                     env_for=env_for,
                     courier=self,
-                    audit_signer=self.daemon.home.hub_keys.sign,
+                    audit_signer=self._audit_signer,
                 )
             )
             from hub.payments import open_payments
@@ -183,11 +195,11 @@ class MeshConsent:
 
     # ------------------------------------------------------------------ devices
     def _devices(self) -> list[DeviceRecord]:
-        return [r for r in self.daemon.registry.devices() if not r.revoked]
+        return [r for r in self._registry_devices() if not r.revoked]
 
     def _device(self, device_id: str) -> DeviceRecord | None:
         """The registry's record (revoked ones included: the caller checks)."""
-        return next((r for r in self.daemon.registry.devices() if r.device_id == device_id), None)
+        return next((r for r in self._registry_devices() if r.device_id == device_id), None)
 
     @staticmethod
     def _has_role(rec: DeviceRecord, role: str) -> bool:
@@ -205,23 +217,13 @@ class MeshConsent:
         ]
 
     async def _send(self, device_id: str, kind: int, payload: Message, trace_id: str = "") -> bool:
-        d = self.daemon
-        peer = d.peers.get(device_id)
-        if peer is None or peer.revoked or d.mqtt is None or not d.mqtt.connected.is_set():
+        if not self.port.connected:
             return False
-        data = d.sealer.seal(
-            kind,
-            payload,
-            recipient=device_id,
-            recipient_box_pk=peer.box_pk,
-            trace_id=trace_id or None,
-        )
         try:
-            await d.mqtt.publish(topics.inbox(d.home.home_id, device_id), data, qos=1)
+            return await self.port.send(device_id, kind, payload, trace_id or None)
         except Exception as exc:
             log.info("consent message to %s not sent now: %s", device_id, exc)
             return False
-        return True
 
     # ------------------------------------------------------------------ Courier
     async def show(self, card: Card) -> None:
@@ -257,13 +259,11 @@ class MeshConsent:
 
     async def on_exec_result(self, opened: Opened) -> None:
         """A device's answer to an executor request (the ``mac`` package's calls)."""
-        self.daemon.replay.commit(opened.sender, opened.counter)
         await self.bridge.on_result(opened)
 
     async def on_approval(self, opened: Opened) -> None:
         approval = opened.payload
         assert isinstance(approval, consent_pb2.Approval)
-        self.daemon.replay.commit(opened.sender, opened.counter)
         if self.gateway is None:
             return
         if approval.sync and not approval.body:

@@ -1,1 +1,2 @@
-"""The hub's mesh: the daemon (composition root), the broker it runs, its gRPC service."""
+"""The hub's mesh: the daemon (composition root), the mesh port (peers, sealer, openers,
+replay window, drop counters), the broker it runs, its gRPC service."""

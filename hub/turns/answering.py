@@ -1,131 +1,59 @@
-"""Turns on the hub: admission, the brain, delivery with ACKs, activity entries.
+"""Answering: each admitted turn through the brain, one device's turns in order.
 
 :class:`Turns` is owned by the hub daemon (an async context manager entered after the
 gateway). It opens the brain (``hub.brain.open_brain``: the rule-based model until an LLM
 endpoint is configured for the ``brain`` role) and owns one task per device that answers
 that device's turns in order; devices are answered concurrently, and the daemon's message
-loop never waits on the brain.
+loop never waits on the brain. Turns come from :mod:`hub.turns.admission`; their replies go
+out through :mod:`hub.turns.delivery`; background work becomes activity entries
+(:mod:`hub.turns.activity`); owner turns read :mod:`hub.turns.context`.
 
-**Admission** — the scope of each turn:
+The raw original of a typed utterance goes to the L5 archive (the ``Utterance`` message as
+an ``event`` object) from the turn's task (voice: the audio, by ``hub/voice/hearing.py``).
+An utterance admitted with an ``error`` (audio the hub could not use) is answered with the
+hub's words for it.
 
-- *typed* text (``Utterance`` without ``voice``) signed with the key of an enrolled,
-  unrevoked device whose certificate grants ``utter`` is the **owner**'s: every device of a
-  home is the owner's, and typing needs the device in hand (unlocked) — the same standard as
-  the phone's card approvals. A device without ``utter`` makes no turns (dropped, counted);
-- *voice* turns take the scope the voiceprint authority gave (``hub/voice/hearing.py`` →
-  ``hub/voice/voiceprints.py`` ``scope_for``: ``owner`` when verified, inside a trust window or by
-  a call anchor; ``owner_uncertain``; ``guest``);
-- only ``owner`` turns get the context sources (profile, notes, timeline, time zone);
-  ``owner_uncertain`` and ``guest`` turns read no private memory, and the gateway and both
-  brains offer them only the tools their scope allows (package manifests' ``scopes``).
-
-The utterance joins the timeline with its ``seq`` (meta: ``scope``, ``admitted``) at once;
-its raw original goes to the L5 archive (voice: the audio, by ``hub/voice/hearing.py``; typed: the
-``Utterance`` message as an ``event`` object) from the turn's task.
-
-**Delivery** — the brain's reply chunks (whole sentences) go to the device the sentence
-came from as ``REPLY`` messages with ``chunk``/``final``; each is kept in ``hub.db`` until
-the device ACKs it (``RENDERED`` or ``PLAYED``) and is sent again when the device comes back
-online. When every chunk of a reply is ACKed its facts count as said
-(``gateway.delivered``); before that they stay new, and come back in the next report. A
-repeated utterance id never starts a second brain run: a finished reply is sent again, a
+A repeated utterance id never starts a second brain run: a finished reply is sent again, a
 running one keeps going, and one cut off by a hub restart is run again (the brain's task
 steps are idempotent) — at start, before ``brain.resume()``.
 
-**Activity** — task events of background work (sub-agents, tasks waiting for a card, tasks
-that finish after their turn was answered) become ``activity`` entries on the timeline,
-with the status of their receipts; the timeline replicates them to every device, offline
-ones when they catch up. A task that finishes after its turn was answered reports to the
-device its turn came from (a reply without ``utterance_id``); cards answered on the phone
-(``gateway.answer`` in :mod:`hub.gateway.courier`) and expired cards reach the brain
-through :meth:`Turns.on_receipt`.
+A task that finishes after its turn was answered reports to the device its turn came from
+(a reply without ``utterance_id``); cards answered on the phone (``gateway.answer`` in
+:mod:`hub.gateway.courier`) and expired cards reach the brain through
+:meth:`Turns.on_receipt`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
-import hashlib
 import logging
-import re
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from hub.archive.archive import Archive, NewObject
-from hub.brain import AddressBook, Contact, TaskEvent, Turn, open_brain
+from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
-from hub.memory.context import ContextSource, FunctionSource, Snippet, StaticSource
-from hub.timeline import Admitted, Chunk, StoredReply
-from protos import mesh_pb2
+from hub.timeline import Admitted, HubStore
+from hub.turns.activity import Activity
+from hub.turns.admission import meta_of
+from hub.turns.context import ContextSources, FileContacts
+from hub.turns.delivery import HUB_BRAIN, Delivery, Piece, reply_id_for, report_id_for
 from protos.errors import YimiError
-from sync import documents as docs
-from sync.envelope import HUB, Opened
+from provisioning.home import Home
 from sync.tasks import TaskOwner
-
-if TYPE_CHECKING:
-    from hub.mesh.daemon import HubDaemon
 
 log = logging.getLogger(__name__)
 
-SCOPES = ("owner", "owner_uncertain", "guest")
-TYPED_SCOPE = "utter"
-"""the certificate scope a device needs to make turns"""
 RERUN_WINDOW_S = 24 * 3600
 """turns admitted but not answered within this long before a start are answered at start"""
-HUB_BRAIN = "hub"
-"""``Reply.brain`` of words the hub itself wrote (not the brain's)"""
 NOT_HEARD = "I didn't catch anything after the wake word."
 INTERRUPTED = "The hub restarted while I was answering this; please ask again if it still matters."
-NOTE_STOP = frozenset("a an the my our your of to for from about with and or notes note".split())
-MAX_NOTES = 10
-TIMELINE_SNIPPETS = 12
-ACTIVITY_KIND = "activity"
-
-
-def reply_id_for(utterance_id: str) -> str:
-    """The id of the reply to ``utterance_id`` (the same after a restart)."""
-    return "r-" + hashlib.sha256(utterance_id.encode()).hexdigest()[:24]
-
-
-def report_id_for(task_id: str) -> str:
-    return "rp-" + hashlib.sha256(task_id.encode()).hexdigest()[:24]
-
-
-def _short(task_id: str) -> str:
-    return hashlib.sha256(task_id.encode()).hexdigest()[:16]
-
-
-class FileContacts:
-    """``HOME/contacts.yaml`` as an address book, read again when the file changes."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._stamp: tuple[int, int] | None = None
-        self._book = AddressBook()
-
-    def _current(self) -> AddressBook:
-        try:
-            st = self.path.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = (0, 0)
-        if stamp != self._stamp:
-            try:
-                self._book = AddressBook.load(self.path)
-            except YimiError as exc:
-                log.error("%s", exc)
-                self._book = AddressBook()
-            self._stamp = stamp
-        return self._book
-
-    def find(self, name: str) -> Contact | None:
-        return self._current().find(name)
 
 
 @dataclass
@@ -138,17 +66,29 @@ class _Job:
     )
 
 
-def typed_scope(scopes: Sequence[str]) -> str | None:
-    """The scope of typed text from a device with these certificate scopes (``None``: the
-    device may not make turns)."""
-    return "owner" if TYPED_SCOPE in scopes else None
-
-
 class Turns:
-    def __init__(self, daemon: HubDaemon) -> None:
-        self.daemon = daemon
-        self.home = daemon.home.path
-        self.store = daemon.store
+    def __init__(
+        self,
+        home: Home,
+        store: HubStore,
+        *,
+        delivery: Delivery,
+        activity: Activity,
+        context: ContextSources,
+        gateway: Callable[[], Gateway | None],
+        ready: asyncio.Event,
+        count: Callable[[str], None],
+    ) -> None:
+        self._home = home
+        self.home = home.path
+        self.store = store
+        self.delivery = delivery
+        self.activity = activity
+        self.context = context
+        self._gateway = gateway
+        self._ready = ready
+        """set once the hub is connected (answers cut off by a stop wait for it)"""
+        self._count = count
         self.brain: ConfiguredBrain | None = None
         self.contacts = FileContacts(self.home / "contacts.yaml")
         self.started = asyncio.Event()
@@ -166,12 +106,10 @@ class Turns:
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Turns:
-        gw = self.daemon.consent.gateway
+        gw = self._gateway()
         if gw is None:
             raise RuntimeError("the gateway must be up before the brain")
-        self._brain_cm = open_brain(
-            self.daemon.home, gw, contacts=self.contacts, on_event=self.on_event
-        )
+        self._brain_cm = open_brain(self._home, gw, contacts=self.contacts, on_event=self.on_event)
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")
         for device in self._queues:
@@ -200,42 +138,13 @@ class Turns:
 
     @property
     def gateway(self) -> Gateway | None:
-        return self.daemon.consent.gateway
+        return self._gateway()
 
-    # ------------------------------------------------------------------ admission
-    async def admit(self, opened: Opened, text: str, meta: dict[str, object]) -> None:
-        """Put an utterance on the timeline and queue its turn (called on the message loop:
-        returns without waiting for the brain)."""
-        utt = opened.payload
-        assert isinstance(utt, mesh_pb2.Utterance)
-        scope = str(meta.get("scope") or "guest")
-        if scope not in SCOPES:
-            scope = "guest"
-        meta = {**meta, "scope": scope, "admitted": True}
-        now = int(time.time() * 1000)
-        adm = self.store.admit_utterance(
-            utterance_id=utt.id,
-            device=opened.sender,
-            text=text,
-            ts_ms=utt.started_ms or opened.time_ms,
-            received_ms=now,
-            trace_id=opened.trace_id,
-            meta=meta,
-            replay_state=self.daemon._commit_counter(opened),
-        )
-        if adm.duplicate:
-            await self.repeat(adm, opened.sender)
-            return
-        log.info("turn %s from %s admitted as %s (seq %d)", utt.id, opened.sender, scope, adm.seq)
-        entry = docs.Entry(adm.utterance_id, adm.device, adm.ts_ms, "utterance", text, adm.seq)
-        await self.daemon.sync.publish(self.daemon.sync.add_sequenced([entry]))
-        raw = None if utt.HasField("voice") else utt.SerializeToString()
-        self.enqueue(adm, raw)
-
+    # ------------------------------------------------------------------ queue
     async def repeat(self, adm: Admitted, sender: str) -> None:
         """An utterance id already on the timeline came again: never a second brain run."""
         if adm.device != sender:
-            self.daemon._count("rejected.utterance_id_taken")
+            self._count("rejected.utterance_id_taken")
             log.warning(
                 "utterance id %s of %s reused by %s: ignored", adm.utterance_id, adm.device, sender
             )
@@ -245,12 +154,11 @@ class Turns:
             log.info(
                 "utterance %s from %s already answered: reply re-sent", adm.utterance_id, sender
             )
-            await self._resend_reply(reply)
+            await self.delivery.resend_reply(reply)
             return
         if adm.utterance_id in self._active:
             log.info("utterance %s from %s is being answered", adm.utterance_id, sender)
-            for c in self.store.chunks(reply_id_for(adm.utterance_id)):
-                await self._send_chunk(c)
+            await self.delivery.resend_chunks(reply_id_for(adm.utterance_id))
             return
         if self._tasks is None or not self.started.is_set():
             return  # answered by the start-up pass
@@ -293,39 +201,40 @@ class Turns:
         if job.raw is not None:
             await self._archive_typed(adm, job.raw)
         rid = reply_id_for(uid)
-        meta = adm.meta
-        scope = str(meta.get("scope", "guest"))
-        voice = meta.get("source") == "voice"
+        meta = meta_of(adm)
+        if meta.error:  # audio the hub could not use: its own words say what went wrong
+            await self.delivery.deliver(adm, rid, [Piece(meta.error_text, True, "", HUB_BRAIN)])
+            return
         if brain is None:
             return
         if not adm.text.strip():
-            await self._deliver(adm, rid, [(NOT_HEARD, True, "", HUB_BRAIN)])
+            await self.delivery.deliver(adm, rid, [Piece(NOT_HEARD, True, "", HUB_BRAIN)])
             return
         task = brain.store.get(uid)
         if task is not None and task.finished and not str(task.result.get("report", "")).strip():
             # the brain closed it without words (an LLM turn cut off by a restart)
-            await self._deliver(adm, rid, [(INTERRUPTED, True, uid, HUB_BRAIN)])
+            await self.delivery.deliver(adm, rid, [Piece(INTERRUPTED, True, uid, HUB_BRAIN)])
             return
         turn = Turn(
             adm.text,
             owner="owner",
-            scope=scope,
+            scope=meta.scope,
             session_id=f"{adm.device}:{dt.date.today().isoformat()}",
             trace_id=adm.trace_id,
             device_id=adm.device,
             turn_id=uid,
-            sources=self.sources(scope, uid),
-            voice=voice,
+            sources=self.context.sources(meta.scope, uid),
+            voice=meta.is_voice,
         )
         t0 = time.perf_counter()
         self._in_turn.add(uid)
         sent = 0
         try:
             async for chunk in brain.turn(turn):
-                await self._deliver(
+                await self.delivery.deliver(
                     adm,
                     rid,
-                    [(chunk.text, chunk.final, chunk.task_id, chunk.brain)],
+                    [Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain)],
                     start=chunk.index,
                 )
                 sent = chunk.index + 1
@@ -334,10 +243,10 @@ class Turns:
         except Exception as exc:
             log.exception("the brain failed on turn %s", uid)
             why = str(exc) if isinstance(exc, YimiError) else type(exc).__name__
-            await self._deliver(
+            await self.delivery.deliver(
                 adm,
                 rid,
-                [(f"Something went wrong on the hub: {why}", True, uid, HUB_BRAIN)],
+                [Piece(f"Something went wrong on the hub: {why}", True, uid, HUB_BRAIN)],
                 start=sent,
             )
         finally:
@@ -345,124 +254,6 @@ class Turns:
         log.info(
             "turn %s answered in %.0f ms (%s)", uid, (time.perf_counter() - t0) * 1000, brain.kind
         )
-
-    async def _deliver(
-        self,
-        adm: Admitted,
-        reply_id: str,
-        pieces: list[tuple[str, bool, str, str]],
-        *,
-        start: int = 0,
-    ) -> None:
-        """Keep and send chunks ``(text, final, task id, brain)`` of the reply to ``adm``;
-        the final one puts the whole reply on the timeline."""
-        for i, (text, final, task_id, brain) in enumerate(pieces, start):
-            c = self.store.add_chunk(
-                Chunk(
-                    reply_id,
-                    i,
-                    adm.device,
-                    adm.utterance_id,
-                    task_id,
-                    text,
-                    final,
-                    brain,
-                    adm.trace_id,
-                    adm.seq,
-                )
-            )
-            if c.final:
-                whole = " ".join(x.text for x in self.store.chunks(reply_id))
-                stored = self.store.finish_reply(
-                    reply_id=reply_id,
-                    utterance_id=adm.utterance_id,
-                    device=adm.device,
-                    text=whole,
-                    trace_id=adm.trace_id,
-                    utterance_seq=adm.seq,
-                    meta={"utterance": adm.utterance_id, "task": c.task_id, "brain": c.brain},
-                )
-                c = replace(c, reply_seq=stored.reply_seq)
-                await self._publish_reply(stored)
-            await self._send_chunk(c)
-
-    async def _publish_reply(self, r: StoredReply) -> None:
-        entry = docs.Entry(r.id, HUB, int(time.time() * 1000), "reply", r.text, r.reply_seq)
-        await self.daemon.sync.publish(self.daemon.sync.add_sequenced([entry]))
-
-    async def _send_chunk(self, c: Chunk) -> None:
-        msg = mesh_pb2.Reply(
-            id=c.reply_id,
-            utterance_id=c.utterance_id,
-            text=c.text,
-            seq=c.utterance_seq,
-            reply_seq=c.reply_seq,
-            chunk=c.index,
-            final=c.final,
-            task_id=c.task_id,
-            brain=c.brain,
-        )
-        try:
-            await self.daemon._send_to(c.device, mesh_pb2.REPLY, msg, c.trace_id or None)
-        except Exception as exc:  # sent again when the device is back online
-            log.info("reply %s.%d to %s not sent now: %s", c.reply_id, c.index, c.device, exc)
-
-    async def _resend_reply(self, reply: StoredReply) -> None:
-        chunks = self.store.chunks(reply.id)
-        if not chunks:  # a reply from before chunks were kept
-            chunks = [
-                Chunk(
-                    reply.id,
-                    0,
-                    reply.device,
-                    reply.utterance_id,
-                    "",
-                    reply.text,
-                    True,
-                    HUB_BRAIN,
-                    reply.trace_id,
-                    reply.utterance_seq,
-                    reply.reply_seq,
-                )
-            ]
-        for c in chunks:
-            await self._send_chunk(c)
-
-    async def resend(self, device: str) -> None:
-        """``device`` came online: every chunk it has not ACKed, again."""
-        for c in self.store.unacked_chunks(device):
-            await self._send_chunk(c)
-        for reply in self.store.unacked_replies(device):
-            if not self.store.chunks(reply.id):
-                await self._resend_reply(reply)
-
-    async def on_ack(self, opened: Opened) -> None:
-        """A device ACKed a chunk; a reply whose chunks are all ACKed has said its facts."""
-        ack = opened.payload
-        assert isinstance(ack, mesh_pb2.DeliveryAck)
-        state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
-        got = self.store.record_chunk_delivery(
-            ack.reply_id[:128],
-            opened.sender,
-            state,
-            ack.at_ms or opened.time_ms,
-            self.daemon._commit_counter(opened),
-            ack.chunk,
-        )
-        if got.fresh:
-            log.debug("reply %s.%d %s on %s", ack.reply_id, ack.chunk, state, opened.sender)
-        gw = self.gateway
-        if got.complete and got.task_id and gw is not None:
-            receipts = gw.ledger.task_receipts(got.task_id)
-            gw.delivered(got.task_id, receipts)
-            if receipts:
-                log.info(
-                    "reply %s %s on %s: facts of task %s said",
-                    ack.reply_id,
-                    state,
-                    opened.sender,
-                    got.task_id,
-                )
 
     # ------------------------------------------------------------------ events and receipts
     async def on_receipt(self, receipt: Receipt) -> None:
@@ -480,53 +271,13 @@ class Turns:
         in_turn = event.task_id in self._in_turn
         background = bool(event.parent_id) or not in_turn
         if background or event.state == "waiting_for_consent":
-            await self._activity(event)
+            await self.activity.record(event)
         if in_turn or not event.text or not event.device_id:
             return
         if event.state in ("done", "failed") or (
             event.state == "waiting_for_consent" and event.parent_id
         ):
             await self._report(event)
-
-    async def _activity(self, event: TaskEvent) -> None:
-        status = [
-            f"{r.package}.{r.tool} {r.status}"
-            + (" (card on your phone)" if r.status == "waiting" else "")
-            for r in event.receipts
-            if r.package and r.package != "brain"
-        ]
-        label = event.state.replace("_", " ")
-        text = f"{event.title or 'task'} — {label}"
-        if status:
-            text += ": " + ", ".join(status[-4:])
-        refused = [r.error for r in event.receipts if r.status == "not_executed" and r.error]
-        if event.state == "failed" and refused:  # why the platform refused (the run's budget)
-            text += f" ({refused[-1]})"
-        entry_id = f"act-{_short(event.task_id)}-{event.state}"
-        now = int(time.time() * 1000)
-        seq, fresh = self.store.append_entry(
-            entry_id,
-            device=HUB,
-            kind=ACTIVITY_KIND,
-            text=text,
-            ts_ms=now,
-            trace_id=event.trace_id,
-            meta={
-                "task": event.task_id,
-                "parent": event.parent_id,
-                "state": event.state,
-                "device": event.device_id,
-                "receipts": [
-                    {"package": r.package, "tool": r.tool, "status": r.status, "card": r.card_id}
-                    for r in event.receipts
-                ],
-            },
-        )
-        if not fresh:
-            return
-        log.info("activity %s: %s", event.task_id, text)
-        entry = docs.Entry(entry_id, HUB, now, ACTIVITY_KIND, text, seq)
-        await self.daemon.sync.publish(self.daemon.sync.add_sequenced([entry]))
 
     async def _report(self, event: TaskEvent) -> None:
         """A task's result after its turn was answered: to the device of the turn."""
@@ -537,11 +288,11 @@ class Turns:
             and self.store.reply_for(adm.utterance_id) is None
         ):  # its own turn was cut off by a restart: this is that turn's reply
             pieces = _split(event.text)
-            await self._deliver(
+            await self.delivery.deliver(
                 adm,
                 reply_id_for(adm.utterance_id),
                 [
-                    (p, i == len(pieces) - 1, event.task_id, self._kind())
+                    Piece(p, i == len(pieces) - 1, event.task_id, self._kind())
                     for i, p in enumerate(pieces)
                 ],
             )
@@ -554,10 +305,13 @@ class Turns:
         report = Admitted("", event.device_id, useq, "", event.trace_id, {}, 0, False)
         pieces = _split(event.text)
         log.info("task %s %s: report to %s", event.task_id, event.state, event.device_id)
-        await self._deliver(
+        await self.delivery.deliver(
             report,
             rid,
-            [(p, i == len(pieces) - 1, event.task_id, self._kind()) for i, p in enumerate(pieces)],
+            [
+                Piece(p, i == len(pieces) - 1, event.task_id, self._kind())
+                for i, p in enumerate(pieces)
+            ],
         )
 
     def _kind(self) -> str:
@@ -570,7 +324,7 @@ class Turns:
         LLM turns that finished meanwhile."""
         brain = self.brain
         assert brain is not None
-        await self.daemon.ready.wait()  # connected: the answers can go out at once
+        await self._ready.wait()  # connected: the answers can go out at once
         since = int((time.time() - RERUN_WINDOW_S) * 1000)
         first: list[Admitted] = []
         later: list[Admitted] = []
@@ -593,62 +347,6 @@ class Turns:
             if task is not None and self.store.reply_for(adm.utterance_id) is None:
                 self.enqueue(adm, None)
         self.started.set()
-
-    # ------------------------------------------------------------------ context
-    def sources(self, scope: str, turn_id: str) -> list[ContextSource]:
-        """The context sources of a turn: all of them for the owner, none otherwise."""
-        if scope != "owner":
-            return []
-        return [
-            FunctionSource("profile", self._profile),
-            FunctionSource("notes", self._notes),
-            FunctionSource("timeline", lambda q: self._timeline(q, turn_id)),
-            StaticSource("timezone", [_timezone()]),
-        ]
-
-    async def _profile(self, query: str) -> Sequence[Snippet]:
-        def read() -> list[Snippet]:
-            out = []
-            for name in ("USER.md", "MEMORY.md"):
-                path = self.home / "profile" / name
-                try:
-                    text = path.read_text(encoding="utf-8", errors="replace")[: 64 * 1024]
-                except FileNotFoundError:
-                    continue
-                for line in text.splitlines():
-                    line = line.strip().lstrip("-* ").strip()
-                    if line and not line.startswith("#"):
-                        out.append(Snippet(line, "high", (("profile", name),)))
-            return out
-
-        return await asyncio.to_thread(read)
-
-    async def _notes(self, query: str) -> Sequence[Snippet]:
-        words = {w for w in re.findall(r"\w+", query.lower()) if w not in NOTE_STOP}
-        out = []
-        for n in reversed(self.daemon.replicas.notes()):
-            hay = f"{n.kind} {n.text}".lower()
-            if not words or all(w in hay for w in words):
-                out.append(Snippet(n.text, "medium", (("note", n.id),)))
-            if len(out) >= MAX_NOTES:
-                break
-        return out
-
-    async def _timeline(self, query: str, turn_id: str) -> Sequence[Snippet]:
-        start = dt.datetime.combine(dt.date.today(), dt.time()).timestamp() * 1000
-        rows = [
-            e
-            for e in self.store.entries_since(int(start))
-            if e.id != turn_id and e.kind not in ("reply", ACTIVITY_KIND)
-        ]
-        return [
-            Snippet(
-                f"{time.strftime('%H:%M', time.localtime(e.ts_ms / 1000))} {e.text}",
-                "medium",
-                (("timeline", e.id),),
-            )
-            for e in rows[-TIMELINE_SNIPPETS:]
-        ]
 
     # ------------------------------------------------------------------ archive
     async def _archive_typed(self, adm: Admitted, raw: bytes) -> None:
@@ -681,7 +379,7 @@ class Turns:
             outcome = await asyncio.to_thread(store)
         except Exception as exc:
             outcome = f"not stored: {exc}"
-        self.daemon._count("turn.archived" if outcome.startswith("stored") else "turn.not_archived")
+        self._count("turn.archived" if outcome.startswith("stored") else "turn.not_archived")
         log.debug("typed original of %s: %s", adm.utterance_id, outcome)
 
     # ------------------------------------------------------------------ packages
@@ -709,10 +407,3 @@ def _split(text: str) -> list[str]:
     from hub.brain.base import split_chunks
 
     return split_chunks(text) or ["…"]
-
-
-def _timezone() -> Snippet:
-    now = dt.datetime.now().astimezone()
-    return Snippet(
-        f"Local time {now:%Y-%m-%d %H:%M} ({now.tzname()})", "low", (("system", "timezone"),)
-    )

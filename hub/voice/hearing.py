@@ -4,7 +4,7 @@ A device sends a voice utterance as ``AUDIO_CHUNK`` envelopes (the FLAC segment 
 followed by the ``UTTERANCE`` whose ``voice`` field (``VoiceInfo``) says how many pieces,
 how many bytes and their SHA-256. :class:`ChunkAssembler` keeps the pieces per (device,
 utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
-:data:`TTL_S` life, a bound on pending utterances); :class:`HubVoice` then
+:data:`TTL_S` life, a bound on pending utterances); :class:`Hearing` then
 
 1. checks the wake: an utterance whose wake lost arbitration (:mod:`hub.voice.wake_arbiter`) is
    not answered — its audio is archived as stood down, it is logged and counted, and the
@@ -19,12 +19,12 @@ utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
    faster-whisper; a confirmed model change is applied before the next utterance is
    transcribed, and an utterance in flight keeps its recogniser;
 4. asks the voiceprint authority for the turn's scope (owner / owner_uncertain / guest);
-5. puts the turn on the timeline through the daemon's normal path with the transcript, the
-   leading wake word removed, as its text, and the voice facts in its meta.
+5. admits the turn (:mod:`hub.turns.admission`, the one path of every utterance) with the
+   transcript, the leading wake word removed, as its text, and the voice facts in its meta.
 
-Problems with the audio or the recogniser end the turn with a reply that says what went
-wrong (the device would otherwise retry forever); an utterance still missing pieces after
-:data:`TTL_S` gets such a reply too.
+Problems with the audio or the recogniser are admitted too, with the error in the meta: the
+hub answers with a reply that says what went wrong (the device would otherwise retry
+forever); an utterance still missing pieces after :data:`TTL_S` gets such a reply too.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Container, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from types import TracebackType
@@ -49,7 +49,8 @@ from hardware.audio import decode_flac
 from hub.archive.archive import Archive, NewObject
 from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
-from hub.timeline import ReplyMaker
+from hub.timeline import ReplayState
+from hub.turns.admission import AudioFacts, Inbound, TurnMeta, VoiceFacts
 from hub.voice.wake_arbiter import Decision, Outcome, WakeArbiter
 from models.asr import (
     WAKE_WORD,
@@ -64,7 +65,7 @@ from models.asr import (
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from protos.errors import YimiError
-from sync.envelope import MAX_ID_CHARS, DropReason, Opened, random_id
+from sync.envelope import MAX_ID_CHARS, DropReason, Opened
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -435,10 +436,10 @@ def authority_scope(
 
 
 # ------------------------------------------------------------------ the hub's side
-IngestFn = Callable[[Opened, str, dict[str, object], ReplyMaker | None], Awaitable[None]]
-"""(utterance envelope, text, meta, reply maker or None for the normal one): the daemon's
-timeline path (ingest, reply, replicate)."""
-SendFn = Callable[[str, int, Message, str | None], Awaitable[None]]
+AdmitFn = Callable[[Inbound, str, TurnMeta], Awaitable[None]]
+"""(accepted utterance, text, meta): admission (``hub.turns.admission.Admission.admit``):
+the timeline, then the answer (the hub's words when ``meta.error`` is set)."""
+SendFn = Callable[[str, int, Message, str | None], Awaitable[object]]
 """(device, kind, payload, trace id): seal and publish to one device."""
 DropFn = Callable[[DropReason, str, str], None]
 
@@ -447,8 +448,11 @@ def _finite(x: float) -> float | None:
     return round(float(x), 4) if math.isfinite(x) else None
 
 
-class HubVoice:
-    """The hub's voice ingest (an async context manager owning its worker and tasks).
+class Hearing:
+    """The hub's hearing of voice utterances (an async context manager owning its worker
+    and tasks): audio pieces in, a transcript and a scope out, handed to ``admit``. It takes
+    narrow callables from the mesh port (``send``, ``drop``, ``commit``, ``count``), never
+    the daemon.
 
     ``providers`` is the model-provider store (or a factory opening one: the hub's voice
     worker then owns that connection and closes it); its ``asr`` role picks the recogniser
@@ -460,10 +464,10 @@ class HubVoice:
         *,
         home: Path,
         config: Mapping[str, Any] | None = None,
-        ingest: IngestFn,
+        admit: AdmitFn,
         send: SendFn,
         drop: DropFn,
-        commit: Callable[[Opened], object],
+        commit: Callable[[Opened], ReplayState | None],
         answered: Callable[[str], bool],
         count: Callable[[str], None],
         arbiter: WakeArbiter | None = None,
@@ -476,7 +480,7 @@ class HubVoice:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.home = home
-        self._ingest = ingest
+        self._admit = admit
         self._send = send
         self._drop = drop
         self._commit = commit
@@ -519,7 +523,7 @@ class HubVoice:
         """the last transcripts (at most 100), for status and benches"""
 
     # -------------------------------------------------------------- lifecycle
-    async def __aenter__(self) -> HubVoice:
+    async def __aenter__(self) -> Hearing:
         self.settings = AsrSettings.from_config(self.config)
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="asr")
         self._tasks = TaskOwner("voice")
@@ -544,10 +548,9 @@ class HubVoice:
 
     # -------------------------------------------------------------- incoming
     async def on_chunk(self, opened: Opened) -> None:
-        """Handle an ``AUDIO_CHUNK`` envelope."""
+        """Handle an ``AUDIO_CHUNK`` envelope (the caller committed its counter)."""
         chunk = opened.payload
         assert isinstance(chunk, voice_pb2.AudioChunk)
-        self._commit(opened)
         key = (opened.sender, chunk.utterance_id)
         if key in self._done or key in self._taken:
             self._count("voice.chunk_after_use")
@@ -574,7 +577,7 @@ class HubVoice:
             event.set()
 
     async def on_utterance(self, opened: Opened) -> None:
-        """Handle a voice ``UTTERANCE`` (id and text already checked by the daemon)."""
+        """Handle a voice ``UTTERANCE`` (id and text already checked: ``utterance_problem``)."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
         problem = check_voice(utt.voice)
@@ -590,7 +593,7 @@ class HubVoice:
         if self._answered(utt.id):  # a retry of a finished turn: the same reply again
             self.assembler.discard(key)
             self._remember_done(key)
-            await self._ingest(opened, "", {}, None)
+            await self._admit(self._inbound(opened), "", self._voice_meta(opened, utt))
             return
         if len(self._in_flight) >= MAX_IN_FLIGHT or self._tasks is None:
             self._count("voice.busy")
@@ -639,28 +642,34 @@ class HubVoice:
         meta = self._voice_meta(opened, utt)
         if voice.audio_chunks:
             data = await self._audio(key, voice)
-            meta["audio_sha256"] = voice.audio_sha256.hex()
-            meta["audio_bytes"] = len(data)
+            sha = voice.audio_sha256.hex()
             samples = await self._in_worker(decode_audio, utt.id, data)
-            meta["audio_ms"] = len(samples) * 1000 // 16_000
             transcript, archived = await asyncio.gather(
                 self._in_worker(self._transcribe, samples),
-                self._archive_audio(opened, samples, {"audio_sha256": meta["audio_sha256"]}),
+                self._archive_audio(opened, samples, {"audio_sha256": sha}),
             )
-            meta["archive"] = archived
             raw = transcript.text
-            meta["asr_model"] = transcript.model
-            meta["asr_ms"] = round(transcript.elapsed_ms, 1)
-            meta["transcript"] = raw
+            audio = AudioFacts(
+                sha,
+                len(data),
+                len(samples) * 1000 // 16_000,
+                archived,
+                round(transcript.elapsed_ms, 1),
+                raw,
+            )
+            meta = replace(meta, audio=audio, asr_model=transcript.model)
         else:  # a device that recognised the speech itself
             raw = utt.text
-            meta["asr_model"] = "device"
+            meta = replace(meta, asr_model="device")
         loose = voice.window == voice_pb2.WAKE or bool(voice.wake_id)
         text = strip_wake(raw, self.wake_word, loose=loose)
         scope = Scope(*await asyncio.to_thread(self.scope, opened.sender, utt))
-        meta["scope"] = scope.scope
-        meta["scope_score"] = _finite(scope.score)
-        meta["scope_reason"] = scope.reason
+        meta = replace(
+            meta,
+            scope=scope.scope,
+            scope_score=_finite(scope.score),
+            scope_reason=scope.reason,
+        )
         log.info(
             "voice %s from %s: %r (scope %s, %s)",
             utt.id,
@@ -670,23 +679,20 @@ class HubVoice:
             scope.reason,
         )
         self._count("voice.transcribed")
-        await self._ingest(opened, text, meta, None)
+        await self._admit(self._inbound(opened), text, meta)
 
     async def _fail(self, opened: Opened, exc: YimiError) -> None:
-        """End the turn with a reply that says what went wrong."""
+        """End the turn with a reply that says what went wrong (admitted with its error:
+        the hub's words answer it)."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
         log.warning("voice utterance %s from %s not understood: %s", utt.id, opened.sender, exc)
         self._count(f"voice.error.{exc.key}")
-        meta = self._voice_meta(opened, utt)
-        meta["error"] = exc.key
-        meta["error_text"] = str(exc)[:500]
-        message = str(exc)
+        meta = replace(self._voice_meta(opened, utt), error=exc.key, error_text=str(exc)[:500])
+        await self._admit(self._inbound(opened), "", meta)
 
-        def reply(seq: int, text: str) -> tuple[str, str, bool]:
-            return random_id("r-"), message, False
-
-        await self._ingest(opened, "", meta, reply)
+    def _inbound(self, opened: Opened) -> Inbound:
+        return Inbound(opened, self._commit(opened))
 
     async def _stood_down(self, opened: Opened, key: Key, decision: Decision) -> None:
         """The wake of this utterance lost: no reply; archive, log, count, re-tell the device."""
@@ -758,23 +764,23 @@ class HubVoice:
             except TimeoutError:
                 pass
 
-    def _voice_meta(self, opened: Opened, utt: mesh_pb2.Utterance) -> dict[str, object]:
+    def _voice_meta(self, opened: Opened, utt: mesh_pb2.Utterance) -> TurnMeta:
         v = utt.voice
-        return {
-            "channel": utt.channel,
-            "source": AUDIO_SOURCE,
-            "counter": opened.counter,
-            "verdict": voice_pb2.Verdict.Name(v.verdict).lower(),
-            "score": _finite(v.score),
-            "voiced_ms": v.voiced_ms,
-            "quality": _finite(v.quality),
-            "level_dbfs": _finite(v.level_dbfs),
-            "window": voice_pb2.Window.Name(v.window).lower(),
-            "wake_id": v.wake_id,
-            "wake_score": _finite(v.wake_score),
-            "call_id": v.call_id,
-            "speaker_model": v.speaker_model,
-        }
+        facts = VoiceFacts(
+            verdict=voice_pb2.Verdict.Name(v.verdict).lower(),
+            score=_finite(v.score),
+            voiced_ms=v.voiced_ms,
+            quality=_finite(v.quality),
+            level_dbfs=_finite(v.level_dbfs),
+            window=voice_pb2.Window.Name(v.window).lower(),
+            wake_id=v.wake_id,
+            wake_score=_finite(v.wake_score),
+            call_id=v.call_id,
+            speaker_model=v.speaker_model,
+        )
+        return TurnMeta(
+            channel=utt.channel, source=AUDIO_SOURCE, counter=opened.counter, voice=facts
+        )
 
     # -------------------------------------------------------------- workers
     async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:

@@ -16,9 +16,9 @@
 (``owner`` / ``owner_uncertain`` / ``guest``) with the rules of
 ``ARCHITECTURE.md § Voiceprint``; it keeps per-call anchors in memory.
 
-:class:`VoiceprintMesh` is the daemon's side: the gRPC ``Enrol`` handler, ``TRUST_WINDOW``
-envelopes, and distribution of ``VOICEPRINT`` to every device whose profile channel matches
-(after every change, and whenever a device comes ONLINE).
+:class:`VoiceprintMesh` is the mesh side (over the hub's mesh port): the gRPC ``Enrol``
+handler, ``TRUST_WINDOW`` envelopes, and distribution of ``VOICEPRINT`` to every device
+whose profile channel matches (after every change, and whenever a device comes ONLINE).
 """
 
 from __future__ import annotations
@@ -47,12 +47,11 @@ from protos.errors import YimiError
 from provisioning.profiles import Profile, load_profile
 from provisioning.registry import DeviceRecord
 from storage.sqlite import open_db, transaction
-from sync import topics
-from sync.envelope import Dropped, DropReason, Opened
+from sync.envelope import DropReason, Opened
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.mesh.daemon import HubDaemon
+    from hub.mesh.port import MeshPort
 
 log = logging.getLogger(__name__)
 
@@ -645,18 +644,23 @@ def check_channel(channel: str) -> str:
     return channel
 
 
-# ---------------------------------------------------------------------- the daemon's side
+# ---------------------------------------------------------------------- on the mesh
 
 
 class VoiceprintMesh:
-    """Voiceprints on the mesh, owned by the hub daemon (an async context manager)."""
+    """Voiceprints on the mesh (an async context manager owning its distribution tasks):
+    ``authority`` over the port's envelopes; ``devices`` lists the registry's records."""
 
-    def __init__(self, daemon: HubDaemon) -> None:
-        self.daemon = daemon
-        cfg = daemon.home.config.get("voiceprint")
-        self.authority = VoiceprintAuthority(
-            daemon.home.path / "voiceprints.db", config=cfg if isinstance(cfg, Mapping) else None
-        )
+    def __init__(
+        self,
+        authority: VoiceprintAuthority,
+        *,
+        port: MeshPort,
+        devices: Callable[[], Sequence[DeviceRecord]],
+    ) -> None:
+        self.authority = authority
+        self.port = port
+        self._devices = devices
         self._tasks = TaskOwner("voiceprints")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._profiles: dict[str, Profile | None] = {}
@@ -693,18 +697,14 @@ class VoiceprintMesh:
     def channel_of(self, device_id: str) -> str | None:
         """The voiceprint channel of a device (``None``: unknown, revoked, or no voiceprint
         role in its profile)."""
-        for rec in self.daemon.registry.devices():
+        for rec in self._devices():
             if rec.device_id == device_id:
                 return self._channel_of_record(rec)
         return None
 
     def devices_on(self, channel: str) -> list[str]:
         """Devices (not revoked) whose profile channel is ``channel``."""
-        return [
-            r.device_id
-            for r in self.daemon.registry.devices()
-            if self._channel_of_record(r) == channel
-        ]
+        return [r.device_id for r in self._devices() if self._channel_of_record(r) == channel]
 
     # ------------------------------------------------------------------ distribution
     def _changed_threadsafe(self, channel: str) -> None:
@@ -737,15 +737,11 @@ class VoiceprintMesh:
         print_ = self.authority.voiceprint(channel)
         if print_ is None:
             return False
-        d = self.daemon
-        peer = d.peers.get(device)
-        if peer is None or peer.revoked or d.mqtt is None or not d.mqtt.connected.is_set():
+        if not self.port.connected:
             return False
-        data = d.sealer.seal(
-            mesh_pb2.VOICEPRINT, print_, recipient=device, recipient_box_pk=peer.box_pk
-        )
         try:
-            await d.mqtt.publish(topics.inbox(d.home.home_id, device), data, qos=1)
+            if not await self.port.send(device, mesh_pb2.VOICEPRINT, print_):
+                return False
         except Exception as exc:  # it goes again when the device is next ONLINE
             log.info("voiceprint to %s not sent now: %s", device, exc)
             return False
@@ -762,26 +758,20 @@ class VoiceprintMesh:
         A refused envelope raises :class:`HubError` (the gRPC call fails); a refused
         enrolment is an answer with ``ok = false`` and the error's key and text.
         """
-        d = self.daemon
-        opened = d.opener.open(data)
-        if isinstance(opened, Dropped):
-            d._drop(opened.reason, opened.sender or "?", "enrol: " + opened.detail)
-            raise HubError("voice.refused", reason=opened.reason.value)
-        request = opened.payload
-        peer = d.peers.get(opened.sender)
-        if not isinstance(request, voice_pb2.VoiceEnrol) or peer is None:
-            d._drop(DropReason.MALFORMED, opened.sender, "enrol of another kind")
-            raise HubError("voice.refused", reason="malformed")
-        d.last_seen[opened.sender] = now_ms()
-        channel = self.channel_of(opened.sender)
-        result = await asyncio.to_thread(self._enrol, opened.sender, channel, request)
-        return d.sealer.seal(
-            mesh_pb2.VOICE_ENROL_RESULT,
-            result,
-            recipient=opened.sender,
-            recipient_box_pk=peer.box_pk,
-            trace_id=opened.trace_id,
+        return await self.port.serve(
+            data,
+            request=voice_pb2.VoiceEnrol,
+            kind=mesh_pb2.VOICE_ENROL_RESULT,
+            what="enrol",
+            error="voice.refused",
+            handle=self._serve_enrol,
         )
+
+    async def _serve_enrol(
+        self, opened: Opened, request: voice_pb2.VoiceEnrol
+    ) -> voice_pb2.VoiceEnrolResult:
+        channel = self.channel_of(opened.sender)
+        return await asyncio.to_thread(self._enrol, opened.sender, channel, request)
 
     def _enrol(
         self, device: str, channel: str | None, request: voice_pb2.VoiceEnrol
@@ -827,12 +817,12 @@ class VoiceprintMesh:
     async def on_trust_window(self, opened: Opened) -> None:
         """A ``TRUST_WINDOW`` from a device with a voiceprint role (its biometric said "it's
         the owner"): recorded; calls that start inside it on that device are the owner's."""
-        d = self.daemon
-        d.replay.commit(opened.sender, opened.counter)
         msg = opened.payload
         assert isinstance(msg, voice_pb2.TrustWindow)
         if self.channel_of(opened.sender) is None:
-            d._drop(DropReason.MALFORMED, opened.sender, "trust window from a non-voice device")
+            self.port.drop(
+                DropReason.MALFORMED, opened.sender, "trust window from a non-voice device"
+            )
             return
         try:
             window = await asyncio.to_thread(
@@ -843,7 +833,7 @@ class VoiceprintMesh:
                 length_ms=msg.seconds * 1000,
             )
         except HubError as exc:
-            d._drop(DropReason.MALFORMED, opened.sender, f"trust window: {exc}")
+            self.port.drop(DropReason.MALFORMED, opened.sender, f"trust window: {exc}")
             return
         log.info(
             "trust window opened on %s by %s biometric until %s",

@@ -27,6 +27,7 @@ from enum import StrEnum
 from types import TracebackType
 
 from protos import voice_pb2
+from protos.clock import now_ms
 from sync.envelope import MAX_ID_CHARS, DropReason, Opened
 from sync.tasks import TaskOwner
 
@@ -126,7 +127,7 @@ class WakeArbiter:
         window_ms: int = WINDOW_MS,
         keep_ms: int = KEEP_MS,
         clock: Callable[[], float] = time.monotonic,
-        wall_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        wall_ms: Callable[[], int] = now_ms,
     ) -> None:
         self.send = send
         self.drop = drop

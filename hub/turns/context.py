@@ -1,0 +1,132 @@
+"""Context sources of a turn: the owner's profile, notes, today's timeline, the time zone;
+and the address book the brain reads (``HOME/contacts.yaml``).
+
+Only ``owner`` turns get them (:meth:`ContextSources.sources`); ``owner_uncertain`` and
+``guest`` turns read no private memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import re
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hub.brain import AddressBook, Contact
+from hub.memory.context import ContextSource, FunctionSource, Snippet, StaticSource
+from hub.timeline import HubStore
+from hub.turns.activity import ACTIVITY_KIND
+from protos.errors import YimiError
+from sync.documents import Note
+
+log = logging.getLogger(__name__)
+
+NOTE_STOP = frozenset("a an the my our your of to for from about with and or notes note".split())
+MAX_NOTES = 10
+TIMELINE_SNIPPETS = 12
+
+
+class FileContacts:
+    """``HOME/contacts.yaml`` as an address book, read again when the file changes."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._stamp: tuple[int, int] | None = None
+        self._book = AddressBook()
+
+    def _current(self) -> AddressBook:
+        try:
+            st = self.path.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = (0, 0)
+        if stamp != self._stamp:
+            try:
+                self._book = AddressBook.load(self.path)
+            except YimiError as exc:
+                log.error("%s", exc)
+                self._book = AddressBook()
+            self._stamp = stamp
+        return self._book
+
+    def find(self, name: str) -> Contact | None:
+        return self._current().find(name)
+
+
+class ContextSources:
+    """The context sources of turns: ``home`` (``profile/``), the timeline in ``store``,
+    the replicated notes (``notes``)."""
+
+    def __init__(
+        self, home: Path, store: HubStore | None, notes: Callable[[], Sequence[Note]]
+    ) -> None:
+        self.home = home
+        self.store = store
+        self._all_notes = notes
+
+    def sources(self, scope: str, turn_id: str) -> list[ContextSource]:
+        """The context sources of a turn: all of them for the owner, none otherwise."""
+        if scope != "owner":
+            return []
+        return [
+            FunctionSource("profile", self._profile),
+            FunctionSource("notes", self._notes),
+            FunctionSource("timeline", lambda q: self._timeline(q, turn_id)),
+            StaticSource("timezone", [timezone()]),
+        ]
+
+    async def _profile(self, query: str) -> Sequence[Snippet]:
+        def read() -> list[Snippet]:
+            out = []
+            for name in ("USER.md", "MEMORY.md"):
+                path = self.home / "profile" / name
+                try:
+                    text = path.read_text(encoding="utf-8", errors="replace")[: 64 * 1024]
+                except FileNotFoundError:
+                    continue
+                for line in text.splitlines():
+                    line = line.strip().lstrip("-* ").strip()
+                    if line and not line.startswith("#"):
+                        out.append(Snippet(line, "high", (("profile", name),)))
+            return out
+
+        return await asyncio.to_thread(read)
+
+    async def _notes(self, query: str) -> Sequence[Snippet]:
+        words = {w for w in re.findall(r"\w+", query.lower()) if w not in NOTE_STOP}
+        out = []
+        for n in reversed(self._all_notes()):
+            hay = f"{n.kind} {n.text}".lower()
+            if not words or all(w in hay for w in words):
+                out.append(Snippet(n.text, "medium", (("note", n.id),)))
+            if len(out) >= MAX_NOTES:
+                break
+        return out
+
+    async def _timeline(self, query: str, turn_id: str) -> Sequence[Snippet]:
+        if self.store is None:
+            return []
+        start = dt.datetime.combine(dt.date.today(), dt.time()).timestamp() * 1000
+        rows = [
+            e
+            for e in self.store.entries_since(int(start))
+            if e.id != turn_id and e.kind not in ("reply", ACTIVITY_KIND)
+        ]
+        return [
+            Snippet(
+                f"{time.strftime('%H:%M', time.localtime(e.ts_ms / 1000))} {e.text}",
+                "medium",
+                (("timeline", e.id),),
+            )
+            for e in rows[-TIMELINE_SNIPPETS:]
+        ]
+
+
+def timezone() -> Snippet:
+    now = dt.datetime.now().astimezone()
+    return Snippet(
+        f"Local time {now:%Y-%m-%d %H:%M} ({now.tzname()})", "low", (("system", "timezone"),)
+    )

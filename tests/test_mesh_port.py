@@ -1,0 +1,120 @@
+"""The hub's mesh port without a broker: envelopes in (one replay window, drops counted),
+gRPC "envelope in, envelope out", revocations seen as they happen."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from google.protobuf.message import Message
+
+from hub.errors import HubError
+from hub.mesh.port import MeshPort
+from protos import mesh_pb2, sync_pb2, voice_pb2
+from provisioning.bundle import Bundle, flash
+from provisioning.home import Home
+from sync import topics
+from sync.envelope import HUB, Opened, Opener, Peer, ReplayGuard, Sealer
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Home, MeshPort, Bundle, Sealer]]:
+    home = Home.init(tmp_path / "home")
+    bundle = flash(home, profile_name="glasses", name="specs", out=tmp_path / "specs")
+    port = MeshPort(home, replay_windows=(), counter_path=tmp_path / "counter.db")
+    registry = home.registry()
+    try:
+        port.load(registry.devices())
+    finally:
+        registry.close()
+    counter = itertools.count(1)
+    yield home, port, bundle, Sealer.for_device(bundle, lambda: next(counter))
+    port.close()
+
+
+def uplink(home: Home, bundle: Bundle) -> str:
+    return topics.uplink(home.home_id, bundle.device_id)
+
+
+def to_hub(sealer: Sealer, bundle: Bundle, kind: int, msg: Message) -> bytes:
+    return sealer.seal(kind, msg, recipient=HUB, recipient_box_pk=bundle.hub_box_pk)
+
+
+def test_an_envelope_in_is_opened_once_and_its_window_committed(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    home, port, bundle, sealer = world
+    data = to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"))
+    opened = port.receive(uplink(home, bundle), data)
+    assert isinstance(opened, Opened) and opened.sender == bundle.device_id
+    assert bundle.device_id in port.last_seen
+    window = port.commit(opened)
+    assert window is not None and window[:2] == (bundle.device_id, opened.counter)
+    assert port.receive(uplink(home, bundle), data) is None  # the same envelope again
+    assert port.drops["rejected.replayed"] == 1
+    other = topics.uplink(home.home_id, "dev-someone-else")
+    assert (
+        port.receive(other, to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u2")))
+        is None
+    )
+    assert port.drops["rejected.spoofed_topic"] == 1
+    seen: list[tuple[str, int]] = []
+    port.flush(lambda counts, last: seen.extend(counts))
+    assert dict(seen)["rejected.replayed"] == 1 and not port.drops and not port.last_seen
+
+
+async def test_grpc_envelope_in_envelope_out(world: tuple[Home, MeshPort, Bundle, Sealer]) -> None:
+    home, port, bundle, sealer = world
+
+    async def answer(opened: Opened, request: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        return sync_pb2.SyncResponse()
+
+    async def serve(data: bytes) -> bytes:
+        return await port.serve(
+            data,
+            request=sync_pb2.SyncRequest,
+            kind=mesh_pb2.SYNC_RESPONSE,
+            what="sync request",
+            error="sync.refused",
+            handle=answer,
+            large=True,
+        )
+
+    reply = await serve(to_hub(sealer, bundle, mesh_pb2.SYNC_REQUEST, sync_pb2.SyncRequest()))
+    hub = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
+    device = Opener(
+        home_id=home.home_id,
+        node_id=bundle.device_id,
+        box_key=bundle.keys.box,
+        lookup=lambda s: hub if s == HUB else None,
+        replay=ReplayGuard(),
+        group_key=bundle.group_key,
+    )
+    got = device.open(reply)
+    assert isinstance(got, Opened) and got.kind == mesh_pb2.SYNC_RESPONSE
+    with pytest.raises(HubError) as refused:  # the wrong message kind
+        await serve(to_hub(sealer, bundle, mesh_pb2.VOICE_ENROL, voice_pb2.VoiceEnrol()))
+    assert refused.value.key == "sync.refused" and port.drops["rejected.malformed"] == 1
+    with pytest.raises(HubError):  # not an envelope at all
+        await serve(b"garbage")
+    assert sum(port.drops.values()) == 2
+
+
+async def test_revoked_devices_are_seen_once_and_get_nothing(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    home, port, bundle, _ = world
+    registry = home.registry()
+    try:
+        records = registry.devices()
+    finally:
+        registry.close()
+    assert port.load(records) == set()
+    gone = [replace(r, revoked_ms=1) for r in records]
+    assert port.load(gone) == {bundle.device_id}
+    assert port.load(gone) == set()
+    assert not port.connected
+    assert await port.send(bundle.device_id, mesh_pb2.REPLY, mesh_pb2.Reply()) is False
