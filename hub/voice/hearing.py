@@ -643,10 +643,20 @@ class HubVoice:
             meta["audio_bytes"] = len(data)
             samples = await self._in_worker(decode_audio, utt.id, data)
             meta["audio_ms"] = len(samples) * 1000 // 16_000
-            transcript, archived = await asyncio.gather(
+            # Both finish before a failure goes on: the audio is archived even when it is not
+            # understood (gather would otherwise raise while the archiving still runs).
+            transcribed: Transcript | BaseException
+            archived: dict[str, object] | BaseException
+            transcribed, archived = await asyncio.gather(
                 self._in_worker(self._transcribe, samples),
                 self._archive_audio(opened, samples, {"audio_sha256": meta["audio_sha256"]}),
+                return_exceptions=True,
             )
+            if isinstance(transcribed, BaseException):
+                raise transcribed
+            if isinstance(archived, BaseException):
+                raise archived
+            transcript = transcribed
             meta["archive"] = archived
             raw = transcript.text
             meta["asr_model"] = transcript.model
