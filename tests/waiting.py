@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -25,11 +25,11 @@ def _timed_out(timeout: float, what: str, predicate: object) -> AssertionError:
 
 
 async def poll(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], object],
     timeout: float = TIMEOUT,
     what: str = "",
     interval: float = 0.02,
-) -> T:
+) -> Any:
     """Call ``predicate`` every ``interval`` s until it returns something truthy; an
     :class:`AssertionError` naming ``what`` after ``timeout`` s."""
     deadline = asyncio.timeout(timeout)
@@ -40,7 +40,7 @@ async def poll(
                 if inspect.isawaitable(value):
                     value = await value
                 if value:
-                    return value  # type: ignore[return-value]
+                    return value
                 await asyncio.sleep(interval)
     except TimeoutError:
         if deadline.expired():
