@@ -72,13 +72,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from bench.hubproc import HubProcess, child_env, die_with_parent, finish, free_port
+from bench.hubproc import HubProcess, child_env, die_with_parent, finish
 from bench.stats import median, percentile
 from demo.narrated import ENROL_TAKES, LineTail, Microphone, Spoken, synthesize
 from hardware.pcm import SAMPLE_RATE
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
+from worlds import ports
 
 SENTENCES = ("Yimi, remember I don't eat cilantro.", "Yimi, what do you remember about cilantro?")
 MODELS = ("rule-based", "fake endpoint")
@@ -167,7 +168,7 @@ class World:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.home_path = root / "home"
-        self.mqtt_port, self.grpc_port = free_port(), free_port()
+        self.mqtt_port, self.grpc_port = ports.port(), ports.port()
         self.hub = HubProcess(root, self.home_path, self.mqtt_port, self.grpc_port)
         self.glasses: subprocess.Popen[bytes] | None = None
         self.glasses_log = root / "glasses.log"

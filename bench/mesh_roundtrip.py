@@ -51,7 +51,7 @@ import apsw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
-from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, finish, free_port
+from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, finish
 from bench.stats import percentile
 from edge_agent.node import DeviceNode, NodeOptions
 from protos import mesh_pb2
@@ -59,6 +59,7 @@ from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from sync.envelope import Opened
 from sync.mqtt import SOCKET_OPTIONS
+from worlds import ports
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parent.parent
@@ -644,7 +645,7 @@ def bench(args: argparse.Namespace) -> int:
             f"aiomqtt {aiomqtt.__version__}; data in {root}",
             flush=True,
         )
-        mqtt_port, grpc_port = free_port(), free_port()
+        mqtt_port, grpc_port = ports.port(), ports.port()
         home = Home.init(
             root / "home", mqtt_port=mqtt_port, grpc_port=grpc_port, hub_host="127.0.0.1"
         )

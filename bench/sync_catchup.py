@@ -77,7 +77,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a scri
 
 import edge_agent.node as node_module
 import sync.replica as replica_module
-from bench.hubproc import HubProcess, cpu_seconds, finish, free_port
+from bench.hubproc import HubProcess, cpu_seconds, finish
 from bench.stats import median, percentile
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.mesh.daemon import COMPACT_AT_BYTES, MAX_SYNC_BYTES
@@ -91,6 +91,7 @@ from sync.hub_rpc import MAX_RPC_BYTES
 from sync.replica import REC_HEADER, SNAP_HEADER, SNAP_MAGIC, Replica
 from sync.replicas import ReplicaSet
 from sync.replication import DeviceReplication, HubReplication
+from worlds import ports
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parent.parent
@@ -1137,7 +1138,7 @@ async def network_parts(
 
 
 def run(cfg: Config, root: Path, info: dict[str, str]) -> int:
-    mqtt_port, grpc_port = free_port(), free_port()
+    mqtt_port, grpc_port = ports.port(), ports.port()
     home = Home.init(root / "home", mqtt_port=mqtt_port, grpc_port=grpc_port, hub_host="127.0.0.1")
     profiles = ("phone", "mac", "phone", "mac")
     steady_bundles = [

@@ -33,7 +33,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -50,6 +49,7 @@ import numpy.typing as npt
 
 from hardware.pcm import FRAME_SAMPLES, SAMPLE_RATE
 from protos.clock import now_ms
+from worlds import ports
 
 REPO = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -106,12 +106,6 @@ class Interrupted(Exception):
 
 
 # ---------------------------------------------------------------------- small helpers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
@@ -275,7 +269,8 @@ class LocalSmtp:
     mail server: it accepts every message and keeps it."""
 
     def __init__(self) -> None:
-        self.port = free_port()
+        self.port = 0
+        """The server's port, known once started."""
         self.received: list[Mail] = []
         self._lock = threading.Lock()
         self._controller: Any = None
@@ -303,10 +298,11 @@ class LocalSmtp:
             return list(self.received)
 
     def start(self) -> None:
-        from aiosmtpd.controller import Controller
+        from worlds.fakes import smtp_controller
 
-        self._controller = Controller(self, hostname="127.0.0.1", port=self.port)
+        self._controller = smtp_controller(self)
         self._controller.start()
+        self.port = self._controller.port
 
     def stop(self) -> None:
         if self._controller is not None:
@@ -583,8 +579,8 @@ class Demo:
         self.out = out
         self.step_timeout = step_timeout
         self.home = root / "home"
-        self.mqtt_port = free_port()
-        self.grpc_port = free_port()
+        self.mqtt_port = ports.port()
+        self.grpc_port = ports.port()
         self.smtp = LocalSmtp()
         self.procs: list[Proc] = []
         self.bundles: dict[str, Path] = {}

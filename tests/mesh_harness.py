@@ -8,39 +8,18 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
 from storage.sqlite import read_rows
+from tests.waiting import poll_sync
+from worlds import ports
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_for(
-    predicate: Callable[[], object], timeout: float, what: str, interval: float = 0.05
-) -> object:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(interval)
 
 
 def env() -> dict[str, str]:
@@ -66,11 +45,12 @@ class Proc:
 
 @dataclass
 class Mesh:
-    """One home in ``root`` with a hub on free loopback ports."""
+    """One home in ``root`` with a hub on loopback ports of this worker's range (the ports are
+    written into the home and the bundles, so they are chosen before anything starts)."""
 
     root: Path
-    mqtt_port: int = field(default_factory=free_port)
-    grpc_port: int = field(default_factory=free_port)
+    mqtt_port: int = field(default_factory=ports.port)
+    grpc_port: int = field(default_factory=ports.port)
     procs: list[Proc] = field(default_factory=list)
 
     @property
@@ -161,7 +141,7 @@ class Mesh:
             "hub", *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port), *extra
         )
         start = len(hub.text())
-        wait_for(
+        poll_sync(
             lambda: hub_is_up(hub.text()[start:]) or not hub.alive(), timeout, "the hub to come up"
         )
         assert hub.alive(), f"hub exited: {hub.text()}"
@@ -172,7 +152,7 @@ class Mesh:
         if hub:
             args += ["--hub", hub]
         edge = self.spawn(f"edge-{bundle.name}", *args)
-        wait_for(
+        poll_sync(
             lambda: "connected to hub" in edge.text() or not edge.alive(), 30, "edge to connect"
         )
         assert edge.alive(), edge.text()

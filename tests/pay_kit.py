@@ -7,8 +7,7 @@ input, the lock state of its FAKE lock sensor); the mesh path is in ``test_pay_m
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,21 +191,6 @@ class PayWorld:
         verdict = verify(self.state_dir / "audit")
         assert verdict.ok, verdict
         return list(records(self.state_dir / "audit"))
-
-
-async def wait_until(pred: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    """Poll ``pred`` (sync or async) until truthy, with a deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = pred()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what or pred}")
-        await asyncio.sleep(0.05)
 
 
 def make_home(root: Path) -> tuple[Home, Bundle, Bundle]:

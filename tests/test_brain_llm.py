@@ -22,16 +22,9 @@ from hub.gateway import Gateway
 from tests.brain_kit import Events, configure, fake_config, fake_gateway
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
 from tests.gateway_kit import Phone, RecordingCourier
+from tests.waiting import poll
 
 JOB = re.compile(r"Job \(([^)]+)\): (.*)")
-
-
-async def until(pred: Any, timeout: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not pred():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not met in time")
-        await asyncio.sleep(0.01)
 
 
 def job_of(req: Request) -> str:
@@ -210,7 +203,7 @@ async def test_three_sub_agents_at_once_a_fourth_waits(tmp_path: Path) -> None:
 
     async with world(tmp_path, responder) as w:
         await collect(w.brain.turn(Turn("do four things")))
-        await until(lambda: len(started) == 3)
+        await poll(lambda: len(started) == 3)
         subs = [t for t in _all(w.store) if t.kind == "subagent"]
         assert len(subs) == 4
         states = sorted(t.state for t in subs)
@@ -312,7 +305,7 @@ async def test_restart_resumes_without_redoing_a_completed_send(tmp_path: Path) 
     async with world(tmp_path, before) as w:
         w.gw.consent.remember_send("owner", "dana@example.org", "email")  # no card needed
         await collect(w.brain.turn(Turn("e-mail Dana I'm running late", turn_id="turn-r")))
-        await until(lambda: len(w.fake.chat_requests("sub-model")) == 2)
+        await poll(lambda: len(w.fake.chat_requests("sub-model")) == 2)
         sub = next(t for t in _all(w.store) if t.kind == "subagent")
         assert w.store.require(sub.task_id).state == "acting"
     sent_log = tmp_path / "package-state" / "messaging-fake.db"

@@ -30,7 +30,8 @@ from hub.mesh.daemon import HubDaemon
 from tests.fake_openai import FakeOpenAI, Reply, Request, Responder, calls, text
 from tests.mesh_harness import Mesh, Proc
 from tests.test_brain_llm import delegate, first_request, job_of
-from tests.test_turns_mesh import _configure, activity, hub_up, reply_text, say, turn_id, until
+from tests.test_turns_mesh import _configure, activity, hub_up, reply_text, say, turn_id
+from tests.waiting import poll
 from worlds.fakes import DEVICES, MqttHomeWorld
 
 pytestmark = pytest.mark.slow
@@ -131,7 +132,7 @@ async def test_a_runaway_sub_agent_is_stopped_by_the_run_budget(mesh: Mesh) -> N
         assert "I'll keep an eye on the house." in out, out
         uid = turn_id(mesh, words)
         (sub,) = r.brain.store.children(uid)
-        await until(lambda: r.brain.store.require(sub.task_id).finished, 60, "the sub-agent")
+        await poll(lambda: r.brain.store.require(sub.task_id).finished, 60, "the sub-agent")
         assert r.brain.store.require(sub.task_id).state == "failed"
         # one budget for the run: the main agent's delegate call and 119 of the sub-agent
         assert r.brain.store.budget_used(uid) == TOOL_BUDGET
@@ -146,11 +147,11 @@ async def test_a_runaway_sub_agent_is_stopped_by_the_run_budget(mesh: Mesh) -> N
         def failed() -> list[str]:
             return [a for a in activity(mesh) if a.startswith("watch the house — failed")]
 
-        await until(failed, 10, "the failed activity entry")
+        await poll(failed, 10, "the failed activity entry")
         (entry,) = failed()
         assert f"budget of {TOOL_BUDGET} tool calls" in entry, entry
-        await until(lambda: entry in r.mac_timeline(), 30, "the failed entry on the Mac")
-        await until(lambda: "budget" in r.edge.text(), 20, "the report on the Mac")
+        await poll(lambda: entry in r.mac_timeline(), 30, "the failed entry on the Mac")
+        await poll(lambda: "budget" in r.edge.text(), 20, "the report on the Mac")
 
 
 # ---------------------------------------------------------------- concurrency
@@ -172,7 +173,7 @@ async def test_three_sub_agents_at_once_a_fourth_waits(mesh: Mesh) -> None:
             assert "Four jobs started." in out, out
             subs = r.brain.store.children(turn_id(mesh, "do four things"))
             assert sorted(t.title for t in subs) == jobs
-            await until(lambda: len(started) == 3, 30, "three sub-agents thinking")
+            await poll(lambda: len(started) == 3, 30, "three sub-agents thinking")
             states = {t.title: r.brain.store.require(t.task_id).state for t in subs}
             assert sorted(states.values()) == ["admitted", "thinking", "thinking", "thinking"]
             assert r.brain.running == 3
@@ -183,16 +184,14 @@ async def test_three_sub_agents_at_once_a_fourth_waits(mesh: Mesh) -> None:
             expected = [f"{j} — admitted" for j in jobs] + [
                 f"{j} — thinking" for j in jobs if j != waiting
             ]
-            await until(
-                lambda: all(e in activity(mesh) for e in expected), 10, "the jobs' activity"
-            )
-            await until(
+            await poll(lambda: all(e in activity(mesh) for e in expected), 10, "the jobs' activity")
+            await poll(
                 lambda: all(e in r.mac_timeline() for e in expected), 30, "the activity on the Mac"
             )
             assert f"{waiting} — thinking" not in activity(mesh)
 
             release.set()
-            await until(
+            await poll(
                 lambda: all(r.brain.store.require(t.task_id).state == "done" for t in subs),
                 30,
                 "the four jobs done",
@@ -200,7 +199,7 @@ async def test_three_sub_agents_at_once_a_fourth_waits(mesh: Mesh) -> None:
             assert sorted(started) == jobs
             assert r.brain.running_peak == 3
             # each job reports to the Mac, where the owner asked for it
-            await until(
+            await poll(
                 lambda: all(f"hub: Looked into {j};" in r.edge.text() for j in jobs),
                 20,
                 "the four reports on the Mac",
@@ -253,14 +252,14 @@ async def test_a_follow_up_is_steered_to_the_running_sub_agent(mesh: Mesh) -> No
             assert r.decided(uid + "#main") == 1  # the steer call, through the gateway
             # the follow-up's own reply, rendered on the Mac (by ``yimi say`` or the daemon)
             assert reply_text(mesh, uid) == "OK, the bedroom instead."
-            await until(lambda: rendered(mesh, uid), 20, "the reply rendered on the Mac")
+            await poll(lambda: rendered(mesh, uid), 20, "the reply rendered on the Mac")
 
             gate.set()
-            await until(lambda: r.brain.store.require(sub.task_id).finished, 30, "the sub-agent")
+            await poll(lambda: r.brain.store.require(sub.task_id).finished, 30, "the sub-agent")
             second = r.fake.chat_requests("sub-model")[1].message_text()
             assert f"The owner's follow-up for this job: {follow_up}" in second
             assert r.brain.store.require(sub.task_id).state == "done"
-            await until(
+            await poll(
                 lambda: "no bedroom light" in r.edge.text(), 20, "the job's report on the Mac"
             )
     finally:

@@ -27,7 +27,8 @@ from hub.gateway.receipts import Effect, Receipt
 from hub.memory.context import Snippet, StaticSource
 from tests.brain_kit import configure, fake_config
 from tests.fake_openai import Reply, Request, calls, text
-from tests.test_brain_llm import delegate, first_request, until, world
+from tests.test_brain_llm import delegate, first_request, world
+from tests.waiting import poll
 
 HUB_SECRET = b"s" * 32
 
@@ -261,7 +262,7 @@ async def test_cloud_gets_only_eligible_context_else_local_or_wait(tmp_path: Pat
         # a local model arrives: the waiting turn runs there, with the same context
         configure(w.providers, cloud_config(w.fake.base_url))
         await collect(w.brain.turn(Turn("what tea do I like", sources=[PROFILE])))
-        await until(lambda: w.store.require("t-wait").finished)
+        await poll(lambda: w.store.require("t-wait").finished)
         assert w.events.of("t-wait")[-1].text == "ok"
         local = [
             r for r in w.fake.chat_requests("local-model") if "HYPERTENSION" in r.message_text()

@@ -10,7 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,6 +22,8 @@ from hub.mesh import broker as broker_module
 from hub.mesh.broker import Broker, BrokerAccount
 from provisioning.credentials import mosquitto_hash, new_password
 from sync import topics
+from tests.waiting import poll
+from worlds import ports
 
 pytestmark = pytest.mark.skipif(
     shutil.which("mosquitto") is None and not broker_module.MOSQUITTO_BINARY.exists(),
@@ -48,12 +50,6 @@ BASE_ACCOUNTS = [account(HUB, "hub"), account(DEV_A), account(DEV_B)]
 
 
 # -- helpers -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
 
 
 def alive(pid: int) -> bool:
@@ -114,15 +110,6 @@ async def connects(port: int, username: str | None, password: str | None = None)
         return False
 
 
-async def eventually(check: Callable[[], Awaitable[bool]]) -> None:
-    """Poll ``check`` until it holds; fail the test at the deadline."""
-    async with asyncio.timeout(DEADLINE):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.05)
-
-
 async def collect_until(client: aiomqtt.Client, last: bytes) -> list[tuple[str, bytes]]:
     """Every message ``client`` receives up to and including the one carrying ``last``."""
     got: list[tuple[str, bytes]] = []
@@ -146,7 +133,7 @@ async def running(
 
 @pytest.fixture
 def port() -> int:
-    return free_port()
+    return ports.port()
 
 
 @pytest.fixture(autouse=True)
@@ -258,7 +245,7 @@ async def test_killed_broker_is_restarted(tmp_path: Path, port: int) -> None:
         async def restarted() -> bool:
             return broker.restarts >= 1 and broker.ready
 
-        await eventually(restarted)
+        await poll(restarted, DEADLINE, "the broker restarted")
         await asyncio.wait_for(broker.wait_ready(), DEADLINE)
         assert broker.restarts == 1
         assert broker.pid not in (None, first)
@@ -315,7 +302,7 @@ async def test_broker_dies_with_a_killed_hub(tmp_path: Path, port: int) -> None:
     async def gone() -> bool:
         return not alive(mosquitto_pid)
 
-    await eventually(gone)
+    await poll(gone, DEADLINE, "mosquitto to die with the hub")
 
 
 async def test_stale_broker_from_crashed_hub_is_replaced(tmp_path: Path, port: int) -> None:
@@ -336,7 +323,7 @@ async def test_stale_broker_from_crashed_hub_is_replaced(tmp_path: Path, port: i
         async def stale_listening() -> bool:
             return await broker_module._accepts(LOOPBACK, port)
 
-        await eventually(stale_listening)
+        await poll(stale_listening, DEADLINE, "the stale broker to listen")
         async with running(workdir, port) as broker:
             assert await asyncio.wait_for(stale.wait(), DEADLINE) is not None
             assert broker.pid not in (None, stale.pid)
@@ -359,7 +346,7 @@ async def test_update_accounts_adds_a_device_without_restart(tmp_path: Path, por
         async def c_accepted() -> bool:
             return await connects(port, DEV_C)
 
-        await eventually(c_accepted)
+        await poll(c_accepted, DEADLINE, "device C to be let in")
         assert broker.pid == pid and broker.restarts == 0
         # The new device got its ACL too: its uplink reaches the hub, a forged one does not.
         async with mqtt(port, HUB) as hub, mqtt(port, DEV_C, identifier=DEV_C) as dev_c:
@@ -378,7 +365,7 @@ async def test_update_accounts_revokes_a_device(tmp_path: Path, port: int) -> No
         async def b_refused() -> bool:
             return not await connects(port, DEV_B)
 
-        await eventually(b_refused)
+        await poll(b_refused, DEADLINE, "device B to be refused")
         assert await connects(port, DEV_A)
         assert broker.pid == pid
 

@@ -16,7 +16,8 @@ import yaml
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from provisioning.home import Home
-from tests.mesh_harness import Mesh, wait_for
+from tests.mesh_harness import Mesh
+from tests.waiting import poll_sync
 from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
@@ -64,12 +65,12 @@ async def test_card_to_phone_approve_deny_and_audit(mesh: Mesh) -> None:
             assert r.status == "waiting" and smtp.messages() == []
             # the phone's daemon shows and keeps the card; the glasses show a short notice
             await asyncio.to_thread(
-                wait_for, lambda: f"card {r.card_id}" in edge.text(), 20, "the card on the phone"
+                poll_sync, lambda: f"card {r.card_id}" in edge.text(), 20, "the card on the phone"
             )
             assert "Seven?" in edge.text()
             assert phone_cards(phone) == [(r.card_id, "pending")]
             await asyncio.to_thread(
-                wait_for, lambda: "waiting for you on the phone" in specs.text(), 20, "the HUD"
+                poll_sync, lambda: "waiting for you on the phone" in specs.text(), 20, "the HUD"
             )
             assert "Seven?" not in specs.text(), "the HUD gets no content preview"
 
@@ -85,7 +86,7 @@ async def test_card_to_phone_approve_deny_and_audit(mesh: Mesh) -> None:
             assert "executed" in ok.stdout and "ann@example.org" in ok.stdout, ok.stdout
             assert [m.recipients for m in smtp.messages()] == [["ann@example.org"]]
             await asyncio.to_thread(
-                wait_for,
+                poll_sync,
                 lambda: (r.card_id, "executed") in phone_cards(phone),
                 20,
                 "the phone's copy of the card to close",

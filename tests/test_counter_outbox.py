@@ -49,18 +49,15 @@ def test_counter_strictly_increasing_across_reopen(tmp_path: Path) -> None:
 
 
 DRAW = """
-import json, sys, time
+import json, sys
 from pathlib import Path
 from sync.counter import PersistentCounter
+from tests.waiting import poll_sync
 
 path, go, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
 counter = PersistentCounter(path)
 print("ready", flush=True)
-deadline = time.monotonic() + 20
-while not go.exists():
-    if time.monotonic() > deadline:
-        sys.exit("never told to go")
-    time.sleep(0.005)
+poll_sync(go.exists, 20, "the go signal", interval=0.005)
 print(json.dumps([counter.next() for _ in range(n)]))
 counter.close()
 """

@@ -2,7 +2,7 @@
 an edge daemon outliving its hub (issue 2, items 8-9 and the "Fault tests" line).
 
 Real processes only (hub with its mosquitto, gRPC and zeroconf advert, edge daemons,
-``yimi say``); every wait is a deadline poll (:func:`wait_for`); the ``mesh`` fixture
+``yimi say``); every wait is a deadline poll (:func:`tests.waiting.poll_sync`); the ``mesh`` fixture
 stops every process and checks that no mosquitto is left. Each test prints how long the
 mesh took to converge (see it with ``pytest -s``).
 """
@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.mesh_harness import Mesh, Proc, mosquitto_pids, wait_for
+from tests.mesh_harness import Mesh, Proc, mosquitto_pids
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -144,8 +145,8 @@ def test_queued_says_are_delivered_in_order_by_the_edge_daemon(mesh: Mesh) -> No
     t0 = time.monotonic()
     mesh.start_hub()
     edge = mesh.start_edge(g)
-    wait_for(lambda: outbox_count(g) == 0, 30, "the edge daemon to empty the outbox")
-    wait_for(lambda: acked(mesh, gid) == 3, 15, "3 replies ACKed")
+    poll_sync(lambda: outbox_count(g) == 0, 30, "the edge daemon to empty the outbox")
+    poll_sync(lambda: acked(mesh, gid) == 3, 15, "3 replies ACKed")
     took = report(
         "store-and-forward via edge daemon, hub start → all delivered and ACKed",
         time.monotonic() - t0,
@@ -179,7 +180,7 @@ def test_next_say_delivers_the_queued_ones_first(mesh: Mesh) -> None:
 
     assert said(mesh) == [(gid, t) for t in [*texts, "back online"]], took
     assert outbox_count(g) == 0
-    wait_for(lambda: acked(mesh, gid) == 4, 10, "4 replies ACKed")
+    poll_sync(lambda: acked(mesh, gid) == 4, 10, "4 replies ACKed")
 
 
 # ---------------------------------------------------------------------------- 2. edge kill -9
@@ -195,7 +196,7 @@ def test_edge_kill9_while_flushing_loses_and_duplicates_nothing(mesh: Mesh) -> N
     edge = mesh.start_edge(g)
     killed_at = []
     for threshold in (30, 60):
-        wait_for(
+        poll_sync(
             functools.partial(has_utterances, mesh, threshold),
             60,
             f"{threshold} utterances on the timeline",
@@ -204,7 +205,7 @@ def test_edge_kill9_while_flushing_loses_and_duplicates_nothing(mesh: Mesh) -> N
         assert mesh.stop(edge, signal.SIGKILL) == -signal.SIGKILL
         killed_at.append(utterance_count(mesh))
         edge = mesh.start_edge(g)
-    wait_for(lambda: outbox_count(g) == 0, 60, "the outbox to empty")
+    poll_sync(lambda: outbox_count(g) == 0, 60, "the outbox to empty")
     took = report(
         f"100-item backlog with edge kill -9 at {killed_at} → outbox empty", time.monotonic() - t0
     )
@@ -213,7 +214,7 @@ def test_edge_kill9_while_flushing_loses_and_duplicates_nothing(mesh: Mesh) -> N
     rows = said(mesh)
     assert len(rows) == 100, f"{len(rows)} utterances, {took}"
     assert rows == [(gid, t) for t in texts], "lost, doubled or reordered"
-    wait_for(lambda: acked(mesh, gid) == 100, 20, "all 100 replies ACKed")
+    poll_sync(lambda: acked(mesh, gid) == 100, 20, "all 100 replies ACKed")
     print(f"[faults] hub counters: {hub_counters(mesh)}")
 
 
@@ -228,11 +229,11 @@ def test_hub_kill9_and_restart_during_traffic_from_two_devices(mesh: Mesh) -> No
     t0 = time.monotonic()
     for b in bundles:  # the first half while the hub is up ...
         queue_direct(b, sent[b][:50])
-    wait_for(lambda: utterance_count(mesh) >= 40, 60, "traffic under way", interval=0.01)
+    poll_sync(lambda: utterance_count(mesh) >= 40, 60, "traffic under way", interval=0.01)
     os.kill(hub.popen.pid, signal.SIGKILL)  # the hub alone, not its process group
     assert hub.popen.wait(timeout=10) == -signal.SIGKILL
     at_kill = utterance_count(mesh)
-    wait_for(
+    poll_sync(
         lambda: not brokers(mesh),
         10,
         "the hub's mosquitto to die with the hub (PDEATHSIG)",
@@ -243,7 +244,7 @@ def test_hub_kill9_and_restart_during_traffic_from_two_devices(mesh: Mesh) -> No
 
     t_restart = time.monotonic()
     mesh.start_hub()
-    wait_for(
+    poll_sync(
         lambda: all(outbox_count(b) == 0 for b in bundles) and utterance_count(mesh) >= 200,
         120,
         "all 200 utterances on the timeline",
@@ -260,7 +261,7 @@ def test_hub_kill9_and_restart_during_traffic_from_two_devices(mesh: Mesh) -> No
     for b in bundles:
         assert [t for d, t in rows if d == ids[b]] == sent[b], f"order broken for {b.name}"
     assert all(connects(e) >= 2 for e in edges), "an edge did not reconnect to the new hub"
-    wait_for(lambda: all(acked(mesh, ids[b]) == 100 for b in bundles), 30, "200 replies ACKed")
+    poll_sync(lambda: all(acked(mesh, ids[b]) == 100 for b in bundles), 30, "200 replies ACKed")
     print(f"[faults] hub counters: {hub_counters(mesh)}")
 
 
@@ -289,7 +290,7 @@ def test_broker_killed_is_restarted_and_queued_items_arrive_once(mesh: Mesh) -> 
         os.kill(old, signal.SIGKILL)
     t0 = time.monotonic()
 
-    found = wait_for(
+    found = poll_sync(
         lambda: re.search(r"mosquitto restarted \(pid (\d+)", hub.text()), 15, "broker restart"
     )
     assert isinstance(found, re.Match)
@@ -297,9 +298,9 @@ def test_broker_killed_is_restarted_and_queued_items_arrive_once(mesh: Mesh) -> 
     report("mosquitto SIGKILL → restarted by the hub", time.monotonic() - t0)
     assert new != old and int(pid_file.read_text()) == new
     assert brokers(mesh) == [new]
-    wait_for(lambda: all(connects(e) >= 2 for e in edges), 30, "both edges to reconnect")
+    poll_sync(lambda: all(connects(e) >= 2 for e in edges), 30, "both edges to reconnect")
     report("mosquitto SIGKILL → both edge daemons reconnected", time.monotonic() - t0)
-    wait_for(
+    poll_sync(
         lambda: all(outbox_count(b) == 0 for b in bundles) and utterance_count(mesh) >= 4,
         60,
         "the queued items to be delivered",
@@ -310,7 +311,7 @@ def test_broker_killed_is_restarted_and_queued_items_arrive_once(mesh: Mesh) -> 
     assert len(rows) == 4, f"{rows} ({took})"
     for b in bundles:
         assert [t for d, t in rows if d == ids[b]] == sent[b]
-    wait_for(lambda: all(acked(mesh, ids[b]) == 2 for b in bundles), 20, "4 replies ACKed")
+    poll_sync(lambda: all(acked(mesh, ids[b]) == 2 for b in bundles), 20, "4 replies ACKed")
     assert hub.alive() and all(e.alive() for e in edges)
 
 
@@ -331,7 +332,7 @@ def test_edge_outlives_its_hub_backs_off_and_delivers_on_return(mesh: Mesh) -> N
         say_queued(mesh, g, text)
 
     attempt_line = f"mqtt {gid}-edge: "
-    wait_for(
+    poll_sync(
         lambda: len(log_times(edge.text()[mark:], attempt_line)) >= 7,
         40,
         "six failed reconnect attempts after the disconnect",
@@ -350,10 +351,10 @@ def test_edge_outlives_its_hub_backs_off_and_delivers_on_return(mesh: Mesh) -> N
 
     t_up = time.monotonic()
     mesh.start_hub()
-    wait_for(lambda: connects(edge) >= 2, 30, "the edge to reconnect to the new hub")
+    poll_sync(lambda: connects(edge) >= 2, 30, "the edge to reconnect to the new hub")
     report("hub back up → edge reconnected", time.monotonic() - t_up)
-    wait_for(lambda: outbox_count(g) == 0, 30, "the edge to deliver what was queued")
+    poll_sync(lambda: outbox_count(g) == 0, 30, "the edge to deliver what was queued")
     took = report("hub back up → queued items on the timeline", time.monotonic() - t_up)
     assert said(mesh) == [(gid, t) for t in texts], took
-    wait_for(lambda: acked(mesh, gid) == 2, 10, "2 replies ACKed")
+    poll_sync(lambda: acked(mesh, gid) == 2, 10, "2 replies ACKed")
     assert edge.alive()

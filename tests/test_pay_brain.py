@@ -27,7 +27,8 @@ from hub.payments import VoiceEvidence
 from hub.payments.model import voice_evidence
 from tests.brain_kit import Events, configure, fake_config
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
-from tests.pay_kit import PayWorld, now_ms, pay_world, wait_until
+from tests.pay_kit import PayWorld, now_ms, pay_world
+from tests.waiting import poll
 
 KNOWN = "Lotus Kitchen,Green Bowl"
 ORDER = "Yimi, order two beef noodles from Lotus Kitchen for up to 30 euros"
@@ -365,7 +366,7 @@ async def test_llm_brain_checkout_hands_over_to_the_payment_authority(tmp_path: 
         card = w.courier.shown[-1]
         ans, r = await w.answer(w.sign(card))
         assert ans.outcome == "approved" and r is not None and r.status == "succeeded"
-        await wait_until(lambda: lw.store.require(sub).state == "done", what="the sub-agent")
+        await poll(lambda: lw.store.require(sub).state == "done", what="the sub-agent")
         final = [e for e in lw.events.of(sub) if e.state == "done"][-1]
         assert "Paid 25.00 EUR to Lotus Kitchen" in final.text
         assert [c["amount_minor"] for c in w.shop.charges()] == [2500]

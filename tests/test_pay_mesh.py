@@ -20,7 +20,8 @@ from packages.errands.sandbox import SandboxShop
 from provisioning.bundle import Bundle
 from provisioning.home import Home
 from tests.mesh_harness import Mesh
-from tests.pay_kit import now_ms, wait_until
+from tests.pay_kit import now_ms
+from tests.waiting import poll
 
 pytestmark = pytest.mark.slow
 
@@ -178,7 +179,7 @@ async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> 
             edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
             assert pay.valid_lease() is None
             await yimi("pay", "lock-sensor", "--bundle", str(phone), "unlocked")
-            await wait_until(lambda: pay.valid_lease() is not None, 20, "the unlock lease")
+            await poll(lambda: pay.valid_lease() is not None, 20, "the unlock lease")
             lease = pay.valid_lease()
             assert lease is not None and lease.sensor == "fake-lock-sensor"
 
@@ -202,7 +203,7 @@ async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> 
                 ToolCall("errands", "go_to_checkout", {"cart_id": cart}, "co", "t2"), ctx
             )
             assert r.status == "running", r
-            await wait_until(
+            await poll(
                 lambda: f"yimi pay undo --bundle {phone} {p.payment_id}" in edge.text(),
                 20,
                 "the auto-pay notice on the phone",
@@ -214,7 +215,7 @@ async def test_phone_daemon_lease_options_over_the_mesh_and_undo(mesh: Mesh) -> 
             assert q is not None and q.state == "cancelled" and shop.charges() == []
 
             await yimi("pay", "lock-sensor", "--bundle", str(phone), "locked")
-            await wait_until(lambda: pay.valid_lease() is None, 20, "the lease to end")
+            await poll(lambda: pay.valid_lease() is None, 20, "the lease to end")
             mesh.stop(edge)
     verified = mesh.yimi("audit", "verify", "--home", str(mesh.home))
     assert verified.returncode == 0, verified.stderr
@@ -253,9 +254,7 @@ async def test_an_order_said_to_the_hub_goes_through_the_brain_to_the_phone(mesh
             assert [c["amount_minor"] for c in shop.charges()] == [2500]
             brain = hub.turns.brain
             assert brain is not None
-            await wait_until(
-                lambda: brain.store.require(p.task_id).state == "done", 20, "the order task"
-            )
+            await poll(lambda: brain.store.require(p.task_id).state == "done", 20, "the order task")
             assert "Paid 25.00 EUR" in str(brain.store.require(p.task_id).result.get("report"))
             # auto-pay on (phone-signed over the mesh), a lease: the same lunch, spoken and
             # verified, pays itself after the undo window and the result reaches the task
@@ -277,7 +276,7 @@ async def test_an_order_said_to_the_hub_goes_through_the_brain_to_the_phone(mesh
             )
             reply = await collect(brain.turn(turn))
             assert "Auto-pay: 25.00 EUR to Lotus Kitchen will be paid in 1 seconds" in reply
-            await wait_until(
+            await poll(
                 lambda: brain.store.require("t-same").state == "done", 20, "the auto-payment"
             )
             assert [c["amount_minor"] for c in shop.charges()] == [2500, 2500]

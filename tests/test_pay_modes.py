@@ -15,7 +15,8 @@ import pytest
 from hub.payments import PaymentError, PayOptions, VoiceEvidence
 from packages.errands.sandbox import SandboxShop
 from protos.signed import options_change
-from tests.pay_kit import PayWorld, make_home, now_ms, owner_ctx, pay_world, wait_until
+from tests.pay_kit import PayWorld, make_home, now_ms, owner_ctx, pay_world
+from tests.waiting import poll
 
 KNOWN = "Lotus Kitchen,Green Bowl,Corner Bakery,Tea House,Grand Hotel"
 
@@ -249,7 +250,7 @@ async def auto_pay(
 
 
 async def paid(w: PayWorld, pid: str) -> None:
-    await wait_until(
+    await poll(
         lambda: w.pay.store.get(pid).state == "paid",  # type: ignore[union-attr]
         15,
         f"{pid} to be paid after its undo window",

@@ -11,7 +11,8 @@ from typing import Any
 from edge_agent.pay import LockWatcher, lock_sensor, sign_lease
 from hardware.lock_sensor import FakeLockSensor, LockState
 from protos import consent_pb2
-from tests.pay_kit import PayWorld, now_ms, pay_world, wait_until
+from tests.pay_kit import PayWorld, now_ms, pay_world
+from tests.waiting import poll
 
 KNOWN = "Lotus Kitchen,Green Bowl"
 
@@ -59,7 +60,7 @@ async def test_the_phone_undoes_an_auto_payment_by_denying_its_notice(tmp_path: 
 async def test_an_undo_from_the_phone_after_the_window_is_too_late(tmp_path: Path) -> None:
     async with pay_world(tmp_path, sweep=True) as w:
         pid, card = await auto_checkout(w, undo=1)
-        await wait_until(lambda: _state(w, pid) == "paid", what="the auto-payment")
+        await poll(lambda: _state(w, pid) == "paid", what="the auto-payment")
         ans, _ = await w.answer(w.sign(card, consent_pb2.DENY))
         assert ans.outcome == "refused" and "too late to undo: the payment is paid" in ans.reason
         assert len(w.shop.charges()) == 1

@@ -35,6 +35,7 @@ from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from sync.envelope import Opened
 from sync.errors import SyncError
+from tests.waiting import poll
 
 WAKE_MARK = 7777
 OWNER, GUEST = 1, 2
@@ -236,16 +237,6 @@ def ambient(tmp_path: Path) -> list[dict[str, object]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-async def until(predicate: object, timeout: float = 5.0) -> None:
-    """Poll with a deadline (no blind sleeps)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not predicate():  # type: ignore[operator]
-        if loop.time() > deadline:
-            raise AssertionError("timed out")
-        await asyncio.sleep(0.01)
-
-
 def answer_claims(p: VoicePipeline, uplink: FakeUplink, answer: bool = True) -> None:
     """The fake hub's arbiter: every claim gets a decision at once."""
     original = uplink.send
@@ -267,7 +258,7 @@ async def test_wake_and_request_in_one_segment(tmp_path: Path) -> None:
     audio = silence(5) + speech(40, wake_at=8) + silence(10)
     async with p:
         await p.listen(feed(frames_of(audio)))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     assert len(uplink.claims) == 1
     claim = uplink.claims[0]
     assert claim.heard_ms == T0 + (5 + 8 + 1) * FRAME_MS
@@ -320,7 +311,7 @@ async def test_wake_word_alone_opens_a_window_for_the_next_segment(tmp_path: Pat
     )
     async with p:
         await p.listen(feed(frames_of(audio)))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     assert len(uplink.claims) == 1 and len(uplink.queued) == 1
     utt, _ = uplink.queued[0]
     assert utt.started_ms == T0 + 30 * FRAME_MS
@@ -342,7 +333,7 @@ async def test_stand_down_drops_the_request(tmp_path: Path) -> None:
     answer_claims(p, uplink, answer=False)
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: p.settled_now())
+        await poll(lambda: p.settled_now())
     assert len(uplink.claims) == 1 and uplink.queued == []
     assert p.stats.stood_down == 1
     (record,) = ambient(tmp_path)
@@ -356,14 +347,14 @@ async def test_no_decision_sends_after_the_wait_and_a_late_stand_down_withdraws(
     p, uplink, _ = make(tmp_path)
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
         utt, _ = uplink.queued[0]
         assert utt.id in p.pending
         decision = voice_pb2.WakeDecision(
             wake_id=uplink.claims[0].wake_id, answer=False, winner="dev-2"
         )
         await p.on_wake_decision(opened(decision, mesh_pb2.WAKE_DECISION))
-        await until(lambda: uplink.withdrawn)
+        await poll(lambda: uplink.withdrawn)
         assert uplink.withdrawn == [utt.id] and p.pending == {}
         assert p.settled_now()
 
@@ -372,7 +363,7 @@ async def test_offline_wake_queues_without_a_claim(tmp_path: Path) -> None:
     p, uplink, _ = make(tmp_path, uplink=FakeUplink(connected=False))
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     assert uplink.claims == []
     assert uplink.queued[0][0].voice.wake_id  # the wake still names the request
 
@@ -382,7 +373,7 @@ async def test_guest_voice_and_unenrolled_verdicts(tmp_path: Path) -> None:
     answer_claims(p, uplink)
     async with p:
         await p.listen(feed(frames_of(speech(40, voice=GUEST, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     v = uplink.queued[0][0].voice
     assert v.verdict == voice_pb2.UNMATCHED and abs(v.score) < 0.45
 
@@ -391,7 +382,7 @@ async def test_guest_voice_and_unenrolled_verdicts(tmp_path: Path) -> None:
     answer_claims(q, uplink2)
     async with q:
         await q.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink2.queued)
+        await poll(lambda: uplink2.queued)
     assert uplink2.queued[0][0].voice.verdict == voice_pb2.UNENROLLED
 
 
@@ -403,11 +394,11 @@ async def test_reply_is_spoken_acked_played_then_a_follow_up_window(
     answer_claims(p, uplink)
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
         utt, _ = uplink.queued[0]
         reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
-        await until(lambda: p.settled_now())
+        await poll(lambda: p.settled_now())
         assert sink.played == [1600] and uplink.acks == [("r-1", mesh_pb2.PLAYED)]
         assert "[glasses1] hub: noted" in capsys.readouterr().out
         # the hub re-sends it (our ACK got lost): ACKed again, not played twice
@@ -416,7 +407,7 @@ async def test_reply_is_spoken_acked_played_then_a_follow_up_window(
         # a follow-up without the wake word, within the window
         clock = p._clock_ms
         await p.listen(feed(frames_of(silence(10) + speech(30) + silence(5), start_ms=clock)))
-        await until(lambda: len(uplink.queued) == 2)
+        await poll(lambda: len(uplink.queued) == 2)
         follow, _ = uplink.queued[1]
         assert follow.voice.window == voice_pb2.FOLLOW_UP
         assert follow.voice.call_id == utt.voice.call_id and follow.voice.wake_id == ""
@@ -432,11 +423,11 @@ async def test_follow_up_window_closes_after_eight_seconds(tmp_path: Path) -> No
     answer_claims(p, uplink)
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
         utt, _ = uplink.queued[0]
         reply = mesh_pb2.Reply(id="r-1", utterance_id=utt.id, text="noted", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
-        await until(lambda: p.settled_now())
+        await poll(lambda: p.settled_now())
         gap = (pl.FOLLOW_UP_MS + pl.PLAYBACK_TAIL_MS) // FRAME_MS + 5
         await p.listen(feed(frames_of(silence(gap) + speech(30), start_ms=p._clock_ms)))
     assert len(uplink.queued) == 1
@@ -456,7 +447,7 @@ async def test_no_self_wake_while_playing_and_for_the_tail(tmp_path: Path) -> No
         await p.listen(feed(frames_of(heard)), finite=False)
         assert uplink.claims == [] and wake.fed == []
         sink.release()
-        await until(lambda: uplink.acks)
+        await poll(lambda: uplink.acks)
         # within the 300 ms tail: still not the owner
         tail = frames_of(speech(5, wake_at=1) + silence(5), start_ms=p._clock_ms)
         await p.listen(feed(tail), finite=False)
@@ -464,7 +455,7 @@ async def test_no_self_wake_while_playing_and_for_the_tail(tmp_path: Path) -> No
         # after the tail, the owner's wake word works again
         later = frames_of(silence(10) + speech(40, wake_at=5) + silence(5), start_ms=p._clock_ms)
         await p.listen(feed(later))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     assert len(uplink.claims) == 1
     assert [r["reason"] for r in ambient(tmp_path)] == ["own_playback", "own_playback"]
     assert uplink.acks == [("r-9", mesh_pb2.PLAYED)]
@@ -477,7 +468,7 @@ async def test_text_only_device_acks_rendered(
     async with p:
         reply = mesh_pb2.Reply(id="r-2", utterance_id="u-x", text="on the watch", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
-        await until(lambda: p.settled_now())
+        await poll(lambda: p.settled_now())
     assert uplink.acks == [("r-2", mesh_pb2.RENDERED)]
     assert "[glasses1] hub: on the watch" in capsys.readouterr().out
 
@@ -494,7 +485,7 @@ async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path) -> None:
     async with p:
         reply = mesh_pb2.Reply(id="r-3", utterance_id="u-x", text="hi", final=True)
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
-        await until(lambda: p.settled_now())
+        await poll(lambda: p.settled_now())
     assert uplink.acks == [("r-3", mesh_pb2.RENDERED)]
 
 
@@ -507,7 +498,7 @@ async def test_long_request_is_cut_and_split_into_chunks(
     frames = (pl.MAX_REQUEST_MS + 2_000) // FRAME_MS
     async with p:
         await p.listen(feed(frames_of(speech(frames, wake_at=3) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     utt, chunks = uplink.queued[0]
     assert len(b"".join(chunks)) == len(b"fake-flac:") + pl.MAX_REQUEST_MS * 16 * 2
     assert all(len(c) <= 10_000 for c in chunks) and utt.voice.audio_chunks == len(chunks)
@@ -528,6 +519,6 @@ async def test_a_request_that_cannot_be_embedded_is_sent_unmatched(tmp_path: Pat
     p.ears.speaker.embed = nothing  # type: ignore[method-assign]
     async with p:
         await p.listen(feed(frames_of(speech(40, wake_at=5) + silence(5))))
-        await until(lambda: uplink.queued)
+        await poll(lambda: uplink.queued)
     v = uplink.queued[0][0].voice
     assert v.verdict == voice_pb2.UNMATCHED and v.embedding == b"" and v.quality == 0.0

@@ -20,7 +20,8 @@ from protos import voice_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from tests.speech import OTHERS, OWNER, concat, say, silence, with_noise, write_wav
-from tests.test_pipeline import FakeUplink, answer_claims, until
+from tests.test_pipeline import FakeUplink, answer_claims
+from tests.waiting import poll
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ async def hear(ears: Ears, wav: Path, state: Path) -> tuple[VoicePipeline, FakeU
     answer_claims(p, uplink)
     async with p, WavSource(wav, False, 1_000_000) as source:
         await p.listen(source.frames())
-        await until(lambda: p._busy == 0, timeout=30)
+        await poll(lambda: p._busy == 0, timeout=30)
     return p, uplink
 
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.mesh_harness import Mesh, wait_for
+from tests.mesh_harness import Mesh
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -21,4 +22,4 @@ def test_say_from_two_devices_lands_in_order_and_is_acked(mesh: Mesh) -> None:
     assert utterances == [
         f"hello {i} from {b}" for i in range(3) for b in ("bundle-glasses1", "bundle-phone1")
     ]
-    wait_for(lambda: len(mesh.hub_query("SELECT * FROM deliveries")) == 6, 10, "6 ACKs")
+    poll_sync(lambda: len(mesh.hub_query("SELECT * FROM deliveries")) == 6, 10, "6 ACKs")

@@ -35,7 +35,8 @@ from provisioning.identity import NodeKeys
 from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import HUB, Sealer, random_id
-from tests.mesh_harness import Mesh, Proc, mosquitto_pids, wait_for
+from tests.mesh_harness import Mesh, Proc, mosquitto_pids
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -151,7 +152,7 @@ def utterances(mesh: Mesh) -> list[str]:
 
 def wait_counts(mesh: Mesh, expected: dict[str, int], timeout: float = 30) -> dict[str, int]:
     """Poll until every counter in ``expected`` has (at least) its value; return them all."""
-    wait_for(
+    poll_sync(
         lambda: all(counters(mesh).get(k, 0) >= v for k, v in expected.items()),
         timeout,
         f"counters {expected} (have {counters(mesh)})",
@@ -252,7 +253,7 @@ def test_forged_and_tampered_envelopes_are_rejected_by_signature(mesh: Mesh) -> 
         (uplink(a), body_flipped),
         (uplink(a), utterance(a, "the real A")),
     )
-    wait_for(lambda: utterances(mesh) == ["the real A"], 10, "A's genuine message")
+    poll_sync(lambda: utterances(mesh) == ["the real A"], 10, "A's genuine message")
     wait_counts(mesh, {"rejected.bad_signature": 3})
     assert rejected(mesh) == {"rejected.bad_signature": 3}
     assert utterances(mesh) == ["the real A"]
@@ -332,7 +333,7 @@ def test_a_revoked_device_is_refused_within_one_second(mesh: Mesh) -> None:
             return t_ret - t0, cut, sent
 
     took, cut, sent = asyncio.run(run())
-    wait_for(
+    poll_sync(
         lambda: (
             counters(mesh).get("rejected.revoked", 0)
             + len([t for t in utterances(mesh) if t.startswith("after revoke")])
@@ -390,7 +391,7 @@ def test_a_rogue_hub_with_another_key_is_refused(mesh: Mesh, tmp_path: Path) -> 
         assert "Traceback" not in r.stderr, r.stderr
 
         edge = mesh.spawn("edge-rogue", "edge", "run", "--bundle", str(bundle_dir), "--hub", target)
-        wait_for(
+        poll_sync(
             lambda: edge.text().count(f"refusing hub at {target}") >= 2 or not edge.alive(),
             20,
             "the edge to refuse the rogue hub (twice: it retries with backoff)",
@@ -558,14 +559,14 @@ def test_hostile_bytes_on_the_wire_never_crash_the_hub(mesh: Mesh) -> None:
     with pytest.raises(aiomqtt.MqttError):
         asyncio.run(too_big())
     broker_log = mesh.home / "broker" / "mosquitto.log"
-    wait_for(
+    poll_sync(
         lambda: "disconnected due to oversize packet" in broker_log.read_text(),
         5,
         "the broker to refuse the oversize packet",
     )
 
     publish(mesh, a, (uplink(a), b"\x00after"), (uplink(a), utterance(a, "still there?")))
-    wait_for(lambda: utterances(mesh) == ["still there?"], 10, "the hub to serve A again")
+    poll_sync(lambda: utterances(mesh) == ["still there?"], 10, "the hub to serve A again")
     wait_counts(mesh, {"rejected.malformed": 4})
     assert rejected(mesh) == {**expected, "rejected.malformed": 4}, "the 600 KB one got through"
     assert hub.alive()

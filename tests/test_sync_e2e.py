@@ -35,8 +35,9 @@ from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import Sealer
 from sync.replicas import ReplicaSet
-from tests.mesh_harness import Mesh, Proc, mosquitto_pids, wait_for
+from tests.mesh_harness import Mesh, Proc, mosquitto_pids
 from tests.test_sync_replica import panicking_update
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -125,7 +126,7 @@ def memo(mesh: Mesh, where: str, path: Path, text: str) -> str:
 def start_edges(mesh: Mesh, bundles: list[Path]) -> list[Proc]:
     """Start the edges at once (not one after the other) and wait until all connected."""
     procs = [mesh.spawn(f"edge-{b.name}", "edge", "run", "--bundle", str(b)) for b in bundles]
-    wait_for(
+    poll_sync(
         lambda: all("connected to hub" in p.text() or not p.alive() for p in procs),
         30,
         "the edges to connect",
@@ -188,7 +189,7 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
         return True
 
     t0 = time.monotonic()
-    wait_for(lambda: everyone_has(written, "shared note"), 30, "the baseline everywhere")
+    poll_sync(lambda: everyone_has(written, "shared note"), 30, "the baseline everywhere")
     print(f"\n[sync] baseline on 4 replicas: {time.monotonic() - t0:.2f} s")
 
     # partition: every device offline
@@ -205,7 +206,7 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
         written.add(memo(mesh, *home, f"the hub writes {i} during the partition"))
     yimi_ok(mesh, "note", "set", *map(str, home), note_id, "done", "true")
     # the hub sequences its own writes while the devices are away
-    wait_for(lambda: len(sqlite_rows(mesh)) == 4, 10, "the hub to sequence its memos")
+    poll_sync(lambda: len(sqlite_rows(mesh)) == 4, 10, "the hub to sequence its memos")
     assert not everyone_has(written)
 
     # heal
@@ -218,7 +219,7 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
         notes = [crdt_notes(f) for f in [hub_folder, *folders.values()]]
         return all(n == notes[0] for n in notes)
 
-    wait_for(converged, 60, "every replica to converge", interval=0.1)
+    poll_sync(converged, 60, "every replica to converge", interval=0.1)
     took = time.monotonic() - t_heal
     print(
         f"[sync] partition healed: 3 devices + hub identical after {took:.2f} s "
@@ -302,7 +303,7 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
         # > CATCHUP_INTERVAL_S: after a hub restart, live updates a device sent before the
         # hub's own MQTT client subscribed are lost and come with the next periodic catch-up
         start = synced()
-        wait_for(lambda: synced() >= start + n, 45, what, interval=0.1)
+        poll_sync(lambda: synced() >= start + n, 45, what, interval=0.1)
 
     kills: list[str] = []
     try:
@@ -313,20 +314,20 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
             kills.append(f"edge {bundle.name} at {synced()} synced")
             w = writers[0 if bundle == g else 1]
             start = w.count()
-            wait_for(lambda w=w, start=start: w.count() >= start + 2, 20, "memos while it is dead")
+            poll_sync(lambda w=w, start=start: w.count() >= start + 2, 20, "memos while it is dead")
             edges[bundle] = mesh.start_edge(bundle)
             progress(4, f"sync after restarting {bundle.name}'s edge")
 
         os.kill(hub.popen.pid, signal.SIGKILL)  # the hub alone: its mosquitto follows
         assert hub.popen.wait(timeout=10) == -signal.SIGKILL
         kills.append(f"hub at {synced()} synced")
-        wait_for(
+        poll_sync(
             lambda: not mosquitto_pids(str(mesh.home / "broker" / "mosquitto.conf")),
             10,
             "the hub's mosquitto to die with it",
         )
         counts = [w.count() for w in writers]
-        wait_for(
+        poll_sync(
             lambda: all(w.count() >= c + 2 for w, c in zip(writers, counts, strict=True)),
             20,
             "memos while the hub is dead",
@@ -348,7 +349,7 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
         return {r[0] for r in sql} == set(written) and all(crdt_rows(f) == sql for f in everyone)
 
     t0 = time.monotonic()
-    wait_for(complete, 60, "every memo on every replica", interval=0.2)
+    poll_sync(complete, 60, "every memo on every replica", interval=0.2)
     print(
         f"\n[sync] kill -9 of {', '.join(kills)}; {len(written)} memos; "
         f"converged {time.monotonic() - t0:.2f} s after the writers stopped"
@@ -461,7 +462,7 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
         a.mqtt_password,
         [(own_topic, sync_envelope(a, u)) for u in bad] + [(own_topic, sync_envelope(a, oversize))],
     )
-    wait_for(
+    poll_sync(
         lambda: (
             counters(mesh).get("rejected.sync_update", 0) >= 4
             and counters(mesh).get("rejected.oversize", 0) >= 1
@@ -473,7 +474,7 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
     # a revoked device: its updates are refused even when they reach the hub
     r = mesh.yimi("device", "revoke", "bravo", "--home", str(mesh.home))
     assert r.returncode == 0, r.stderr
-    wait_for(lambda: login_refused(mesh, b), 10, "the hub to apply the revocation")
+    poll_sync(lambda: login_refused(mesh, b), 10, "the hub to apply the revocation")
     hub_password = (mesh.home / "keys" / "broker.secret").read_text()
     revoked_entry = docs.make_entry(
         entry_id="m-revoked", device=b.device_id, kind="memo", text="from a revoked device"
@@ -485,7 +486,7 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
         hub_password,
         [(topics.sync(b.home_id, b.device_id), sync_envelope(b, revoked_update))],
     )
-    wait_for(lambda: counters(mesh).get("rejected.revoked", 0) >= 1, 10, "rejected.revoked")
+    poll_sync(lambda: counters(mesh).get("rejected.revoked", 0) >= 1, 10, "rejected.revoked")
 
     # then a legitimate update from alpha to the same documents is applied
     note = scratch.set_note("n-legit", {"text": "still listening"}, device=a.device_id)
@@ -496,9 +497,9 @@ def test_hostile_sync_updates_are_refused_and_the_hub_stays_up(mesh: Mesh) -> No
             n.text for n in crdt_notes(mesh.home / "replicas")
         ] == ["still listening"]
 
-    wait_for(applied, 15, "the legitimate update on the hub")
+    poll_sync(applied, 15, "the legitimate update on the hub")
     # re-broadcast live (the watcher's periodic catch-up is 30 s away), and nothing else
-    wait_for(
+    poll_sync(
         lambda: (
             crdt_rows(replicas_dir(c)) == sqlite_rows(mesh)
             and [n.text for n in crdt_notes(replicas_dir(c))] == ["still listening"]

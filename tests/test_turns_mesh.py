@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,7 +29,8 @@ from provisioning.bundle import Bundle
 from provisioning.home import Home
 from sync.envelope import Opened, new_trace_id, random_id
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
-from tests.mesh_harness import Mesh, Proc, wait_for
+from tests.mesh_harness import Mesh, Proc
+from tests.waiting import poll
 from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
@@ -80,10 +81,6 @@ async def say(mesh: Mesh, bundle: Path, words: str) -> str:
     )
     assert r.returncode == 0, (r.stdout, r.stderr)
     return r.stdout
-
-
-async def until(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    await asyncio.to_thread(wait_for, predicate, timeout, what)
 
 
 def turn_id(mesh: Mesh, words: str) -> str:
@@ -160,9 +157,9 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             assert "need your approval" in out and "card on your phone" in out, out
             assert smtp.messages() == []
             task = turn_id(mesh, MAIL)
-            await until(lambda: "card " in phone_edge.text(), 20, "the card on the phone")
+            await poll(lambda: "card " in phone_edge.text(), 20, "the card on the phone")
             assert "ship on Friday" in phone_edge.text(), "the card previews the notes"
-            await until(
+            await poll(
                 lambda: any("waiting for consent" in a for a in activity(mesh)),
                 10,
                 "the waiting activity",
@@ -170,7 +167,7 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
 
             shown = await approve(mesh, phone)
             assert "executed" in shown and "dana@example.org" in shown, shown
-            await until(lambda: smtp.messages(), 20, "the e-mail at the SMTP server")
+            await poll(lambda: smtp.messages(), 20, "the e-mail at the SMTP server")
             (mail,) = smtp.messages()
             assert mail.recipients == ["dana@example.org"]
             assert "ship on Friday" in mail.message.get_payload()
@@ -179,7 +176,7 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             def reported(p: Proc = mac_edge) -> bool:
                 return "hub: [rule-based] Sent the e-mail to dana@example.org" in p.text()
 
-            await until(reported, 20, "the report on the Mac")
+            await poll(reported, 20, "the report on the Mac")
             assert hub.turns.brain.store.require(task).state == "done"
             acts = activity(mesh)
             assert any(
@@ -194,7 +191,7 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
                 for a in acts
             ), acts
             # the Mac ACKed the report: its facts are said now
-            await until(lambda: not facts_said(hub, task)[0], 10, "the facts to be said")
+            await poll(lambda: not facts_said(hub, task)[0], 10, "the facts to be said")
 
             # the glasses were off the whole time: they catch up the same timeline
             specs = await asyncio.to_thread(mesh.start_edge, glasses, hub=mesh.hub_target)
@@ -202,7 +199,7 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             def glasses_timeline() -> str:
                 return mesh.yimi("timeline", "--bundle", str(glasses)).stdout
 
-            await until(
+            await poll(
                 lambda: "messaging.send_email succeeded" in glasses_timeline(),
                 30,
                 "the activity on the glasses",
@@ -254,11 +251,11 @@ async def test_a_guest_voice_can_neither_send_nor_read_memory(mesh: Mesh) -> Non
             send = queue_voice(mac, "Yimi, send an e-mail to Dana saying hi")
             recall = queue_voice(mac, "what do you remember about the PIN")
             edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
-            await until(lambda: reply_text(mesh, recall), 30, "both replies")
+            await poll(lambda: reply_text(mesh, recall), 30, "both replies")
             sent, recalled = reply_text(mesh, send), reply_text(mesh, recall)
             assert "I may not" in sent and "card" not in sent, sent
             assert "blue door" not in recalled and "I may not" in recalled, recalled
-            await until(lambda: "I may not" in edge.text(), 10, "the replies on the Mac")
+            await poll(lambda: "I may not" in edge.text(), 10, "the replies on the Mac")
             assert "blue door" not in edge.text(), edge.text()
             gw = hub.consent.gateway
             assert gw is not None
@@ -345,7 +342,7 @@ async def test_repeated_utterance_and_facts_said_only_after_the_ack(mesh: Mesh) 
             # the device's daemon comes online: the unACKed chunks come again, are ACKed,
             # and only now its facts count as said
             edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
-            await until(lambda: not facts_said(hub, uid)[0], 20, "the facts to be said")
+            await poll(lambda: not facts_said(hub, uid)[0], 20, "the facts to be said")
             assert not hub.store.unacked_chunks(node.bundle.device_id)
             mesh.stop(edge)
         assert mesh.hub_query(
@@ -380,9 +377,9 @@ async def test_hub_restart_while_a_card_waits_sends_once(mesh: Mesh) -> None:
             assert brain.store.require(task).state == "waiting_for_consent"
             shown = await approve(mesh, phone)
             assert "executed" in shown, shown
-            await until(lambda: smtp.messages(), 20, "the e-mail")
-            await until(lambda: brain.store.require(task).state == "done", 20, "the task done")
-            await until(
+            await poll(lambda: smtp.messages(), 20, "the e-mail")
+            await poll(lambda: brain.store.require(task).state == "done", 20, "the task done")
+            await poll(
                 lambda: "Sent the e-mail to dana@example.org" in mac_edge.text(),
                 30,
                 "the report on the Mac",
@@ -451,15 +448,15 @@ async def test_the_email_turn_with_a_fake_openai_endpoint(mesh: Mesh) -> None:
             assert brain is not None and brain.kind == "llm"
             out = await say(mesh, mac, MAIL)
             assert "I'll e-mail the meeting notes to Dana." in out and RULES not in out, out
-            await until(
+            await poll(
                 lambda: any("waiting for consent" in a for a in activity(mesh)),
                 30,
                 "the sub-agent waiting for the card",
             )
             shown = await approve(mesh, phone)
             assert "executed" in shown and "dana@example.org" in shown, shown
-            await until(lambda: smtp.messages(), 20, "the e-mail")
-            await until(
+            await poll(lambda: smtp.messages(), 20, "the e-mail")
+            await poll(
                 lambda: "Sent the e-mail to dana@example.org" in mac_edge.text(),
                 30,
                 "the report on the Mac",
@@ -501,9 +498,9 @@ async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> N
             uid = turn_id(mesh, words)
             assert reply_text(mesh, uid) == ""
             async with hub_up(mesh) as hub:
-                await until(lambda: reply_text(mesh, uid), 30, "the reply after the restart")
+                await poll(lambda: reply_text(mesh, uid), 30, "the reply after the restart")
                 assert "Pasta with the tomatoes you have." in reply_text(mesh, uid)
-                await until(
+                await poll(
                     lambda: "Pasta with the tomatoes you have." in edge.text(),
                     30,
                     "the reply on the Mac",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.mesh_harness import Mesh, wait_for
+from tests.mesh_harness import Mesh
 from tests.speech import (
     OTHERS,
     OWNER,
@@ -26,6 +26,7 @@ from tests.speech import (
     with_noise,
     write_wav,
 )
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -186,7 +187,7 @@ def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path
         )
         for b in (first, second)
     ]
-    wait_for(lambda: all(not p.alive() for p in procs), RUN_TIMEOUT_S, "both devices to finish")
+    poll_sync(lambda: all(not p.alive() for p in procs), RUN_TIMEOUT_S, "both devices to finish")
     for p in procs:
         assert p.popen.returncode == 0, p.text()
     turns = voice_turns(mesh)

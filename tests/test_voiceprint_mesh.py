@@ -12,8 +12,9 @@ import pytest
 
 from edge_agent.voiceprint import load_voiceprint
 from models import voiceprint as vp
-from tests.mesh_harness import Mesh, wait_for
+from tests.mesh_harness import Mesh
 from tests.speech import OTHERS, OWNER_TAKES, say, write_wav
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -78,7 +79,7 @@ def test_enrol_on_glasses_reaches_glasses(mesh: Mesh, tmp_path: Path) -> None:
     centroid = vp.as_vector(stored[0])
 
     # the running glasses get it now …
-    wait_for(lambda: load_voiceprint(g1 / "state"), 30, "g1 to store its voiceprint")
+    poll_sync(lambda: load_voiceprint(g1 / "state"), 30, "g1 to store its voiceprint")
     held = load_voiceprint(g1 / "state")
     assert held is not None and held.channel == "glasses" and held.samples == 5
     assert held.line == pytest.approx(0.65) and held.version == stored[2]
@@ -86,7 +87,7 @@ def test_enrol_on_glasses_reaches_glasses(mesh: Mesh, tmp_path: Path) -> None:
     assert "voiceprint glasses" in edge_g1.text()
     # … glasses that come online later get it on ONLINE; the phone (channel phone_app) never
     mesh.start_edge(g2, hub=mesh.hub_target)
-    wait_for(lambda: load_voiceprint(g2 / "state"), 30, "g2 to store its voiceprint")
+    poll_sync(lambda: load_voiceprint(g2 / "state"), 30, "g2 to store its voiceprint")
     assert load_voiceprint(phone / "state") is None
 
     status = mesh.yimi("voice", "status", "--bundle", str(g1), check=True).stdout
@@ -133,7 +134,7 @@ def test_enrol_on_glasses_reaches_glasses(mesh: Mesh, tmp_path: Path) -> None:
     out = mesh.yimi("voice", "trust", "--bundle", str(g1), "--hub", mesh.hub_target)
     assert out.returncode == 0, out.stderr
     assert "FAKE biometric" in out.stderr
-    wait_for(
+    poll_sync(
         lambda: "trust windows" in mesh.yimi("voice", "status", "--home", str(mesh.home)).stdout,
         15,
         "the hub to record the trust window",

@@ -17,7 +17,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import sys
 import tempfile
 import threading
@@ -32,17 +31,29 @@ import aiomqtt
 
 from hub.capabilities.errors import CapabilityError
 from hub.mesh.broker import _accepts, _die_with_parent, _find_mosquitto
+from worlds import ports
 
 log = logging.getLogger(__name__)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 # ---------------------------------------------------------------- SMTP
+def smtp_controller(handler: Any, host: str = "127.0.0.1") -> Any:
+    """An aiosmtpd ``Controller`` serving ``handler`` on port 0 of ``host``; once started, its
+    ``port`` is the port the server got (no port is chosen before the server binds)."""
+    from aiosmtpd.controller import Controller
+
+    class PortZeroController(Controller):  # type: ignore[misc]
+        def _trigger_server(self) -> None:
+            # The hook start() calls once the server is bound: learn the port, then let it
+            # make its first connection (which creates the SMTP protocol) to that port.
+            server = self.server
+            assert isinstance(server, asyncio.Server)
+            self.port = int(server.sockets[0].getsockname()[1])
+            super()._trigger_server()
+
+    return PortZeroController(handler, hostname=host, port=0)
+
+
 @dataclass
 class Received:
     sender: str
@@ -69,8 +80,9 @@ class SmtpWorld:
 
     def __init__(self, *, delay: float = 0.0) -> None:
         self.delay = delay
-        self.port = free_port()
         self.host = "127.0.0.1"
+        self.port = 0
+        """The server's port, known once entered."""
         self.received: list[Received] = []
         self.lock = threading.Lock()
         self.arrived = threading.Event()
@@ -88,10 +100,9 @@ class SmtpWorld:
             return list(self.received)
 
     async def __aenter__(self) -> SmtpWorld:
-        from aiosmtpd.controller import Controller
-
-        self._controller = Controller(_Handler(self), hostname=self.host, port=self.port)
+        self._controller = smtp_controller(_Handler(self), self.host)
         await asyncio.to_thread(self._controller.start)
+        self.port = self._controller.port
         return self
 
     async def __aexit__(
@@ -215,7 +226,7 @@ class Mosquitto:
     def __init__(self, workdir: Path | None = None) -> None:
         self._tmp = None if workdir else tempfile.TemporaryDirectory(prefix="yimi-mosq-")
         self.workdir = Path(workdir or self._tmp.name)  # type: ignore[union-attr]
-        self.host, self.port = "127.0.0.1", free_port()
+        self.host, self.port = "127.0.0.1", ports.port()
         self._proc: asyncio.subprocess.Process | None = None
 
     async def __aenter__(self) -> Mosquitto:

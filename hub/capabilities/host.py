@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import logging
 import os
 import sys
@@ -23,14 +24,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
-from typing import Any, TextIO
-
-from mcp import Client, StdioServerParameters
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hub.capabilities.errors import CapabilityError
 from hub.capabilities.manifest import Manifest, ServerSpec
 from sync.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +43,13 @@ MAX_TEXT_CHARS = 64_000
 
 EnvFor = Callable[[Manifest, str], dict[str, str]]
 """(manifest, variant) → extra environment for its server: config, resolved secrets"""
+
+
+async def _mcp() -> ModuleType:
+    """The MCP client library, imported when the first server starts: it takes seconds to
+    import and most processes that import the gateway (the CLI, a hub before its first tool
+    call) never start one. Imported in a thread, so the event loop keeps running meanwhile."""
+    return await asyncio.to_thread(importlib.import_module, "mcp")
 
 
 @dataclass(frozen=True)
@@ -173,9 +182,10 @@ class PackageHost:
         for name in ("PYTHONPATH", "LANG", "LC_ALL", "TMPDIR"):
             if name in os.environ and name not in extra:
                 extra[name] = os.environ[name]
-        params = StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
+        mcp = await _mcp()
+        params = mcp.StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
         try:
-            async with Client(params, raise_exceptions=False) as client:  # type: ignore[arg-type]
+            async with mcp.Client(params, raise_exceptions=False) as client:
                 s.client = client
                 s.last_used = time.monotonic()
                 s.ready.set()

@@ -644,10 +644,20 @@ class Hearing:
             data = await self._audio(key, voice)
             sha = voice.audio_sha256.hex()
             samples = await self._in_worker(decode_audio, utt.id, data)
-            transcript, archived = await asyncio.gather(
+            # Both finish before a failure goes on: the audio is archived even when it is not
+            # understood (gather would otherwise raise while the archiving still runs).
+            transcribed: Transcript | BaseException
+            archived: dict[str, object] | BaseException
+            transcribed, archived = await asyncio.gather(
                 self._in_worker(self._transcribe, samples),
                 self._archive_audio(opened, samples, {"audio_sha256": sha}),
+                return_exceptions=True,
             )
+            if isinstance(transcribed, BaseException):
+                raise transcribed
+            if isinstance(archived, BaseException):
+                raise archived
+            transcript = transcribed
             raw = transcript.text
             audio = AudioFacts(
                 sha,
