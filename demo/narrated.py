@@ -615,7 +615,7 @@ class Demo:
 
     # ------------------------------------------------------------------ processes
     def spawn(self, name: str, *args: str, stdin: bool = False) -> Proc:
-        from hub.mesh.broker import _die_with_parent
+        from hub.mesh.broker import die_with_parent
 
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(exist_ok=True)
@@ -628,7 +628,7 @@ class Demo:
                 env=child_env(),
                 cwd=self.root,
                 start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
+                preexec_fn=die_with_parent(os.getpid()),
             )
         proc = Proc(name, popen, log)
         self.procs.append(proc)

@@ -39,7 +39,7 @@ class PhoneSession:
         self.node = DeviceNode(bundle, NodeOptions(mode="say", hub=hub), _ignore)
         self.node.handlers.update(self.inbox.handlers())
 
-    async def _send(self, approval: consent_pb2.Approval) -> None:
+    async def send(self, approval: consent_pb2.Approval) -> None:
         assert self.node.mqtt is not None
         data = self.node.sealer.seal(
             mesh_pb2.APPROVAL, approval, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
@@ -59,7 +59,7 @@ class PhoneSession:
                 target="the hub",
                 reason=self.node.mqtt.last_error or "not connected",
             ) from None
-        await self._send(consent_pb2.Approval(sync=True))
+        await self.send(consent_pb2.Approval(sync=True))
         try:
             async with asyncio.timeout(SYNC_TIMEOUT_S):
                 await self.inbox.synced.wait()
@@ -79,7 +79,7 @@ class PhoneSession:
             if stored is None or stored.card.short_form:
                 raise EdgeError("card.unknown", card=card_id)
             chosen = stored.card  # even if answered or expired: the hub says why it refuses
-        await self._send(sign_answer(self.bundle, chosen, decision))
+        await self.send(sign_answer(self.bundle, chosen, decision))
         try:
             async with asyncio.timeout(timeout):
                 while True:

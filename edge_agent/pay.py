@@ -125,7 +125,7 @@ async def answer_payment(
                     raise EdgeError("card.unknown", card=card_id)
                 chosen = stored.card
             decision = consent_pb2.APPROVE if approve else consent_pb2.DENY
-            await session._send(sign_payment_answer(bundle, chosen, decision, lock))
+            await session.send(sign_payment_answer(bundle, chosen, decision, lock))
             u = await _await_update(session, chosen.card_id, timeout, TERMINAL | {"refused"})
             state = STATE_NAMES.get(u.state, "")
             if state == "refused":
@@ -163,7 +163,7 @@ async def send_lease(bundle: Bundle, *, minutes: float, hub: str | None, timeout
     try:
         async with session.node:
             await session.sync(timeout)
-            await session._send(sign_lease(bundle, lock, max(1, int(minutes * 60))))
+            await session.send(sign_lease(bundle, lock, max(1, int(minutes * 60))))
             u = await _await_update(session, "", timeout, {"lease_accepted", "refused"})
             if STATE_NAMES.get(u.state, "") == "refused":
                 raise EdgeError("pay.lease_refused", reason=u.reason)
@@ -198,7 +198,7 @@ async def undo_payment(
         async with session.node:
             await session.sync(timeout)
             card = _auto_notice(session, payment_id)
-            await session._send(sign_payment_answer(bundle, card, consent_pb2.DENY, lock))
+            await session.send(sign_payment_answer(bundle, card, consent_pb2.DENY, lock))
             u = await _await_update(session, card.card_id, timeout, TERMINAL | {"refused"})
             if STATE_NAMES.get(u.state, "") != "denied":
                 raise EdgeError("pay.refused", card=card.card_id, reason=u.reason or "too late")
@@ -217,7 +217,7 @@ async def send_options(
     try:
         async with session.node:
             await session.sync(timeout)
-            await session._send(consent_pb2.Approval(options=body, options_signature=signature))
+            await session.send(consent_pb2.Approval(options=body, options_signature=signature))
             u = await _await_update(session, "", timeout, {"options_changed", "refused"})
             if STATE_NAMES.get(u.state, "") == "refused":
                 raise EdgeError("pay.options_refused", reason=u.reason)

@@ -264,7 +264,7 @@ async def test_exit_stops_the_broker(tmp_path: Path, port: int) -> None:
         os.kill(pid, 0)
     assert broker.pid is None
     assert not (workdir / "mosquitto.pid").exists()
-    assert not await broker_module._accepts(LOOPBACK, port)
+    assert not await broker_module.accepts(LOOPBACK, port)
 
 
 async def test_broker_dies_with_a_killed_hub(tmp_path: Path, port: int) -> None:
@@ -321,7 +321,7 @@ async def test_stale_broker_from_crashed_hub_is_replaced(tmp_path: Path, port: i
         (workdir / "mosquitto.pid").write_text(f"{stale.pid}\n")
 
         async def stale_listening() -> bool:
-            return await broker_module._accepts(LOOPBACK, port)
+            return await broker_module.accepts(LOOPBACK, port)
 
         await poll(stale_listening, DEADLINE, "the stale broker to listen")
         async with running(workdir, port) as broker:

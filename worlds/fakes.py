@@ -30,7 +30,7 @@ from typing import Any
 import aiomqtt
 
 from hub.capabilities.errors import CapabilityError
-from hub.mesh.broker import _accepts, _die_with_parent, _find_mosquitto
+from hub.mesh.broker import accepts, die_with_parent, find_mosquitto
 from worlds import ports
 
 log = logging.getLogger(__name__)
@@ -237,15 +237,15 @@ class Mosquitto:
             f"log_dest file {self.workdir / 'mosquitto.log'}\n"
         )
         self._proc = await asyncio.create_subprocess_exec(
-            _find_mosquitto(),
+            find_mosquitto(),
             "-c",
             str(conf),
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.DEVNULL,
-            preexec_fn=_die_with_parent(os.getpid()),
+            preexec_fn=die_with_parent(os.getpid()),
         )
         for _ in range(200):
-            if await _accepts(self.host, self.port):
+            if await accepts(self.host, self.port):
                 return self
             if self._proc.returncode is not None:
                 break

@@ -176,7 +176,7 @@ class Broker:
     async def __aenter__(self) -> Broker:
         if self._stack is not None:
             raise RuntimeError("the broker is already running")
-        self._binary = _find_mosquitto()
+        self._binary = find_mosquitto()
         self._stopping = False
         self._prepare_workdir()
         await self._start()
@@ -343,7 +343,7 @@ class Broker:
                 stdout=out,
                 stderr=out,
                 start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
+                preexec_fn=die_with_parent(os.getpid()),
             )
         except OSError as exc:
             raise HubError("broker.failed", port=self.port, reason=str(exc)) from exc
@@ -359,7 +359,7 @@ class Broker:
         while True:
             if proc.returncode is not None:
                 raise self._start_error(proc.returncode, offset)
-            if await _accepts(_connect_host(self.host), self.port):
+            if await accepts(_connect_host(self.host), self.port):
                 if proc.returncode is None:
                     return
                 continue
@@ -484,7 +484,7 @@ def _checked(accounts: Sequence[BrokerAccount]) -> tuple[BrokerAccount, ...]:
     return tuple(accounts)
 
 
-def _find_mosquitto() -> str:
+def find_mosquitto() -> str:
     if os.access(MOSQUITTO_BINARY, os.X_OK):
         return str(MOSQUITTO_BINARY)
     found = shutil.which("mosquitto")
@@ -541,7 +541,7 @@ def _connect_host(host: str) -> str:
     return host
 
 
-async def _accepts(host: str, port: int) -> bool:
+async def accepts(host: str, port: int) -> bool:
     try:
         async with asyncio.timeout(1.0):
             _, writer = await asyncio.open_connection(host, port)
@@ -560,7 +560,7 @@ async def _kill(proc: asyncio.subprocess.Process) -> None:
         await proc.wait()
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+def die_with_parent(parent_pid: int) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child receive SIGTERM when the hub dies."""
     prctl = ctypes.CDLL(None, use_errno=True).prctl
 
