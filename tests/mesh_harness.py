@@ -16,10 +16,14 @@ from pathlib import Path
 from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
 from storage.sqlite import read_rows
+from sync.backoff import SCALE_ENV
 from tests.waiting import poll_sync
 from worlds import ports
 
 REPO = Path(__file__).resolve().parent.parent
+BACKOFF_SCALE = "0.25"
+"""Every daemon's reconnect/restart backoff, quartered (:mod:`sync.backoff`): the same doubling,
+cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconnect."""
 
 
 def env() -> dict[str, str]:
@@ -27,6 +31,7 @@ def env() -> dict[str, str]:
     e["YIMI_MDNS_INTERFACES"] = "127.0.0.1"
     e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
     e["PYTHONUNBUFFERED"] = "1"
+    e.setdefault(SCALE_ENV, BACKOFF_SCALE)
     return e
 
 

@@ -27,7 +27,7 @@ from tests.waiting import poll_sync
 pytestmark = pytest.mark.slow
 
 EXIT_QUEUED = 3
-QUEUE_TIMEOUT_S = "2"
+QUEUE_TIMEOUT_S = "1"
 """``yimi say --timeout`` while the hub is away: seconds to look for it before queueing"""
 
 
