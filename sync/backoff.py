@@ -7,21 +7,17 @@ seconds, while the shape (doubling, capped, full jitter) stays the same.
 
 from __future__ import annotations
 
-import os
 import random
 from dataclasses import dataclass
+
+from sync.env import positive_float
 
 SCALE_ENV = "YIMI_BACKOFF_SCALE"
 
 
 def scale() -> float:
     """The factor every backoff delay is multiplied by (``YIMI_BACKOFF_SCALE``, default 1)."""
-    raw = os.environ.get(SCALE_ENV, "")
-    try:
-        value = float(raw) if raw else 1.0
-    except ValueError:
-        return 1.0
-    return value if value > 0 else 1.0
+    return positive_float(SCALE_ENV, 1.0)
 
 
 @dataclass

@@ -27,17 +27,28 @@ from loro import VersionVector
 from protos import sync_pb2
 from sync import documents as docs
 from sync.crdt import CrdtError, lacks, updates_since
+from sync.env import positive_float
 from sync.replicas import ReplicaSet
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
 
 CATCHUP_INTERVAL_S = 30.0
-"""seconds between background catch-ups of a connected device"""
+"""seconds between background catch-ups of a connected device (see :func:`catchup_interval`)"""
+CATCHUP_ENV = "YIMI_CATCHUP_INTERVAL_S"
+"""overrides :data:`CATCHUP_INTERVAL_S` (a positive number of seconds; tests use a short one)"""
 LOCAL_POLL_S = 0.25
 """seconds between looks for changes other processes wrote to this node's replicas"""
 HUB_SENDER = "hub"
 """who the hub's own sequencing is attributed to"""
+
+
+def catchup_interval() -> float:
+    """Seconds between background catch-ups: ``YIMI_CATCHUP_INTERVAL_S`` if set and positive,
+    else :data:`CATCHUP_INTERVAL_S`."""
+    return positive_float(CATCHUP_ENV, CATCHUP_INTERVAL_S)
+
+
 DEVICE_COMPACT_AT = 4 * 1024 * 1024
 """bytes of a document's update log after which a device compacts it (once the hub has it all)"""
 MAX_LIVE_BLOB = 192 * 1024
@@ -141,9 +152,10 @@ class DeviceReplication:
                 await self.send(changes)
 
     async def _catchup_loop(self) -> None:
+        interval = catchup_interval()
         while True:
             try:
-                await asyncio.wait_for(self._wanted.wait(), CATCHUP_INTERVAL_S)
+                await asyncio.wait_for(self._wanted.wait(), interval)
             except TimeoutError:
                 pass
             self._wanted.clear()

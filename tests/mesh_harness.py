@@ -57,6 +57,8 @@ class Mesh:
     mqtt_port: int = field(default_factory=ports.port)
     grpc_port: int = field(default_factory=ports.port)
     procs: list[Proc] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    """extra environment for every process this mesh starts (on top of :func:`env`)"""
 
     @property
     def home(self) -> Path:
@@ -75,7 +77,7 @@ class Mesh:
             capture_output=True,
             text=True,
             timeout=timeout,
-            env=env(),
+            env={**env(), **self.env},
             cwd=self.root,
         )
         if check and proc.returncode != 0:
@@ -89,7 +91,7 @@ class Mesh:
             [sys.executable, "-m", "cli", *args],
             stdout=fh,
             stderr=subprocess.STDOUT,
-            env=env(),
+            env={**env(), **self.env},
             cwd=self.root,
             start_new_session=True,
         )

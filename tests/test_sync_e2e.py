@@ -35,12 +35,15 @@ from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import Sealer
 from sync.replicas import ReplicaSet
+from sync.replication import CATCHUP_ENV
 from tests.mesh_harness import Mesh, Proc, mosquitto_pids
 from tests.test_sync_replica import panicking_update
 from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
+CATCHUP_S = "5"
+"""the devices' periodic catch-up interval in the kill -9 test (``YIMI_CATCHUP_INTERVAL_S``)"""
 CONVERGENCE_BOUND_S = 20.0
 """seconds from restarting the edges after a partition to every replica being identical"""
 ROW_RE = re.compile(
@@ -289,6 +292,8 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
     Afterwards every memo written is on every replica and in the hub's SQLite timeline
     exactly once (by id, in the raw document lists too) with the same seq, and the hub's
     CRDT seq matches SQLite."""
+    # live updates lost across the hub restart come with the next periodic catch-up (below)
+    mesh.env[CATCHUP_ENV] = CATCHUP_S
     g, p = mesh.add_device("glasses", "glasses"), mesh.add_device("phone", "phone")
     hub = mesh.start_hub()
     edges = dict(zip((g, p), start_edges(mesh, [g, p]), strict=True))
@@ -300,7 +305,7 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
         return len(sqlite_rows(mesh))
 
     def progress(n: int, what: str) -> None:
-        # > CATCHUP_INTERVAL_S: after a hub restart, live updates a device sent before the
+        # > CATCHUP_S: after a hub restart, live updates a device sent before the
         # hub's own MQTT client subscribed are lost and come with the next periodic catch-up
         start = synced()
         poll_sync(lambda: synced() >= start + n, 45, what, interval=0.1)
