@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from cli.common import EXIT_OK, Command, fmt_ms
 from protos.clock import now_ms
 
@@ -79,6 +77,8 @@ def _show_progress(fraction: float) -> None:
 
 def _record_takes(count: int, seconds: float, device: str | None) -> list[tuple[str, Any]]:
     """Record ``count`` takes of ``seconds`` each from the microphone (prompts on stderr)."""
+    import numpy as np
+
     from hardware.audio import MicSource
     from hardware.pcm import SAMPLE_RATE
 
@@ -102,6 +102,8 @@ def _record_takes(count: int, seconds: float, device: str | None) -> list[tuple[
 
 
 def cmd_voice_enroll(args: argparse.Namespace) -> int:
+    import numpy as np
+
     from edge_agent.errors import EdgeError
     from edge_agent.voiceprint import enrol_exchange
     from hardware.audio import read_wav

@@ -42,14 +42,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-import numpy as np
-import numpy.typing as npt
-
-from hardware.pcm import FRAME_SAMPLES, SAMPLE_RATE
 from protos.clock import now_ms
 from worlds import ports
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+# numpy and hardware.pcm (which imports it) are imported where audio is made: `yimi`
+# builds its parser from this module for every command
 
 REPO = Path(__file__).resolve().parent.parent
 EXIT_OK, EXIT_FAILED, EXIT_INTERRUPTED = 0, 1, 130
@@ -195,6 +198,8 @@ class Spoken:
 
     def wall_at(self, index: int) -> float:
         """When sample ``index`` of the clip was "spoken"."""
+        from hardware.pcm import SAMPLE_RATE
+
         return self.start_wall + index / SAMPLE_RATE
 
 
@@ -213,12 +218,18 @@ class Microphone:
         self._thread.start()
 
     def say(self, samples: npt.NDArray[np.int16]) -> Spoken:
+        import numpy as np
+
         clip = Spoken(samples.astype(np.int16))
         with self._lock:
             self._queue.append(clip)
         return clip
 
     def _run(self) -> None:
+        import numpy as np
+
+        from hardware.pcm import FRAME_SAMPLES, SAMPLE_RATE
+
         silence = np.zeros(FRAME_SAMPLES, dtype=np.int16).tobytes()
         pending = b""
         t0 = time.monotonic()
@@ -874,6 +885,10 @@ class Demo:
             )
 
     def _speak(self, sentence: str) -> None:
+        import numpy as np
+
+        from hardware.pcm import SAMPLE_RATE
+
         assert self.mic is not None
         speech = synthesize(sentence)
         pad = np.zeros(SAMPLE_RATE // 2, dtype=np.int16)

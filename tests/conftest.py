@@ -1,11 +1,27 @@
 from __future__ import annotations
 
+import compileall
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.mesh_harness import Mesh, mosquitto_pids
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Compile the project's modules to ``__pycache__`` once, before any test runs (pip
+    does the same for installed packages). The multi-process tests start hundreds of
+    ``python -m …`` processes; where ``PYTHONDONTWRITEBYTECODE`` is set, each would
+    otherwise compile every project module it imports again. Up-to-date files are
+    skipped, so this costs a few seconds once and nothing after."""
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the controller has compiled them
+    for folder in sorted(ROOT.iterdir()):
+        if folder.is_dir() and not folder.name.startswith("."):  # not .venv, .git, caches
+            compileall.compile_dir(folder, quiet=1)
 
 
 @pytest.fixture

@@ -22,10 +22,12 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from hub.memory.index import MemoryIndex
 from hub.memory.sensitivity import Source, highest
+
+if TYPE_CHECKING:
+    from hub.memory.index import MemoryIndex
 
 SOURCE_NAMES = ("profile", "notes", "assertions", "timeline", "timezone", "health")
 """the six sources, in the default order of precedence"""

@@ -36,15 +36,19 @@ import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import apsw
-import numpy as np
-import numpy.typing as npt
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
 from protos.clock import now_ms
+
+if TYPE_CHECKING:  # numpy is imported where vectors are made (a large import)
+    import numpy as np
+    import numpy.typing as npt
+
+    Vectors = npt.NDArray[np.float32]
 
 DB_NAME = "memory_index.db"
 RRF_K = 60
@@ -62,8 +66,6 @@ STALE_DAYS = 30
 DAY_MS = 86_400_000
 DEFAULT_IMPORTANCE = 0.5
 MMAP_BYTES = 256 * 2**20
-
-Vectors = npt.NDArray[np.float32]
 
 
 class RecallError(MemoryStoreError):
@@ -423,6 +425,8 @@ class MemoryIndex:
             raise RecallError(
                 "recall.invalid", field="vectors", reason=f"shape {vectors.shape} for {self.dim}-d"
             )
+        import numpy as np
+
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self._lock:
             with self._conn:
@@ -628,6 +632,8 @@ class MemoryIndex:
             raise RecallError("recall.invalid", field="k", reason=f"{k!r}: must be 1..{LIST_LIMIT}")
 
     def _query_vector(self, query: str, given: Vectors | None) -> Vectors:
+        import numpy as np
+
         if given is not None:
             return np.ascontiguousarray(given, dtype=np.float32).reshape(self.dim)
         return np.ascontiguousarray(self.embedder.embed([query])[0], dtype=np.float32)

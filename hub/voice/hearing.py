@@ -45,7 +45,6 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import Message
 
-from hardware.audio import decode_flac
 from hub.archive.archive import Archive, NewObject
 from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
@@ -288,6 +287,8 @@ def verify_audio(uid: str, data: bytes, voice: voice_pb2.VoiceInfo) -> None:
 
 def decode_audio(uid: str, data: bytes, max_seconds: float = MAX_AUDIO_SECONDS) -> Samples:
     """Untrusted FLAC → 16 kHz mono int16; HubError ``voice_audio.undecodable`` if not."""
+    from hardware.audio import decode_flac  # soundfile and soxr: only once audio arrives
+
     try:
         return decode_flac(data, max_seconds, what=f"the audio of {uid}")
     except YimiError as exc:  # AudioError
