@@ -648,18 +648,28 @@ class Demo:
 
     def yimi(self, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
         """Run ``yimi ARGS`` to completion (StepFailed on a non-zero exit or the deadline)."""
+        from hub.mesh.broker import die_with_parent
+
+        child = subprocess.Popen(
+            [sys.executable, "-m", "cli", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=child_env(),
+            cwd=self.root,
+            preexec_fn=die_with_parent(os.getpid()),
+        )
         try:
-            done = subprocess.run(
-                [sys.executable, "-m", "cli", *args],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                text=True,
-                timeout=timeout,
-                env=child_env(),
-                cwd=self.root,
-            )
-        except subprocess.TimeoutExpired:
-            raise StepFailed(f"'yimi {args[0]} {args[1]}' took longer than {timeout:g} s") from None
+            stdout, stderr = child.communicate(timeout=timeout)
+        except BaseException as exc:  # the deadline, or Ctrl-C: the child goes, and is reaped
+            child.kill()
+            child.wait()
+            if isinstance(exc, subprocess.TimeoutExpired):
+                why = f"'yimi {args[0]} {args[1]}' took longer than {timeout:g} s"
+                raise StepFailed(why) from None
+            raise
+        done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
         if done.returncode != 0:
             why = (done.stderr.strip() or done.stdout.strip()).splitlines()
             raise StepFailed(

@@ -42,6 +42,9 @@ def run_demo(folder: Path, *args: str, prefix: tuple[str, ...] = ()) -> subproce
         env=env(),
         cwd=REPO,
         start_new_session=True,
+        # Ctrl-C as at a terminal: a runner started in the background (nohup, `cmd &` in a
+        # script) hands its children SIGINT ignored, and the demo would never see it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
 
 
