@@ -88,7 +88,7 @@ def parse_number(text: str) -> float | None:
     for prefix in ("$", "¥", "￥", "€", "£"):
         if text.startswith(prefix):
             text = text[len(prefix) :].strip()
-    for suffix in MONEY_SUFFIXES + ("%", "％"):
+    for suffix in (*MONEY_SUFFIXES, "%", "％"):
         if text.endswith(suffix) and len(text) > len(suffix):
             text = text[: -len(suffix)].strip()
             break
