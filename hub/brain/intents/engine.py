@@ -307,6 +307,30 @@ def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
     return str(value)
 
 
+TEMPERATURE = "@temperature"
+TEMPERATURE_NAMES = ("temperature", "thermometer", "温度", "气温", "室温")
+
+
+def _temperature_sensor(devices: Sequence[Named]) -> str:
+    for dev in devices:
+        if (dev.domain or dev.value.partition(".")[0]) == "sensor" and any(
+            t in n.casefold() for n in dev.names for t in TEMPERATURE_NAMES
+        ):
+            return dev.value
+    return ""
+
+
+def _state_question_ok(slots: Mapping[str, object], request: str) -> bool:
+    """A state question names a state ("is the kettle on") or asks a sensor for its value;
+    "what is a kettle" / "水壶是什么" is a question about the thing, not its state."""
+    if "state" in slots:
+        return True
+    name = str(slots.get("name", ""))
+    if name.startswith("sensor."):
+        return True
+    return "state" in request.casefold() or "状态" in request
+
+
 class IntentEngine:
     """Whole-sentence intent matching; ``recognize`` never raises and never guesses."""
 
@@ -314,6 +338,7 @@ class IntentEngine:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
         self._lists: dict[str, SlotList] = {}
         self._indexed: dict[str, _IndexedList] = {}
+        self._temperature_sensor = ""
         self.update(lists)
 
     def update(self, lists: SlotLists) -> None:
@@ -325,6 +350,7 @@ class IntentEngine:
             if isinstance(slot_list, TextSlotList)
         }
         self._lists = built
+        self._temperature_sensor = _temperature_sensor(lists.devices)
         # hassil compiles templates lazily; warm both languages now, not in the first turn.
         self.recognize("turn on the kitchen light", "en")
         self.recognize("打开厨房灯", "zh")
@@ -373,6 +399,19 @@ class IntentEngine:
                 continue
             slots[name] = value
         intent = result.intent.name
+        meta = result.intent_metadata or {}
+        if meta.get("query_is_text"):
+            slots.pop("rest", None)
+            slots["query"] = request
+        else:
+            slots.pop("rest", None)
+        if slots.get("name") == TEMPERATURE:
+            sensor = self._temperature_sensor
+            if not sensor:
+                return None
+            slots["name"] = sensor
+        if intent == "HassGetState" and not _state_question_ok(slots, request):
+            return None
         if intent == "HassListAddItem" and slots.get("name") == "shopping":
             intent = "HassShoppingListAddItem"
             del slots["name"]

@@ -29,6 +29,15 @@ POLITE_EN = (
     "i need you to",
     "go ahead and",
     "just",
+    "actually",
+    "oh",
+    "um",
+    "uh",
+    "hmm",
+    "well",
+    "ok so",
+    "okay so",
+    "so",
 )
 POLITE_ZH = (
     "请你帮我",
