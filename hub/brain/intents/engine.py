@@ -307,17 +307,37 @@ def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
     return str(value)
 
 
-TEMPERATURE = "@temperature"
-TEMPERATURE_NAMES = ("temperature", "thermometer", "温度", "气温", "室温")
+# Templates may name a device by role ("how warm is it in here", "烧点水"): the first device
+# of that domain whose names contain one of the words fills the slot (none: no match).
+PLACEHOLDERS: Mapping[str, tuple[str, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "@temperature": ("sensor", ("temperature", "thermometer", "温度", "气温", "室温")),
+        "@kettle": ("switch", ("kettle", "水壶")),
+    }
+)
 
 
-def _temperature_sensor(devices: Sequence[Named]) -> str:
-    for dev in devices:
-        if (dev.domain or dev.value.partition(".")[0]) == "sensor" and any(
-            t in n.casefold() for n in dev.names for t in TEMPERATURE_NAMES
-        ):
-            return dev.value
-    return ""
+def _placeholders(devices: Sequence[Named]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, (domain, words) in PLACEHOLDERS.items():
+        for dev in devices:
+            if (dev.domain or dev.value.partition(".")[0]) == domain and any(
+                w in n.casefold() for n in dev.names for w in words
+            ):
+                found[key] = dev.value
+                break
+    return found
+
+
+def _question_query(request: str, lang: Lang) -> str:
+    """A direct question about the owner as its own query: English as spoken; Chinese
+    without the leading "我的"/"我" ("我的车停在哪了" → "车停在哪了")."""
+    text = clean_free_text(request, lang)
+    if lang == "zh":
+        for prefix in ("我的", "我"):
+            if text.startswith(prefix) and len(text) > len(prefix):
+                return text[len(prefix) :]
+    return text
 
 
 def _state_question_ok(slots: Mapping[str, object], request: str) -> bool:
@@ -338,7 +358,7 @@ class IntentEngine:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
         self._lists: dict[str, SlotList] = {}
         self._indexed: dict[str, _IndexedList] = {}
-        self._temperature_sensor = ""
+        self._placeholders: dict[str, str] = {}
         self.update(lists)
 
     def update(self, lists: SlotLists) -> None:
@@ -350,7 +370,7 @@ class IntentEngine:
             if isinstance(slot_list, TextSlotList)
         }
         self._lists = built
-        self._temperature_sensor = _temperature_sensor(lists.devices)
+        self._placeholders = _placeholders(lists.devices)
         # hassil compiles templates lazily; warm both languages now, not in the first turn.
         self.recognize("turn on the kitchen light", "en")
         self.recognize("打开厨房灯", "zh")
@@ -368,8 +388,9 @@ class IntentEngine:
             return None
         language: Lang = lang or detect_language(text)
         request = strip_request(text, language)
-        if not request or negated(request, language):
+        if not request:
             return None
+        is_negated = negated(request, language)
         request_key = _key(request)
         slot_lists: dict[str, SlotList] = dict(self._lists)
         for name, indexed in self._indexed.items():
@@ -382,6 +403,8 @@ class IntentEngine:
             if len(results) >= MAX_RESULTS:
                 break
         for result in sorted(results, key=_rank):
+            if is_negated and not (result.intent_metadata or {}).get("negation_ok"):
+                continue  # "don't …", "别…": never an action
             match = self._to_match(result, request, language)
             if match is not None:
                 return match
@@ -400,16 +423,15 @@ class IntentEngine:
             slots[name] = value
         intent = result.intent.name
         meta = result.intent_metadata or {}
+        slots.pop("rest", None)
         if meta.get("query_is_text"):
-            slots.pop("rest", None)
-            slots["query"] = request
-        else:
-            slots.pop("rest", None)
-        if slots.get("name") == TEMPERATURE:
-            sensor = self._temperature_sensor
-            if not sensor:
+            slots["query"] = _question_query(request, lang)
+        placeholder = slots.get("name")
+        if isinstance(placeholder, str) and placeholder.startswith("@"):
+            device = self._placeholders.get(placeholder, "")
+            if not device:
                 return None
-            slots["name"] = sensor
+            slots["name"] = device
         if intent == "HassGetState" and not _state_question_ok(slots, request):
             return None
         if intent == "HassListAddItem" and slots.get("name") == "shopping":

@@ -40,6 +40,10 @@ POLITE_EN = (
     "so",
 )
 POLITE_ZH = (
+    "好的",
+    "好吧",
+    "嗯",
+    "那就",
     "请你帮我",
     "请帮我",
     "麻烦你帮我",
@@ -114,7 +118,7 @@ def strip_request(text: str, lang: Lang) -> str:
     wake = WAKE_EN if lang == "en" else WAKE_ZH
     polite = POLITE_EN if lang == "en" else POLITE_ZH
     trailing = TRAILING_EN if lang == "en" else TRAILING_ZH
-    text, _ = _strip_prefix(text, wake, words=True)
+    text, _ = _strip_prefix(text, wake, words)
     changed = True
     while changed and text:
         text, changed = _strip_prefix(text, polite, words)
@@ -160,7 +164,15 @@ NEGATIONS_EN = (
 # "don't forget that …" asks to remember; "never mind", "不用了" is the nevermind intent.
 NOT_NEGATIONS = ("never mind", "nevermind", "don't forget", "do not forget", "别忘", "不要忘")
 NOT_NEGATIONS_WHOLE = frozenset({"不用了", "不用", "不要了", "没事", "没事了", "没什么"})
-NEGATIONS_ZH = ("别", "不要", "不用", "不许", "不准", "甭", "没有", "我没", "我不想", "不想")
+NEGATIONS_ZH = (
+    "先别",
+    "还别",
+    "可别",
+    "千万别",
+    "还不要",
+    "先不要",
+    "暂时不要",
+    "暂时别","别", "不要", "不用", "不许", "不准", "甭", "没有", "我没", "我不想", "不想")
 
 
 def negated(text: str, lang: Lang) -> bool:
