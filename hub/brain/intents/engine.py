@@ -16,6 +16,7 @@ Score (0..1, ``LOCAL_CONFIDENCE`` = 0.8 means "handle locally"):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,9 +36,11 @@ from hub.brain.intents.text import (
     Lang,
     clean_free_text,
     detect_language,
+    has_negation,
     is_han,
     negated,
     strip_request,
+    trailing_clauses,
 )
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,7 @@ NUMBER_SLOTS = frozenset(
 FLOAT_SLOTS = frozenset({"budget"})
 DROPPED_SLOTS = frozenset({"conversation_command"})
 MAX_RESULTS = 24
+CLAUSE_FACTOR = 0.9
 # Lists longer than this are narrowed per request to the names the request contains (a sound
 # filter: a list value matches only where its text occurs). hassil scans every value of a list
 # in Chinese (no word boundaries) and after a wildcard; with 1,000 contacts that is the cost.
@@ -390,6 +394,18 @@ class IntentEngine:
         request = strip_request(text, language)
         if not request:
             return None
+        match = self._match_whole(request, language)
+        if match is not None or has_negation(request, language):
+            return match
+        # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little
+        # less sure (score × CLAUSE_FACTOR); never when anything before it is negated.
+        for clause in trailing_clauses(request, language):
+            match = self._match_whole(clause, language)
+            if match is not None:
+                return dataclasses.replace(match, score=round(match.score * CLAUSE_FACTOR, 3))
+        return None
+
+    def _match_whole(self, request: str, language: Lang) -> Match | None:
         is_negated = negated(request, language)
         request_key = _key(request)
         slot_lists: dict[str, SlotList] = dict(self._lists)
