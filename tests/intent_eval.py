@@ -106,5 +106,8 @@ def describe(misses: Sequence[Miss]) -> str:
     lines = []
     for m in misses:
         got = "None" if m.got is None else f"{m.got.intent} {dict(m.got.slots)}"
-        lines.append(f"  {'H' if m.item.held_out else ' '} [{m.why}] {m.item.text!r}: want {m.item.intent} {dict(m.item.slots)}; got {got}")
+        lines.append(
+            f"  {'H' if m.item.held_out else ' '} [{m.why}] {m.item.text!r}:"
+            f" want {m.item.intent} {dict(m.item.slots)}; got {got}"
+        )
     return "\n".join(lines)

@@ -87,7 +87,7 @@ NUMBER_SLOTS = frozenset(
 )
 FLOAT_SLOTS = frozenset({"budget"})
 DROPPED_SLOTS = frozenset({"conversation_command"})
-MAX_RESULTS = 24
+MAX_RESULTS = 8
 CLAUSE_FACTOR = 0.9
 # Lists longer than this are narrowed per request to the names the request contains (a sound
 # filter: a list value matches only where its text occurs). hassil scans every value of a list
@@ -165,6 +165,22 @@ def _sentence_files(lang: Lang) -> list[dict[str, Any]]:
     return docs
 
 
+DOMAINS = frozenset({"light", "switch", "cover", "media_player", "fan", "sensor", "lock", "todo"})
+
+
+def _domains_supported(block: Mapping[str, Any]) -> bool:
+    """False for a template block that needs a device domain the contract has no use for
+    (valve, climate, vacuum, scene, …): fewer templates, faster matching."""
+    required = (block.get("requires_context") or {}).get("domain")
+    if required is None:
+        domain = (block.get("slots") or {}).get("domain")
+        if domain is None:
+            return True
+        required = domain
+    wanted = [required] if isinstance(required, str) else list(required)
+    return any(d in DOMAINS for d in wanted)
+
+
 @lru_cache(maxsize=4)
 def _intents_dict(lang: Lang) -> dict[str, Any]:
     """Home Assistant's intents for ``lang`` (the contract's subset) merged with Yimi's."""
@@ -186,6 +202,7 @@ def _intents_dict(lang: Lang) -> dict[str, Any]:
             block
             for block in intent.get("data", [])
             if not any(u in repr(block.get("sentences", [])) for u in UNSUPPORTED_LISTS)
+            and _domains_supported(block)
         ]
         merged["intents"][name] = {"data": blocks}
     for doc in _sentence_files(lang):
@@ -251,26 +268,43 @@ def _key(text: str) -> str:
 
 @dataclass(frozen=True)
 class _IndexedList:
-    """A text slot list with each value's key, so a request keeps only names it contains."""
+    """A text slot list indexed by each value's first two key characters, so a request keeps
+    only the names it contains (found through the request's own character pairs)."""
 
     full: TextSlotList
     keys: tuple[str, ...]
+    by_pair: Mapping[str, tuple[int, ...]]
+    short: tuple[int, ...]  # values whose key is shorter than two characters (kept always)
 
     @staticmethod
     def of(slot_list: TextSlotList) -> _IndexedList:
         keys = tuple(
-            _key(v.text_in.text) if isinstance(v.text_in, TextChunk) else "" for v in slot_list.values
+            _key(v.text_in.text) if isinstance(v.text_in, TextChunk) else ""
+            for v in slot_list.values
         )
-        return _IndexedList(slot_list, keys)
+        pairs: dict[str, list[int]] = {}
+        short = []
+        for i, k in enumerate(keys):
+            if len(k) < 2:
+                short.append(i)
+            else:
+                pairs.setdefault(k[:2], []).append(i)
+        return _IndexedList(slot_list, keys, {k: tuple(v) for k, v in pairs.items()}, tuple(short))
 
     def narrowed(self, request_key: str) -> TextSlotList:
         if len(self.keys) <= PREFILTER_MIN:
             return self.full
-        values = [
-            v
-            for v, k in zip(self.full.values, self.keys, strict=True)
-            if not k or k in request_key
-        ]
+        picked: set[int] = set(self.short)
+        seen: set[str] = set()
+        for i in range(len(request_key) - 1):
+            pair = request_key[i : i + 2]
+            if pair in seen:
+                continue
+            seen.add(pair)
+            for j in self.by_pair.get(pair, ()):
+                if self.keys[j] in request_key:
+                    picked.add(j)
+        values = [self.full.values[j] for j in sorted(picked)]
         return TextSlotList(name=self.full.name, values=values)
 
 
@@ -290,6 +324,13 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
     wild_chars = sum(len(e.text) for e in result.entities_list if e.is_wildcard)
     has_name = 1 if "name" in result.entities and not result.entities["name"].is_wildcard else 0
     return (wild_chars, -has_name, -result.text_chunks_matched)
+
+
+def _unbeatable(result: RecognizeResult) -> bool:
+    """No wildcard and a device/list name: no later result can rank better (see _rank)."""
+    if any(e.is_wildcard for e in result.entities_list):
+        return False
+    return "name" in result.entities or "area" not in result.entities
 
 
 def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
@@ -416,7 +457,7 @@ class IntentEngine:
             request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
         ):
             results.append(result)
-            if len(results) >= MAX_RESULTS:
+            if len(results) >= MAX_RESULTS or _unbeatable(result):
                 break
         for result in sorted(results, key=_rank):
             if is_negated and not (result.intent_metadata or {}).get("negation_ok"):

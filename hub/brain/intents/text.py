@@ -172,7 +172,18 @@ NEGATIONS_ZH = (
     "还不要",
     "先不要",
     "暂时不要",
-    "暂时别","别", "不要", "不用", "不许", "不准", "甭", "没有", "我没", "我不想", "不想")
+    "暂时别",
+    "别",
+    "不要",
+    "不用",
+    "不许",
+    "不准",
+    "甭",
+    "没有",
+    "我没",
+    "我不想",
+    "不想",
+)
 
 
 def negated(text: str, lang: Lang) -> bool:
@@ -223,19 +234,67 @@ def has_negation(text: str, lang: Lang) -> bool:
     if lang == "zh":
         return any(n in text for n in NEGATION_CHARS_ZH)
     words = [w.strip(PUNCT) for w in text.casefold().split()]
-    return any(w in NEGATION_WORDS_EN and not (w == "do" and i + 1 < len(words) and words[i + 1] != "not") for i, w in enumerate(words)) or "n't" in text.casefold()
+    return (
+        any(
+            w in NEGATION_WORDS_EN
+            and not (w == "do" and i + 1 < len(words) and words[i + 1] != "not")
+            for i, w in enumerate(words)
+        )
+        or "n't" in text.casefold()
+    )
 
 
 # A preamble holding one of these makes the rest a question or a condition, not a command:
 # "should I turn off the kettle", "if it gets dark turn on the light", "我是不是该，关灯".
 CONDITIONAL_EN = frozenset(
     {
-        "should", "shall", "would", "do", "does", "did", "can", "could", "will", "when",
-        "why", "how", "what", "where", "if", "whether", "who", "is", "are", "was", "were",
-        "before", "after", "until", "unless", "maybe", "wonder", "whenever", "once",
+        "should",
+        "shall",
+        "would",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "will",
+        "when",
+        "why",
+        "how",
+        "what",
+        "where",
+        "if",
+        "whether",
+        "who",
+        "is",
+        "are",
+        "was",
+        "were",
+        "before",
+        "after",
+        "until",
+        "unless",
+        "maybe",
+        "wonder",
+        "whenever",
+        "once",
     }
 )
-CONDITIONAL_ZH = ("吗", "是不是", "该不该", "要不要", "如果", "要是", "为什么", "什么时候", "怎么", "是否", "等", "之前", "以后", "的话")
+CONDITIONAL_ZH = (
+    "吗",
+    "是不是",
+    "该不该",
+    "要不要",
+    "如果",
+    "要是",
+    "为什么",
+    "什么时候",
+    "怎么",
+    "是否",
+    "等",
+    "之前",
+    "以后",
+    "的话",
+)
 
 
 def _plain_preamble(prefix: str, lang: Lang) -> bool:
