@@ -326,6 +326,33 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
     return (wild_chars, -has_name, -result.text_chunks_matched)
 
 
+# A free-text slot that is really a question or a refusal ("莲花厨房点什么好", "茶馆来不来",
+# "你记住了吗", "remember when we went to Paris") means the sentence was not the command.
+QUESTION_ITEMS_ZH = ("什么", "吗", "哪", "多少", "不", "没", "啥")
+WH_WORDS_EN = frozenset({"when", "what", "how", "why", "where", "who", "if", "whether", "which"})
+
+
+# "send mom a message": the kind of message, not a thing to send — not understood (no guess).
+BARE_MESSAGE = frozenset(
+    {"message", "amessage", "email", "anemail", "text", "atext", "note", "anote", "mail"}
+    | {"消息", "邮件", "短信", "信息", "微信", "一条消息", "一封邮件"}
+)
+
+
+def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
+    if name == "what":
+        return _key(value) not in BARE_MESSAGE
+    if name == "items":
+        if lang == "zh":
+            return not any(q in value for q in QUESTION_ITEMS_ZH)
+        return value.casefold().split()[0] not in WH_WORDS_EN
+    if name == "fact":
+        if lang == "zh":
+            return not (value.startswith("了") or value.endswith("吗"))
+        return value.casefold().split()[0] not in WH_WORDS_EN
+    return True
+
+
 def _unbeatable(result: RecognizeResult) -> bool:
     """No wildcard and a device/list name: no later result can rank better (see _rank)."""
     if any(e.is_wildcard for e in result.entities_list):
@@ -479,6 +506,8 @@ class IntentEngine:
                 continue
             slots[name] = value
         intent = result.intent.name
+        if not all(_free_text_ok(k, v, lang) for k, v in slots.items() if isinstance(v, str)):
+            return None
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
         if meta.get("query_is_text"):
