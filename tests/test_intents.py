@@ -209,3 +209,12 @@ def test_never_raises(engine: IntentEngine, text: str) -> None:
     if result is not None:
         assert result.lang in ("en", "zh")
         assert all(isinstance(v, str | int | float) for v in result.slots.values())
+
+
+def test_mixed_scripts(engine: IntentEngine) -> None:
+    m = engine.recognize("打开 kitchen light")
+    assert m is not None and m.intent == "HassTurnOn" and m.slots["name"] == "light.kitchen"
+    m = engine.recognize("turn on 厨房灯")
+    assert m is not None and m.intent == "HassTurnOn" and m.slots["name"] == "light.kitchen"
+    m = engine.recognize("给 Alice 发消息说 see you")
+    assert m is not None and dict(m.slots) == {"contact": "Alice Chen", "body": "see you"}

@@ -38,6 +38,7 @@ from hub.brain.intents.text import (
     detect_language,
     has_negation,
     is_han,
+    mixed_script,
     negated,
     strip_request,
     trailing_clauses,
@@ -487,6 +488,14 @@ class IntentEngine:
         if not isinstance(text, str) or len(text) > 500:
             return None
         language: Lang = lang or detect_language(text)
+        match = self._recognize_in(text, language)
+        if match is None and lang is None and mixed_script(text):
+            # "turn on 厨房灯", "remember that 我喜欢绿茶": the other language's templates
+            other: Lang = "en" if language == "zh" else "zh"
+            match = self._recognize_in(text, other)
+        return match
+
+    def _recognize_in(self, text: str, language: Lang) -> Match | None:
         request = strip_request(text, language)
         if not request:
             return None
