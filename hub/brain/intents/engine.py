@@ -450,15 +450,31 @@ WARM_UP: Mapping[Lang, tuple[str, ...]] = types.MappingProxyType(
 )
 
 
+@dataclass(frozen=True)
+class _Live:
+    """The slot lists of one ``SlotLists`` as hassil wants them, built by ``update``."""
+
+    lists: Mapping[str, SlotList]
+    indexed: Mapping[str, _IndexedList]
+    placeholders: Mapping[str, str]
+
+    @staticmethod
+    def of(lists: SlotLists) -> _Live:
+        built = _build_lists(lists)
+        indexed = {
+            name: _IndexedList.of(slot_list)
+            for name, slot_list in built.items()
+            if isinstance(slot_list, TextSlotList)
+        }
+        return _Live(built, indexed, _placeholders(lists.devices))
+
+
 class IntentEngine:
     """Whole-sentence intent matching; ``recognize`` never raises and never guesses."""
 
     def __init__(self, lists: SlotLists = SlotLists()) -> None:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
-        self._lists: dict[str, SlotList] = {}
-        self._indexed: dict[str, _IndexedList] = {}
-        self._placeholders: dict[str, str] = {}
-        self.update(lists)
+        self._live = _Live.of(lists)
         # hassil builds its number-word tries and template indexes lazily (120-200 ms on the
         # first sentence): pay that here, once, not in the owner's first turn.
         for lang, sentences in WARM_UP.items():
@@ -467,14 +483,7 @@ class IntentEngine:
 
     def update(self, lists: SlotLists) -> None:
         """New live data: only the slot lists are rebuilt."""
-        built = _build_lists(lists)
-        self._indexed = {
-            name: _IndexedList.of(slot_list)
-            for name, slot_list in built.items()
-            if isinstance(slot_list, TextSlotList)
-        }
-        self._lists = built
-        self._placeholders = _placeholders(lists.devices)
+        self._live = _Live.of(lists)  # one reference swap: a concurrent turn sees old or new
 
     def recognize(self, text: str, lang: Lang | None = None) -> Match | None:
         """None = not understood (the brain answers honestly, never acts)."""
@@ -488,33 +497,34 @@ class IntentEngine:
         if not isinstance(text, str) or len(text) > 500:
             return None
         language: Lang = lang or detect_language(text)
-        match = self._recognize_in(text, language)
+        live = self._live
+        match = self._recognize_in(live, text, language)
         if match is None and lang is None and mixed_script(text):
             # "turn on 厨房灯", "remember that 我喜欢绿茶": the other language's templates
             other: Lang = "en" if language == "zh" else "zh"
-            match = self._recognize_in(text, other)
+            match = self._recognize_in(live, text, other)
         return match
 
-    def _recognize_in(self, text: str, language: Lang) -> Match | None:
+    def _recognize_in(self, live: _Live, text: str, language: Lang) -> Match | None:
         request = strip_request(text, language)
         if not request:
             return None
-        match = self._match_whole(request, language)
+        match = self._match_whole(live, request, language)
         if match is not None or has_negation(request, language):
             return match
         # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little
         # less sure (score × CLAUSE_FACTOR); never when anything before it is negated.
         for clause in trailing_clauses(request, language):
-            match = self._match_whole(clause, language)
+            match = self._match_whole(live, clause, language)
             if match is not None:
                 return dataclasses.replace(match, score=round(match.score * CLAUSE_FACTOR, 3))
         return None
 
-    def _match_whole(self, request: str, language: Lang) -> Match | None:
+    def _match_whole(self, live: _Live, request: str, language: Lang) -> Match | None:
         is_negated = negated(request, language)
         request_key = _key(request)
-        slot_lists: dict[str, SlotList] = dict(self._lists)
-        for name, indexed in self._indexed.items():
+        slot_lists: dict[str, SlotList] = dict(live.lists)
+        for name, indexed in live.indexed.items():
             slot_lists[name] = indexed.narrowed(request_key)
         results = []
         for result in recognize_all(
@@ -526,12 +536,14 @@ class IntentEngine:
         for result in sorted(results, key=_rank):
             if is_negated and not (result.intent_metadata or {}).get("negation_ok"):
                 continue  # "don't …", "别…": never an action
-            match = self._to_match(result, request, language)
+            match = self._to_match(live, result, request, language)
             if match is not None:
                 return match
         return None
 
-    def _to_match(self, result: RecognizeResult, request: str, lang: Lang) -> Match | None:
+    def _to_match(
+        self, live: _Live, result: RecognizeResult, request: str, lang: Lang
+    ) -> Match | None:
         slots: dict[str, str | int | float] = {}
         for name, entity in result.entities.items():
             if name in DROPPED_SLOTS:
@@ -551,7 +563,7 @@ class IntentEngine:
             slots["query"] = _question_query(request, lang)
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
-            device = self._placeholders.get(placeholder, "")
+            device = live.placeholders.get(placeholder, "")
             if not device:
                 return None
             slots["name"] = device

@@ -37,7 +37,6 @@ POLITE_EN = (
     "well",
     "ok so",
     "okay so",
-    "so",
 )
 POLITE_ZH = (
     "好的",
