@@ -108,3 +108,12 @@ def test_piper_missing_means_espeak_speaks_english(monkeypatch: pytest.MonkeyPat
 def test_piper_refuses_empty_text_with_an_audio_error() -> None:
     with pytest.raises(AudioError):
         PiperVoice().synthesize("   ")
+
+
+def test_devices_speak_through_the_language_speaker_by_default() -> None:
+    from edge_agent.pipeline import _default_speaker
+
+    speaker = _default_speaker()
+    assert isinstance(speaker, Speaker)
+    assert speaker.voice_for("现在是下午五点。").name == "espeak-ng:cmn"
+    assert speaker.voice_for("It is five o'clock.").name.startswith("piper:")
