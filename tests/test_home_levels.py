@@ -42,7 +42,17 @@ async def test_levels_areas_and_bad_values_against_mqtt_devices(tmp_path: Path) 
         "state": "OFF",
         "command": True,
     }
-    devices = [dict(d) for d in DEVICES] + [unplaced]
+    desk = {  # Home Assistant's JSON light schema
+        "component": "light",
+        "object_id": "desk",
+        "name": "Desk lamp",
+        "state": "OFF",
+        "command": True,
+        "schema": "json",
+        "brightness": 0,
+        "area": "Study",
+    }
+    devices = [dict(d) for d in DEVICES] + [unplaced, desk]
     areas = json.dumps({"switch.fan_plug": "Study"})
     courier = RecordingCourier()
     async with (
@@ -105,6 +115,21 @@ async def test_levels_areas_and_bad_values_against_mqtt_devices(tmp_path: Path) 
         assert sent[-1] == (SPEAKER, "25")
         back = await gw.call(call("home", "get_state", {"entity": SPEAKER}, "c8", "t5"), OWNER)
         assert by_target(back)[SPEAKER]["volume"] == 25
+
+        json_dim = await gw.call(setting(asked("light.desk", brightness=50), "c10", "t7"), OWNER)
+        assert json_dim.status == "succeeded" and json_dim.effects[0].state == "verified"
+        assert sent[-1] == ("light.desk", 'json={"state": "ON", "brightness": 128}')
+        back = await gw.call(
+            call("home", "get_state", {"entity": "light.desk"}, "c11", "t7"), OWNER
+        )
+        assert by_target(back)["light.desk"] | {"features": []} == {
+            "name": "Desk lamp",
+            "domain": "light",
+            "area": "Study",
+            "state": "on",
+            "brightness": 50,
+            "features": [],
+        }
 
         # what a device cannot take fails with a clear code, and nothing is sent
         before = len(sent)

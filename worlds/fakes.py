@@ -184,7 +184,8 @@ DEVICES: list[dict[str, Any]] = [
 ``command`` (it takes commands), ``unit``, ``area`` (``device.suggested_area``), a light's
 ``brightness`` + ``brightness_scale`` (dimmable), a cover's ``position`` (0 closed .. 100
 open; ``set_position_topic``), a number's ``min``/``max``/``icon`` (a speaker volume is a
-``number`` with ``icon: mdi:volume-high``: HA's MQTT discovery has no media player)."""
+``number`` with ``icon: mdi:volume-high``: HA's MQTT discovery has no media player);
+``schema: "json"`` makes a light speak HA's JSON light schema."""
 
 
 def _cover_state(position: int) -> str:
@@ -242,7 +243,11 @@ class FakeHomeDevices:
         if d.get("command"):
             cfg["command_topic"] = command_t
             listens[command_t] = ("state", state_t)
-        if d["component"] == "light" and "brightness" in d:
+        if d.get("schema") == "json":  # HA's JSON light schema: one JSON message each way
+            cfg.update(schema="json", brightness="brightness" in d)
+            cfg["brightness_scale"] = d.get("brightness_scale", 255)
+            listens[command_t] = ("json", state_t)
+        elif d["component"] == "light" and "brightness" in d:
             cfg["brightness_command_topic"] = f"{base}/brightness/set"
             cfg["brightness_state_topic"] = f"{base}/brightness"
             cfg["brightness_scale"] = d.get("brightness_scale", 255)
@@ -258,6 +263,13 @@ class FakeHomeDevices:
     async def _report(self, c: aiomqtt.Client, d: dict[str, Any]) -> None:
         """levels first, then the state (a state change is the last thing a device says)"""
         base = self._base(d)
+        if d.get("schema") == "json":
+            body = {
+                "state": d["state"],
+                **({"brightness": d["brightness"]} if "brightness" in d else {}),
+            }
+            await c.publish(f"{base}/state", json.dumps(body), qos=1, retain=True)
+            return
         if d["component"] == "light" and "brightness" in d:
             await c.publish(f"{base}/brightness", str(d["brightness"]), qos=1, retain=True)
         if d["component"] == "cover" and "position" in d:
@@ -267,7 +279,14 @@ class FakeHomeDevices:
     @staticmethod
     def _obey(d: dict[str, Any], role: str, payload: str) -> None:
         kind = d["component"]
-        if role == "brightness":
+        if role == "json":
+            body = json.loads(payload)
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            if "brightness" in body and "brightness" in d:
+                d["brightness"] = int(body["brightness"])
+            d["state"] = str(body.get("state", d["state"]))
+        elif role == "brightness":
             d["brightness"] = max(0, min(int(d.get("brightness_scale", 255)), int(payload)))
             d["state"] = "ON" if d["brightness"] > 0 else "OFF"
         elif role == "position":

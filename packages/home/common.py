@@ -5,7 +5,9 @@ Entities follow Home Assistant's MQTT-discovery configs (default schema):
 
 * ``light`` — ``command_topic`` (``payload_on``/``payload_off``), ``state_topic``; dimmable
   when it has ``brightness_command_topic`` (device scale ``brightness_scale``, default 255;
-  the level is read on ``brightness_state_topic``);
+  the level is read on ``brightness_state_topic``). With ``schema: json`` one JSON message
+  each way (``{"state": "ON", "brightness": 102}``), dimmable when ``brightness: true`` or
+  a ``supported_color_modes`` other than ``onoff``;
 * ``switch``, ``fan`` — on/off;
 * ``cover`` — ``command_topic`` (``payload_open`` ``OPEN`` / ``payload_close`` ``CLOSE``),
   ``state_topic`` (``state_open`` ``open``, ``state_closed`` ``closed``, ``state_opening``,
@@ -98,8 +100,19 @@ class Entity:
 
     # ---------------------------------------------------------------- what it can do
     @property
+    def json_schema(self) -> bool:
+        """a light on HA's JSON schema: one JSON command and one JSON state"""
+        return self.component == "light" and self.config.get("schema") == "json"
+
+    @property
     def dimmable(self) -> bool:
-        return self.component == "light" and bool(self.config.get("brightness_command_topic"))
+        if self.component != "light":
+            return False
+        if self.json_schema:
+            modes = self.config.get("supported_color_modes")
+            dims = isinstance(modes, list) and any(m != "onoff" for m in modes)
+            return self.config.get("brightness") is True or dims
+        return bool(self.config.get("brightness_command_topic"))
 
     @property
     def positionable(self) -> bool:
@@ -158,6 +171,18 @@ class Entity:
         return out
 
     def report(self, role: str, payload: str) -> None:
+        if role == "state" and self.json_schema:
+            try:
+                data = json.loads(payload)
+            except ValueError:
+                return
+            if not isinstance(data, dict):
+                return
+            if isinstance(data.get("state"), str):
+                self.state = data["state"]
+            if isinstance(data.get("brightness"), int | float):
+                self.brightness_raw = str(data["brightness"])
+            return
         if role == "brightness":
             self.brightness_raw = payload
         elif role == "position":
@@ -372,6 +397,11 @@ def commands(e: Entity, w: Wanted) -> list[tuple[str, str]]:
     """The (topic, payload) messages that ask the device for ``w`` (Home Assistant's
     default light schema: the on/off command first, then the brightness)."""
     out: list[tuple[str, str]] = []
+    if e.json_schema:
+        body: dict[str, Any] = {"state": "ON" if w.state != "off" else "OFF"}
+        if w.brightness is not None:
+            body["brightness"] = max(1, _device_value(w.brightness, 0, e.brightness_scale))
+        return [(e.command_topic, json.dumps(body))]
     if w.state is not None:
         if e.component == "cover":
             key, default = (
