@@ -21,8 +21,10 @@ While the sink plays a reply, and for ``PLAYBACK_TAIL_MS`` after it, nothing hea
 taken as the owner: the wake spotter is not fed and segments overlapping that time are
 ambient (``own_playback``) — the device does not wake itself.
 
-Replies are spoken with espeak-ng into the sink and ACKed ``PLAYED``; a device without
-the ``speaker`` role (or run without an audio sink) shows them and ACKs ``RENDERED``.
+Replies are spoken in their own language (``hardware.tts.Speaker``: Chinese by espeak-ng
+``cmn``, English by the neural Piper voice, espeak-ng when Piper is missing or fails) into
+the sink and ACKed ``PLAYED``; a device without the ``speaker`` role (or run without an
+audio sink) shows them and ACKs ``RENDERED``.
 
 Detectors are injected through small protocols (:class:`SpeechDetector`,
 :class:`WakeSpotter`, :class:`SpeakerEmbedder`), so the state machine can be tested on
@@ -371,7 +373,7 @@ class VoicePipeline:
         self.ears = ears
         self.uplink = uplink
         self.sink = sink
-        self._speak = speak or _espeak
+        self._speak: Callable[[str], Samples] = speak or _default_speaker()
         self.ambient_path = state_dir / "ambient.jsonl"
         self.hearing = Hearing(ears.speech, ears.wake, ears.preroll_ms)
         self.stats = Stats()
@@ -749,7 +751,7 @@ class VoicePipeline:
             await self._changed.wait()
 
 
-def _espeak(text: str) -> Samples:
-    from hardware.espeak import synthesize
+def _default_speaker() -> Callable[[str], Samples]:
+    from hardware.tts import Speaker
 
-    return synthesize(text)
+    return Speaker.default()

@@ -181,6 +181,8 @@ MESSAGES: dict[str, str] = {
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
+    "tts.missing": "the voice {voice} is not installed ({reason}): replies use espeak-ng",
+    "tts.failed": "the voice {voice} could not speak: {reason}",
     # audio sources, sinks and files (hardware/audio.py)
     "audio.missing": "no audio file {path}",
     "audio.empty": "{what} holds no audio",

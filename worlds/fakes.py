@@ -4,8 +4,9 @@
   what it receives; ``delay`` makes it slow to accept a message (timeouts).
 - :class:`MqttHomeWorld` — a mosquitto on a loopback port (generated config, anonymous,
   loopback only) and :class:`FakeHomeDevices`, a Home Assistant MQTT-discovery device set
-  (kitchen light, kettle switch, temperature sensor, front-door lock) that answers commands
-  by reporting its new state.
+  (kitchen light, kettle switch, temperature sensor, front-door lock, dimmable living-room
+  lamp, bedroom blinds cover, living-room speaker volume) that answers commands by
+  reporting its new state.
 
 Both are async context managers that own what they start.
 """
@@ -120,6 +121,7 @@ DEVICES: list[dict[str, Any]] = [
         "name": "Kitchen light",
         "state": "OFF",
         "command": True,
+        "area": "Kitchen",
     },
     {
         "component": "switch",
@@ -127,6 +129,7 @@ DEVICES: list[dict[str, Any]] = [
         "name": "Kettle",
         "state": "OFF",
         "command": True,
+        "area": "Kitchen",
     },
     {
         "component": "sensor",
@@ -134,6 +137,7 @@ DEVICES: list[dict[str, Any]] = [
         "name": "Living room temperature",
         "state": "21.5",
         "unit": "°C",
+        "area": "Living room",
     },
     {
         "component": "lock",
@@ -141,14 +145,59 @@ DEVICES: list[dict[str, Any]] = [
         "name": "Front door",
         "state": "LOCKED",
         "command": True,
+        "area": "Hallway",
+    },
+    {
+        "component": "light",
+        "object_id": "living_room_lamp",
+        "name": "Living room lamp",
+        "state": "OFF",
+        "command": True,
+        "brightness": 153,
+        "brightness_scale": 255,
+        "area": "Living room",
+    },
+    {
+        "component": "cover",
+        "object_id": "bedroom_blinds",
+        "name": "Bedroom blinds",
+        "state": "closed",
+        "command": True,
+        "position": 0,
+        "area": "Bedroom",
+    },
+    {
+        "component": "number",
+        "object_id": "living_room_speaker_volume",
+        "name": "Living room speaker",
+        "state": "30",
+        "command": True,
+        "icon": "mdi:volume-high",
+        "min": 0,
+        "max": 100,
+        "unit": "%",
+        "area": "Living room",
     },
 ]
+"""Home Assistant MQTT-discovery devices (default schemas): a device dict has
+``component``, ``object_id``, ``name``, ``state`` (its state-topic payload), optionally
+``command`` (it takes commands), ``unit``, ``area`` (``device.suggested_area``), a light's
+``brightness`` + ``brightness_scale`` (dimmable), a cover's ``position`` (0 closed .. 100
+open; ``set_position_topic``), a number's ``min``/``max``/``icon`` (a speaker volume is a
+``number`` with ``icon: mdi:volume-high``: HA's MQTT discovery has no media player);
+``schema: "json"`` makes a light speak HA's JSON light schema."""
+
+
+def _cover_state(position: int) -> str:
+    return "closed" if position <= 0 else "open"
 
 
 @dataclass
 class FakeHomeDevices:
     """Home Assistant-style devices on MQTT: retained discovery configs and states; they
-    obey commands by reporting the new state (unless ``deaf``)."""
+    obey commands by reporting the new state (unless ``deaf``): a light its state and
+    brightness (a brightness command turns it on), a cover its state and position, a
+    number its value (clamped to its range). Locks never obey."""
 
     host: str
     port: int
@@ -157,48 +206,130 @@ class FakeHomeDevices:
     deaf: set[str] = field(default_factory=set)
     """entity ids that ignore commands (their state never confirms)"""
     commands: list[tuple[str, str]] = field(default_factory=list)
+    """(entity id, payload) of every command received; a level command's payload is
+    ``brightness=N`` / ``position=N`` (device scale)"""
     _task: asyncio.Task[None] | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def _base(self, d: dict[str, Any]) -> str:
+        return f"yimi-fake/{d['component']}/{d['object_id']}"
+
     def _topics(self, d: dict[str, Any]) -> tuple[str, str, str]:
-        base = f"yimi-fake/{d['component']}/{d['object_id']}"
+        base = self._base(d)
         return (
             f"{self.prefix}/{d['component']}/{d['object_id']}/config",
             f"{base}/state",
             f"{base}/set",
         )
 
+    def _config(self, d: dict[str, Any]) -> tuple[dict[str, Any], dict[str, tuple[str, str]]]:
+        """(discovery config, command topic → (role, topic it reports on))"""
+        _, state_t, command_t = self._topics(d)
+        base = self._base(d)
+        cfg: dict[str, Any] = {
+            "name": d["name"],
+            "unique_id": d["object_id"],
+            "state_topic": state_t,
+        }
+        listens: dict[str, tuple[str, str]] = {}
+        if d.get("unit"):
+            cfg["unit_of_measurement"] = d["unit"]
+        if d.get("area"):
+            cfg["device"] = {
+                "identifiers": [f"yimi-fake-{d['object_id']}"],
+                "name": d["name"],
+                "suggested_area": d["area"],
+            }
+        if d.get("command"):
+            cfg["command_topic"] = command_t
+            listens[command_t] = ("state", state_t)
+        if d.get("schema") == "json":  # HA's JSON light schema: one JSON message each way
+            cfg.update(schema="json", brightness="brightness" in d)
+            cfg["brightness_scale"] = d.get("brightness_scale", 255)
+            listens[command_t] = ("json", state_t)
+        elif d["component"] == "light" and "brightness" in d:
+            cfg["brightness_command_topic"] = f"{base}/brightness/set"
+            cfg["brightness_state_topic"] = f"{base}/brightness"
+            cfg["brightness_scale"] = d.get("brightness_scale", 255)
+            listens[cfg["brightness_command_topic"]] = ("brightness", cfg["brightness_state_topic"])
+        if d["component"] == "cover" and "position" in d:
+            cfg["set_position_topic"] = f"{base}/position/set"
+            cfg["position_topic"] = f"{base}/position"
+            listens[cfg["set_position_topic"]] = ("position", cfg["position_topic"])
+        if d["component"] == "number":
+            cfg.update({k: d[k] for k in ("min", "max", "icon") if k in d})
+        return cfg, listens
+
+    async def _report(self, c: aiomqtt.Client, d: dict[str, Any]) -> None:
+        """levels first, then the state (a state change is the last thing a device says)"""
+        base = self._base(d)
+        if d.get("schema") == "json":
+            body = {
+                "state": d["state"],
+                **({"brightness": d["brightness"]} if "brightness" in d else {}),
+            }
+            await c.publish(f"{base}/state", json.dumps(body), qos=1, retain=True)
+            return
+        if d["component"] == "light" and "brightness" in d:
+            await c.publish(f"{base}/brightness", str(d["brightness"]), qos=1, retain=True)
+        if d["component"] == "cover" and "position" in d:
+            await c.publish(f"{base}/position", str(d["position"]), qos=1, retain=True)
+        await c.publish(f"{base}/state", str(d["state"]), qos=1, retain=True)
+
+    @staticmethod
+    def _obey(d: dict[str, Any], role: str, payload: str) -> None:
+        kind = d["component"]
+        if role == "json":
+            body = json.loads(payload)
+            if not isinstance(body, dict):
+                raise ValueError("not a JSON object")
+            if "brightness" in body and "brightness" in d:
+                d["brightness"] = int(body["brightness"])
+            d["state"] = str(body.get("state", d["state"]))
+        elif role == "brightness":
+            d["brightness"] = max(0, min(int(d.get("brightness_scale", 255)), int(payload)))
+            d["state"] = "ON" if d["brightness"] > 0 else "OFF"
+        elif role == "position":
+            d["position"] = max(0, min(100, int(payload)))
+            d["state"] = _cover_state(d["position"])
+        elif kind == "cover":
+            if payload in ("OPEN", "CLOSE"):
+                d["position"] = 100 if payload == "OPEN" else 0
+                d["state"] = "open" if payload == "OPEN" else "closed"
+        elif kind == "number":
+            value = float(payload)
+            d["state"] = str(round(max(d.get("min", 1), min(d.get("max", 100), value))))
+        else:
+            d["state"] = payload
+
     async def _run(self) -> None:
         async with aiomqtt.Client(self.host, self.port, identifier="fake-home-devices") as c:
-            by_command: dict[str, dict[str, Any]] = {}
+            by_command: dict[str, tuple[dict[str, Any], str]] = {}
             for d in self.devices:
-                config_t, state_t, command_t = self._topics(d)
-                cfg: dict[str, Any] = {
-                    "name": d["name"],
-                    "unique_id": d["object_id"],
-                    "state_topic": state_t,
-                }
-                if d.get("unit"):
-                    cfg["unit_of_measurement"] = d["unit"]
-                if d.get("command"):
-                    cfg["command_topic"] = command_t
-                    by_command[command_t] = d
-                await c.publish(config_t, json.dumps(cfg), qos=1, retain=True)
-                await c.publish(state_t, d["state"], qos=1, retain=True)
-            await c.subscribe("yimi-fake/+/+/set", qos=1)
+                cfg, listens = self._config(d)
+                for topic, (role, _) in listens.items():
+                    by_command[topic] = (d, role)
+                await c.publish(self._topics(d)[0], json.dumps(cfg), qos=1, retain=True)
+                await self._report(c, d)
+            for topic in by_command:
+                await c.subscribe(topic, qos=1)
             self.ready.set()
             async for msg in c.messages:
                 found = by_command.get(msg.topic.value)
                 if found is None:
                     continue
-                d = found
+                d, role = found
                 payload = bytes(msg.payload or b"").decode()
                 entity = f"{d['component']}.{d['object_id']}"
-                self.commands.append((entity, payload))
+                self.commands.append((entity, payload if role == "state" else f"{role}={payload}"))
                 if entity in self.deaf or d["component"] == "lock":
                     continue
-                d["state"] = payload
-                await c.publish(self._topics(d)[1], payload, qos=1, retain=True)
+                try:
+                    self._obey(d, role, payload)
+                except ValueError:
+                    log.info("fake %s ignores %r on %s", entity, payload, msg.topic.value)
+                    continue
+                await self._report(c, d)
 
     async def __aenter__(self) -> FakeHomeDevices:
         self._task = asyncio.create_task(self._run(), name="fake-home-devices")

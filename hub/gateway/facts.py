@@ -65,15 +65,36 @@ def _email_sent(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     return f"Sent the e-mail to {to}{about}.", f"Sent to {to}.", (to,)
 
 
+_LEVELS = ("brightness", "position", "volume")
+
+
+def _levels(e: Effect, percent: str) -> str:
+    """``brightness 40 %, volume 25 %`` from the levels (0..100) a home effect carries"""
+    return ", ".join(
+        f"{k} {e.fields[k]}{percent}"
+        for k in _LEVELS
+        if isinstance(e.fields.get(k), int) and not isinstance(e.fields.get(k), bool)
+    )
+
+
 def _device_state(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", "unknown"))
+    text, voice = _levels(e, " %"), _levels(e, " percent")
+    if text:
+        return f"{name} is {state} ({text}).", f"{name}: {state}, {voice}.", (name,)
     return f"{name} is {state}.", f"{name}: {state}.", (name,)
 
 
 def _device_set(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", ""))
+    text, voice = _levels(e, " %"), _levels(e, " percent")
+    if text:
+        return f"Set {name} to {text}.", f"{name}: {voice}.", (name,)
+    if state in ("open", "closed"):
+        verb = "Opened" if state == "open" else "Closed"
+        return f"{verb} {name}.", f"{name} {state}.", (name,)
     return f"Turned {name} {state}.", f"{name} {state}.", (name,)
 
 

@@ -2,14 +2,19 @@
 
 Devices announce themselves with retained JSON configs on
 ``<prefix>/<component>/<object_id>/config`` (``name``, ``state_topic``, ``command_topic``,
-``unit_of_measurement``, ``payload_on``/``payload_off``); states arrive on their state
-topics. ``set_state`` publishes to the command topic and waits for the device to report the
-new state: only then is the effect ``verified`` (otherwise ``not_verified`` — the gateway
-then reports ``unknown`` and asks for ``get_state`` first). Locks are read-only: no command
-is ever published to a lock.
+``unit_of_measurement``, ``payload_on``/``payload_off``, ``device.suggested_area``; for
+lights ``brightness_command_topic``/``brightness_state_topic``/``brightness_scale``, for
+covers ``set_position_topic``/``position_topic``, for a speaker's volume a ``number``; see
+``common.py``); states arrive on their state topics. ``set_state`` publishes to the
+command topics and waits for the device to report the new state and levels: only then is
+the effect ``verified`` (otherwise ``not_verified`` — the gateway then reports ``unknown``
+and asks for ``get_state`` first). A call the device cannot take (a level out of 0..100,
+a brightness for a cover, a state for a lock) fails before anything is published. Locks
+are read-only: no command is ever published to a lock.
 
 Environment: ``YIMI_MQTT_HOST``, ``YIMI_MQTT_PORT``, ``YIMI_MQTT_USER``, ``MQTT_PASSWORD``,
-``YIMI_DISCOVERY_PREFIX`` (default ``homeassistant``), ``YIMI_CONFIRM_TIMEOUT`` (s).
+``YIMI_DISCOVERY_PREFIX`` (default ``homeassistant``), ``YIMI_CONFIRM_TIMEOUT`` (s),
+``YIMI_AREAS`` (JSON object entity id → area, for devices whose config names none).
 """
 
 from __future__ import annotations
@@ -27,7 +32,17 @@ import aiomqtt
 from mcp.server.mcpserver import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import READ_ONLY, SWITCHABLE, Entity, listing, observation, receipt
+from common import (
+    Entity,
+    commands,
+    configured_areas,
+    entity_from_config,
+    listing,
+    observation,
+    receipt,
+    set_receipt,
+    wanted,
+)
 
 PREFIX = os.environ.get("YIMI_DISCOVERY_PREFIX", "homeassistant")
 SETTLE_S = 1.0
@@ -38,8 +53,10 @@ MAX_TOPICS = 10_000
 class Home:
     def __init__(self) -> None:
         self.entities: dict[str, Entity] = {}
-        self.by_state_topic: dict[str, Entity] = {}
+        self.by_topic: dict[str, tuple[Entity, str]] = {}
+        """reading topic → (entity, role)"""
         self.last_payload: dict[str, str] = {}
+        self.areas = configured_areas()
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
@@ -57,26 +74,14 @@ class Home:
         if not isinstance(cfg, dict):
             self.entities.pop(key, None)
             return
-        e = Entity(
-            component,
-            object_id,
-            str(cfg.get("name") or object_id),
-            str(cfg.get("state_topic", "")),
-            str(cfg.get("command_topic", "")),
-            cfg.get("unit_of_measurement"),
-            str(cfg.get("payload_on", "ON")),
-            str(cfg.get("payload_off", "OFF")),
-            None,
-            cfg,
-        )
-        old = self.entities.get(key)
-        if old is not None:
-            e.state = old.state
-        if e.state is None and e.state_topic in self.last_payload:
-            e.state = self.last_payload[e.state_topic]
+        e = entity_from_config(component, object_id, cfg, self.areas)
+        for t, role in e.reading_topics.items():
+            # the last reading on the topic (a state may arrive before its config; a config
+            # seen again keeps what the device said meanwhile)
+            if t in self.last_payload:
+                e.report(role, self.last_payload[t])
+            self.by_topic[t] = (e, role)
         self.entities[key] = e
-        if e.state_topic:
-            self.by_state_topic[e.state_topic] = e
 
     async def run(self) -> None:
         host = os.environ.get("YIMI_MQTT_HOST", "127.0.0.1")
@@ -108,12 +113,16 @@ class Home:
             if len(payload) > 1024:
                 return
             text = payload.decode(errors="replace").strip()
-            if topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
-                self.last_payload[topic] = text  # a state may arrive before its config
-            e = self.by_state_topic.get(topic)
-            if e is None:
+            found = self.by_topic.get(topic)
+            if found or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
+                self.last_payload[topic] = text
+            if found is None:
                 return
-            e.state = text
+            reporter, role = found
+            current = self.entities.get(reporter.entity_id)
+            if current is None or id(current) != id(reporter):
+                return  # the config changed since: a stale mapping
+            current.report(role, text)
         async with self.changed:
             self.changed.notify_all()
 
@@ -122,7 +131,7 @@ class Home:
 
         def known() -> bool:
             e = self.entities.get(entity_id)
-            return e is not None and (e.state is not None or not e.state_topic)
+            return e is not None and e.reported
 
         if not known():
             with contextlib.suppress(TimeoutError):
@@ -152,7 +161,9 @@ mcp = MCPServer("home", lifespan=lifespan)
 
 @mcp.tool()
 async def list_devices() -> dict[str, Any]:
-    """Every discovered device with its state (sensors with their values and units)."""
+    """Every discovered device: one device.state effect each with name, domain, area, state,
+    brightness/position/volume (0-100 %) where the device has them, and features; sensors
+    also as values with their units."""
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(SETTLE_S):
             await HOME.connected.wait()
@@ -162,7 +173,8 @@ async def list_devices() -> dict[str, Any]:
 
 @mcp.tool()
 async def get_state(entity: str) -> dict[str, Any]:
-    """The state of one device (e.g. light.kitchen, sensor.living_temperature, lock.front)."""
+    """The state of one device (e.g. light.kitchen, sensor.living_temperature, lock.front),
+    with its brightness, position or volume (0-100 %) where it has one."""
     e = await HOME.entity(entity)
     if e is None:
         return receipt("failed", error=("NOT_FOUND", f"no device {entity}"))
@@ -170,38 +182,34 @@ async def get_state(entity: str) -> dict[str, Any]:
 
 
 @mcp.tool()
-async def set_state(entity: str, state: str) -> dict[str, Any]:
-    """Switch a light, switch or fan "on" or "off". Locks are read-only."""
+async def set_state(
+    entity: str,
+    state: str = "",
+    brightness: int | None = None,
+    position: int | None = None,
+    volume: int | None = None,
+) -> dict[str, Any]:
+    """Switch a light, switch or fan "on"/"off"; set a dimmable light's brightness (0-100 %,
+    0 is off); open/close a cover ("open"/"closed") or set its position (0 closed .. 100
+    open); set a speaker's volume (0-100 %). Locks and sensors are read-only."""
     e = await HOME.entity(entity)
     if e is None:
         return receipt("failed", error=("NOT_FOUND", f"no device {entity}"))
-    if e.component in READ_ONLY or e.component not in SWITCHABLE or not e.command_topic:
-        return receipt("failed", error=("READ_ONLY", f"{entity} is read-only"))
-    if state not in ("on", "off"):
-        return receipt("failed", error=("BAD_STATE", "state must be on or off"))
+    w = wanted(e, state, brightness, position, volume)
+    if isinstance(w, tuple):
+        return receipt("failed", error=w)
     if HOME.client is None:
         return receipt("failed", error=("DISCONNECTED", "no connection to the MQTT broker"))
-    payload = e.payload_on if state == "on" else e.payload_off
-    await HOME.client.publish(e.command_topic, payload, qos=1)
+    for topic, payload in commands(e, w):
+        await HOME.client.publish(topic, payload, qos=1)
     timeout = float(os.environ.get("YIMI_CONFIRM_TIMEOUT", "3"))
     confirmed = False
     with contextlib.suppress(TimeoutError):
         async with asyncio.timeout(timeout):
             async with HOME.changed:
-                await HOME.changed.wait_for(lambda: e.readable_state() == state)
+                await HOME.changed.wait_for(lambda: w.met_by(e))
                 confirmed = True
-    return receipt(
-        "succeeded",
-        effects=[
-            {
-                "kind": "device.set",
-                "state": "verified" if confirmed else "not_verified",
-                "target": e.entity_id,
-                "fields": {"name": e.name, "state": state},
-            }
-        ],
-        unknowns=[] if confirmed else [f"{e.name} did not report {state} in {timeout:g} s"],
-    )
+    return set_receipt(e, w, confirmed, timeout)
 
 
 if __name__ == "__main__":
