@@ -50,7 +50,8 @@ EFFECT_STATES = ("verified", "service_ack", "not_verified", "unknown")
 CONFIRMED = frozenset({"verified", "service_ack"})
 RETRY_ORDER = ("safe", "after_check", "forbidden")
 UNCERTAIN_ERRORS = frozenset({"TIMEOUT", "DISCONNECTED"})
-MAX_ITEMS = 64
+MAX_ITEMS = 256
+"""effects (and values, unknowns) kept from one receipt: a home of 200 devices lists whole"""
 MAX_TEXT = 2000
 MAX_OUTPUT = 16_000
 """characters of a tool's text output kept on its receipt"""
