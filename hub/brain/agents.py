@@ -48,6 +48,7 @@ from typing import Any
 
 from pydantic_ai import Agent, RunContext, SkipToolExecution, Tool
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRequestTimeout
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -72,6 +73,7 @@ from hub.brain.base import (
 from hub.brain.cloud import Provenance, blockers, eligible, receipt_provenance
 from hub.brain.errors import BrainError
 from hub.brain.fences import RULES, fence, render_receipt
+from hub.brain.llm_texts import lang, say
 from hub.brain.ordering import PAYMENT_KINDS, PaymentDesk, parse_order
 from hub.brain.providers import Endpoint, ProviderConfig, ProviderStore, route
 from hub.brain.runtime import BrainCore, waiting
@@ -621,10 +623,7 @@ class PydanticBrain(Brain):
             self.store.update_spec(task.task_id, waiting=_park(turn, ctx_block))
             self.store.move(task.task_id, "admitted", waiting_for=WAIT_MODEL)
             log.info("turn %s waits: no eligible endpoint (%s)", task.task_id, why)
-            text = (
-                "This request can only go to a local model, and none is configured; "
-                "it waits until one is."
-            )
+            text = say("llm.waits_local", lang(turn.language, turn.text))
             for c in out.make(text):
                 yield c
             return
@@ -684,11 +683,23 @@ class PydanticBrain(Brain):
                 history,
             )
         except Exception as exc:  # the model endpoint failed: say so, never guess
-            log.warning("turn %s: the model failed: %s: %s", task.task_id, type(exc).__name__, exc)
-            text = "I could not reach my language model, so I could not answer that."
-            failed = self.store.move(
-                task.task_id, "failed", type(exc).__name__, result={"report": text}
-            )
+            language = lang(turn.language, turn.text)
+            if _timed_out(exc):
+                log.warning(
+                    "turn %s: the model did not answer within %g s (%s)",
+                    task.task_id,
+                    endpoint.call_timeout_s,
+                    endpoint.label(),
+                )
+                text = say("llm.timeout", language, seconds=endpoint.call_timeout_s)
+                why = f"timeout: no answer within {endpoint.call_timeout_s:g} s"
+            else:
+                log.warning(
+                    "turn %s: the model failed: %s: %s", task.task_id, type(exc).__name__, exc
+                )
+                text = say("llm.unreachable", language)
+                why = type(exc).__name__
+            failed = self.store.move(task.task_id, "failed", why, result={"report": text})
             await self.core.emit(failed, text)
             return text
         receipts = self.gateway.ledger.task_receipts(deps.ledger_id)
@@ -757,11 +768,20 @@ class PydanticBrain(Brain):
             try:
                 await self._run_sub(task, config, history)
             except Exception as exc:
-                log.exception("sub-agent %s failed", task_id)
+                language = lang("", str(task.spec.get("utterance", "")))
+                if _timed_out(exc):
+                    seconds = _timeout_of(config, task)
+                    log.warning("sub-agent %s: no model answer within %g s", task_id, seconds)
+                    why = f"timeout: no answer within {seconds:g} s"
+                    text = say("llm.sub_timeout", language, seconds=seconds)
+                else:
+                    log.exception("sub-agent %s failed", task_id)
+                    why = f"{type(exc).__name__}: {exc}"[:300]
+                    text = say("llm.sub_failed", language)
                 cur = self.store.require(task_id)
                 if not cur.finished:
-                    cur = self.store.move(task_id, "failed", f"{type(exc).__name__}: {exc}"[:300])
-                    await self.core.emit(cur, "The background task failed.")
+                    cur = self.store.move(task_id, "failed", why)
+                    await self.core.emit(cur, text)
             finally:
                 self.running -= 1
 
@@ -858,6 +878,23 @@ class PydanticBrain(Brain):
             await asyncio.sleep(0.02)
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """A model call that ran past its endpoint's ``timeout_s`` (pydantic-ai's deadline, or
+    the SDK's own read timeout)."""
+    if isinstance(exc, (ModelRequestTimeout, TimeoutError)):
+        return True
+    name = type(exc).__name__
+    return name in ("APITimeoutError", "ReadTimeout", "TimeoutException") or (
+        exc.__cause__ is not None and _timed_out(exc.__cause__)
+    )
+
+
+def _timeout_of(config: ProviderConfig, task: TaskRecord) -> float:
+    role = "subagent" if config.endpoints("subagent") else "brain"
+    eps = config.endpoints(role)
+    return eps[0].call_timeout_s if eps else 0.0
+
+
 def _park(turn: Turn, ctx_block: ShortContext | None) -> dict[str, Any]:
     """What a waiting turn needs to run later exactly as it would have run now (kept in
     the hub's own task store, never sent anywhere)."""
@@ -866,6 +903,7 @@ def _park(turn: Turn, ctx_block: ShortContext | None) -> dict[str, Any]:
         "voice": turn.voice,
         "sensitivity": turn.sensitivity,
         "text_sources": [list(x) for x in turn.text_sources],
+        "language": turn.language,
     }
     if ctx_block is not None and ctx_block.text:
         out["context"] = {
@@ -889,6 +927,7 @@ def _unpark(task: TaskRecord, parked: dict[str, Any]) -> tuple[Turn, ShortContex
         sensitivity=str(parked.get("sensitivity", "high")),
         text_sources=tuple((str(k), str(v)) for k, v in parked.get("text_sources", [])),
         voice=bool(parked.get("voice", False)),
+        language=str(parked.get("language", "")),
     )
     c = parked.get("context")
     if not c:
