@@ -12,11 +12,16 @@
   a configuration and confirm it with an owner device's signature (its bundle on this
   machine); the hub's brain applies it between turns. The confirming device must be in the
   home's registry, not revoked, and hold the ``approve`` scope; memory is untouched.
+  Before anything is proposed, every endpoint of the configuration is probed
+  (:mod:`hub.brain.probe`: ``GET /v1/models`` lists the model, and a one-token completion
+  works for the chat roles); the first failure is one line naming it, and nothing changes.
+  ``--probe-timeout`` bounds each probe request (default 10 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
@@ -44,11 +49,23 @@ def cmd_brain_status(args: argparse.Namespace) -> int:
         print(f"configuration version {cfg.version}")
         if not cfg.endpoints("brain"):
             print("  brain: the built-in rule-based model (no endpoint configured)")
+        else:
+            how = (
+                "on: confidently matched commands run locally at once, the rest go to the LLM"
+                if cfg.prefer_local
+                else "off: every turn goes to the LLM"
+            )
+            print(f"  prefer handling commands locally: {how}")
         for role, endpoints in sorted(cfg.roles.items()):
             for e in endpoints:
                 key = f", key {e.key_id}" if e.key_id else ""
                 unused = " — not used yet: nothing looks at images" if role == "vision" else ""
-                print(f"  {role}: {e.label()}{key}{unused}")
+                limits = (
+                    f"; max_tokens {e.token_limit}, timeout {e.call_timeout_s:g} s"
+                    if role in ("brain", "subagent")
+                    else ""
+                )
+                print(f"  {role}: {e.label()}{key}{limits}{unused}")
         print(f"  speech recognition: {asr_route(cfg).describe()}")
         sources = ", ".join(sorted(format_source(s) for s in cfg.cloud_sources)) or "none"
         print(f"  cloud-eligible sources: {sources}")
@@ -112,7 +129,14 @@ def cmd_brain_use(args: argparse.Namespace) -> int:
     bundle, record = _confirming_device(args.home, args.confirm_with)
     store = _store(args.home)
     try:
-        change = store.propose(config)
+        from hub.brain.probe import probe_config
+        from hub.brain.providers import ProviderConfig
+
+        parsed = ProviderConfig.from_dict(config)
+        for p in asyncio.run(probe_config(parsed, store.api_key, timeout_s=args.probe_timeout)):
+            what = "models listed, one-token completion ok" if p.completion else "model listed"
+            print(f"probed {p.role}: {p.endpoint.label()}: {what}")
+        change = store.propose(parsed)
         print(f"{bundle.name} ({record.profile}) confirms: {change.summary()}")
         done = store.confirm(
             change.change_id,
@@ -147,3 +171,9 @@ def add_commands(sub: Any, command: Command) -> None:
     what.add_argument("--config", type=Path, help="YAML: roles, cloud_sources, tool_levels")
     what.add_argument("--rule-based", action="store_true", help="back to the built-in model")
     sp.add_argument("--confirm-with", type=Path, required=True, help="an owner device's bundle")
+    sp.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=10.0,
+        help="seconds each probe request of an endpoint may take (default 10)",
+    )

@@ -33,9 +33,11 @@ import email.policy
 import inspect
 import itertools
 import json
+import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -383,6 +385,35 @@ class FakeOpenAI:
         )
         writer.write(head.encode() + data)
         await writer.drain()
+
+
+@contextmanager
+def serving(fake: FakeOpenAI | None = None) -> Iterator[FakeOpenAI]:
+    """``fake`` served from its own event loop in a thread, for a synchronous test (a CLI
+    command that runs ``asyncio.run`` itself). Set ``models``/``queues`` before a request."""
+    fake = fake or FakeOpenAI()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        async with fake:
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        if not ready.wait(10):
+            raise RuntimeError("the fake OpenAI server did not start")
+        yield fake
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
 
 
 def _form(content_type: str, raw: bytes) -> tuple[dict[str, Any], bytes]:
