@@ -279,6 +279,12 @@ MESSAGES: dict[str, str] = {
     "voice.enrol_failed": "the hub refused the enrolment: {text}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
+    "say.late": (
+        "the hub has utterance {id}{at} and is still answering it after {seconds:g} s; "
+        "the reply is late, not lost: it will appear on the timeline "
+        "('yimi timeline --bundle {bundle}') and is shown by this device's edge daemon "
+        "or next 'yimi say'"
+    ),
     "say.queued": (
         "hub unreachable ({reason}): queued as {id} ({count} waiting); "
         "it will be sent when the hub is back"
