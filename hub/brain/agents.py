@@ -20,6 +20,17 @@ The platform, not the library, owns what must be exact (``../shared/DEPENDENCIES
   at most 3 sub-agents run at a time on this hub (a 4th waits, ``admitted``, for a slot);
   depth ≤ 2 (main → sub-agent → sub-sub-agent; the last gets no ``delegate`` tool and is
   refused if it calls it anyway).
+- **local commands**: sub-agents in the owner's scope get ``brain__run_intent(command)``
+  when the hub has an intent engine (:class:`hub.brain.configured.LocalCommands`): a short
+  command sentence ("turn on the kitchen light", "把牛奶加到购物清单") that the engine must
+  match with ``score >= LOCAL_CONFIDENCE`` to one of
+  :data:`~hub.brain.configured.LOCAL_TOOL_INTENTS` (device control, timers, lists, time and
+  date, recall, timeline — never a payment, a message, remember/forget); the rule brain
+  then runs it as a turn of its own whose every step is a gateway call with the gateway's
+  rules. The model is untrusted: a sub-agent that has read untrusted content gets
+  ``rejected`` (only the owner's own words may start a local command then); a command whose
+  reply carries the owner's data taints the sub-agent; a remote model sees its reply only
+  if ``brain.run_intent`` is declared cloud-eligible (like any tool: default ``high``).
 - **steering**: the main agent sees the session's active background tasks; the owner's
   follow-up goes to one with ``steer`` — into the running agent's next model request
   (``AgentRun.enqueue``), or into the queued one's first prompt.
@@ -44,7 +55,7 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import Agent, RunContext, SkipToolExecution, Tool
 from pydantic_ai.capabilities import AbstractCapability
@@ -84,6 +95,9 @@ from hub.gateway.facts import check_reply, fact_map
 from hub.gateway.gateway import DECIDE_TIMEOUT_S, OWNER_REQUESTED, RECEIPT_TIMEOUT_S
 from hub.memory.context import ShortContext, short_context
 from sync.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from hub.brain.configured import LocalCommands
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +144,9 @@ waiting. Facts must come from tool receipts; never claim an effect a receipt doe
 - Set `owner_requested` to true only when the owner's own words asked for exactly that
   action.
 - Tool calls are budgeted for the whole run; stop when the job is done.
+- For a simple command the hub can do itself (switch a device, set a timer, add to a list,
+  the time or date, what is remembered), `brain__run_intent` with one short command
+  sentence in the owner's language is the quickest way, if you have it.
 """
     + RULES
 )
@@ -343,10 +360,13 @@ class PydanticBrain(Brain):
         milestone_every: int = MILESTONE_EVERY,
         max_concurrent: int = MAX_CONCURRENT,
         max_depth: int = MAX_DEPTH,
+        local: LocalCommands | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.providers = providers
+        self.local = local
+        """the intent engine and the rule brain (``brain__run_intent``), if the hub has them"""
         self.core = BrainCore(gateway, store, on_event)
         self.desk = PaymentDesk(gateway)
         self.budget = budget
@@ -483,6 +503,29 @@ class PydanticBrain(Brain):
                 )
             )
             names[f"{BRAIN_PACKAGE}{SEP}delegate"] = (BRAIN_PACKAGE, "delegate")
+        if depth > 0 and self.local is not None and task.scope == "owner":
+            tools.append(
+                Tool.from_schema(
+                    self._run_intent,
+                    f"{BRAIN_PACKAGE}{SEP}run_intent",
+                    "Run one simple command on the hub's own assistant at once: switch a "
+                    "device, a timer, a shopping/todo list, the time or date, what is "
+                    "remembered, the timeline. One short command sentence in the owner's "
+                    "language; returns the assistant's reply.",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "command": {
+                                "type": "string",
+                                "description": "e.g. 'turn on the kitchen light', '打开厨房灯'",
+                            }
+                        },
+                        "required": ["command"],
+                    },
+                    takes_ctx=True,
+                )
+            )
+            names[f"{BRAIN_PACKAGE}{SEP}run_intent"] = (BRAIN_PACKAGE, "run_intent")
         if depth == 0:
             tools.append(
                 Tool.from_schema(
@@ -548,6 +591,56 @@ class PydanticBrain(Brain):
             await self.core.emit(task)
             self._start(task, parent.config)
         return brain_receipt("running", "task.delegated", task_id, title=task.title)
+
+    async def _run_intent(
+        self, ctx: RunContext[AgentDeps], command: str = "", **_: Any
+    ) -> dict[str, Any]:
+        """``brain__run_intent`` (see the module doc)."""
+        from hub.brain.configured import LOCAL_TOOL_INTENTS, READING_INTENTS
+        from hub.capabilities.package_sdk import receipt
+
+        deps = ctx.deps
+        if self.local is None or deps.task.scope != "owner":
+            return receipt("rejected", error=("SCOPE", "local commands run for the owner only"))
+        if deps.tainted:
+            return receipt(
+                "rejected",
+                error=(
+                    "UNTRUSTED",
+                    "this job has read untrusted content: a local command runs only on the "
+                    "owner's own words now; report what should be done instead",
+                ),
+            )
+        command = " ".join(command.split())[:300]
+        match = self.local.recognize(command) if command else None
+        if match is None or match.intent not in LOCAL_TOOL_INTENTS:
+            what = match.intent if match is not None else "not understood"
+            return receipt(
+                "failed",
+                error=(
+                    "NOT_LOCAL",
+                    f"not a command the hub runs itself ({what}); use your other tools",
+                ),
+            )
+        call_id = _call_id(ctx, ctx.tool_call_id or "")
+        task = deps.task
+        turn = Turn(
+            command,
+            owner=task.owner,
+            scope=task.scope,
+            session_id=task.session_id,
+            trace_id=task.trace_id,
+            device_id=task.device_id,
+            turn_id=f"{task.task_id}.i{_short_hash(task.task_id, call_id)}",
+            language=match.lang,
+        )
+        reply = " ".join([c.text async for c in self.local.run(turn)])
+        if match.intent in READING_INTENTS:
+            deps.tainted = True  # the reply carries the owner's data (memory, states…)
+        log.info("task %s ran %s locally (%s)", task.task_id, match.intent, turn.turn_id)
+        return brain_receipt(
+            "succeeded", "intent.ran", turn.turn_id, intent=match.intent, reply=reply[:2000]
+        )
 
     async def _steer(
         self, ctx: RunContext[AgentDeps], task_id: str = "", message: str = "", **_: Any

@@ -190,13 +190,15 @@ def brain_manifest() -> Manifest:
     tools = {
         "delegate": ToolSpec("delegate", effect="workspace", scopes=ALL_SCOPES),
         "steer": ToolSpec("steer", effect="workspace", scopes=ALL_SCOPES),
+        # a command for the rule brain; each of its own steps is a gateway call again
+        "run_intent": ToolSpec("run_intent", effect="workspace", scopes=("owner",)),
     }
     return Manifest(
         root=Path(__file__).resolve().parent,
         name=BRAIN_PACKAGE,
         version="1.0.0",
         description="The brain's own tools: delegate work to a background sub-agent, "
-        "steer a running one.",
+        "steer a running one, run a local command (an intent) on the rule brain.",
         maintainer="core",
         schema_version=1,
         receipt_version=1,
