@@ -481,3 +481,21 @@ async def test_a_turn_language_field_wins_over_the_script(tmp_path: Path) -> Non
     async with world(tmp_path, lambda req: stall(), endpoint={"timeout_s": 0.3}) as w:
         reply = await collect(w.brain.turn(Turn("ok", language="zh")))
         assert "语言模型" in reply, reply
+
+
+async def test_a_stalled_sub_agent_call_fails_its_task_cleanly(tmp_path: Path) -> None:
+    def responder(req: Request) -> Reply:
+        if req.model == "brain-model":
+            return delegate("check the kettle") if first_request(req) else text("On it.")
+        return stall()
+
+    async with world(tmp_path, responder, endpoint={"timeout_s": 0.5}) as w:
+        assert await collect(w.brain.turn(Turn("check the kettle"))) == "On it."
+        await w.brain.idle()
+        sub = next(t for t in _all(w.store) if t.kind == "subagent")
+        assert sub.state == "failed", sub
+        said = [e.text for e in w.events.of(sub.task_id) if e.state == "failed"]
+        assert said == [
+            "The background task stopped: my language model did not answer within 0.5 seconds."
+        ]
+        await poll(lambda: w.fake.answering == 0, timeout=5, what="the hang-up")

@@ -43,6 +43,10 @@ The platform, not the library, owns what must be exact (``../shared/DEPENDENCIES
 - **cloud eligibility**: the turn's endpoint is chosen by :func:`hub.brain.providers.route`
   from the provenance of the words and the context block; a remote agent gets a tool
   result's content only if that content is cloud-eligible (else the status alone).
+- **bounded calls**: every model call carries the endpoint's ``max_tokens`` and ends at its
+  ``timeout_s`` (:mod:`hub.brain.providers`; defaults 1024 tokens, 60 s): a call past it
+  fails its turn with a reply in the turn's language (:mod:`hub.brain.llm_texts`), or its
+  sub-agent's task with a report; the HTTP request is cancelled, nothing keeps running.
 - **persistence**: tasks, steps, message histories and the run budget are in the task store;
   :meth:`PydanticBrain.resume` continues unfinished work after a restart without running any
   completed call again (the ledger answers re-issued calls by their call id).
@@ -863,7 +867,7 @@ class PydanticBrain(Brain):
             except Exception as exc:
                 language = lang("", str(task.spec.get("utterance", "")))
                 if _timed_out(exc):
-                    seconds = _timeout_of(config, task)
+                    seconds = _timeout_of(config)
                     log.warning("sub-agent %s: no model answer within %g s", task_id, seconds)
                     why = f"timeout: no answer within {seconds:g} s"
                     text = say("llm.sub_timeout", language, seconds=seconds)
@@ -982,7 +986,7 @@ def _timed_out(exc: BaseException) -> bool:
     )
 
 
-def _timeout_of(config: ProviderConfig, task: TaskRecord) -> float:
+def _timeout_of(config: ProviderConfig) -> float:
     role = "subagent" if config.endpoints("subagent") else "brain"
     eps = config.endpoints(role)
     return eps[0].call_timeout_s if eps else 0.0
