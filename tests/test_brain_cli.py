@@ -171,6 +171,33 @@ def test_status_shows_prefer_local_and_the_call_limits(
     assert "max_tokens 1024, timeout 60 s" in out
 
 
+def test_use_an_endpoint_keeps_the_rest_of_the_configuration(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], fake: FakeOpenAI
+) -> None:
+    config = tmp_path / "asr.yaml"
+    config.write_text(
+        f"roles:\n  asr: [{{base_url: '{fake.base_url}', model: whisper-1}}]\n"
+        "cloud_sources: ['utterance:owner']\n"
+    )
+    phone = str(tmp_path / "bundle-phone")
+    argv = ["brain", "use", "--home", str(home)]
+    assert cli.main([*argv, "--config", str(config), "--confirm-with", phone]) == cli.EXIT_OK
+    _apply(home)
+    assert cli.main([*argv, "--endpoint", fake.base_url, "--confirm-with", phone]) == 2
+    use = [*argv, "--endpoint", fake.base_url, "--model", "big", "--confirm-with", phone]
+    assert cli.main(use) == cli.EXIT_OK
+    assert "probed brain: big at " in capsys.readouterr().out
+    _apply(home)
+    store = ProviderStore.for_home(Home.load(home))
+    try:
+        cfg = store.current()
+        assert [e.model for e in cfg.endpoints("brain")] == ["big"]
+        assert [e.model for e in cfg.endpoints("asr")] == ["whisper-1"]
+        assert {f"{k}:{v}" for k, v in cfg.cloud_sources} == {"utterance:owner"}
+    finally:
+        store.close()
+
+
 def _apply(home: Path) -> None:
     store = ProviderStore.for_home(Home.load(home))
     try:
