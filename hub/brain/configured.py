@@ -124,14 +124,17 @@ class ConfiguredBrain(Brain):
     @property
     def engine(self) -> IntentEngine:
         """The intent engine that decides what runs locally: the one given, else the rule
-        brain's own (``RuleBrain.engine``, with the live slot lists) when it has one, else
-        one with the default lists (built on first use: an LLM-configured hub's first
-        turn)."""
-        if self._engine is None:
-            from hub.brain.intents import IntentEngine
+        brain's own (``RuleBrain.engine``, over the live slot lists; asked each time, so a
+        rebuilt one is used) when it has one, else one with the default lists (built on
+        first use: an LLM-configured hub's first turn)."""
+        from hub.brain.intents import IntentEngine
 
-            own: Any = getattr(self.rules, "engine", None)
-            self._engine = own if isinstance(own, IntentEngine) else IntentEngine()
+        if self._engine is not None:
+            return self._engine
+        own: Any = getattr(self.rules, "engine", None)
+        if isinstance(own, IntentEngine):
+            return own
+        self._engine = IntentEngine()
         return self._engine
 
     def _configured(self) -> bool:
