@@ -8,22 +8,28 @@
 - ``yimi brain key set --home DIR --id ID (--from-file F | --stdin)``: store an API key
   encrypted with the hub's key; prints its fingerprint. The key never reaches a model, a
   log or this command's output.
-- ``yimi brain use --home DIR (--config FILE | --rule-based) --confirm-with BUNDLE``: propose
+- ``yimi brain use --home DIR (--config FILE | --rule-based | --endpoint URL --model NAME
+  [--key-id ID]) --confirm-with BUNDLE``: propose
   a configuration and confirm it with an owner device's signature (its bundle on this
   machine); the hub's brain applies it between turns. The confirming device must be in the
   home's registry, not revoked, and hold the ``approve`` scope; memory is untouched.
+  Before anything is proposed, every endpoint of the configuration is probed
+  (:mod:`hub.brain.probe`: ``GET /v1/models`` lists the model, and a one-token completion
+  works for the chat roles); the first failure is one line naming it, and nothing changes.
+  ``--probe-timeout`` bounds each probe request (default 10 s).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from cli.common import EXIT_OK, Command
+from cli.common import EXIT_OK, EXIT_USAGE, Command
 from hub.errors import HubError
 
 
@@ -44,11 +50,23 @@ def cmd_brain_status(args: argparse.Namespace) -> int:
         print(f"configuration version {cfg.version}")
         if not cfg.endpoints("brain"):
             print("  brain: the built-in rule-based model (no endpoint configured)")
+        else:
+            how = (
+                "on: confidently matched commands run locally at once, the rest go to the LLM"
+                if cfg.prefer_local
+                else "off: every turn goes to the LLM"
+            )
+            print(f"  prefer handling commands locally: {how}")
         for role, endpoints in sorted(cfg.roles.items()):
             for e in endpoints:
                 key = f", key {e.key_id}" if e.key_id else ""
                 unused = " — not used yet: nothing looks at images" if role == "vision" else ""
-                print(f"  {role}: {e.label()}{key}{unused}")
+                limits = (
+                    f"; max_tokens {e.token_limit}, timeout {e.call_timeout_s:g} s"
+                    if role in ("brain", "subagent")
+                    else ""
+                )
+                print(f"  {role}: {e.label()}{key}{limits}{unused}")
         print(f"  speech recognition: {asr_route(cfg).describe()}")
         sources = ", ".join(sorted(format_source(s) for s in cfg.cloud_sources)) or "none"
         print(f"  cloud-eligible sources: {sources}")
@@ -102,8 +120,14 @@ def _confirming_device(home_dir: Path, bundle_dir: Path) -> tuple[Any, Any]:
 def cmd_brain_use(args: argparse.Namespace) -> int:
     from hub.brain.providers import sign_change
 
+    if args.endpoint is not None and not args.model:
+        print("yimi: brain use --endpoint needs --model", file=sys.stderr)
+        return EXIT_USAGE
+
     if args.rule_based:
         config: Any = {}
+    elif args.endpoint is not None:
+        config = None  # the current configuration with this brain endpoint (below)
     else:
         try:
             config = yaml.safe_load(Path(args.config).read_text()) or {}
@@ -112,7 +136,20 @@ def cmd_brain_use(args: argparse.Namespace) -> int:
     bundle, record = _confirming_device(args.home, args.confirm_with)
     store = _store(args.home)
     try:
-        change = store.propose(config)
+        from hub.brain.probe import probe_config
+        from hub.brain.providers import ProviderConfig
+
+        if config is None:
+            config = store.current().to_dict()
+            ep: dict[str, Any] = {"base_url": args.endpoint, "model": args.model}
+            if args.key_id:
+                ep["key_id"] = args.key_id
+            config["roles"]["brain"] = [ep]
+        parsed = ProviderConfig.from_dict(config)
+        for p in asyncio.run(probe_config(parsed, store.api_key, timeout_s=args.probe_timeout)):
+            what = "models listed, one-token completion ok" if p.completion else "model listed"
+            print(f"probed {p.role}: {p.endpoint.label()}: {what}")
+        change = store.propose(parsed)
         print(f"{bundle.name} ({record.profile}) confirms: {change.summary()}")
         done = store.confirm(
             change.change_id,
@@ -146,4 +183,17 @@ def add_commands(sub: Any, command: Command) -> None:
     what = sp.add_mutually_exclusive_group(required=True)
     what.add_argument("--config", type=Path, help="YAML: roles, cloud_sources, tool_levels")
     what.add_argument("--rule-based", action="store_true", help="back to the built-in model")
+    what.add_argument(
+        "--endpoint",
+        help="URL of an OpenAI-compatible server (…/v1) for the brain role; the rest of the "
+        "current configuration is kept (needs --model)",
+    )
+    sp.add_argument("--model", help="with --endpoint: the model to use")
+    sp.add_argument("--key-id", help="with --endpoint: a stored API key's id")
     sp.add_argument("--confirm-with", type=Path, required=True, help="an owner device's bundle")
+    sp.add_argument(
+        "--probe-timeout",
+        type=float,
+        default=10.0,
+        help="seconds each probe request of an endpoint may take (default 10)",
+    )

@@ -12,9 +12,10 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_QUEUED = 0, 1, 2, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_QUEUED, EXIT_LATE = 0, 1, 2, 3, 4
 """0 done; 1 a refused or failed operation (one line on stderr); 2 usage; 3 the hub was
-unreachable and the utterance was queued (``yimi say``)"""
+unreachable and the utterance was queued (``yimi say``); 4 the hub admitted the utterance
+but its reply is late: it will appear on the timeline (``yimi say``)"""
 
 Handler = Callable[[argparse.Namespace], int]
 """a subcommand: parsed arguments in, exit status out"""

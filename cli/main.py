@@ -28,11 +28,19 @@ from cli import (
     voice,
     wake,
 )
-from cli.common import EXIT_ERROR, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler
+from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler
 from demo import narrated
 from protos.errors import YimiError
 
-__all__ = ["EXIT_ERROR", "EXIT_OK", "EXIT_QUEUED", "EXIT_USAGE", "build_parser", "main"]
+__all__ = [
+    "EXIT_ERROR",
+    "EXIT_LATE",
+    "EXIT_OK",
+    "EXIT_QUEUED",
+    "EXIT_USAGE",
+    "build_parser",
+    "main",
+]
 
 
 def build_parser() -> argparse.ArgumentParser:

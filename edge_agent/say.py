@@ -6,6 +6,13 @@ until its final chunk.
 The utterance is committed to the outbox first. If the hub cannot be reached it stays
 there ("queued"), exit status 3, and the running edge daemon or the next ``yimi say``
 delivers it. Older queued items are delivered first, in order.
+
+If the reply does not come in time but the hub has *admitted* the utterance — its timeline
+entry (the hub publishes it as it admits, before the brain answers) reached this device, or
+a first chunk of the reply did — the utterance is not queued again: it is taken out of the
+outbox (the hub has it, durably) and ``yimi say`` says the reply is late and where it will
+appear (the timeline, ``yimi timeline --bundle …``), exit status 4. A slow model is not an
+unreachable hub.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from sync.errors import SyncError
 
 log = logging.getLogger(__name__)
 
-EXIT_OK, EXIT_QUEUED = 0, 3
+EXIT_OK, EXIT_QUEUED, EXIT_LATE = 0, 3, 4
 
 
 CONNECT_TIMEOUT_S = 8.0
@@ -37,9 +44,12 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
     answered = asyncio.Event()
     """set by the final chunk of the reply to our utterance"""
     shown: set[int] = set()
+    seq = 0
+    """the timeline seq the hub gave our utterance (from a reply chunk)"""
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
         # a reply comes in chunks (whole sentences); each is printed once and ACKed
+        nonlocal seq
         ours = reply.utterance_id == mine
         if not fresh and not (ours and reply.chunk not in shown):
             if ours or reply.utterance_id == "":
@@ -47,6 +57,7 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
             return  # another process's, already shown there
         if ours:
             shown.add(reply.chunk)
+            seq = seq or reply.seq
             prefix = ""
         else:
             prefix = "(update) " if reply.utterance_id == "" else "(queued earlier) "
@@ -61,6 +72,7 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         mine, _ = node.queue_utterance(text)
 
     node = DeviceNode(bundle, NodeOptions(mode="say", hub=hub), on_reply)
+    loop = asyncio.get_running_loop()
     async with node:
         assert node.mqtt is not None
         try:
@@ -71,12 +83,23 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
             queue()
             return _queued(node, mine, node.mqtt.last_error or "not connected")
         queue()
+        deadline = loop.time() + timeout
         try:
             async with asyncio.timeout(timeout):
                 await node.flush(stop_after=mine)
                 await answered.wait()
         except (TimeoutError, SyncError) as exc:
-            return _queued(node, mine, str(exc) or "timed out")
+            entry = await _admitted(node, mine, seq)
+            if entry is None:
+                return _queued(node, mine, str(exc) or "timed out")
+            node.outbox.done(mine)  # the hub has it: never sent again as a new turn
+            try:  # it is being answered: wait out what is left of --timeout
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await answered.wait()
+            except TimeoutError:
+                if shown:
+                    print(flush=True)  # end the line of the chunks shown so far
+                return _late(bundle, mine, entry, timeout)
         # Bring this device's replicas up to date, so `yimi timeline --bundle` shows the turn.
         try:
             async with asyncio.timeout(CATCHUP_TIMEOUT_S):
@@ -88,6 +111,41 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
 
 def _end(reply: mesh_pb2.Reply) -> str:
     return "\n" if reply.final else " "
+
+
+async def _admitted(node: DeviceNode, item_id: str, seq: int) -> int | None:
+    """The timeline seq of our utterance if the hub admitted it (0 if not known yet), else
+    ``None``: a reply chunk came, or its timeline entry is in this device's replicas (live
+    from the hub, or after a short catch-up)."""
+    if seq:
+        return seq
+
+    def entry() -> int | None:
+        for e in node.replicas.timeline():
+            if e.id == item_id:
+                return e.seq or 0
+        return None
+
+    found = entry()
+    if found is not None or node.mqtt is None or not node.mqtt.connected.is_set():
+        return found
+    try:
+        async with asyncio.timeout(CATCHUP_TIMEOUT_S):
+            await node.replication.catch_up()
+    except (TimeoutError, SyncError) as exc:
+        log.info("could not check the timeline for %s: %s", item_id, exc)
+    return entry()
+
+
+def _late(bundle: Bundle, item_id: str, seq: int, seconds: float) -> int:
+    fields = {
+        "id": item_id,
+        "seconds": seconds,
+        "at": f" at timeline seq {seq}" if seq else "",
+        "bundle": bundle.path,
+    }
+    print(render("say.late", fields), file=sys.stderr)
+    return EXIT_LATE
 
 
 def _queued(node: DeviceNode, item_id: str, reason: str) -> int:

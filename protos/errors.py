@@ -124,6 +124,25 @@ MESSAGES: dict[str, str] = {
     "provider.key_unreadable": "the stored API key {key_id!r} is unreadable: {reason}",
     "provider.change_unknown": "no model change {change!r}",
     "provider.change_refused": "model change {change} refused: {reason}",
+    # probing an endpoint before 'yimi brain use' accepts it (hub/brain/probe.py)
+    "probe.unreachable": (
+        "the {role} endpoint {url} is unreachable ({reason}); nothing was changed"
+    ),
+    "probe.http": (
+        "the {role} endpoint {url} answered {what} with HTTP {status} ({detail}); "
+        "nothing was changed"
+    ),
+    "probe.model_missing": (
+        "the {role} endpoint {url} does not list the model {model!r} (it lists: {listed}); "
+        "nothing was changed"
+    ),
+    "probe.completion": (
+        "the {role} endpoint {url} failed a one-token completion with {model!r}: {reason}; "
+        "nothing was changed"
+    ),
+    "probe.timeout": (
+        "the {role} endpoint {url} did not answer {what} within {seconds:g} s; nothing was changed"
+    ),
     "task.unknown": "no task {task!r}",
     "task.transition": "task {task}: no transition from {src} to {dst}",
     "contacts.invalid": "address book {path}: {reason}",
@@ -262,6 +281,12 @@ MESSAGES: dict[str, str] = {
     "voice.enrol_failed": "the hub refused the enrolment: {text}",
     # edge
     "say.timeout": "no reply from the hub within {seconds} s; the utterance stays queued",
+    "say.late": (
+        "the hub has utterance {id}{at} and is still answering it after {seconds:g} s; "
+        "the reply is late, not lost: it will appear on the timeline "
+        "('yimi timeline --bundle {bundle}') and is shown by this device's edge daemon "
+        "or next 'yimi say'"
+    ),
     "say.queued": (
         "hub unreachable ({reason}): queued as {id} ({count} waiting); "
         "it will be sent when the hub is back"

@@ -12,6 +12,13 @@ wait on an event to hold a reply back); the default responder pops the queue of 
 request's ``model`` and answers "fake: no scripted reply" when it is empty. ``stream: true``
 requests get server-sent events in the chat-completions chunk format.
 
+A reply may misbehave like a runaway server: ``stall()`` never answers (the connection is
+held until the client gives up), ``trickle()`` starts an answer and never finishes it (a
+space every few milliseconds for a plain request, empty stream chunks for ``stream: true``).
+``answering`` counts requests still being answered, so a test can see that the client
+really hung up. ``GET …/models`` lists ``models`` (default: the queued model names, or
+``fake-model``); ``models_status`` makes it answer an HTTP error instead.
+
 ``POST …/audio/transcriptions`` (multipart: ``file``, ``model``, ``language``, ``prompt``) is
 answered the same way, ``{"text": reply.text}`` from the queue of the form's ``model``; the
 form fields are the request's ``body``, the uploaded file its ``file`` — it does not
@@ -26,9 +33,11 @@ import email.policy
 import inspect
 import itertools
 import json
+import threading
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -49,10 +58,20 @@ class Reply:
     calls: tuple[Call, ...] = ()
     status: int = 200
     """an HTTP error status (429, 500...) answers with an OpenAI-style error body"""
+    misbehave: str = ""
+    """``stall`` (never answer) or ``trickle`` (an answer that never ends)"""
 
 
 def text(t: str) -> Reply:
     return Reply(text=t)
+
+
+def stall() -> Reply:
+    return Reply(misbehave="stall")
+
+
+def trickle() -> Reply:
+    return Reply(misbehave="trickle")
 
 
 def calls(*items: tuple[str, dict[str, Any]] | Call, text: str | None = None) -> Reply:
@@ -117,6 +136,11 @@ class FakeOpenAI:
     host: str = "127.0.0.1"
     requests: list[Request] = field(default_factory=list)
     queues: dict[str, deque[Reply]] = field(default_factory=dict)
+    models: list[str] | None = None
+    """what ``GET /models`` lists (``None``: the queued model names, or ``fake-model``)"""
+    models_status: int = 200
+    answering: int = 0
+    """requests being answered right now (a stalled one counts until the client hangs up)"""
     _server: asyncio.Server | None = None
     _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     _conns: set[asyncio.Task[None]] = field(default_factory=set)
@@ -198,7 +222,12 @@ class FakeOpenAI:
                         body = {}
                 req = Request(method, path.split("?", 1)[0], headers, body, raw, file)
                 self.requests.append(req)
-                await self._answer(req, writer)
+                self.answering += 1
+                try:
+                    if not await self._answer(req, reader, writer):
+                        return  # a misbehaving answer: the connection is spent
+                finally:
+                    self.answering -= 1
                 if headers.get("connection", "").lower() == "close":
                     return
         except (ConnectionError, asyncio.IncompleteReadError, ValueError):
@@ -211,28 +240,43 @@ class FakeOpenAI:
             self._conns.discard(task)
             writer.close()
 
-    async def _answer(self, req: Request, writer: asyncio.StreamWriter) -> None:
+    async def _answer(
+        self, req: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> bool:
+        """Answer one request; ``False`` when the connection cannot carry another."""
         if req.method == "GET" and req.path.endswith("/models"):
-            models = sorted(self.queues) or ["fake-model"]
-            data = [{"id": m, "object": "model", "owned_by": "fake"} for m in models]
+            if self.models_status != 200:
+                err = {"error": {"message": "fake: no models here", "code": self.models_status}}
+                await self._send(writer, self.models_status, err)
+                return True
+            models = self.models if self.models is not None else sorted(self.queues)
+            data = [
+                {"id": m, "object": "model", "owned_by": "fake"} for m in models or ["fake-model"]
+            ]
             await self._send(writer, 200, {"object": "list", "data": data})
-            return
+            return True
         if req.method == "POST" and req.path.endswith("/audio/transcriptions"):
             reply = await self._reply(req)
             if reply.status != 200:
                 err = {"error": {"message": "fake error", "type": "fake", "code": reply.status}}
                 await self._send(writer, reply.status, err)
-                return
+                return True
             await self._send(writer, 200, {"text": reply.text or ""})
-            return
+            return True
         if not req.path.endswith("/chat/completions"):
             await self._send(writer, 404, {"error": {"message": f"fake: no route {req.path}"}})
-            return
+            return True
         reply = await self._reply(req)
+        if reply.misbehave == "stall":
+            await reader.read()  # nothing, until the client hangs up
+            return False
+        if reply.misbehave == "trickle":
+            await self._trickle(writer, bool(req.body.get("stream")))
+            return False
         if reply.status != 200:
             err = {"error": {"message": "fake error", "type": "fake", "code": reply.status}}
             await self._send(writer, reply.status, err)
-            return
+            return True
         n = next(self._ids)
         tool_calls = [
             {
@@ -245,7 +289,7 @@ class FakeOpenAI:
         finish = "tool_calls" if tool_calls else "stop"
         if req.body.get("stream"):
             await self._stream(writer, req, n, reply.text, tool_calls, finish)
-            return
+            return True
         message: dict[str, Any] = {"role": "assistant", "content": reply.text}
         if tool_calls:
             message["tool_calls"] = tool_calls
@@ -261,6 +305,29 @@ class FakeOpenAI:
                 "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
             },
         )
+        return True
+
+    @staticmethod
+    async def _trickle(writer: asyncio.StreamWriter, stream: bool) -> None:
+        """An answer that never ends, until the client hangs up (a write then fails)."""
+        kind = "text/event-stream" if stream else "application/json"
+        head = f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ntransfer-encoding: chunked\r\n\r\n"
+        writer.write(head.encode())
+        if stream:
+            event = {
+                "id": "chatcmpl-fake-trickle",
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": "trickle",
+                "choices": [{"index": 0, "delta": {"content": ""}, "finish_reason": None}],
+            }
+            piece = f"data: {json.dumps(event)}\n\n".encode()
+        else:
+            piece = b" "  # whitespace before a JSON body that never comes
+        while True:
+            writer.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.02)
 
     async def _reply(self, req: Request) -> Reply:
         if self.responder is not None:
@@ -318,6 +385,35 @@ class FakeOpenAI:
         )
         writer.write(head.encode() + data)
         await writer.drain()
+
+
+@contextmanager
+def serving(fake: FakeOpenAI | None = None) -> Iterator[FakeOpenAI]:
+    """``fake`` served from its own event loop in a thread, for a synchronous test (a CLI
+    command that runs ``asyncio.run`` itself). Set ``models``/``queues`` before a request."""
+    fake = fake or FakeOpenAI()
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    stop: asyncio.Event | None = None
+
+    async def main() -> None:
+        nonlocal stop
+        stop = asyncio.Event()
+        async with fake:
+            ready.set()
+            await stop.wait()
+
+    thread = threading.Thread(target=loop.run_until_complete, args=(main(),), daemon=True)
+    thread.start()
+    try:
+        if not ready.wait(10):
+            raise RuntimeError("the fake OpenAI server did not start")
+        yield fake
+    finally:
+        assert stop is not None
+        loop.call_soon_threadsafe(stop.set)
+        thread.join(10)
+        loop.close()
 
 
 def _form(content_type: str, raw: bytes) -> tuple[dict[str, Any], bytes]:

@@ -16,11 +16,11 @@ import pytest
 
 from hub.brain.agents import PydanticBrain
 from hub.brain.base import Turn, collect
-from hub.brain.providers import ProviderStore
+from hub.brain.providers import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT_S, Endpoint, ProviderStore
 from hub.brain.tasks import TaskStore
 from hub.gateway import Gateway
 from tests.brain_kit import Events, configure, fake_config, fake_gateway
-from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
+from tests.fake_openai import FakeOpenAI, Reply, Request, calls, stall, text, trickle
 from tests.gateway_kit import Phone, RecordingCourier
 from tests.waiting import poll
 
@@ -49,12 +49,19 @@ class World:
 
 
 @asynccontextmanager
-async def world(tmp: Path, responder: Any, **brain_kw: Any) -> AsyncIterator[World]:
+async def world(
+    tmp: Path, responder: Any, *, endpoint: dict[str, Any] | None = None, **brain_kw: Any
+) -> AsyncIterator[World]:
+    """``endpoint``: more fields for both endpoints (``timeout_s``, ``max_tokens``)."""
     courier, events = RecordingCourier(), Events()
     async with FakeOpenAI(responder) as fake, fake_gateway(tmp, courier=courier) as gw:
         providers = ProviderStore(tmp / "providers.db", hub_box_secret=b"h" * 32, home_id="home1")
         store = TaskStore(tmp / "tasks.db", synchronous="OFF")
-        configure(providers, fake_config(fake.base_url))  # this world's fake server
+        config = fake_config(fake.base_url)
+        for eps in config["roles"].values():
+            for ep in eps:
+                ep.update(endpoint or {})
+        configure(providers, config)  # this world's fake server
         try:
             async with PydanticBrain(gw, store, providers, on_event=events, **brain_kw) as brain:
                 yield World(tmp, fake, gw, store, providers, brain, events, courier)
@@ -428,3 +435,67 @@ async def test_guest_and_uncertain_see_only_their_tools(tmp_path: Path, scope: s
         assert "No tool messaging__send_email" in w.fake.chat_requests("sub-model")[
             1
         ].message_text() or ("Unknown tool" in w.fake.chat_requests("sub-model")[1].message_text())
+
+
+# ---------------------------------------------------------------- bounded model calls
+async def test_every_call_carries_the_endpoints_max_tokens(tmp_path: Path) -> None:
+    assert Endpoint("http://127.0.0.1:1/v1", "m").token_limit == DEFAULT_MAX_TOKENS == 1024
+    assert Endpoint("http://127.0.0.1:1/v1", "m").call_timeout_s == DEFAULT_TIMEOUT_S == 60.0
+    async with world(tmp_path, lambda req: text("Hi."), endpoint={"max_tokens": 64}) as w:
+        assert await collect(w.brain.turn(Turn("hello"))) == "Hi."
+        body = w.fake.chat_requests("brain-model")[0].body
+        assert body.get("max_tokens", body.get("max_completion_tokens")) == 64
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "said", "expect"),
+    [
+        (stall, "what is the meaning of life", "did not answer within 0.5 seconds"),
+        (trickle, "给我讲个长故事", "语言模型在 0.5 秒内没有回答"),
+    ],
+)
+async def test_a_runaway_model_call_ends_the_turn_clearly_in_its_language(
+    tmp_path: Path, misbehave: Any, said: str, expect: str
+) -> None:
+    """A server that never answers, or answers forever: the call ends at the endpoint's
+    timeout, the turn fails with a reply in the turn's language, and the HTTP request is
+    gone (the fake sees the client hang up)."""
+    loop = asyncio.get_running_loop()
+    async with world(tmp_path, lambda req: misbehave(), endpoint={"timeout_s": 0.5}) as w:
+        t0 = loop.time()
+        reply = await collect(w.brain.turn(Turn(said, turn_id="turn-slow")))
+        elapsed = loop.time() - t0
+        assert expect in reply, reply
+        assert elapsed < 5.0, elapsed  # one deadline for the call, SDK retries included
+        task = w.store.require("turn-slow")
+        assert task.state == "failed", task
+        notes = w.store.db.execute(
+            "SELECT note FROM transitions WHERE task_id=? AND dst='failed'", ("turn-slow",)
+        )
+        assert [n for (n,) in notes] == ["timeout: no answer within 0.5 s"]
+        assert [e.text for e in w.events.of("turn-slow") if e.state == "failed"] == [reply]
+        await poll(lambda: w.fake.answering == 0, timeout=5, what="the fake to see the hang-up")
+
+
+async def test_a_turn_language_field_wins_over_the_script(tmp_path: Path) -> None:
+    async with world(tmp_path, lambda req: stall(), endpoint={"timeout_s": 0.3}) as w:
+        reply = await collect(w.brain.turn(Turn("ok", language="zh")))
+        assert "语言模型" in reply, reply
+
+
+async def test_a_stalled_sub_agent_call_fails_its_task_cleanly(tmp_path: Path) -> None:
+    def responder(req: Request) -> Reply:
+        if req.model == "brain-model":
+            return delegate("check the kettle") if first_request(req) else text("On it.")
+        return stall()
+
+    async with world(tmp_path, responder, endpoint={"timeout_s": 0.5}) as w:
+        assert await collect(w.brain.turn(Turn("check the kettle"))) == "On it."
+        await w.brain.idle()
+        sub = next(t for t in _all(w.store) if t.kind == "subagent")
+        assert sub.state == "failed", sub
+        said = [e.text for e in w.events.of(sub.task_id) if e.state == "failed"]
+        assert said == [
+            "The background task stopped: my language model did not answer within 0.5 seconds."
+        ]
+        await poll(lambda: w.fake.answering == 0, timeout=5, what="the hang-up")

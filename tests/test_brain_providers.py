@@ -69,10 +69,50 @@ def test_endpoint_locality_and_validation() -> None:
         ),
         ({"cloud_sources": ["not a source"]}, "cloud_sources"),
         ({"tool_levels": {"home.get_state": "secret"}}, "tool_levels"),
+        (
+            {"roles": {"brain": [{"base_url": "http://x/v1", "model": "m", "max_tokens": 0}]}},
+            "max_tokens",
+        ),
+        (
+            {"roles": {"brain": [{"base_url": "http://x/v1", "model": "m", "max_tokens": True}]}},
+            "max_tokens",
+        ),
+        (
+            {"roles": {"brain": [{"base_url": "http://x/v1", "model": "m", "timeout_s": 0}]}},
+            "timeout_s",
+        ),
+        (
+            {"roles": {"brain": [{"base_url": "http://x/v1", "model": "m", "timeout_s": 601}]}},
+            "timeout_s",
+        ),
+        ({"prefer_local": "yes"}, "prefer_local"),
     ]:
         with pytest.raises(BrainError) as err:
             ProviderConfig.from_dict(bad)
         assert err.value.key == "provider.invalid" and field in str(err.value)
+
+
+def test_call_limits_and_prefer_local_round_trip() -> None:
+    raw = {
+        "roles": {
+            "brain": [
+                {
+                    "base_url": "http://127.0.0.1:1/v1",
+                    "model": "m",
+                    "max_tokens": 64,
+                    "timeout_s": 5,
+                }
+            ]
+        },
+        "prefer_local": False,
+    }
+    cfg = ProviderConfig.from_dict(raw)
+    ep = cfg.endpoints("brain")[0]
+    assert (ep.token_limit, ep.call_timeout_s, cfg.prefer_local) == (64, 5.0, False)
+    assert ProviderConfig.from_dict(cfg.to_dict()) == cfg
+    plain = ProviderConfig.from_dict(CFG)
+    assert plain.prefer_local and "prefer_local" not in plain.to_dict()  # older bodies: same
+    assert set(plain.endpoints("brain")[0].to_dict()) == {"base_url", "model"}
 
 
 def test_keys_are_encrypted_with_the_hubs_key(tmp_path: Path) -> None:

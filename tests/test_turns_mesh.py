@@ -28,7 +28,7 @@ from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
 from sync.envelope import Opened, new_trace_id, random_id
-from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
+from tests.fake_openai import FakeOpenAI, Reply, Request, calls, stall, text
 from tests.mesh_harness import Mesh, Proc
 from tests.waiting import poll
 from worlds.fakes import SmtpWorld
@@ -393,13 +393,18 @@ async def test_hub_restart_while_a_card_waits_sends_once(mesh: Mesh) -> None:
 
 
 # ---------------------------------------------------------------- an LLM endpoint
-def _configure(home: Path, base_url: str) -> None:
+def _configure(home: Path, base_url: str, **endpoint: object) -> None:
+    """The brain and sub-agents on the fake endpoint; ``endpoint``: more fields for both."""
     from hub.brain.providers import ProviderStore
     from tests.brain_kit import configure, fake_config
 
     store = ProviderStore.for_home(Home.load(home))
+    config = fake_config(base_url)
+    for eps in config["roles"].values():
+        for ep in eps:
+            ep.update(endpoint)
     try:
-        configure(store, fake_config(base_url))
+        configure(store, config)
     finally:
         store.close()
 
@@ -493,7 +498,9 @@ async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> N
                 r = await asyncio.to_thread(
                     mesh.say, mac, words, "--hub", mesh.hub_target, "--timeout", "3"
                 )
-                assert r.returncode == 3, (r.stdout, r.stderr)  # no reply yet
+                # no reply yet, but the hub has the utterance: late, not queued
+                assert r.returncode == 4, (r.stdout, r.stderr)
+                assert "is still answering it" in r.stderr, r.stderr
                 await asyncio.wait_for(thinking.wait(), 30)
             uid = turn_id(mesh, words)
             assert reply_text(mesh, uid) == ""
@@ -513,3 +520,34 @@ async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> N
             held.set()
     assert len(mesh.hub_query("SELECT id FROM replies WHERE utterance_id=?", uid)) == 1
     assert len(fake.chat_requests("brain-model")) == 2, "asked once before, once after"
+
+
+async def test_a_reply_later_than_say_waits_is_late_not_queued(mesh: Mesh) -> None:
+    """The model stalls longer than ``yimi say`` waits: say reports the reply as late and
+    names the timeline (not "hub unreachable … queued"); the turn's own model timeout then
+    ends it with a clear reply on the timeline; the utterance is never sent again."""
+    mac = mesh.add_device("mac1", "mac")
+    words = "tell me a very long story"
+    async with SmtpWorld() as smtp, FakeOpenAI(lambda req: stall()) as fake:
+        prepare(mesh, smtp)
+        _configure(mesh.home, fake.base_url, timeout_s=5)
+        async with hub_up(mesh):
+            r = await asyncio.to_thread(
+                mesh.say, mac, words, "--hub", mesh.hub_target, "--timeout", "2"
+            )
+            assert r.returncode == 4, (r.stdout, r.stderr)
+            uid = turn_id(mesh, words)
+            err = r.stderr
+            assert "unreachable" not in err and "queued" not in err, err
+            assert f"the hub has utterance {uid}" in err and "is still answering it" in err, err
+            assert f"'yimi timeline --bundle {mac}'" in err, err
+            await poll(lambda: reply_text(mesh, uid), 30, "the late reply on the timeline")
+            assert "did not answer within 5 seconds" in reply_text(mesh, uid)
+            await poll(lambda: fake.answering == 0, 10, "the stalled request to be dropped")
+            fake.responder = lambda req: text("Once upon a time.")
+            out = await say(mesh, mac, "hello there")
+            assert "Once upon a time." in out, out
+        assert len(mesh.hub_query("SELECT id FROM timeline WHERE text=?", words)) == 1
+        assert len(mesh.hub_query("SELECT id FROM replies WHERE utterance_id=?", uid)) == 1
+        asked = [r.last_user() for r in fake.chat_requests("brain-model")]
+        assert asked.count("hello there") == 1 and asked.count(words) >= 1, asked

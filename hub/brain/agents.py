@@ -20,6 +20,17 @@ The platform, not the library, owns what must be exact (``../shared/DEPENDENCIES
   at most 3 sub-agents run at a time on this hub (a 4th waits, ``admitted``, for a slot);
   depth ≤ 2 (main → sub-agent → sub-sub-agent; the last gets no ``delegate`` tool and is
   refused if it calls it anyway).
+- **local commands**: sub-agents in the owner's scope get ``brain__run_intent(command)``
+  when the hub has an intent engine (:class:`hub.brain.configured.LocalCommands`): a short
+  command sentence ("turn on the kitchen light", "把牛奶加到购物清单") that the engine must
+  match with ``score >= LOCAL_CONFIDENCE`` to one of
+  :data:`~hub.brain.configured.LOCAL_TOOL_INTENTS` (device control, timers, lists, time and
+  date, recall, timeline — never a payment, a message, remember/forget); the rule brain
+  then runs it as a turn of its own whose every step is a gateway call with the gateway's
+  rules. The model is untrusted: a sub-agent that has read untrusted content gets
+  ``rejected`` (only the owner's own words may start a local command then); a command whose
+  reply carries the owner's data taints the sub-agent; a remote model sees its reply only
+  if ``brain.run_intent`` is declared cloud-eligible (like any tool: default ``high``).
 - **steering**: the main agent sees the session's active background tasks; the owner's
   follow-up goes to one with ``steer`` — into the running agent's next model request
   (``AgentRun.enqueue``), or into the queued one's first prompt.
@@ -32,6 +43,10 @@ The platform, not the library, owns what must be exact (``../shared/DEPENDENCIES
 - **cloud eligibility**: the turn's endpoint is chosen by :func:`hub.brain.providers.route`
   from the provenance of the words and the context block; a remote agent gets a tool
   result's content only if that content is cloud-eligible (else the status alone).
+- **bounded calls**: every model call carries the endpoint's ``max_tokens`` and ends at its
+  ``timeout_s`` (:mod:`hub.brain.providers`; defaults 1024 tokens, 60 s): a call past it
+  fails its turn with a reply in the turn's language (:mod:`hub.brain.llm_texts`), or its
+  sub-agent's task with a report; the HTTP request is cancelled, nothing keeps running.
 - **persistence**: tasks, steps, message histories and the run budget are in the task store;
   :meth:`PydanticBrain.resume` continues unfinished work after a restart without running any
   completed call again (the ledger answers re-issued calls by their call id).
@@ -44,10 +59,11 @@ import hashlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic_ai import Agent, RunContext, SkipToolExecution, Tool
 from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import ModelRequestTimeout
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -72,6 +88,7 @@ from hub.brain.base import (
 from hub.brain.cloud import Provenance, blockers, eligible, receipt_provenance
 from hub.brain.errors import BrainError
 from hub.brain.fences import RULES, fence, render_receipt
+from hub.brain.llm_texts import lang, say
 from hub.brain.ordering import PAYMENT_KINDS, PaymentDesk, parse_order
 from hub.brain.providers import Endpoint, ProviderConfig, ProviderStore, route
 from hub.brain.runtime import BrainCore, waiting
@@ -82,6 +99,9 @@ from hub.gateway.facts import check_reply, fact_map
 from hub.gateway.gateway import DECIDE_TIMEOUT_S, OWNER_REQUESTED, RECEIPT_TIMEOUT_S
 from hub.memory.context import ShortContext, short_context
 from sync.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from hub.brain.configured import LocalCommands
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +148,9 @@ waiting. Facts must come from tool receipts; never claim an effect a receipt doe
 - Set `owner_requested` to true only when the owner's own words asked for exactly that
   action.
 - Tool calls are budgeted for the whole run; stop when the job is done.
+- For a simple command the hub can do itself (switch a device, set a timer, add to a list,
+  the time or date, what is remembered), `brain__run_intent` with one short command
+  sentence in the owner's language is the quickest way, if you have it.
 """
     + RULES
 )
@@ -341,10 +364,13 @@ class PydanticBrain(Brain):
         milestone_every: int = MILESTONE_EVERY,
         max_concurrent: int = MAX_CONCURRENT,
         max_depth: int = MAX_DEPTH,
+        local: LocalCommands | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.providers = providers
+        self.local = local
+        """the intent engine and the rule brain (``brain__run_intent``), if the hub has them"""
         self.core = BrainCore(gateway, store, on_event)
         self.desk = PaymentDesk(gateway)
         self.budget = budget
@@ -481,6 +507,29 @@ class PydanticBrain(Brain):
                 )
             )
             names[f"{BRAIN_PACKAGE}{SEP}delegate"] = (BRAIN_PACKAGE, "delegate")
+        if depth > 0 and self.local is not None and task.scope == "owner":
+            tools.append(
+                Tool.from_schema(
+                    self._run_intent,
+                    f"{BRAIN_PACKAGE}{SEP}run_intent",
+                    "Run one simple command on the hub's own assistant at once: switch a "
+                    "device, a timer, a shopping/todo list, the time or date, what is "
+                    "remembered, the timeline. One short command sentence in the owner's "
+                    "language; returns the assistant's reply.",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "command": {
+                                "type": "string",
+                                "description": "e.g. 'turn on the kitchen light', '打开厨房灯'",
+                            }
+                        },
+                        "required": ["command"],
+                    },
+                    takes_ctx=True,
+                )
+            )
+            names[f"{BRAIN_PACKAGE}{SEP}run_intent"] = (BRAIN_PACKAGE, "run_intent")
         if depth == 0:
             tools.append(
                 Tool.from_schema(
@@ -546,6 +595,56 @@ class PydanticBrain(Brain):
             await self.core.emit(task)
             self._start(task, parent.config)
         return brain_receipt("running", "task.delegated", task_id, title=task.title)
+
+    async def _run_intent(
+        self, ctx: RunContext[AgentDeps], command: str = "", **_: Any
+    ) -> dict[str, Any]:
+        """``brain__run_intent`` (see the module doc)."""
+        from hub.brain.configured import LOCAL_TOOL_INTENTS, READING_INTENTS
+        from hub.capabilities.package_sdk import receipt
+
+        deps = ctx.deps
+        if self.local is None or deps.task.scope != "owner":
+            return receipt("rejected", error=("SCOPE", "local commands run for the owner only"))
+        if deps.tainted:
+            return receipt(
+                "rejected",
+                error=(
+                    "UNTRUSTED",
+                    "this job has read untrusted content: a local command runs only on the "
+                    "owner's own words now; report what should be done instead",
+                ),
+            )
+        command = " ".join(command.split())[:300]
+        match = self.local.recognize(command) if command else None
+        if match is None or match.intent not in LOCAL_TOOL_INTENTS:
+            what = match.intent if match is not None else "not understood"
+            return receipt(
+                "failed",
+                error=(
+                    "NOT_LOCAL",
+                    f"not a command the hub runs itself ({what}); use your other tools",
+                ),
+            )
+        call_id = _call_id(ctx, ctx.tool_call_id or "")
+        task = deps.task
+        turn = Turn(
+            command,
+            owner=task.owner,
+            scope=task.scope,
+            session_id=task.session_id,
+            trace_id=task.trace_id,
+            device_id=task.device_id,
+            turn_id=f"{task.task_id}.i{_short_hash(task.task_id, call_id)}",
+            language=match.lang,
+        )
+        reply = " ".join([c.text async for c in self.local.run(turn)])
+        if match.intent in READING_INTENTS:
+            deps.tainted = True  # the reply carries the owner's data (memory, states…)
+        log.info("task %s ran %s locally (%s)", task.task_id, match.intent, turn.turn_id)
+        return brain_receipt(
+            "succeeded", "intent.ran", turn.turn_id, intent=match.intent, reply=reply[:2000]
+        )
 
     async def _steer(
         self, ctx: RunContext[AgentDeps], task_id: str = "", message: str = "", **_: Any
@@ -621,10 +720,7 @@ class PydanticBrain(Brain):
             self.store.update_spec(task.task_id, waiting=_park(turn, ctx_block))
             self.store.move(task.task_id, "admitted", waiting_for=WAIT_MODEL)
             log.info("turn %s waits: no eligible endpoint (%s)", task.task_id, why)
-            text = (
-                "This request can only go to a local model, and none is configured; "
-                "it waits until one is."
-            )
+            text = say("llm.waits_local", lang(turn.language, turn.text))
             for c in out.make(text):
                 yield c
             return
@@ -684,11 +780,23 @@ class PydanticBrain(Brain):
                 history,
             )
         except Exception as exc:  # the model endpoint failed: say so, never guess
-            log.warning("turn %s: the model failed: %s: %s", task.task_id, type(exc).__name__, exc)
-            text = "I could not reach my language model, so I could not answer that."
-            failed = self.store.move(
-                task.task_id, "failed", type(exc).__name__, result={"report": text}
-            )
+            language = lang(turn.language, turn.text)
+            if _timed_out(exc):
+                log.warning(
+                    "turn %s: the model did not answer within %g s (%s)",
+                    task.task_id,
+                    endpoint.call_timeout_s,
+                    endpoint.label(),
+                )
+                text = say("llm.timeout", language, seconds=endpoint.call_timeout_s)
+                why = f"timeout: no answer within {endpoint.call_timeout_s:g} s"
+            else:
+                log.warning(
+                    "turn %s: the model failed: %s: %s", task.task_id, type(exc).__name__, exc
+                )
+                text = say("llm.unreachable", language)
+                why = type(exc).__name__
+            failed = self.store.move(task.task_id, "failed", why, result={"report": text})
             await self.core.emit(failed, text)
             return text
         receipts = self.gateway.ledger.task_receipts(deps.ledger_id)
@@ -757,11 +865,20 @@ class PydanticBrain(Brain):
             try:
                 await self._run_sub(task, config, history)
             except Exception as exc:
-                log.exception("sub-agent %s failed", task_id)
+                language = lang("", str(task.spec.get("utterance", "")))
+                if _timed_out(exc):
+                    seconds = _timeout_of(config)
+                    log.warning("sub-agent %s: no model answer within %g s", task_id, seconds)
+                    why = f"timeout: no answer within {seconds:g} s"
+                    text = say("llm.sub_timeout", language, seconds=seconds)
+                else:
+                    log.exception("sub-agent %s failed", task_id)
+                    why = f"{type(exc).__name__}: {exc}"[:300]
+                    text = say("llm.sub_failed", language)
                 cur = self.store.require(task_id)
                 if not cur.finished:
-                    cur = self.store.move(task_id, "failed", f"{type(exc).__name__}: {exc}"[:300])
-                    await self.core.emit(cur, "The background task failed.")
+                    cur = self.store.move(task_id, "failed", why)
+                    await self.core.emit(cur, text)
             finally:
                 self.running -= 1
 
@@ -858,6 +975,23 @@ class PydanticBrain(Brain):
             await asyncio.sleep(0.02)
 
 
+def _timed_out(exc: BaseException) -> bool:
+    """A model call that ran past its endpoint's ``timeout_s`` (pydantic-ai's deadline, or
+    the SDK's own read timeout)."""
+    if isinstance(exc, (ModelRequestTimeout, TimeoutError)):
+        return True
+    name = type(exc).__name__
+    return name in ("APITimeoutError", "ReadTimeout", "TimeoutException") or (
+        exc.__cause__ is not None and _timed_out(exc.__cause__)
+    )
+
+
+def _timeout_of(config: ProviderConfig) -> float:
+    role = "subagent" if config.endpoints("subagent") else "brain"
+    eps = config.endpoints(role)
+    return eps[0].call_timeout_s if eps else 0.0
+
+
 def _park(turn: Turn, ctx_block: ShortContext | None) -> dict[str, Any]:
     """What a waiting turn needs to run later exactly as it would have run now (kept in
     the hub's own task store, never sent anywhere)."""
@@ -866,6 +1000,7 @@ def _park(turn: Turn, ctx_block: ShortContext | None) -> dict[str, Any]:
         "voice": turn.voice,
         "sensitivity": turn.sensitivity,
         "text_sources": [list(x) for x in turn.text_sources],
+        "language": turn.language,
     }
     if ctx_block is not None and ctx_block.text:
         out["context"] = {
@@ -889,6 +1024,7 @@ def _unpark(task: TaskRecord, parked: dict[str, Any]) -> tuple[Turn, ShortContex
         sensitivity=str(parked.get("sensitivity", "high")),
         text_sources=tuple((str(k), str(v)) for k, v in parked.get("text_sources", [])),
         voice=bool(parked.get("voice", False)),
+        language=str(parked.get("language", "")),
     )
     c = parked.get("context")
     if not c:

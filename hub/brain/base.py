@@ -60,6 +60,18 @@ class Turn:
     """the utterance's own id (default: ``turn_id``)"""
     scheduled: bool = False
     """a scheduled run, not the owner speaking now (never opens a payment)"""
+    language: str = ""
+    """``en`` / ``zh``: the language of the words (the ASR's for a spoken turn); ``""`` →
+    detected from the text (:func:`hub.brain.intents.detect_language`). The reply is in it."""
+
+    @property
+    def lang(self) -> str:
+        """The turn's language: ``language``, else detected from the text."""
+        if self.language in ("en", "zh"):
+            return self.language
+        from hub.brain.intents import detect_language
+
+        return detect_language(self.text)
 
     def ids(self) -> Turn:
         """This turn with its ids filled in."""
@@ -187,13 +199,15 @@ def brain_manifest() -> Manifest:
     tools = {
         "delegate": ToolSpec("delegate", effect="workspace", scopes=ALL_SCOPES),
         "steer": ToolSpec("steer", effect="workspace", scopes=ALL_SCOPES),
+        # a command for the rule brain; each of its own steps is a gateway call again
+        "run_intent": ToolSpec("run_intent", effect="workspace", scopes=("owner",)),
     }
     return Manifest(
         root=Path(__file__).resolve().parent,
         name=BRAIN_PACKAGE,
         version="1.0.0",
         description="The brain's own tools: delegate work to a background sub-agent, "
-        "steer a running one.",
+        "steer a running one, run a local command (an intent) on the rule brain.",
         maintainer="core",
         schema_version=1,
         receipt_version=1,

@@ -2,16 +2,31 @@
 ``brain`` role, the LLM brain from the first turn after one is (changes apply between
 turns). Both share the task store and the gateway, so tasks of either kind resume.
 
+**Prefer handling commands locally** (Home Assistant's option; ``prefer_local`` in the
+provider configuration, on by default, shown by ``yimi brain status``): with an LLM
+configured, a sentence the intent engine matches with ``score >= LOCAL_CONFIDENCE`` still
+runs on the rule brain, locally and at once; every other sentence goes to the LLM. A turn
+that already has a task (a redelivered utterance, a turn cut off by a restart) stays with
+the brain that started it.
+
+The LLM's sub-agents get the intents' actions as one tool, ``brain__run_intent(command)``
+(:class:`LocalCommands`): a short command sentence that the intent engine must match
+confidently, run by the rule brain through the gateway like any other turn's steps (see
+:mod:`hub.brain.agents` for the rules it keeps).
+
 The LLM brain (and with it pydantic_ai, a large import) is built the first time it is
 needed: an endpoint configured for the ``brain`` role, or an unfinished task of its own to
 resume or to settle. A hub that runs the rule-based brain never imports it."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from hub.brain.base import Brain, EventSink, ReplyChunk, Turn
+from hub.brain.llm_texts import lang
 from hub.brain.providers import ProviderStore
 from hub.brain.rules import Contacts, RuleBrain
 from hub.brain.tasks import TaskStore
@@ -19,6 +34,60 @@ from hub.gateway import Gateway, Receipt
 
 if TYPE_CHECKING:
     from hub.brain.agents import PydanticBrain
+    from hub.brain.intents import IntentEngine, Match
+
+log = logging.getLogger(__name__)
+
+LOCAL_TOOL_INTENTS = frozenset(
+    {
+        "HassTurnOn",
+        "HassTurnOff",
+        "HassLightSet",
+        "HassSetPosition",
+        "HassSetVolume",
+        "HassGetState",
+        "HassStartTimer",
+        "HassCancelTimer",
+        "HassPauseTimer",
+        "HassUnpauseTimer",
+        "HassTimerStatus",
+        "HassShoppingListAddItem",
+        "HassListAddItem",
+        "HassShoppingListCompleteItem",
+        "HassGetCurrentTime",
+        "HassGetCurrentDate",
+        "YimiRecall",
+        "YimiTimeline",
+        "YimiListRead",
+    }
+)
+"""intents a model may run with ``brain__run_intent``. Not: payments (an order, "pay it",
+undo — a payment intent comes only from the owner's own words), sending a message,
+remembering or forgetting (the model's words are not the owner's), help, never mind"""
+READING_INTENTS = frozenset(
+    {"HassGetState", "YimiRecall", "YimiTimeline", "YimiListRead", "HassTimerStatus"}
+)
+"""intents whose reply carries the owner's data back to the model (it is then tainted)"""
+
+
+@dataclass
+class LocalCommands:
+    """What the LLM brain needs to run an intent locally: the engine and the rule brain."""
+
+    owner: ConfiguredBrain
+
+    def recognize(self, text: str, language: str = "") -> Match | None:
+        """A confident match of ``text`` (``None`` below ``LOCAL_CONFIDENCE``)."""
+        from hub.brain.intents import LOCAL_CONFIDENCE
+
+        match = self.owner.engine.recognize(text, lang(language, text))
+        if match is None or match.score < LOCAL_CONFIDENCE:
+            return None
+        return match
+
+    def run(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
+        """Run ``turn`` on the rule brain (its steps go through the gateway)."""
+        return self.owner.rules.turn(turn)
 
 
 class ConfiguredBrain(Brain):
@@ -30,6 +99,7 @@ class ConfiguredBrain(Brain):
         *,
         contacts: Contacts | None = None,
         on_event: EventSink | None = None,
+        engine: IntentEngine | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
@@ -37,6 +107,8 @@ class ConfiguredBrain(Brain):
         self.on_event = on_event
         self.rules = RuleBrain(gateway, store, contacts=contacts, on_event=on_event)
         self._llm: PydanticBrain | None = None
+        self._engine = engine
+        self.local = LocalCommands(self)
 
     @property
     def llm(self) -> PydanticBrain:
@@ -45,9 +117,25 @@ class ConfiguredBrain(Brain):
             from hub.brain.agents import PydanticBrain
 
             self._llm = PydanticBrain(
-                self.gateway, self.store, self.providers, on_event=self.on_event
+                self.gateway, self.store, self.providers, on_event=self.on_event, local=self.local
             )
         return self._llm
+
+    @property
+    def engine(self) -> IntentEngine:
+        """The intent engine that decides what runs locally: the one given, else the rule
+        brain's own (``RuleBrain.engine``, over the live slot lists; asked each time, so a
+        rebuilt one is used) when it has one, else one with the default lists (built on
+        first use: an LLM-configured hub's first turn)."""
+        from hub.brain.intents import IntentEngine
+
+        if self._engine is not None:
+            return self._engine
+        own: Any = getattr(self.rules, "engine", None)
+        if isinstance(own, IntentEngine):
+            return own
+        self._engine = IntentEngine()
+        return self._engine
 
     def _configured(self) -> bool:
         return bool(self.providers.current().endpoints("brain"))
@@ -60,6 +148,22 @@ class ConfiguredBrain(Brain):
             for t in self.store.unfinished()
         )
 
+    def pick(self, turn: Turn) -> Brain:
+        """The brain for this turn (see the module doc)."""
+        cfg = self.providers.current()
+        if not cfg.endpoints("brain"):
+            return self.rules
+        if turn.turn_id:
+            task = self.store.get(turn.turn_id)
+            if task is not None:  # already started: it stays with its brain
+                return self.rules if task.spec.get("brain") == self.rules.kind else self.llm
+        if cfg.prefer_local:
+            match = self.local.recognize(turn.text, turn.language)
+            if match is not None:
+                log.info("turn handled locally: %s (score %.2f)", match.intent, match.score)
+                return self.rules
+        return self.llm
+
     @property
     def kind(self) -> str:  # type: ignore[override]
         return self.llm.kind if self._configured() else self.rules.kind
@@ -71,7 +175,7 @@ class ConfiguredBrain(Brain):
 
     async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
         self.providers.apply_pending()  # between turns
-        brain: Brain = self.llm if self._configured() else self.rules
+        brain = self.pick(turn)
         async for chunk in brain.turn(turn):
             yield chunk
 

@@ -73,6 +73,13 @@ MAX_ENDPOINTS = 4
 _KEY_ID = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 NO_KEY = "no-key"
 """the placeholder sent to an endpoint that needs no key (local servers ignore it)"""
+DEFAULT_MAX_TOKENS = 1024
+"""tokens one model call may generate, unless the endpoint says ``max_tokens``"""
+DEFAULT_TIMEOUT_S = 60.0
+"""seconds one model call may take (every retry and the whole streamed answer included),
+unless the endpoint says ``timeout_s``: a runaway server must not hold a turn for minutes"""
+MAX_TIMEOUT_S = 600.0
+MAX_MAX_TOKENS = 32768
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS config (
@@ -114,6 +121,18 @@ class Endpoint:
     key_id: str = ""
     local: bool | None = None
     """``None``: local iff the host is a loopback address"""
+    max_tokens: int | None = None
+    """tokens one call may generate (``None``: :data:`DEFAULT_MAX_TOKENS`)"""
+    timeout_s: float | None = None
+    """seconds one call may take (``None``: :data:`DEFAULT_TIMEOUT_S`)"""
+
+    @property
+    def token_limit(self) -> int:
+        return self.max_tokens if self.max_tokens is not None else DEFAULT_MAX_TOKENS
+
+    @property
+    def call_timeout_s(self) -> float:
+        return self.timeout_s if self.timeout_s is not None else DEFAULT_TIMEOUT_S
 
     @property
     def host(self) -> str:
@@ -140,6 +159,10 @@ class Endpoint:
             d["key_id"] = self.key_id
         if self.local is not None:
             d["local"] = self.local
+        if self.max_tokens is not None:
+            d["max_tokens"] = self.max_tokens
+        if self.timeout_s is not None:
+            d["timeout_s"] = self.timeout_s
         return d
 
     @classmethod
@@ -163,10 +186,33 @@ class Endpoint:
         local = raw.get("local")
         if local is not None and not isinstance(local, bool):
             raise _refuse(f"{where}.local", "true or false")
-        extra = set(raw) - {"base_url", "model", "key_id", "local"}
+        max_tokens = raw.get("max_tokens")
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool)
+            or not isinstance(max_tokens, int)
+            or not 1 <= max_tokens <= MAX_MAX_TOKENS
+        ):
+            raise _refuse(f"{where}.max_tokens", f"a whole number, 1-{MAX_MAX_TOKENS}")
+        timeout = raw.get("timeout_s")
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_TIMEOUT_S
+        ):
+            raise _refuse(
+                f"{where}.timeout_s", f"seconds, more than 0 and at most {MAX_TIMEOUT_S:g}"
+            )
+        extra = set(raw) - {"base_url", "model", "key_id", "local", "max_tokens", "timeout_s"}
         if extra:
             raise _refuse(where, f"unknown fields {sorted(extra)}")
-        return cls(url.rstrip("/"), model.strip(), key_id or "", local)
+        return cls(
+            url.rstrip("/"),
+            model.strip(),
+            key_id or "",
+            local,
+            max_tokens,
+            float(timeout) if timeout is not None else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -179,6 +225,10 @@ class ProviderConfig:
     cloud_sources: frozenset[Source] = frozenset()
     tool_levels: Mapping[str, str] = field(default_factory=dict)
     """declared sensitivity of a tool's output (``"home.get_state": "low"``); default high"""
+    prefer_local: bool = True
+    """"prefer handling commands locally" (Home Assistant's option): with an LLM configured,
+    a sentence the intent engine matches confidently still runs on the rule brain at once;
+    ``false`` sends every turn to the LLM"""
 
     def endpoints(self, role: str) -> tuple[Endpoint, ...]:
         return tuple(self.roles.get(role, ()))
@@ -187,17 +237,20 @@ class ProviderConfig:
         return {e.key_id for eps in self.roles.values() for e in eps if e.key_id}
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d: dict[str, Any] = {
             "roles": {r: [e.to_dict() for e in eps] for r, eps in sorted(self.roles.items())},
             "cloud_sources": sorted(format_source(s) for s in self.cloud_sources),
             "tool_levels": dict(sorted(self.tool_levels.items())),
         }
+        if not self.prefer_local:  # the default is left out: older bodies stay as they were
+            d["prefer_local"] = False
+        return d
 
     @classmethod
     def from_dict(cls, raw: Any, version: int = 0) -> ProviderConfig:
         if not isinstance(raw, Mapping):
             raise _refuse("(top)", "not a mapping")
-        extra = set(raw) - {"roles", "cloud_sources", "tool_levels"}
+        extra = set(raw) - {"roles", "cloud_sources", "tool_levels", "prefer_local"}
         if extra:
             raise _refuse("(top)", f"unknown fields {sorted(extra)}")
         roles_raw = raw.get("roles", {}) or {}
@@ -223,7 +276,10 @@ class ProviderConfig:
             not isinstance(k, str) or v not in LEVELS for k, v in levels.items()
         ):
             raise _refuse("tool_levels", f"package.tool → one of {', '.join(LEVELS)}")
-        return cls(version, roles, frozenset(sources), dict(levels))
+        prefer_local = raw.get("prefer_local", True)
+        if not isinstance(prefer_local, bool):
+            raise _refuse("prefer_local", "true or false")
+        return cls(version, roles, frozenset(sources), dict(levels), prefer_local)
 
 
 def route(
@@ -543,7 +599,16 @@ class ProviderStore:
         """A pydantic-ai chat model for ``endpoint`` (the key is decrypted here only)."""
         from pydantic_ai.models.openai import OpenAIChatModel
         from pydantic_ai.providers.openai import OpenAIProvider
+        from pydantic_ai.settings import ModelSettings
 
         key = self.api_key(endpoint.key_id) if endpoint.key_id else NO_KEY
         provider = OpenAIProvider(base_url=endpoint.base_url, api_key=key)
-        return OpenAIChatModel(endpoint.model, provider=provider)
+        # request_timeout is one deadline for the whole call (every retry of the SDK, and a
+        # streamed answer through its last chunk), enforced by pydantic-ai: it cancels the
+        # HTTP request, so nothing is left running; timeout bounds each attempt's reads
+        settings = ModelSettings(
+            max_tokens=endpoint.token_limit,
+            request_timeout=endpoint.call_timeout_s,
+            timeout=endpoint.call_timeout_s,
+        )
+        return OpenAIChatModel(endpoint.model, provider=provider, settings=settings)
