@@ -370,9 +370,7 @@ def test_invalid_input_is_refused(index: MemoryIndex) -> None:
     assert index.count() == 0
 
 
-def test_reopen_keeps_items_and_refuses_another_model(
-    tmp_path: Path, embedder: Embedder
-) -> None:
+def test_reopen_keeps_items_and_refuses_another_model(tmp_path: Path, embedder: Embedder) -> None:
     with MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0) as ix:
         add(ix, "a", "The spare key is under the blue flowerpot.")
     with MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0) as ix:
