@@ -990,6 +990,22 @@ class Catalog:
         log.info("%s model moved from %s to %s (the new default)", role, current, name)
         return next(s for s in self.status() if s.role == role)
 
+    def clear_interrupted(self, role: str) -> str | None:
+        """Forget a switch whose process died while rebuilding (its ``pending`` mark with
+        no live progress); returns the model it was switching to, else ``None``."""
+        _check_role(role)
+        with self._locked():
+            state = self._load()
+            sel = dict(state.selection.get(role) or {})
+            pending = sel.get("pending")
+            if not pending or self._progress(role) is not None:
+                return None
+            sel.pop("pending")
+            state.selection[role] = sel
+            self._save(state)
+        log.warning("the interrupted switch of %s to %s was abandoned", role, pending)
+        return str(pending)
+
     def _has_derived(self) -> bool:
         """Whether this node keeps derived data (the hub's home does; device bundles not)."""
         return self.trust is not None and self.trust.node_id == HUB_NODE

@@ -286,3 +286,71 @@ def test_an_old_minilm_index_is_migrated_without_mixing(home: Home) -> None:
         assert ix.model_id == USE and ix.count() == len(items) + 1
         assert set(ids(ix.search_vec("我女儿对什么过敏？", k=2))) == {"m0", "m1"}
     assert migrate_home(home.path) is None, "nothing left to migrate"
+
+
+def test_an_interrupted_switch_is_cleaned_up_on_start(home: Home) -> None:
+    import json
+
+    fill(home)
+    catalog = Catalog.open(home.path)
+    live = index_path(home.path, USE)
+    # a switch whose process died mid-build: its mark in the catalog, its half-built file
+    catalog.resolve("embed")  # the catalog file exists
+    data = json.loads(catalog.path.read_text())
+    data["selection"]["embed"] = {"selected": USE, "pending": MINILM}
+    catalog.path.write_text(json.dumps(data))
+    building = Path(str(index_path(home.path, MINILM)) + ".building")
+    building.write_bytes(b"half")
+    (status,) = [s for s in catalog.status() if s.role == "embed"]
+    assert status.error is not None and "interrupted" in status.error
+    # and an index file left by a switch that stopped after its selection changed
+    stale = home.path / DB_NAME
+    with MemoryIndex(stale, embedder=shared_embedder(USE), clock=lambda: NOW) as ix:
+        ix.upsert_many([Entry("left", "留在旧索引里的一条记忆。", "low", [], 0.5, NOW)])
+
+    assert migrate_home(home.path) is None
+    (status,) = [s for s in catalog.status() if s.role == "embed"]
+    assert status.error is None and status.pending is None and status.effective == USE
+    assert not building.exists() and not stale.exists()
+    assert live_index(home.path) == (live, True)
+    with MemoryIndex.for_home(home.path, clock=lambda: NOW) as ix:
+        assert ix.get("left") is not None and ix.count() == 11
+
+
+def test_cli_switch_of_the_embedding_model(
+    home: Home, phone: Bundle, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fill(home)
+    h = str(home.path)
+    assert cli.main(["models", "list", "--home", h, "--role", "embed"]) == 0
+    out = capsys.readouterr().out
+    assert f"* embed    {USE}" in out and MINILM in out
+    code = cli.main(
+        ["models", "switch", "embed", MINILM, "--home", h, "--confirm-with", str(phone.path)]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0 and f"selected {MINILM}" in out and f"previous {USE}" in out, err
+    assert "rebuilding the recall index" in err
+    with MemoryIndex.for_home(home.path, clock=lambda: NOW) as ix:
+        assert ix.model_id == MINILM_ID and ix.count() == 10
+
+
+def test_the_last_catch_up_keeps_writes_to_the_new_index(home: Home) -> None:
+    """Between the switch of the selection and the old file's removal both files may get
+    writes: the old one's changes are applied, the new one's own writes stay."""
+    fill(home)
+    catalog = Catalog.open(home.path)
+    entry = catalog.resolve_name("embed", MINILM)
+    rebuild = RecallRebuild(home.path, embedder=shared_minilm())
+    rebuild.build(entry, lambda done, total: None)
+    new, old = index_path(home.path, MINILM), index_path(home.path, USE)
+    with MemoryIndex(new, clock=lambda: NOW) as ix:  # opened after the selection changed
+        ix.upsert_many([Entry("to-new", "The gate code changed to 2580.", "low", [], 0.5, NOW)])
+    with MemoryIndex(old, clock=lambda: NOW) as ix:  # a hook still on the old file
+        ix.upsert_many([Entry("to-old", "快递柜取件码是六六八。", "low", [], 0.5, NOW)])
+        ix.remove(["m2"])
+    rebuild.commit(entry)
+    assert not old.exists()
+    with MemoryIndex(new, clock=lambda: NOW) as ix:
+        assert ix.get("to-new") is not None and ix.get("to-old") is not None
+        assert ix.get("m2") is None and ix.count() == 11

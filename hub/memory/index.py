@@ -1,9 +1,13 @@
 """The recall index: FTS5 keywords + sqlite-vec vectors, fused by rank (RRF), then blended.
 
-One apsw database (``HOME/memory_index.db``) holds, per item, its metadata row (``items``),
-a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring matching that
-works for Chinese without a word segmenter) and a 384-d MiniLM embedding in a ``vec0``
-table (``items_vec``). :meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
+One apsw database per embedding model (``HOME/recall/<model>.db``; which one recall uses is
+decided by the home's model catalog, :func:`live_index`) holds, per item, its metadata row
+(``items``), a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring
+matching that works for Chinese without a word segmenter) and the item's embedding in a
+``vec0`` table (``items_vec``; 512-d for the multilingual default, 384-d for MiniLM; the
+model's id and dimension are recorded in ``meta`` and an index is only ever read and written
+with that model). Switching the model rebuilds the index first (``hub.memory.reindex``).
+:meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
 three in one transaction; a removed item's text and vector — or an item's replaced text —
 are gone from the file, not just unlinked (secure_delete, the FTS segments are merged, freed
 pages are dropped, the write-ahead log is checkpointed).

@@ -60,12 +60,36 @@ def _key(e: Entry) -> tuple[object, ...]:
     return (e.text, e.sensitivity, tuple(e.sources), e.importance, e.created_ms)
 
 
-def sync(src: MemoryIndex, dst: MemoryIndex, progress: ProgressFn | None = None) -> int:
-    """Make ``dst`` hold exactly ``src``'s items (embedding changed ones with ``dst``'s
-    model); returns how many items were written or removed."""
+Snapshot = dict[str, tuple[object, ...]]
+
+
+def snapshot(ix: MemoryIndex) -> Snapshot:
+    return {e.item_id: _key(e) for e in ix.entries()}
+
+
+def sync(
+    src: MemoryIndex,
+    dst: MemoryIndex,
+    progress: ProgressFn | None = None,
+    *,
+    since: Snapshot | None = None,
+    remove: bool = True,
+) -> int:
+    """Bring ``src``'s items into ``dst`` (embedding them with ``dst``'s model); returns how
+    many items were written or removed.
+
+    Without ``since``, ``dst`` ends up holding exactly ``src``'s items (``remove=False``:
+    items only in ``dst`` stay). With ``since`` (``src`` as it was when ``dst`` last matched
+    it), only what changed in ``src`` after that is applied — ``dst``'s own later writes
+    stay.
+    """
     have = {e.item_id: e for e in src.entries()}
-    made = {e.item_id: _key(e) for e in dst.entries()}
-    extra = [i for i in made if i not in have]
+    if since is None:
+        made = snapshot(dst)
+        extra = [i for i in made if i not in have] if remove else []
+    else:
+        made = since
+        extra = [i for i in since if i not in have]
     if extra:
         dst.remove(extra)
     todo = [e for i, e in have.items() if made.get(i) != _key(e)]
@@ -98,6 +122,8 @@ class RecallRebuild:
         self._embedder = embedder
         """the new model's runner (default: the shared one of the entry's name)"""
         self._source: Path | None = None
+        self._since: Snapshot | None = None
+        """the old index's items when the new one last matched them"""
 
     def _runner(self, entry: ModelEntry) -> Embedder:
         if self._embedder is not None:
@@ -128,6 +154,7 @@ class RecallRebuild:
             for _ in range(CATCH_UP_PASSES):
                 if sync(src, dst) == 0:
                     break
+            self._since = snapshot(src)
             dst._drop_freed_pages()
         os.replace(building, target)
         self._source = source
@@ -138,7 +165,8 @@ class RecallRebuild:
         if source is None or not source.exists():
             return
         with MemoryIndex(source) as src, MemoryIndex(target, embedder=self._runner(entry)) as dst:
-            sync(src, dst)
+            # what reached the old file after the build (the new one is in use already)
+            sync(src, dst, since=self._since if self._since is not None else snapshot(dst))
         remove_index_files(source)
         self._reapply_deletions(target)
         log.info("recall index now %s (%s)", target, entry.name)
@@ -174,8 +202,13 @@ def migrate_home(
     from models.embed import by_model_id
 
     home = Path(home)
+    catalog = Catalog.open(home)
+    interrupted = catalog.clear_interrupted(ROLE)
+    if interrupted is not None:  # its process died: drop what it left, the old stays
+        RecallRebuild(home).abort(_entry_named(interrupted))
     path, current = live_index(home)
     if current:
+        _drop_leftovers(home, path, embedder)
         return None
     model_id = index_model(path)
     info = by_model_id(model_id) if model_id is not None else None
@@ -187,11 +220,27 @@ def migrate_home(
         )
     name = selected_model(home)
     log.info("recall index %s was built with %s: rebuilding it for %s", path, info.name, name)
-    catalog = Catalog.open(home)
     return catalog.adopt(ROLE, info.name, name, RecallRebuild(home, embedder=embedder, stop=stop))
 
 
-def leftovers(home: Path) -> list[Path]:
-    """Index files not in use (a switch interrupted after its selection changed)."""
-    path, _ = live_index(home)
-    return older_indexes(home, path)
+def _entry_named(name: str) -> ModelEntry:
+    from models.catalog import ModelEntry
+
+    return ModelEntry(name, ROLE, "", "", "", "", "")
+
+
+def _drop_leftovers(home: Path, live: Path, embedder: Embedder | None) -> None:
+    """Index files beside the live one (a switch that stopped after its selection changed,
+    before the old file went): caught up into the live index, then deleted."""
+    from models.embed import by_model_id
+
+    for old in older_indexes(home, live):
+        with MemoryIndex(live, embedder=embedder) as dst:
+            info = by_model_id(dst.model_id)
+            if embedder is None and info is None:
+                continue
+            with MemoryIndex(old) as src:
+                sync(src, dst, remove=False)  # the live index is the newer: only add
+        remove_index_files(old)
+        RecallRebuild(home, embedder=embedder)._reapply_deletions(live)
+        log.info("removed the recall index %s left by an earlier switch", old)
