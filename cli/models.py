@@ -46,7 +46,24 @@ def cmd_models_status(args: argparse.Namespace) -> int:
             print(f"{'':<8} {s.activity}")
         elif s.pending:
             print(f"{'':<8} switching to {s.pending}")
+        elif s.role == "embed" and args.home is not None:
+            note = _recall_note(Path(args.home))
+            if note:
+                print(f"{'':<8} {note}")
     return EXIT_OK
+
+
+def _recall_note(home: Path) -> str | None:
+    """A home whose recall index was built with another model, not migrated yet."""
+    from hub.memory.index import index_model, live_index
+
+    path, current = live_index(home)
+    if current or not path.exists():
+        return None
+    return (
+        f"recall still uses its index built with {index_model(path)}: it is rebuilt on the "
+        "hub's next start (or now: 'yimi models prepare --role embed')"
+    )
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:

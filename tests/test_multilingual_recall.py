@@ -354,3 +354,20 @@ def test_the_last_catch_up_keeps_writes_to_the_new_index(home: Home) -> None:
     with MemoryIndex(new, clock=lambda: NOW) as ix:
         assert ix.get("to-new") is not None and ix.get("to-old") is not None
         assert ix.get("m2") is None and ix.count() == 11
+
+
+def test_cli_status_and_prepare_on_an_old_home(
+    home: Home, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with MemoryIndex(home.path / DB_NAME, embedder=shared_minilm(), clock=lambda: NOW) as ix:
+        ix.upsert_many(memories(0))
+    h = str(home.path)
+    assert cli.main(["models", "status", "--home", h]) == 0
+    out = capsys.readouterr().out
+    assert f"recall still uses its index built with {MINILM_ID}" in out
+    assert cli.main(["models", "prepare", "--home", h, "--role", "embed"]) == 0
+    out = capsys.readouterr().out
+    assert f"recall index rebuilt for {USE}" in out
+    assert cli.main(["models", "status", "--home", h]) == 0
+    assert "recall still uses" not in capsys.readouterr().out
+    assert live_index(home.path) == (index_path(home.path, USE), True)
