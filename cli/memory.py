@@ -9,7 +9,7 @@
 | ``yimi memory reapply-deletions --home DIR`` | after restoring ``memory.db`` from a backup |
 
 The memory lives in ``HOME/memory.db`` (its deletion log beside it); the recall index in
-``HOME/memory_index.db``; the L2 profile in ``HOME/profile/``. Bad input is refused with
+``HOME/recall/<embedding model>.db``; the L2 profile in ``HOME/profile/``. Bad input is refused with
 one ``yimi: …`` line and exit status 1.
 """
 

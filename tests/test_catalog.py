@@ -113,7 +113,7 @@ def add_operator(
 
 def test_builtin_digests_match_the_installed_packages() -> None:
     """The recorded SHA-256 constants are those of the files installed here."""
-    for role, b in BUILTINS.items():
+    for role, b in [*BUILTINS.items(), *((r, c) for r, cs in cat.CHOICES.items() for c in cs)]:
         root = cat.package_dir(b.module)
         if root is None:
             assert role == "face", f"{b.dist} is not installed"
@@ -127,10 +127,19 @@ def test_defaults_written_on_first_use(home: Home) -> None:
     entry = catalog.resolve("asr")
     assert entry.name == "whisper-tiny.en" and entry.runtime == "ctranslate2"
     assert Path(entry.path).is_dir() and entry.sha256 == BUILTINS["asr"].sha256
+    # the embedding default is multilingual: a folder holding weights and SentencePiece model
     embed = catalog.resolve("embed")
-    assert embed.extra("tokenizer").name == "minilm_tokenizer.json"
+    assert embed.name == "use-multilingual-v3" and embed.runtime == "numpy"
+    assert {p.name for p in Path(embed.path).iterdir()} >= {"weights.npz", "sp.model"}
+    # English MiniLM stays a built-in choice, with its tokenizer
+    minilm = catalog.resolve_name("embed", "all-minilm-l6-v2-int8")
+    assert minilm.extra("tokenizer").name == "minilm_tokenizer.json"
     stored = json.loads(catalog.path.read_text())
-    assert {e["name"] for e in stored["entries"]} == {"whisper-tiny.en", "all-minilm-l6-v2-int8"}
+    assert {e["name"] for e in stored["entries"]} == {
+        "whisper-tiny.en",
+        "use-multilingual-v3",
+        "all-minilm-l6-v2-int8",
+    }
     # a second catalog object (another process) reads the same
     assert Catalog.open(home.path).entries() == catalog.entries()
 

@@ -137,7 +137,9 @@ def test_forget_through_the_real_index(capsys: pytest.CaptureFixture[str], home:
         assert index.get("assertion:pref.spice") is None
         assert index.search_fts("spicy noodles") == []
         assert index.count() == 0
-    blob = b"".join(p.read_bytes() for p in home.glob("memory*.db*"))
+    files = [*home.glob("memory*.db*"), *home.glob("recall/*.db*")]
+    assert any(p.parent.name == "recall" for p in files)  # the index of the default model
+    blob = b"".join(p.read_bytes() for p in files)
     assert b"spicy noodles" not in blob
 
 

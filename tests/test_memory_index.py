@@ -32,10 +32,20 @@ from hub.memory.index import (
     rrf,
 )
 from hub.memory.index_api import IndexHook
-from models.embed import DIM, TextEmbedder, shared_embedder
+from models.embed import (
+    DEFAULT_MODEL,
+    DIM,
+    Embedder,
+    TextEmbedder,
+    model_info,
+    shared_embedder,
+    shared_minilm,
+)
 from models.errors import ModelError
 
 T0 = 1_780_000_000_000
+INDEX_DIM = model_info(DEFAULT_MODEL).dim
+"""a new index is made for the default model (multilingual, 512-d; MiniLM's was 384)"""
 
 
 class Clock:
@@ -47,8 +57,13 @@ class Clock:
 
 
 @pytest.fixture(scope="module")
-def embedder() -> TextEmbedder:
+def embedder() -> Embedder:
     return shared_embedder()
+
+
+@pytest.fixture(scope="module")
+def minilm() -> TextEmbedder:
+    return shared_minilm()
 
 
 @pytest.fixture
@@ -57,7 +72,7 @@ def clock() -> Clock:
 
 
 @pytest.fixture
-def index(tmp_path: Path, embedder: TextEmbedder, clock: Clock) -> Iterator[MemoryIndex]:
+def index(tmp_path: Path, embedder: Embedder, clock: Clock) -> Iterator[MemoryIndex]:
     ix = MemoryIndex.for_home(tmp_path, embedder=embedder, clock=clock)
     yield ix
     ix.close()
@@ -79,14 +94,14 @@ def ids(hits: list) -> list[str]:  # type: ignore[type-arg]
 
 
 # ---------------------------------------------------------------- embedding runner
-def test_embeddings_are_deterministic_unit_384d(embedder: TextEmbedder) -> None:
+def test_embeddings_are_deterministic_unit_384d(minilm: TextEmbedder) -> None:
     texts = ["My daughter is allergic to peanuts.", "我女儿对花生过敏。", "ok"]
-    a = embedder.embed(texts)
-    b = embedder.embed(texts)
+    a = minilm.embed(texts)
+    b = minilm.embed(texts)
     assert a.shape == (3, DIM) and a.dtype == np.float32
     assert np.array_equal(a, b)
     assert np.allclose(np.linalg.norm(a, axis=1), 1.0, atol=1e-5)
-    assert embedder.embed([]).shape == (0, DIM)
+    assert minilm.embed([]).shape == (0, DIM)
 
 
 def test_batching_equals_one_at_a_time() -> None:
@@ -103,10 +118,12 @@ def test_batching_equals_one_at_a_time() -> None:
     batched = small_batches.embed(texts)
     single = np.vstack([small_batches.embed_one(t) for t in texts])
     assert np.allclose(batched, single, atol=1e-5)
-    assert np.allclose(shared_embedder().embed(texts), batched, atol=1e-5)
+    assert np.allclose(shared_minilm().embed(texts), batched, atol=1e-5)
 
 
-def test_paraphrases_are_closer_than_unrelated_text(embedder: TextEmbedder) -> None:
+@pytest.mark.parametrize("model", ["default", "minilm"])
+def test_paraphrases_are_closer_than_unrelated_text(model: str) -> None:
+    embedder = shared_embedder() if model == "default" else shared_minilm()
     v = embedder.embed(
         ["Mia is allergic to peanuts", "What can't my daughter eat?", "The boiler is serviced"]
     )
@@ -203,7 +220,7 @@ def test_upsert_again_replaces_the_item(index: MemoryIndex) -> None:
 
 def test_a_replaced_text_does_not_linger_in_the_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
-    v = rng.normal(size=(3100, DIM)).astype(np.float32)
+    v = rng.normal(size=(3100, INDEX_DIM)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     with MemoryIndex(tmp_path / "ix.db", clock=lambda: T0) as ix:
         # enough rows, in several transactions, for the keyword index to have many segments
@@ -224,13 +241,13 @@ def test_a_replaced_text_does_not_linger_in_the_files(tmp_path: Path) -> None:
 
 
 def test_a_removed_item_is_never_returned_and_its_vector_is_gone(
-    index: MemoryIndex, embedder: TextEmbedder, tmp_path: Path
+    index: MemoryIndex, embedder: Embedder, tmp_path: Path
 ) -> None:
     secret = "Zyxwvut the combination of the garden safe is 4711."
     add(index, "a1", secret)
     add(index, "a2", "The spare house key is with the neighbour at number 12.")
     rid = index._scalar("SELECT rid FROM items WHERE item_id = 'a1'")
-    vector = embedder.embed_one(secret)
+    vector = embedder.embed([secret])[0]
     assert ids(index.search("garden safe combination", k=2))[0] == "a1"
 
     assert index.remove(["a1"]) == ["a1"]
@@ -243,7 +260,7 @@ def test_a_removed_item_is_never_returned_and_its_vector_is_gone(
     assert index._scalar("SELECT count(*) FROM items_vec") == 1
     assert index.get("a1") is None and index.count() == 1
     # forgotten for real: neither the vector nor the text is left in the files
-    blobs = b"".join(p.read_bytes() for p in tmp_path.glob("memory_index.db*"))
+    blobs = b"".join(p.read_bytes() for p in index.path.parent.glob(index.path.name + "*"))
     assert vector.tobytes() not in blobs
     assert b"Zyxwvut" not in blobs and b"4711" not in blobs
 
@@ -297,7 +314,7 @@ def test_final_order_blends_importance_and_recency(index: MemoryIndex, clock: Cl
 def test_deleted_originals_are_skipped_not_back_filled(tmp_path: Path) -> None:
     rng = np.random.default_rng(7)
     n = 150
-    vectors = rng.normal(size=(n, DIM)).astype(np.float32)
+    vectors = rng.normal(size=(n, INDEX_DIM)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     path = tmp_path / "ix.db"
     with MemoryIndex(path, clock=lambda: T0) as ix:
@@ -353,9 +370,7 @@ def test_invalid_input_is_refused(index: MemoryIndex) -> None:
     assert index.count() == 0
 
 
-def test_reopen_keeps_items_and_refuses_another_model(
-    tmp_path: Path, embedder: TextEmbedder
-) -> None:
+def test_reopen_keeps_items_and_refuses_another_model(tmp_path: Path, embedder: Embedder) -> None:
     with MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0) as ix:
         add(ix, "a", "The spare key is under the blue flowerpot.")
     with MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0) as ix:

@@ -4,6 +4,7 @@
 (English paraphrases, Chinese, and cross-language), each naming the memories that answer
 it. recall@5 of a question is the share of its relevant memories in the top five; the
 figures are averaged over the questions and printed (``pytest -s``) per question kind.
+The index uses the default (multilingual) embedding model.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 import yaml
 
 from hub.memory.index import Entry, Hit, MemoryIndex
-from models.embed import TextEmbedder, shared_embedder
+from models.embed import Embedder, shared_embedder
 
 SET = Path(__file__).parent / "data" / "recall_set.yaml"
 K = 5
@@ -43,12 +44,12 @@ def test_the_set_is_big_enough_and_consistent() -> None:
 
 
 @pytest.fixture(scope="module")
-def embedder() -> TextEmbedder:
+def embedder() -> Embedder:
     return shared_embedder()
 
 
 @pytest.fixture(scope="module")
-def index(tmp_path_factory: pytest.TempPathFactory, embedder: TextEmbedder) -> MemoryIndex:
+def index(tmp_path_factory: pytest.TempPathFactory, embedder: Embedder) -> MemoryIndex:
     data = load_set()
     ix = MemoryIndex(
         tmp_path_factory.mktemp("recall") / "memory_index.db",
@@ -92,4 +93,8 @@ def test_fused_recall_beats_keywords_and_vectors_alone(index: MemoryIndex) -> No
     for name, figures in results.items():
         print(f"{name:8}" + "".join(f"{figures.get(kind, 0.0):12.3f}" for kind in kinds))
     assert results["fused"]["all"] > results["fts"]["all"]
-    assert results["fused"]["all"] > results["vec"]["all"]
+    # with the multilingual default the vector list alone already reaches the fused figure
+    # on this set (0.907 both; under MiniLM fused 0.789 beat vectors 0.775): fusing must
+    # not lose anything, and cross-language questions are answered (MiniLM: 0.0)
+    assert results["fused"]["all"] >= results["vec"]["all"]
+    assert results["fused"]["cross"] >= 0.8

@@ -26,9 +26,10 @@ def open_memory(
 ) -> AssertionStore:
     """The home's assertion store, wired to its recall index and L2 profile.
 
-    Without an ``index`` given, the home's own recall index (``HOME/memory_index.db``) is
-    opened (``with_index=False``: none); it skips items the store has forgotten. The
-    profile files are regenerated after every change that touches a profile entry.
+    Without an ``index`` given, the home's own recall index (``HOME/recall/<model>.db``,
+    see ``hub.memory.index.live_index``) is opened (``with_index=False``: none); it skips
+    items the store has forgotten. The profile files are regenerated after every change
+    that touches a profile entry.
     """
     store = AssertionStore.open(memory_db_path(home), index=index)
     if index is None and with_index:

@@ -1,9 +1,13 @@
 """The recall index: FTS5 keywords + sqlite-vec vectors, fused by rank (RRF), then blended.
 
-One apsw database (``HOME/memory_index.db``) holds, per item, its metadata row (``items``),
-a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring matching that
-works for Chinese without a word segmenter) and a 384-d MiniLM embedding in a ``vec0``
-table (``items_vec``). :meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
+One apsw database per embedding model (``HOME/recall/<model>.db``; which one recall uses is
+decided by the home's model catalog, :func:`live_index`) holds, per item, its metadata row
+(``items``), a contentless FTS5 row with the trigram tokenizer (``items_fts``: substring
+matching that works for Chinese without a word segmenter) and the item's embedding in a
+``vec0`` table (``items_vec``; 512-d for the multilingual default, 384-d for MiniLM; the
+model's id and dimension are recorded in ``meta`` and an index is only ever read and written
+with that model). Switching the model rebuilds the index first (``hub.memory.reindex``).
+:meth:`MemoryIndex.upsert` and :meth:`MemoryIndex.remove` keep the
 three in one transaction; a removed item's text and vector — or an item's replaced text —
 are gone from the file, not just unlinked (secure_delete, the FTS segments are merged, freed
 pages are dropped, the write-ahead log is checkpointed).
@@ -29,6 +33,7 @@ Search, as in ARCHITECTURE § Memory:
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import threading
@@ -50,7 +55,13 @@ if TYPE_CHECKING:  # numpy is imported where vectors are made (a large import)
 
     Vectors = npt.NDArray[np.float32]
 
+log = logging.getLogger(__name__)
+
 DB_NAME = "memory_index.db"
+"""the one index file of homes made before indexes were kept per model (migrated on start)"""
+RECALL_DIR = "recall"
+"""``HOME/recall/<embedding model name>.db``: the index built with that model"""
+BUILDING_SUFFIX = ".building"
 RRF_K = 60
 LIST_LIMIT = 100
 MIN_COSINE = 0.25
@@ -267,6 +278,8 @@ class Entry:
     sources: tuple[Source, ...] | list[Source]
     importance: float = DEFAULT_IMPORTANCE
     created_ms: int = 0
+    last_access_ms: int | None = None
+    """a new item's last use (default: ``created_ms``); kept when an index is rebuilt"""
 
 
 _SCHEMA = """
@@ -303,12 +316,20 @@ class MemoryIndex:
         clock: Callable[[], int] = now_ms,
         is_live: LiveFilter | None = None,
         dim: int | None = None,
+        model: str | None = None,
     ) -> None:
         self.path = Path(path)
         self._embedder = embedder
+        self._model_name = model
+        """the catalog name of the model a new file is made for (default: the default)"""
         self._clock = clock
         self.is_live = is_live
         self._lock = threading.RLock()
+        self._home: Path | None = None
+        """set by :meth:`for_home`: the index follows the home's switch of embedding model"""
+        self._open(dim)
+
+    def _open(self, dim: int | None) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._conn = apsw.Connection(str(self.path))
         self._conn.setbusytimeout(10_000)
@@ -336,7 +357,51 @@ class MemoryIndex:
 
     @classmethod
     def for_home(cls, home: Path | str, **kwargs: Any) -> MemoryIndex:
-        return cls(Path(home) / DB_NAME, **kwargs)
+        """The index recall uses now in ``home`` (:func:`live_index`). It follows a switch
+        of the embedding model: once the old file is gone it reopens the new one."""
+        home = Path(home)
+        embedder = kwargs.get("embedder")
+        path, _ = live_index(home)
+        if embedder is not None and not path.exists() and not older_indexes(home, path):
+            from models.embed import by_model_id
+
+            info = by_model_id(embedder.model_id)
+            path = index_path(home, info.name if info is not None else embedder.model_id)
+        ix = cls(path, **kwargs)
+        ix._home = home
+        return ix
+
+    def _follow(self) -> None:
+        """Reopen the home's live index if this one was replaced (a model switch)."""
+        if self._home is None or self.path.exists():
+            return
+        path, _ = live_index(self._home)
+        log.info("recall index %s was replaced by %s: reopening", self.path, path)
+        self._conn.close()
+        self.path = path
+        embedder, self._embedder = self._embedder, None
+        self._open(None)
+        if embedder is not None and embedder.model_id == self.model_id:
+            self._embedder = embedder  # else loaded again for the new file's model
+
+    def entries(self) -> Iterator[Entry]:
+        """Every item as an :class:`Entry` (with its last access), in insertion order."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT item_id, text, sensitivity, sources, importance, created_ms,"
+                " last_access_ms FROM items ORDER BY rid"
+            ).fetchall()
+        for item_id, text, sensitivity, sources, importance, created, last_access in rows:
+            parsed = [parse_source(s) for s in json.loads(str(sources))]
+            yield Entry(
+                str(item_id),
+                str(text),
+                str(sensitivity),
+                tuple(s for s in parsed if s is not None),
+                float(str(importance)),
+                int(str(created)),
+                int(str(last_access)),
+            )
 
     def _load_vec(self) -> None:
         import sqlite_vec
@@ -362,9 +427,10 @@ class MemoryIndex:
         if self._embedder is not None:
             new_dim, new_model = self._embedder.dim, self._embedder.model_id
         else:
-            from models.embed import DIM, MODEL_ID
+            from models.embed import DEFAULT_MODEL, model_info
 
-            new_dim, new_model = dim or DIM, MODEL_ID
+            info = model_info(self._model_name or DEFAULT_MODEL)
+            new_dim, new_model = dim or info.dim, info.model_id
         self._conn.executemany(
             "INSERT INTO meta(key, value) VALUES(?, ?)",
             [("dim", str(new_dim)), ("model", new_model)],
@@ -374,15 +440,17 @@ class MemoryIndex:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from models.embed import shared_embedder
+            from models.embed import by_model_id, shared_embedder
 
-            self._embedder = shared_embedder()
-            if self._embedder.model_id != self.model_id:
+            info = by_model_id(self.model_id)
+            if info is None:
                 raise RecallError(
                     "recall.invalid",
                     field="model",
-                    reason=f"{self.path} was built with {self.model_id}",
+                    reason=f"{self.path} was built with {self.model_id}, which has no runner here",
                 )
+            # an index is read with the model that built it: vectors of two models never mix
+            self._embedder = shared_embedder(info.name)
         return self._embedder
 
     def close(self) -> None:
@@ -419,16 +487,19 @@ class MemoryIndex:
             return
         for e in entries:
             self._validate(e)
-        if vectors is None:
-            vectors = self.embedder.embed([e.text for e in entries])
-        if vectors.shape != (len(entries), self.dim):
-            raise RecallError(
-                "recall.invalid", field="vectors", reason=f"shape {vectors.shape} for {self.dim}-d"
-            )
         import numpy as np
 
-        vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         with self._lock:
+            self._follow()
+            if vectors is None:
+                vectors = self.embedder.embed([e.text for e in entries])
+            if vectors.shape != (len(entries), self.dim):
+                raise RecallError(
+                    "recall.invalid",
+                    field="vectors",
+                    reason=f"shape {vectors.shape} for {self.dim}-d",
+                )
+            vectors = np.ascontiguousarray(vectors, dtype=np.float32)
             with self._conn:
                 replaced_text = self._write(entries, vectors)
                 if replaced_text:  # the old text's tokens must not linger in older segments
@@ -446,7 +517,7 @@ class MemoryIndex:
             ).fetchone()
             sources_json = json.dumps([list(s) for s in e.sources], ensure_ascii=False)
             if row is None:
-                last_access = e.created_ms
+                last_access = e.created_ms if e.last_access_ms is None else e.last_access_ms
                 cur.execute(
                     "INSERT INTO items(item_id, text, sensitivity, sources, importance,"
                     " created_ms, last_access_ms) VALUES(?, ?, ?, ?, ?, ?, ?)",
@@ -514,6 +585,7 @@ class MemoryIndex:
         """
         removed: list[str] = []
         with self._lock:
+            self._follow()
             with self._conn:
                 cur = self._conn.cursor()
                 for item_id in dict.fromkeys(item_ids):
@@ -569,8 +641,9 @@ class MemoryIndex:
     ) -> list[Hit]:
         """The ``k`` best items for ``query``: keyword and vector lists fused, then blended."""
         self._check_k(k)
-        qvec = self._query_vector(query, query_vector)
         with self._lock:
+            self._follow()
+            qvec = self._query_vector(query, query_vector)
             cutoff = None if include_stale else self._cutoff()
             fts = self._fts_list(query, cutoff)
             vec = self._vec_list(qvec, cutoff, k)
@@ -803,3 +876,61 @@ class MemoryIndex:
                 self._conn.execute(
                     "UPDATE items_vec SET last_access_ms = ? WHERE rowid = ?", (now, row[0])
                 )
+
+
+# ---------------------------------------------------------------- files per model
+def index_path(home: Path, model_name: str) -> Path:
+    """Where the index built with the embedding model ``model_name`` lives."""
+    return home / RECALL_DIR / f"{model_name}.db"
+
+
+def selected_model(home: Path) -> str:
+    """The embedding model the home's catalog selects (the built-in default until a
+    switch)."""
+    from models.catalog import Catalog
+
+    return Catalog(home / "models").selection("embed")[0]
+
+
+def older_indexes(home: Path, keep: Path) -> list[Path]:
+    """Index files of ``home`` other than ``keep``: the pre-catalog ``memory_index.db`` and
+    indexes of other models (not builds in progress)."""
+    found = [home / DB_NAME] if (home / DB_NAME).exists() else []
+    folder = home / RECALL_DIR
+    if folder.is_dir():
+        found += sorted(p for p in folder.glob("*.db") if p != keep)
+    return [p for p in found if p != keep]
+
+
+def live_index(home: Path) -> tuple[Path, bool]:
+    """(the index file recall uses now, whether it is the selected model's).
+
+    The selected model's file once it exists; before that (a home whose index was built with
+    another model and is not migrated yet) the older index, read with its own model — never
+    a mix of two models' vectors; a new home gets the selected model's file.
+    """
+    want = index_path(home, selected_model(home))
+    if want.exists():
+        return want, True
+    older = older_indexes(home, want)
+    if older:
+        return older[0], False
+    return want, True
+
+
+def index_model(path: Path) -> str | None:
+    """The model id recorded in an index file (``None``: none recorded)."""
+    conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'model'").fetchone()
+    except apsw.SQLError:
+        row = None
+    finally:
+        conn.close()
+    return None if row is None else str(row[0])
+
+
+def remove_index_files(path: Path) -> None:
+    """Delete an index file with its write-ahead log and shared-memory file."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        Path(str(path) + suffix).unlink(missing_ok=True)

@@ -259,6 +259,7 @@ class HubDaemon:
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
+        tasks.spawn(self._migrate_recall(), "recall-migrate")
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
@@ -305,6 +306,23 @@ class HubDaemon:
 
     def _detach(self) -> None:
         self.port.mqtt = None
+
+    async def _migrate_recall(self) -> None:
+        """A recall index built with another embedding model than the selected one (a home
+        from before the multilingual default) is rebuilt in the background, the way a model
+        switch does; recall uses the old index and model until it is done."""
+        import threading
+
+        from hub.memory.reindex import migrate_home
+
+        stop = threading.Event()
+        try:
+            await asyncio.to_thread(migrate_home, self.home.path, stop=stop)
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+        except Exception:  # the old index stays in use; status shows the failure
+            log.exception("recall index migration failed")
 
     # ------------------------------------------------------------------ registry
     def _load_registry(self) -> set[str]:

@@ -1,6 +1,6 @@
 """memory: the hub's L3 assertions as an MCP stdio server (the real backend).
 
-It opens the home's memory (``HOME/memory.db``, the recall index ``HOME/memory_index.db``
+It opens the home's memory (``HOME/memory.db``, the recall index ``HOME/recall/<model>.db``
 and the L2 profile files in ``HOME/profile/``), the same files ``yimi memory`` uses.
 ``recall`` searches the recall index (keywords fused with vectors); forgotten items are
 skipped.
