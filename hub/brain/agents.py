@@ -21,10 +21,10 @@ The platform, not the library, owns what must be exact (``../shared/DEPENDENCIES
   depth ≤ 2 (main → sub-agent → sub-sub-agent; the last gets no ``delegate`` tool and is
   refused if it calls it anyway).
 - **local commands**: sub-agents in the owner's scope get ``brain__run_intent(command)``
-  when the hub has an intent engine (:class:`hub.brain.configured.LocalCommands`): a short
+  when the hub has an intent engine (:class:`hub.brain.local.LocalCommands`): a short
   command sentence ("turn on the kitchen light", "把牛奶加到购物清单") that the engine must
   match with ``score >= LOCAL_CONFIDENCE`` to one of
-  :data:`~hub.brain.configured.LOCAL_TOOL_INTENTS` (device control, timers, lists, time and
+  :data:`~hub.brain.local.LOCAL_TOOL_INTENTS` (device control, timers, lists, time and
   date, recall, timeline — never a payment, a message, remember/forget); the rule brain
   then runs it as a turn of its own whose every step is a gateway call with the gateway's
   rules. The model is untrusted: a sub-agent that has read untrusted content gets
@@ -101,7 +101,7 @@ from hub.memory.context import ShortContext, short_context
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
-    from hub.brain.configured import LocalCommands
+    from hub.brain.local import LocalCommands
 
 log = logging.getLogger(__name__)
 
@@ -600,7 +600,7 @@ class PydanticBrain(Brain):
         self, ctx: RunContext[AgentDeps], command: str = "", **_: Any
     ) -> dict[str, Any]:
         """``brain__run_intent`` (see the module doc)."""
-        from hub.brain.configured import LOCAL_TOOL_INTENTS, READING_INTENTS
+        from hub.brain.local import LOCAL_TOOL_INTENTS, READING_INTENTS
         from hub.capabilities.package_sdk import receipt
 
         deps = ctx.deps

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hub.brain.base import Brain, EventSink, ReplyChunk, Turn
-from hub.brain.llm_texts import lang
+from hub.brain.local import LocalCommands
 from hub.brain.providers import ProviderStore
 from hub.brain.rules import Contacts, RuleBrain
 from hub.brain.tasks import TaskStore
@@ -34,60 +33,9 @@ from hub.gateway import Gateway, Receipt
 
 if TYPE_CHECKING:
     from hub.brain.agents import PydanticBrain
-    from hub.brain.intents import IntentEngine, Match
+    from hub.brain.intents import IntentEngine
 
 log = logging.getLogger(__name__)
-
-LOCAL_TOOL_INTENTS = frozenset(
-    {
-        "HassTurnOn",
-        "HassTurnOff",
-        "HassLightSet",
-        "HassSetPosition",
-        "HassSetVolume",
-        "HassGetState",
-        "HassStartTimer",
-        "HassCancelTimer",
-        "HassPauseTimer",
-        "HassUnpauseTimer",
-        "HassTimerStatus",
-        "HassShoppingListAddItem",
-        "HassListAddItem",
-        "HassShoppingListCompleteItem",
-        "HassGetCurrentTime",
-        "HassGetCurrentDate",
-        "YimiRecall",
-        "YimiTimeline",
-        "YimiListRead",
-    }
-)
-"""intents a model may run with ``brain__run_intent``. Not: payments (an order, "pay it",
-undo — a payment intent comes only from the owner's own words), sending a message,
-remembering or forgetting (the model's words are not the owner's), help, never mind"""
-READING_INTENTS = frozenset(
-    {"HassGetState", "YimiRecall", "YimiTimeline", "YimiListRead", "HassTimerStatus"}
-)
-"""intents whose reply carries the owner's data back to the model (it is then tainted)"""
-
-
-@dataclass
-class LocalCommands:
-    """What the LLM brain needs to run an intent locally: the engine and the rule brain."""
-
-    owner: ConfiguredBrain
-
-    def recognize(self, text: str, language: str = "") -> Match | None:
-        """A confident match of ``text`` (``None`` below ``LOCAL_CONFIDENCE``)."""
-        from hub.brain.intents import LOCAL_CONFIDENCE
-
-        match = self.owner.engine.recognize(text, lang(language, text))
-        if match is None or match.score < LOCAL_CONFIDENCE:
-            return None
-        return match
-
-    def run(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
-        """Run ``turn`` on the rule brain (its steps go through the gateway)."""
-        return self.owner.rules.turn(turn)
 
 
 class ConfiguredBrain(Brain):
@@ -108,7 +56,7 @@ class ConfiguredBrain(Brain):
         self.rules = RuleBrain(gateway, store, contacts=contacts, on_event=on_event)
         self._llm: PydanticBrain | None = None
         self._engine = engine
-        self.local = LocalCommands(self)
+        self.local = LocalCommands(lambda: self.engine, self.rules.turn)
 
     @property
     def llm(self) -> PydanticBrain:
