@@ -46,7 +46,7 @@ def cmd_models_status(args: argparse.Namespace) -> int:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from models.catalog import BUILTINS, ROLES, Catalog, package_dir
+    from models.catalog import ROLES, Catalog, package_dir
 
     catalog = Catalog.open(_node_dir(args))
     roles = [args.role] if args.role else list(ROLES) if args.all else catalog.roles()
@@ -54,7 +54,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     print(f"{'':1} {'ROLE':<8} {'NAME':<26} {'VERSION':<10} {'RUNTIME':<12} {'SHA-256':<17} PATH")
     for role in roles:
         selected, _ = catalog.selection(role)
-        names = sorted({n for r, n in entries if r == role} | {BUILTINS[role].name})
+        packaged = {b.name: b for b in catalog.packaged_models(role)}
+        names = sorted({n for r, n in entries if r == role} | set(packaged))
         for name in names:
             mark = "*" if name == selected else ""
             e = entries.get((role, name))
@@ -69,11 +70,13 @@ def cmd_models_list(args: argparse.Namespace) -> int:
                         f"{_short(f.sha256):<17} {f.path}"
                     )
                 continue
-            b = BUILTINS[role]
+            b = packaged[name]
             root = package_dir(b.module)
             where = (
                 f"(not installed: package {b.dist})"
                 if root is None
+                else f"(built in, {b.source}: joined on first use)"
+                if b.join is not None
                 else f"(built in, not used yet: {root / b.relpath})"
             )
             print(

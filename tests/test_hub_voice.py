@@ -14,7 +14,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,11 +223,21 @@ def test_audio_checks() -> None:
 
 def test_asr_settings(tmp_path: Path) -> None:
     s = AsrSettings.from_config({})
-    assert (s.cpu_threads, s.beam_size, s.wake_word) == (2, 1, "Yimi")
+    assert (s.cpu_threads, s.beam_size, s.wake_word, s.language) == (2, 1, "Yimi", "auto")
+    assert s.model is None
     home = Home.init(tmp_path / "home")
-    w = make_transcriber(home.path, s)  # the home catalog's asr model
-    assert isinstance(w, WhisperTranscriber)
+    w = make_transcriber(home.path, s)  # the home catalog's asr model: Whisper base, joined
+    assert isinstance(w, WhisperTranscriber) and w.language == "auto"
+    assert w.model_dir == home.path / "models" / "whisper-base-1.0.0"
+    assert w.name.startswith("faster-whisper:whisper-base@1.0.0")
+    s = AsrSettings.from_config({"asr": {"model": "whisper-tiny.en", "language": "EN"}})
+    w = make_transcriber(home.path, s)  # the fast English-only choice, by name
+    assert isinstance(w, WhisperTranscriber) and w.language == "en"
     assert w.model_dir == default_model_dir() and w.name.startswith("faster-whisper:whisper-tiny")
+    with pytest.raises(ModelError, match="whisper-tiny.en hears English only"):
+        make_transcriber(home.path, replace(s, language="zh"))
+    with pytest.raises(ModelError, match="no asr model named 'whisper-huge'.*whisper-base"):
+        make_transcriber(home.path, replace(s, model="whisper-huge"))
     s = AsrSettings.from_config({"asr": {"model_dir": "/models/ct2", "cpu_threads": 4}})
     w = make_transcriber(home.path, s)
     assert isinstance(w, WhisperTranscriber) and w.model_dir == Path("/models/ct2")
@@ -245,6 +255,10 @@ def test_asr_settings(tmp_path: Path) -> None:
         ({"asr": {"wake_word": " "}}, "wake_word"),
         ({"asr": {"colour": "blue"}}, "unknown keys colour"),
         ({"asr": []}, "not a mapping"),
+        ({"asr": {"language": "fr"}}, "language 'fr': one of auto, zh, en"),
+        ({"asr": {"language": 1}}, "language 1"),
+        ({"asr": {"model": ""}}, "model must be a non-empty text"),
+        ({"asr": {"model": "whisper-base", "model_dir": "/m"}}, "model or model_dir, not both"),
     ]
     for bad, needle in cases:
         with pytest.raises(ModelError) as err:

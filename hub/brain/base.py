@@ -60,6 +60,9 @@ class Turn:
     """the utterance's own id (default: ``turn_id``)"""
     scheduled: bool = False
     """a scheduled run, not the owner speaking now (never opens a payment)"""
+    language: str = ""
+    """the turn's language (``zh``, ``en``; "" when unknown): a voice turn's from the
+    hub's recogniser"""
 
     def ids(self) -> Turn:
         """This turn with its ids filled in."""

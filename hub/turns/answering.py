@@ -225,6 +225,7 @@ class Turns:
             turn_id=uid,
             sources=self.context.sources(meta.scope, uid),
             voice=meta.is_voice,
+            language=meta.language,
         )
         t0 = time.perf_counter()
         self._in_turn.add(uid)
