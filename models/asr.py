@@ -18,6 +18,7 @@ problem is a :class:`~models.errors.ModelError` with a stable key.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -209,6 +210,32 @@ def _package_version() -> str:
         return MODEL_VERSION
 
 
+class EncoderMemo:
+    """Wraps a faster-whisper model's ``encode``: the same features twice in a row (language
+    detection, then the first segment of the transcription) are encoded once. Whisper's
+    encoder always runs a 30 s window and is most of an utterance's cost, so auto-detected
+    utterances cost what fixed-language ones do. ``hits`` counts the encodings saved."""
+
+    def __init__(self, encode: Callable[[Any], Any]) -> None:
+        self._encode = encode
+        self._key: tuple[tuple[int, ...], bytes] | None = None
+        self._out: Any = None
+        self.hits = 0
+
+    def __call__(self, features: Any) -> Any:
+        array = np.ascontiguousarray(features)
+        key = (array.shape, hashlib.blake2b(array.tobytes(), digest_size=16).digest())
+        if key == self._key:
+            self.hits += 1
+            return self._out
+        self._out = self._encode(features)
+        self._key = key
+        return self._out
+
+    def clear(self) -> None:
+        self._key, self._out = None, None
+
+
 class WhisperTranscriber:
     """faster-whisper on the CPU, int8. Thread-safe (calls are serialised); loads lazily.
 
@@ -257,6 +284,7 @@ class WhisperTranscriber:
         simplified characters"""
         self._label = label or f"faster-whisper:tiny.en@{_package_version()}/int8"
         self._model: Any = None
+        self._memo: EncoderMemo | None = None
         self._lock = threading.Lock()
 
     @property
@@ -311,6 +339,7 @@ class WhisperTranscriber:
             )
         except Exception as exc:  # ctranslate2 and faster-whisper raise their own types
             raise ModelError("model.failed", what=WHAT, reason=str(exc) or repr(exc)) from exc
+        self._model.encode = self._memo = EncoderMemo(self._model.encode)
         if self.language == "zh" and not self._model.model.is_multilingual:
             self._model = None
             raise ModelError(
@@ -341,12 +370,15 @@ class WhisperTranscriber:
         """The utterance's language: the configured one, ``en`` for an English-only model,
         else the likelier of :data:`LANGUAGES` by Whisper's language detection (faster-whisper
         runs the same detection when it is given no language; done here so the prompt can
-        follow the language)."""
+        follow the language). The detection sees the window the transcription's first
+        segment sees (the features without their last frame, as ``generate_segments`` cuts
+        them), so the encoder memo hands the transcription the same encoder output."""
         if not self._model.model.is_multilingual:
             return "en"
         if self.language != AUTO:
             return self.language
-        _, _, probs = self._model.detect_language(audio=audio)
+        features = self._model.feature_extractor(audio)
+        _, _, probs = self._model.detect_language(features=features[..., :-1])
         ranked = dict(probs)
         return max(LANGUAGES, key=lambda lang: ranked.get(lang, 0.0))
 
@@ -372,6 +404,9 @@ class WhisperTranscriber:
                 text = " ".join(t for s in segments if (t := self._keep(s))).strip()
             except Exception as exc:
                 raise ModelError("model.failed", what=WHAT, reason=str(exc) or repr(exc)) from exc
+            finally:
+                if self._memo is not None:
+                    self._memo.clear()
             elapsed = (time.perf_counter() - started) * 1000
         return Transcript(
             text=text,

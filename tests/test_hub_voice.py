@@ -529,6 +529,7 @@ async def test_voice_utterance_is_transcribed_scoped_archived_and_ingested(rig: 
     assert (m["scope"], m["scope_score"], m["scope_reason"]) == ("owner", 0.83, "test")
     assert (m["verdict"], m["window"], m["call_id"]) == ("verified", "wake", "call-1")
     assert str(m["asr_model"]).startswith("faster-whisper:tiny.en@")
+    assert m["language"] == "en"  # the recogniser's language travels with the turn
     assert m["audio_sha256"] == hashlib.sha256(audio).hexdigest()
     assert m["audio_ms"] == len(samples) * 1000 // 16000
     assert "kitchen" in str(m["transcript"]).lower()
