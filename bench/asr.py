@@ -138,9 +138,13 @@ def run(label: str, asr: WhisperTranscriber, utterances: list[Utterance], verbos
         row.ms.append(t.elapsed_ms)
         row.rtf.append(t.rtf)
         row.right_language += t.language == u.language
-        ref, hyp = (words(u.text), words(t.text)) if u.language == "en" else (
-            chars(u.text),
-            chars(t.text),
+        ref, hyp = (
+            (words(u.text), words(t.text))
+            if u.language == "en"
+            else (
+                chars(u.text),
+                chars(t.text),
+            )
         )
         row.errors[u.language] += edit_distance(ref, hyp)
         row.units[u.language] += len(ref)

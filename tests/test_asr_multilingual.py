@@ -127,7 +127,9 @@ def split_builtin(root: Path, **change: str) -> Builtin:
     b = root / "standin_split_b" / "data"
 
     def part(rel: str) -> Part:
-        return Part("standin-split-b", "standin_split_b", "1.0", rel, sha((b / rel[5:]).read_bytes()))
+        return Part(
+            "standin-split-b", "standin_split_b", "1.0", rel, sha((b / rel[5:]).read_bytes())
+        )
 
     # the folder digest, as sha256_path computes it
     files = {
@@ -167,9 +169,7 @@ def leftovers(c: Catalog) -> list[str]:
     return sorted(p.name for p in c.dir.iterdir() if p.name not in (".lock", "catalog.json"))
 
 
-def test_a_split_model_is_joined_checked_and_rejoined(
-    tmp_path: Path, split_packages: Path
-) -> None:
+def test_a_split_model_is_joined_checked_and_rejoined(tmp_path: Path, split_packages: Path) -> None:
     b = split_builtin(split_packages)
     c = catalog_of(tmp_path, b)
     (status,) = [s for s in c.status() if s.role == "asr"]
@@ -192,13 +192,9 @@ def test_a_split_model_is_joined_checked_and_rejoined(
 def test_a_part_with_a_wrong_digest_is_refused(tmp_path: Path, split_packages: Path) -> None:
     (split_packages / "standin_split_b" / "data" / "model.bin.part2").write_bytes(b"C" * 70_000)
     b = split_builtin(split_packages)
-    b = replace(
-        b,
-        join=replace(
-            b.join,  # type: ignore[arg-type]
-            parts=(replace(b.join.parts[0], sha256=sha(b"B" * 70_000)),),  # type: ignore[union-attr]
-        ),
-    )
+    assert b.join is not None
+    wrong = replace(b.join.parts[0], sha256=sha(b"B" * 70_000))  # what part 2 should hold
+    b = replace(b, join=replace(b.join, parts=(wrong,)))
     c = catalog_of(tmp_path, b)
     with pytest.raises(ModelError) as e:
         c.resolve("asr")

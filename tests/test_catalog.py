@@ -607,8 +607,7 @@ def test_cli_status_list_add_switch_prepare(
     assert code == 0 and "selected asr-op" in out and "previous whisper-base" in out
     code, out, _ = run(capsys, "models", "status", "--home", str(home.path))
     assert any(
-        line.split()[:4] == ["asr", "asr-op", "asr-op", "whisper-base"]
-        for line in out.splitlines()
+        line.split()[:4] == ["asr", "asr-op", "asr-op", "whisper-base"] for line in out.splitlines()
     )
     # a refused switch: one line, exit 1
     other = Home.init(tmp_path / "other")

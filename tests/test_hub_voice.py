@@ -234,9 +234,9 @@ def test_asr_settings(tmp_path: Path) -> None:
     w = make_transcriber(home.path, s)  # the fast English-only choice, by name
     assert isinstance(w, WhisperTranscriber) and w.language == "en"
     assert w.model_dir == default_model_dir() and w.name.startswith("faster-whisper:whisper-tiny")
-    with pytest.raises(ModelError, match="whisper-tiny.en hears English only"):
+    with pytest.raises(ModelError, match=r"whisper-tiny\.en hears English only"):
         make_transcriber(home.path, replace(s, language="zh"))
-    with pytest.raises(ModelError, match="no asr model named 'whisper-huge'.*whisper-base"):
+    with pytest.raises(ModelError, match=r"no asr model named 'whisper-huge'.*whisper-base"):
         make_transcriber(home.path, replace(s, model="whisper-huge"))
     s = AsrSettings.from_config({"asr": {"model_dir": "/models/ct2", "cpu_threads": 4}})
     w = make_transcriber(home.path, s)

@@ -344,9 +344,7 @@ def test_default_templates_fire_on_a_chinese_yimi(
 def test_default_templates_ignore_other_chinese(default_detector: wake.WakeDetector) -> None:
     audio = {
         f"{v.label}: {text}": utterance(text, v, seed=80 + i)
-        for i, (v, text) in enumerate(
-            (v, text) for v in CHINESE_VOICES for text in CHINESE_OTHER
-        )
+        for i, (v, text) in enumerate((v, text) for v in CHINESE_VOICES for text in CHINESE_OTHER)
     }
     audio |= {f"clip {n}": utterance_of(chinese_clip(n), seed=90) for n in CHINESE_CLIPS}
     scores = {k: round(default_detector.best_score(a), 3) for k, a in audio.items()}

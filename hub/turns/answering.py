@@ -39,9 +39,9 @@ from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
+from hub.memory.context import ContextSource
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
-from hub.memory.context import ContextSource
 from hub.turns.admission import TurnMeta, meta_of
 from hub.turns.context import ContextSources, FileContacts
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece, reply_id_for, report_id_for
