@@ -24,8 +24,8 @@ with the language fixed (what ``asr: {language: zh|en}`` costs), and tiny.en (En
 Per row: per-utterance latency (median, p90), RTF (median), language detected right, and
 the error rate: WER for English (lower case, punctuation dropped, numbers spelled out, the
 wake word left out), CER for Chinese (punctuation dropped, Arabic digits read as Chinese
-numerals: "1234567890" against "一二三四五六七八九十" costs one substitution and one
-deletion; traditional characters count as errors, there is no converter installed). Ratios
+numerals: "1234567890" against "一二三四五六七八九十" costs one substitution, 零 for 十;
+homophones and traditional characters count as errors, there is no converter installed). Ratios
 are to tiny.en's latency in the same run. The machine's load average is printed: other
 processes share the 2 cores, so wall times are upper bounds.
 """

@@ -748,6 +748,13 @@ class WakeSetup:
     """"config" (wake.json), "templates" (stored with them) or "argument\""""
 
 
+def _outdated_default(templates: WakeTemplates) -> bool:
+    """Default templates built before the Mandarin voices joined them (no ``cmn`` label)."""
+    return templates.source == "default" and not any(
+        label.startswith("cmn") for label in templates.labels
+    )
+
+
 def setup_for(node: Any, entry: Any | None = None, threshold: float | None = None) -> WakeSetup:
     """Resolve a node's wake setup: the owner's templates if enrolled, else the default
     templates (synthesized now and recorded in the catalog the first time)."""
@@ -764,11 +771,15 @@ def setup_for(node: Any, entry: Any | None = None, threshold: float | None = Non
             break
         except KeyError:
             continue
-    if path is None:
+    templates = WakeTemplates.load(path) if path is not None else None
+    if path is None or (templates is not None and _outdated_default(templates)):
+        if path is not None:
+            log.info("default wake templates %s have no Mandarin 依米: built again", path)
         built = build_default_templates(node_dir / "models", model_path=entry.file)
         entry = catalog.set_extra("wake", entry.name, "templates", built)
         path = built
-    templates = WakeTemplates.load(path)
+        templates = WakeTemplates.load(path)
+    assert templates is not None
     if threshold is not None:
         chosen, source = check_threshold(threshold), "argument"
     else:

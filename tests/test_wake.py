@@ -383,6 +383,23 @@ def test_detector_for_a_device_builds_the_defaults_once(glasses: Bundle) -> None
         wake.detector_for(glasses)
 
 
+def test_default_templates_without_mandarin_are_built_again(glasses: Bundle) -> None:
+    """A device flashed before the Mandarin voices joined the defaults gets them on start."""
+    from models.catalog import Catalog
+
+    old = wake.build_templates(
+        [(v.label, say("Yimi", v)) for v in wake.DEFAULT_VOICES[:4]], source="default"
+    )
+    path = glasses.path / "models" / wake.DEFAULT_TEMPLATES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old.save(path)
+    Catalog.open(glasses.path).set_extra("wake", wake.CATALOG_NAME, "templates", path)
+    det = wake.detector_for(glasses)
+    assert any(label.startswith("cmn") for label in det.templates.labels)
+    assert len(det.templates.frames) == wake.MAX_TEMPLATES
+    wake.detector_for(glasses)  # recorded again: the new file's digest checks out
+
+
 def test_cli_enroll_status_score(
     glasses: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
