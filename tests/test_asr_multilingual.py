@@ -21,16 +21,22 @@ from pathlib import Path
 
 import pytest
 
+from hardware.audio import encode_flac
+from hub.archive.admission import AdmissionPolicy
+from hub.archive.archive import Archive
 from hub.timeline import Admitted
 from hub.turns.admission import TurnMeta
 from hub.turns.answering import brain_turn
-from hub.voice.hearing import AsrSettings, make_transcriber
+from hub.voice.hearing import AsrSettings, Hearing, make_transcriber
 from models import catalog as cat
 from models.asr import WhisperTranscriber, strip_wake
 from models.catalog import Builtin, Catalog, Joined, Part
 from models.errors import ModelError
+from protos import mesh_pb2
 from provisioning.home import Home
 from tests.speech import OWNER, chinese_clip, concat, say, silence
+from tests.test_hub_voice import Daemon, chunk, opened, voice_utterance
+from tests.waiting import poll
 
 BASE = cat.WHISPER_BASE
 
@@ -253,6 +259,40 @@ def test_a_full_disk_while_joining_leaves_nothing_half_written(
 
 
 # ------------------------------------------------------------------ the turn's language
+async def test_a_chinese_voice_turn_is_heard_as_chinese(
+    tmp_path: Path, base: WhisperTranscriber
+) -> None:
+    """The hub's hearing with the default recogniser: "Yimi" and then Mandarin speech is
+    admitted with its language, the wake word (written 依米 by Whisper) removed."""
+    daemon = Daemon()
+    hearing = Hearing(
+        home=tmp_path,
+        admit=daemon.admit,
+        send=daemon.send,
+        drop=lambda r, s, d: daemon.drops.append((r, d)),
+        commit=lambda o: daemon.committed.append(o.counter),
+        answered=daemon.answered.__contains__,
+        count=lambda name: daemon.counts.update([name]),
+        transcriber=base,
+        archive=Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0)),
+    )
+    samples = concat(
+        silence(0.2), say("Yimi", OWNER), silence(0.15), chinese_clip("nihao_shijie"), silence(0.2)
+    )
+    audio = encode_flac(samples)
+    async with hearing:
+        utt = voice_utterance("u-zh", audio, 1)
+        await hearing.on_chunk(opened(chunk("u-zh", 0, 1, audio), mesh_pb2.AUDIO_CHUNK))
+        await hearing.on_utterance(opened(utt, mesh_pb2.UTTERANCE))
+        await poll(lambda: daemon.turns, 60, "the turn")
+    assert isinstance(hearing._archive_source, Archive)
+    hearing._archive_source.close()
+    (turn,) = daemon.turns
+    assert turn.meta["language"] == "zh", turn.meta
+    assert str(turn.meta["asr_model"]).startswith("faster-whisper:whisper-base@1.0.0")
+    assert turn.text.endswith(("好世界", "好事件")) and "米" not in turn.text, turn.text
+
+
 def test_the_turns_language_reaches_the_brain() -> None:
     meta = TurnMeta(channel="glasses", source="voice", scope="owner", language="zh")
     stored = meta.to_json()
