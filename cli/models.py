@@ -75,7 +75,7 @@ def cmd_models_list(args: argparse.Namespace) -> int:
             where = (
                 f"(not installed: package {b.dist})"
                 if root is None
-                else f"(built in, {b.source}: joined on first use)"
+                else f"(built in, not joined yet: {b.source} on first use)"
                 if b.join is not None
                 else f"(built in, not used yet: {root / b.relpath})"
             )

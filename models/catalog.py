@@ -929,8 +929,12 @@ class Catalog:
                 effective = entry.name if entry is not None else None
                 error = str(failed) if failed is not None else None
                 if entry is None and progress is None:
+                    b = self._packaged_named(role, selected)
                     error = (
-                        "not converted yet: it is converted on first use ('yimi models prepare')"
+                        "not joined yet: its parts are joined on first use ('yimi models prepare')"
+                        if b is not None and b.join is not None
+                        else "not converted yet: it is converted on first use "
+                        "('yimi models prepare')"
                     )
             except ModelError as exc:
                 effective, error = None, str(exc)

@@ -179,7 +179,7 @@ def test_a_split_model_is_joined_checked_and_rejoined(tmp_path: Path, split_pack
     b = split_builtin(split_packages)
     c = catalog_of(tmp_path, b)
     (status,) = [s for s in c.status() if s.role == "asr"]
-    assert status.effective is None and "on first use" in str(status.error)
+    assert status.effective is None and "not joined yet" in str(status.error)
     entry = c.resolve("asr")
     folder = Path(entry.path)
     assert entry.sha256 == b.join.tree_sha256 if b.join else False
