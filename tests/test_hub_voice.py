@@ -250,6 +250,10 @@ def test_asr_settings(tmp_path: Path) -> None:
         "Computer,",
         None,
     )
+    assert t.language is None  # auto: the service detects it
+    assert (
+        endpoint_transcriber(Endpoint("http://h:9/v1", "m"), None, language="zh").language == "zh"
+    )
     cases: list[tuple[dict[str, Any], str]] = [
         ({"asr": {"cpu_threads": 0}}, "cpu_threads"),
         ({"asr": {"wake_word": " "}}, "wake_word"),
@@ -767,9 +771,8 @@ async def test_asr_role_on_a_loopback_endpoint_transcribes_with_the_stored_key(
     (req,) = rig.fake.transcription_requests()
     assert req.path == "/v1/audio/transcriptions"
     assert req.headers["authorization"] == f"Bearer {ASR_SECRET}"  # decrypted from the store
-    assert req.body == {
-        "model": "whisper-x", "response_format": "json", "language": "en", "prompt": "Yimi,"
-    }  # fmt: skip
+    # no "language": with asr: {language: auto} the service detects it
+    assert req.body == {"model": "whisper-x", "response_format": "json", "prompt": "Yimi,"}
     assert req.file.startswith(b"RIFF") and len(req.file) == 44 + 2 * 16000
     assert rig.local.calls == 0
     route = rig.voice.asr_route

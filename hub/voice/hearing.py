@@ -366,11 +366,21 @@ class AsrSettings:
 
 
 def endpoint_transcriber(
-    endpoint: Endpoint, api_key: SecretHandle | None, wake_word: str = WAKE_WORD
+    endpoint: Endpoint,
+    api_key: SecretHandle | None,
+    wake_word: str = WAKE_WORD,
+    language: str = AUTO,
 ) -> OpenAITranscriber:
     """The recogniser of an ``asr`` endpoint; ``api_key`` decrypts its stored key when a
-    request is made (the transcriber keeps no key)."""
-    return OpenAITranscriber(endpoint.base_url, api_key, endpoint.model, prompt=wake_word + ",")
+    request is made (the transcriber keeps no key). ``language`` ``auto`` sends none (the
+    service detects it and says which in its answer)."""
+    return OpenAITranscriber(
+        endpoint.base_url,
+        api_key,
+        endpoint.model,
+        language=None if language == AUTO else language,
+        prompt=wake_word + ",",
+    )
 
 
 def make_transcriber(home: Path, settings: AsrSettings) -> Transcriber:
@@ -859,7 +869,7 @@ class Hearing:
             key_id = route.endpoint.key_id
             handle: SecretHandle | None = (lambda: store.api_key(key_id)) if key_id else None
             recogniser: Transcriber = endpoint_transcriber(
-                route.endpoint, handle, self.settings.wake_word
+                route.endpoint, handle, self.settings.wake_word, self.settings.language
             )
         else:
             recogniser = self._local_recogniser()
