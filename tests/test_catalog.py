@@ -113,21 +113,38 @@ def add_operator(
 
 def test_builtin_digests_match_the_installed_packages() -> None:
     """The recorded SHA-256 constants are those of the files installed here."""
-    for role, b in [*BUILTINS.items(), *((r, c) for r, cs in cat.CHOICES.items() for c in cs)]:
+    for b in (*BUILTINS.values(), *cat.PACKAGED):
+        role = b.role
         root = cat.package_dir(b.module)
         if root is None:
             assert role == "face", f"{b.dist} is not installed"
             continue
         assert cat.sha256_path(root / b.relpath) == b.sha256, role
+        for part in (*b.join.parts, *b.join.files) if b.join else ():
+            part_root = cat.package_dir(part.module)
+            assert part_root is not None, f"{part.dist} is not installed"
+            assert cat.sha256_path(part_root / part.relpath) == part.sha256, part.relpath
 
 
 def test_defaults_written_on_first_use(home: Home) -> None:
     catalog = Catalog.open(home.path)
     assert not catalog.path.exists()
-    entry = catalog.resolve("asr")
-    assert entry.name == "whisper-tiny.en" and entry.runtime == "ctranslate2"
-    assert Path(entry.path).is_dir() and entry.sha256 == BUILTINS["asr"].sha256
-    # the embedding default is multilingual: a folder holding weights and SentencePiece model
+    entry = catalog.resolve("asr")  # Whisper base: joined from its two packages, once
+    join = BUILTINS["asr"].join
+    assert join is not None
+    assert entry.name == "whisper-base" and entry.runtime == "ctranslate2"
+    assert Path(entry.path) == catalog.dir / "whisper-base-1.0.0"
+    assert Path(entry.path).is_dir() and entry.sha256 == join.tree_sha256
+    assert sorted(p.name for p in Path(entry.path).iterdir()) == [
+        "config.json",
+        "model.bin",
+        "tokenizer.json",
+        "vocabulary.json",
+    ]
+    assert cat.sha256_path(Path(entry.path) / "model.bin") == join.sha256
+    assert not [p for p in catalog.dir.iterdir() if p.name.endswith(".tmp")]
+    tiny = catalog.resolve_name("asr", "whisper-tiny.en")  # the fast English-only choice
+    assert Path(tiny.path).is_dir() and tiny.sha256 == cat.WHISPER_TINY_EN.sha256
     embed = catalog.resolve("embed")
     assert embed.name == "use-multilingual-v3" and embed.runtime == "numpy"
     assert {p.name for p in Path(embed.path).iterdir()} >= {"weights.npz", "sp.model"}
@@ -136,6 +153,7 @@ def test_defaults_written_on_first_use(home: Home) -> None:
     assert minilm.extra("tokenizer").name == "minilm_tokenizer.json"
     stored = json.loads(catalog.path.read_text())
     assert {e["name"] for e in stored["entries"]} == {
+        "whisper-base",
         "whisper-tiny.en",
         "use-multilingual-v3",
         "all-minilm-l6-v2-int8",
@@ -558,7 +576,7 @@ def test_cli_status_list_add_switch_prepare(
     home: Home, phone: Bundle, glasses: Bundle, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = run(capsys, "models", "status", "--home", str(home.path))
-    assert code == 0 and "whisper-tiny.en" in out and "opencv-python-headless" in out
+    assert code == 0 and "whisper-base" in out and "opencv-python-headless" in out
     model = operator_model(tmp_path, "asr-op")
     code, out, _ = run(
         capsys,
@@ -591,11 +609,10 @@ def test_cli_status_list_add_switch_prepare(
         "--confirm-with",
         str(phone.path),
     )
-    assert code == 0 and "selected asr-op" in out and "previous whisper-tiny.en" in out
+    assert code == 0 and "selected asr-op" in out and "previous whisper-base" in out
     code, out, _ = run(capsys, "models", "status", "--home", str(home.path))
     assert any(
-        line.split()[:4] == ["asr", "asr-op", "asr-op", "whisper-tiny.en"]
-        for line in out.splitlines()
+        line.split()[:4] == ["asr", "asr-op", "asr-op", "whisper-base"] for line in out.splitlines()
     )
     # a refused switch: one line, exit 1
     other = Home.init(tmp_path / "other")

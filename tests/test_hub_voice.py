@@ -14,7 +14,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -223,11 +223,21 @@ def test_audio_checks() -> None:
 
 def test_asr_settings(tmp_path: Path) -> None:
     s = AsrSettings.from_config({})
-    assert (s.cpu_threads, s.beam_size, s.wake_word) == (2, 1, "Yimi")
+    assert (s.cpu_threads, s.beam_size, s.wake_word, s.language) == (2, 1, "Yimi", "auto")
+    assert s.model is None
     home = Home.init(tmp_path / "home")
-    w = make_transcriber(home.path, s)  # the home catalog's asr model
-    assert isinstance(w, WhisperTranscriber)
+    w = make_transcriber(home.path, s)  # the home catalog's asr model: Whisper base, joined
+    assert isinstance(w, WhisperTranscriber) and w.language == "auto"
+    assert w.model_dir == home.path / "models" / "whisper-base-1.0.0"
+    assert w.name.startswith("faster-whisper:whisper-base@1.0.0")
+    s = AsrSettings.from_config({"asr": {"model": "whisper-tiny.en", "language": "EN"}})
+    w = make_transcriber(home.path, s)  # the fast English-only choice, by name
+    assert isinstance(w, WhisperTranscriber) and w.language == "en"
     assert w.model_dir == default_model_dir() and w.name.startswith("faster-whisper:whisper-tiny")
+    with pytest.raises(ModelError, match=r"whisper-tiny\.en hears English only"):
+        make_transcriber(home.path, replace(s, language="zh"))
+    with pytest.raises(ModelError, match=r"no asr model named 'whisper-huge'.*whisper-base"):
+        make_transcriber(home.path, replace(s, model="whisper-huge"))
     s = AsrSettings.from_config({"asr": {"model_dir": "/models/ct2", "cpu_threads": 4}})
     w = make_transcriber(home.path, s)
     assert isinstance(w, WhisperTranscriber) and w.model_dir == Path("/models/ct2")
@@ -240,11 +250,19 @@ def test_asr_settings(tmp_path: Path) -> None:
         "Computer,",
         None,
     )
+    assert t.language is None  # auto: the service detects it
+    assert (
+        endpoint_transcriber(Endpoint("http://h:9/v1", "m"), None, language="zh").language == "zh"
+    )
     cases: list[tuple[dict[str, Any], str]] = [
         ({"asr": {"cpu_threads": 0}}, "cpu_threads"),
         ({"asr": {"wake_word": " "}}, "wake_word"),
         ({"asr": {"colour": "blue"}}, "unknown keys colour"),
         ({"asr": []}, "not a mapping"),
+        ({"asr": {"language": "fr"}}, "language 'fr': one of auto, zh, en"),
+        ({"asr": {"language": 1}}, "language 1"),
+        ({"asr": {"model": ""}}, "model must be a non-empty text"),
+        ({"asr": {"model": "whisper-base", "model_dir": "/m"}}, "model or model_dir, not both"),
     ]
     for bad, needle in cases:
         with pytest.raises(ModelError) as err:
@@ -515,6 +533,7 @@ async def test_voice_utterance_is_transcribed_scoped_archived_and_ingested(rig: 
     assert (m["scope"], m["scope_score"], m["scope_reason"]) == ("owner", 0.83, "test")
     assert (m["verdict"], m["window"], m["call_id"]) == ("verified", "wake", "call-1")
     assert str(m["asr_model"]).startswith("faster-whisper:tiny.en@")
+    assert m["language"] == "en"  # the recogniser's language travels with the turn
     assert m["audio_sha256"] == hashlib.sha256(audio).hexdigest()
     assert m["audio_ms"] == len(samples) * 1000 // 16000
     assert "kitchen" in str(m["transcript"]).lower()
@@ -752,9 +771,8 @@ async def test_asr_role_on_a_loopback_endpoint_transcribes_with_the_stored_key(
     (req,) = rig.fake.transcription_requests()
     assert req.path == "/v1/audio/transcriptions"
     assert req.headers["authorization"] == f"Bearer {ASR_SECRET}"  # decrypted from the store
-    assert req.body == {
-        "model": "whisper-x", "response_format": "json", "language": "en", "prompt": "Yimi,"
-    }  # fmt: skip
+    # no "language": with asr: {language: auto} the service detects it
+    assert req.body == {"model": "whisper-x", "response_format": "json", "prompt": "Yimi,"}
     assert req.file.startswith(b"RIFF") and len(req.file) == 44 + 2 * 16000
     assert rig.local.calls == 0
     route = rig.voice.asr_route

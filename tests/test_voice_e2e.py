@@ -119,6 +119,9 @@ def test_owner_request_becomes_an_owner_turn(mesh: Mesh, tmp_path: Path) -> None
     assert "cilantro" in text.lower() and not text.lower().startswith("yimi"), text
     assert meta["scope"] == "owner", meta
     assert meta["channel"] == "glasses"
+    # the harness homes hear with tiny.en (tests/mesh_harness.py), the language travels along
+    assert str(meta["asr_model"]).startswith("faster-whisper:whisper-tiny.en@"), meta
+    assert meta["language"] == "en"
     (reply,) = replies(mesh)
     assert reply[0] == device
     assert "hub: " in output  # shown, and spoken into the "speaker" file

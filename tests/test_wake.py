@@ -29,7 +29,18 @@ from models.errors import ModelError
 from models.vad import Segmenter, SileroVad, SpeechStart
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
-from tests.speech import OTHERS, OWNER, OWNER_TAKES, concat, noise, say, silence, with_noise
+from tests.speech import (
+    CHINESE_CLIPS,
+    OTHERS,
+    OWNER,
+    OWNER_TAKES,
+    chinese_clip,
+    concat,
+    noise,
+    say,
+    silence,
+    with_noise,
+)
 
 ENROL_TAKES = OWNER_TAKES[:3]
 HELD_OUT_TAKES = OWNER_TAKES[3:]
@@ -95,12 +106,16 @@ def test_default_voices_are_not_test_voices() -> None:
     test_voices = {v.name for v in (OWNER, *OWNER_TAKES, *OTHERS)}
     assert not test_voices & {v.name for v in wake.DEFAULT_VOICES}
     assert len({v.label for v in wake.DEFAULT_VOICES}) == len(wake.DEFAULT_VOICES) >= 8
+    zh = {v.label for v in wake.DEFAULT_VOICES_ZH}
+    assert not zh & {v.label for v in CHINESE_VOICES} and len(zh) == len(wake.DEFAULT_VOICES_ZH)
 
 
 def test_default_templates_file(default_templates: wake.WakeTemplates) -> None:
     t = default_templates
     assert t.word == "Yimi" and t.source == "default"
-    assert len(t.frames) == len(wake.DEFAULT_VOICES) * wake.PHASES
+    voices = len(wake.DEFAULT_VOICES) + len(wake.DEFAULT_VOICES_ZH)
+    assert len(t.frames) == voices * wake.PHASES <= wake.MAX_TEMPLATES
+    assert sum(label.startswith("cmn") for label in t.labels) == len(wake.DEFAULT_VOICES_ZH) * 2
     for f in t.frames:
         assert f.shape[1] == wake.DIM and 2 <= len(f) <= wake.MAX_TEMPLATE_FRAMES
         assert np.allclose(np.linalg.norm(f, axis=1), 1.0, atol=1e-4)
@@ -304,6 +319,43 @@ def test_default_templates_ignore_other_phrases(
     assert {k: s for k, s in fired.items() if s >= default_detector.threshold} == {}
 
 
+# ---------------------------------------------------------------- Chinese: 依米
+CHINESE_VOICES = (
+    Voice("cmn", pitch=40, speed=160),
+    Voice("cmn+f2", pitch=70, speed=160),
+    Voice("cmn+m3", pitch=30, speed=160),
+)
+"""held-out Mandarin voices (not among the default templates' ``DEFAULT_VOICES_ZH``)"""
+CHINESE_WAKE = ("依米", "依米，现在几点", "依米，把牛奶加到购物清单")
+CHINESE_OTHER = ("现在几点", "你好，请打开灯", "明天见", "我不吃香菜")
+
+
+@pytest.mark.parametrize("voice", CHINESE_VOICES, ids=lambda v: v.label)
+def test_default_templates_fire_on_a_chinese_yimi(
+    default_detector: wake.WakeDetector, voice: Voice
+) -> None:
+    scores = {
+        text: round(default_detector.best_score(utterance(text, voice, seed=60 + i)), 3)
+        for i, text in enumerate(CHINESE_WAKE)
+    }
+    assert all(s >= default_detector.threshold for s in scores.values()), scores
+
+
+def test_default_templates_ignore_other_chinese(default_detector: wake.WakeDetector) -> None:
+    audio = {
+        f"{v.label}: {text}": utterance(text, v, seed=80 + i)
+        for i, (v, text) in enumerate((v, text) for v in CHINESE_VOICES for text in CHINESE_OTHER)
+    }
+    audio |= {f"clip {n}": utterance_of(chinese_clip(n), seed=90) for n in CHINESE_CLIPS}
+    scores = {k: round(default_detector.best_score(a), 3) for k, a in audio.items()}
+    assert {k: s for k, s in scores.items() if s >= default_detector.threshold} == {}
+
+
+def utterance_of(samples: np.ndarray, seed: int = 0, snr_db: float = 20.0) -> np.ndarray:
+    audio = concat(noise(0.4, -50, seed=seed), samples, noise(0.6, -50, seed=seed + 1))
+    return with_noise(audio, snr_db, seed=seed + 2)
+
+
 # ---------------------------------------------------------------- nodes, catalog, CLI
 @pytest.fixture
 def glasses(tmp_path: Path) -> Bundle:
@@ -329,6 +381,23 @@ def test_detector_for_a_device_builds_the_defaults_once(glasses: Bundle) -> None
     path.write_bytes(path.read_bytes() + b"x")
     with pytest.raises(ModelError):
         wake.detector_for(glasses)
+
+
+def test_default_templates_without_mandarin_are_built_again(glasses: Bundle) -> None:
+    """A device flashed before the Mandarin voices joined the defaults gets them on start."""
+    from models.catalog import Catalog
+
+    old = wake.build_templates(
+        [(v.label, say("Yimi", v)) for v in wake.DEFAULT_VOICES[:4]], source="default"
+    )
+    path = glasses.path / "models" / wake.DEFAULT_TEMPLATES_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    old.save(path)
+    Catalog.open(glasses.path).set_extra("wake", wake.CATALOG_NAME, "templates", path)
+    det = wake.detector_for(glasses)
+    assert any(label.startswith("cmn") for label in det.templates.labels)
+    assert len(det.templates.frames) == wake.MAX_TEMPLATES
+    wake.detector_for(glasses)  # recorded again: the new file's digest checks out
 
 
 def test_cli_enroll_status_score(

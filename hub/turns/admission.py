@@ -122,6 +122,9 @@ class TurnMeta:
     voice: VoiceFacts | None = None
     audio: AudioFacts | None = None
     asr_model: str = ""
+    language: str = ""
+    """the turn's language (``zh``, ``en``): for a voice turn the hub's recogniser's
+    (``asr: {language}`` in home.yaml, or detected per utterance); "" when unknown"""
     error: str = ""
     """the key of the error that made the utterance unusable ("" when it is fine)"""
     error_text: str = ""
@@ -163,6 +166,8 @@ class TurnMeta:
             }
         if self.asr_model:
             out["asr_model"] = self.asr_model
+        if self.language:
+            out["language"] = self.language
         if self.error:
             out |= {"error": self.error, "error_text": self.error_text}
         out["scope"] = self.scope
@@ -222,6 +227,7 @@ class TurnMeta:
             voice=voice,
             audio=audio,
             asr_model=text("asr_model"),
+            language=text("language"),
             error=text("error"),
             error_text=text("error_text"),
         )

@@ -29,7 +29,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -39,9 +39,10 @@ from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
+from hub.memory.context import ContextSource
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
-from hub.turns.admission import meta_of
+from hub.turns.admission import TurnMeta, meta_of
 from hub.turns.context import ContextSources, FileContacts
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece, reply_id_for, report_id_for
 from protos.errors import YimiError
@@ -54,6 +55,23 @@ RERUN_WINDOW_S = 24 * 3600
 """turns admitted but not answered within this long before a start are answered at start"""
 NOT_HEARD = "I didn't catch anything after the wake word."
 INTERRUPTED = "The hub restarted while I was answering this; please ask again if it still matters."
+
+
+def brain_turn(adm: Admitted, meta: TurnMeta, sources: Sequence[ContextSource]) -> Turn:
+    """The brain's :class:`Turn` of an admitted utterance: its scope, ids, context
+    sources, whether the reply is spoken, and its language (a voice turn's from the ASR)."""
+    return Turn(
+        adm.text,
+        owner="owner",
+        scope=meta.scope,
+        session_id=f"{adm.device}:{dt.date.today().isoformat()}",
+        trace_id=adm.trace_id,
+        device_id=adm.device,
+        turn_id=adm.utterance_id,
+        sources=sources,
+        voice=meta.is_voice,
+        language=meta.language,
+    )
 
 
 @dataclass
@@ -215,17 +233,7 @@ class Turns:
             # the brain closed it without words (an LLM turn cut off by a restart)
             await self.delivery.deliver(adm, rid, [Piece(INTERRUPTED, True, uid, HUB_BRAIN)])
             return
-        turn = Turn(
-            adm.text,
-            owner="owner",
-            scope=meta.scope,
-            session_id=f"{adm.device}:{dt.date.today().isoformat()}",
-            trace_id=adm.trace_id,
-            device_id=adm.device,
-            turn_id=uid,
-            sources=self.context.sources(meta.scope, uid),
-            voice=meta.is_voice,
-        )
+        turn = brain_turn(adm, meta, self.context.sources(meta.scope, uid))
         t0 = time.perf_counter()
         self._in_turn.add(uid)
         sent = 0

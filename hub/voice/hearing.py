@@ -52,6 +52,8 @@ from hub.timeline import ReplayState
 from hub.turns.admission import AudioFacts, Inbound, TurnMeta, VoiceFacts
 from hub.voice.wake_arbiter import Decision, Outcome, WakeArbiter
 from models.asr import (
+    AUTO,
+    LANGUAGES,
     WAKE_WORD,
     OpenAITranscriber,
     Samples,
@@ -306,9 +308,12 @@ class AsrSettings:
     """``asr:`` in ``home.yaml`` (all optional): the local faster-whisper recogniser::
 
     asr:
+      language: auto             # auto (zh or en, per utterance) | zh | en
+      model: whisper-tiny.en     # a catalog asr model; default: the catalog's selection
+                                 # (whisper-base, multilingual)
       cpu_threads: 2
       beam_size: 1
-      model_dir: /path/to/ct2    # default: the home catalog's asr model
+      model_dir: /path/to/ct2    # a CTranslate2 folder instead of a catalog model
       wake_word: Yimi
 
     A transcription endpoint is the ``asr`` role of the model providers (``yimi brain
@@ -317,6 +322,8 @@ class AsrSettings:
     cpu_threads: int = 2
     beam_size: int = 1
     model_dir: str | None = None
+    model: str | None = None
+    language: str = AUTO
     wake_word: str = WAKE_WORD
 
     @classmethod
@@ -326,7 +333,7 @@ class AsrSettings:
         if not isinstance(raw, Mapping):
             raise ModelError("asr.config", reason="'asr' is not a mapping")
         moved = [k for k in MOVED_ASR_KEYS if k in raw]
-        if moved:
+        if moved and moved != ["model"]:  # "model" alone names a catalog model
             raise ModelError("asr.moved", keys=", ".join(moved))
         known = set(cls.__dataclass_fields__)
         unknown = sorted(set(map(str, raw)) - known)
@@ -339,43 +346,76 @@ class AsrSettings:
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise ModelError("asr.config", reason=f"{name} must be a whole number ≥ 1")
                 values[name] = v
-        for name in ("model_dir", "wake_word"):
+        for name in ("model_dir", "model", "wake_word"):
             if raw.get(name) is not None:
                 if not isinstance(raw[name], str) or not raw[name].strip():
                     raise ModelError("asr.config", reason=f"{name} must be a non-empty text")
                 values[name] = raw[name].strip()
+        if "model" in values and "model_dir" in values:
+            raise ModelError("asr.config", reason="give model or model_dir, not both")
+        if raw.get("language") is not None:
+            language = raw["language"]
+            choices = (AUTO, *LANGUAGES)
+            if not isinstance(language, str) or language.strip().lower() not in choices:
+                raise ModelError(
+                    "asr.config",
+                    reason=f"language {language!r}: one of {', '.join(choices)}",
+                )
+            values["language"] = language.strip().lower()
         return cls(**values)
 
 
 def endpoint_transcriber(
-    endpoint: Endpoint, api_key: SecretHandle | None, wake_word: str = WAKE_WORD
+    endpoint: Endpoint,
+    api_key: SecretHandle | None,
+    wake_word: str = WAKE_WORD,
+    language: str = AUTO,
 ) -> OpenAITranscriber:
     """The recogniser of an ``asr`` endpoint; ``api_key`` decrypts its stored key when a
-    request is made (the transcriber keeps no key)."""
-    return OpenAITranscriber(endpoint.base_url, api_key, endpoint.model, prompt=wake_word + ",")
+    request is made (the transcriber keeps no key). ``language`` ``auto`` sends none (the
+    service detects it and says which in its answer)."""
+    return OpenAITranscriber(
+        endpoint.base_url,
+        api_key,
+        endpoint.model,
+        language=None if language == AUTO else language,
+        prompt=wake_word + ",",
+    )
 
 
 def make_transcriber(home: Path, settings: AsrSettings) -> Transcriber:
     """The local recogniser (the model is not loaded yet): ``model_dir`` when set, else the
-    ``asr`` model of the home's catalog (verified there)."""
+    catalog model ``model`` (or the catalog's ``asr`` selection: Whisper base, joined from
+    its packages into ``<home>/models/`` on first use), verified there."""
     model_dir, label = None, None
     if settings.model_dir:
         model_dir = Path(settings.model_dir)
     else:
         from models.catalog import Catalog
 
-        entry = Catalog.open(home).resolve("asr")
+        catalog = Catalog.open(home)
+        if settings.model:
+            entry = catalog.resolve_name("asr", settings.model)
+        else:
+            entry = catalog.resolve("asr")
         if entry.runtime != "ctranslate2":
             raise ModelError(
                 "asr.config",
                 reason=f"the catalog's asr model {entry.name} runs on {entry.runtime}; "
                 "hub speech recognition runs CTranslate2 (faster-whisper) models",
             )
+        if settings.language == "zh" and entry.name.endswith(".en"):
+            raise ModelError(
+                "asr.config",
+                reason=f"language zh: the model {entry.name} hears English only; "
+                "use model whisper-base or language auto or en",
+            )
         model_dir, label = entry.file, f"faster-whisper:{entry.name}@{entry.version}/int8"
     return WhisperTranscriber(
         model_dir,
         cpu_threads=settings.cpu_threads,
         beam_size=settings.beam_size,
+        language=settings.language,
         wake_word=settings.wake_word,
         label=label,
     )
@@ -668,7 +708,9 @@ class Hearing:
                 round(transcript.elapsed_ms, 1),
                 raw,
             )
-            meta = replace(meta, audio=audio, asr_model=transcript.model)
+            meta = replace(
+                meta, audio=audio, asr_model=transcript.model, language=transcript.language
+            )
         else:  # a device that recognised the speech itself
             raw = utt.text
             meta = replace(meta, asr_model="device")
@@ -827,7 +869,7 @@ class Hearing:
             key_id = route.endpoint.key_id
             handle: SecretHandle | None = (lambda: store.api_key(key_id)) if key_id else None
             recogniser: Transcriber = endpoint_transcriber(
-                route.endpoint, handle, self.settings.wake_word
+                route.endpoint, handle, self.settings.wake_word, self.settings.language
             )
         else:
             recogniser = self._local_recogniser()
