@@ -238,13 +238,55 @@ def _text_list(
     return TextSlotList(name=name, values=values)
 
 
+# A home with exactly one device of a domain may call it by the kind of thing it is ("set the
+# blinds halfway", "turn off the fan", "音箱关掉"): these words name that one device, unless a
+# device already has the word as a name. Locks are left out ("open the door" is ambiguous).
+GENERIC_NAMES: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
+    {
+        "cover": (
+            "blinds",
+            "blind",
+            "curtains",
+            "curtain",
+            "shades",
+            "shade",
+            "窗帘",
+            "百叶窗",
+            "帘子",
+        ),
+        "fan": ("fan", "风扇", "电扇"),
+        "media_player": ("speaker", "音箱", "音响"),
+        "light": ("light", "lamp", "灯"),
+    }
+)
+
+
+def _device_domain(dev: Named) -> str:
+    return dev.domain or dev.value.partition(".")[0]
+
+
+def _generic_names(devices: Sequence[Named]) -> list[tuple[str, Named]]:
+    by_domain: dict[str, list[Named]] = {}
+    for dev in devices:
+        by_domain.setdefault(_device_domain(dev), []).append(dev)
+    taken = {n.casefold() for dev in devices for n in dev.names}
+    out: list[tuple[str, Named]] = []
+    for domain, words in GENERIC_NAMES.items():
+        found = by_domain.get(domain, [])
+        if len(found) == 1:
+            out.extend((w, found[0]) for w in words if w.casefold() not in taken)
+    return out
+
+
 def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
     names: list[tuple[str, Any, dict[str, Any] | None]] = []
+    generic = _generic_names(lists.devices)
     for dev in lists.devices:
-        ctx = {"domain": dev.domain or dev.value.partition(".")[0]}
+        ctx = {"domain": _device_domain(dev)}
         if dev.area:
             ctx["area"] = dev.area
         names.extend((n, dev.value, ctx) for n in dev.names)
+        names.extend((w, dev.value, ctx) for w, d in generic if d is dev)
     for lst in lists.lists:
         names.extend((n, lst.value, {"domain": "todo"}) for n in lst.names)
     return {

@@ -31,6 +31,8 @@ POLITE_EN = (
     "just",
     "actually",
     "oh",
+    "ah",
+    "aw",
     "um",
     "uh",
     "hmm",
