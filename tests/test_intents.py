@@ -22,7 +22,7 @@ from hub.brain.intents import (
     zh_to_int,
 )
 from tests.intent_eval import describe, evaluate, fixture_lists
-from tests.intent_set import LANGS, Lang, load_set
+from tests.intent_set import LANGS, SETS, Lang, load_set
 
 TARGET = 0.95
 
@@ -42,10 +42,22 @@ def test_labelled_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_no_out_of_domain_sentence_acts(engine: IntentEngine, lang: Lang) -> None:
+def test_probe_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
+    """The probe set (probe_{en,zh}.yaml), written without reading the templates: how well
+    the engine generalises to phrasings its templates were not written from."""
+    score = evaluate(engine, load_set(lang, "probe"))
+    report = describe(score.misses)
+    assert score.intent_accuracy >= TARGET, report
+    assert score.slot_accuracy >= TARGET, report
+    assert score.ood >= 25
+
+
+@pytest.mark.parametrize("which", SETS)
+@pytest.mark.parametrize("lang", LANGS)
+def test_no_out_of_domain_sentence_acts(engine: IntentEngine, lang: Lang, which: str) -> None:
     acted = [
         (i.text, m.intent)
-        for i in load_set(lang)
+        for i in load_set(lang, which)
         if i.intent is None
         if (m := engine.recognize(i.text))
     ]
