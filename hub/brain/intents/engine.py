@@ -278,6 +278,21 @@ def _generic_names(devices: Sequence[Named]) -> list[tuple[str, Named]]:
     return out
 
 
+def _with_default_names(given: Sequence[Named]) -> list[Named]:
+    """The hub's lists, each with the default spoken forms of its id added ("grocery list"
+    for "shopping", "to-do list" for "todo") when the hub's own names leave them out."""
+    defaults = {d.value: d.names for d in DEFAULT_LISTS}
+    out = []
+    for lst in given:
+        extra = tuple(
+            n
+            for n in defaults.get(lst.value, ())
+            if n.casefold() not in {m.casefold() for m in lst.names}
+        )
+        out.append(dataclasses.replace(lst, names=lst.names + extra) if extra else lst)
+    return out
+
+
 def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
     names: list[tuple[str, Any, dict[str, Any] | None]] = []
     generic = _generic_names(lists.devices)
@@ -287,7 +302,7 @@ def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
             ctx["area"] = dev.area
         names.extend((n, dev.value, ctx) for n in dev.names)
         names.extend((w, dev.value, ctx) for w, d in generic if d is dev)
-    for lst in lists.lists:
+    for lst in _with_default_names(lists.lists):
         names.extend((n, lst.value, {"domain": "todo"}) for n in lst.names)
     return {
         "name": _text_list("name", names),
@@ -297,7 +312,9 @@ def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
             "contact", ((n, c.value, None) for c in lists.contacts for n in c.names)
         ),
         "shop": _text_list("shop", ((n, s.value, None) for s in lists.shops for n in s.names)),
-        "list": _text_list("list", ((n, x.value, None) for x in lists.lists for n in x.names)),
+        "list": _text_list(
+            "list", ((n, x.value, None) for x in _with_default_names(lists.lists) for n in x.names)
+        ),
         "subject": _text_list(
             "subject", ((n, s.value, None) for s in lists.subjects for n in s.names)
         ),
@@ -602,7 +619,9 @@ class IntentEngine:
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
         if meta.get("query_is_text"):
-            slots["query"] = _question_query(request, lang)
+            # the question is the query; a contact named in it ("when is Dana's birthday")
+            # is part of the question, not a slot of its own
+            slots = {"query": _question_query(request, lang)}
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
             device = live.placeholders.get(placeholder, "")
