@@ -389,6 +389,8 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
 # A free-text slot that is really a question or a refusal ("莲花厨房点什么好", "茶馆来不来",
 # "你记住了吗", "remember when we went to Paris") means the sentence was not the command.
 QUESTION_ITEMS_ZH = ("什么", "吗", "哪", "多少", "不", "没", "啥")
+# 订 is "order" and "reserve": "在莲花厨房订个位子" books a table, which Yimi cannot do.
+RESERVATION_ITEMS_ZH = ("位子", "座位", "桌位", "订位", "包间", "包厢", "房间")
 WH_WORDS_EN = frozenset({"when", "what", "how", "why", "where", "who", "if", "whether", "which"})
 
 
@@ -404,7 +406,7 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
         return _key(value) not in BARE_MESSAGE
     if name == "items":
         if lang == "zh":
-            return not any(q in value for q in QUESTION_ITEMS_ZH)
+            return not any(q in value for q in QUESTION_ITEMS_ZH + RESERVATION_ITEMS_ZH)
         return value.casefold().split()[0] not in WH_WORDS_EN
     if name == "fact":
         if lang == "zh":
