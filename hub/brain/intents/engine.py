@@ -570,6 +570,9 @@ class IntentEngine:
         request = strip_request(text, language)
         if not request:
             return None
+        if language == "zh":
+            # "百分之百" (a hundred percent) has no number hassil's range lists read
+            request = request.replace("百分之百", "百分之一百")
         match = self._match_whole(live, request, language)
         if match is not None or has_negation(request, language):
             return match
