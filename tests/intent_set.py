@@ -109,30 +109,38 @@ def load_lists() -> dict[str, list[dict[str, Any]]]:
     return data
 
 
-def load_set(lang: Lang) -> list[Labelled]:
-    """The labelled sentences of one language, in file order."""
-    data = _read_yaml(f"{lang}.yaml")
+SETS: tuple[str, ...] = ("labelled", "probe")
+
+
+def load_set(lang: Lang, which: str = "labelled") -> list[Labelled]:
+    """The sentences of one language, in file order: ``which="labelled"`` is ``{lang}.yaml``
+    (the labelled set), ``"probe"`` is ``probe_{lang}.yaml`` (a fresh probe written without
+    reading the templates; every probe sentence counts as held out)."""
+    if which not in SETS:
+        raise ValueError(f"unknown sentence set {which!r}")
+    name = f"{lang}.yaml" if which == "labelled" else f"probe_{lang}.yaml"
+    data = _read_yaml(name)
     if not isinstance(data, list):
         raise ValueError(f"{lang}.yaml: expected a list")
     out: list[Labelled] = []
     for i, entry in enumerate(data):
         if not isinstance(entry, dict) or not isinstance(entry.get("text"), str):
-            raise ValueError(f"{lang}.yaml entry {i}: needs a text")
+            raise ValueError(f"{name} entry {i}: needs a text")
         intent = entry.get("intent")
         if intent is not None and not isinstance(intent, str):
-            raise ValueError(f"{lang}.yaml entry {i}: intent must be a name or null")
+            raise ValueError(f"{name} entry {i}: intent must be a name or null")
         slots = entry.get("slots") or {}
         if not isinstance(slots, dict):
-            raise ValueError(f"{lang}.yaml entry {i}: slots must be a mapping")
+            raise ValueError(f"{name} entry {i}: slots must be a mapping")
         for key, value in slots.items():
             if isinstance(value, bool) or not isinstance(value, str | int | float):
-                raise ValueError(f"{lang}.yaml entry {i}: slot {key} has {value!r}")
+                raise ValueError(f"{name} entry {i}: slot {key} has {value!r}")
         out.append(
             Labelled(
                 text=entry["text"],
                 intent=intent,
                 slots=MappingProxyType(dict(slots)),
-                held_out=bool(entry.get("held_out", False)),
+                held_out=which == "probe" or bool(entry.get("held_out", False)),
                 lang=lang,
             )
         )

@@ -15,6 +15,7 @@ from tests.intent_set import (
     LIST_NAME_INTENTS,
     LIST_SLOTS,
     NUMBER_SLOTS,
+    SETS,
     Labelled,
     Lang,
     load_lists,
@@ -71,6 +72,24 @@ def test_no_duplicate_texts(lang: Lang) -> None:
     assert not [t for t, n in seen.items() if n > 1]
 
 
+@pytest.mark.parametrize("lang", LANGS)
+def test_probe_set_is_fresh_and_covers_every_intent(lang: Lang) -> None:
+    """The probe set shares no sentence with the labelled set (or itself), holds >= 100
+    sentences and >= 25 out-of-domain ones, and has >= 3 sentences for every intent."""
+    probe = load_set(lang, "probe")
+    labelled = {normalise_free_text(s.text) for s in load_set(lang)}
+    texts = Counter(normalise_free_text(s.text) for s in probe)
+    assert not [t for t, n in texts.items() if n > 1]
+    assert not [s.text for s in probe if normalise_free_text(s.text) in labelled]
+    assert len(probe) >= 100
+    assert len([s for s in probe if s.intent is None]) >= 25
+    assert all(s.held_out for s in probe)
+    counts = Counter(s.intent for s in probe if s.intent is not None)
+    assert set(counts) <= set(INTENTS), set(counts) - set(INTENTS)
+    thin = {i: counts[i] for i in INTENTS if counts[i] < 3}
+    assert not thin, thin
+
+
 def _check_slots(s: Labelled) -> None:
     devices = _canonical("devices")
     list_ids = _canonical("lists")
@@ -107,9 +126,10 @@ def _check_slots(s: Labelled) -> None:
         assert {"items", "shop"} <= set(s.slots), s
 
 
+@pytest.mark.parametrize("which", SETS)
 @pytest.mark.parametrize("lang", LANGS)
-def test_slots_follow_the_contract(lang: Lang) -> None:
-    for s in load_set(lang):
+def test_slots_follow_the_contract(lang: Lang, which: str) -> None:
+    for s in load_set(lang, which):
         _check_slots(s)
         if lang == "zh":
             assert any("\u4e00" <= ch <= "\u9fff" for ch in s.text), s

@@ -22,7 +22,7 @@ from hub.brain.intents import (
     zh_to_int,
 )
 from tests.intent_eval import describe, evaluate, fixture_lists
-from tests.intent_set import LANGS, Lang, load_set
+from tests.intent_set import LANGS, SETS, Lang, load_set
 
 TARGET = 0.95
 
@@ -42,10 +42,22 @@ def test_labelled_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
 
 
 @pytest.mark.parametrize("lang", LANGS)
-def test_no_out_of_domain_sentence_acts(engine: IntentEngine, lang: Lang) -> None:
+def test_probe_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
+    """The probe set (probe_{en,zh}.yaml), written without reading the templates: how well
+    the engine generalises to phrasings its templates were not written from."""
+    score = evaluate(engine, load_set(lang, "probe"))
+    report = describe(score.misses)
+    assert score.intent_accuracy >= TARGET, report
+    assert score.slot_accuracy >= TARGET, report
+    assert score.ood >= 25
+
+
+@pytest.mark.parametrize("which", SETS)
+@pytest.mark.parametrize("lang", LANGS)
+def test_no_out_of_domain_sentence_acts(engine: IntentEngine, lang: Lang, which: str) -> None:
     acted = [
         (i.text, m.intent)
-        for i in load_set(lang)
+        for i in load_set(lang, which)
         if i.intent is None
         if (m := engine.recognize(i.text))
     ]
@@ -150,8 +162,46 @@ def test_unknown_and_near_misses_are_none(engine: IntentEngine) -> None:
         "我昨天打开了厨房灯",
         "水壶是什么",
         "turn on the garage door",
+        "the blinds are broken",
+        "the fan is too loud",
+        "how much longer will this take",
+        "my usual is coffee",
+        "计时器停了",
+        "计时器取消了吗",
+        "窗帘坏了",
     ):
         assert engine.recognize(text) is None, text
+
+
+def test_a_homes_only_device_of_a_kind_answers_to_the_kind() -> None:
+    """ "the blinds", "the fan", "音箱" name the one cover / fan / speaker of a home; with two
+    of a kind the word names neither (no guess); a device's own name always wins."""
+    blinds = Named("cover.bedroom_blinds", ("Bedroom blinds", "卧室窗帘"), "cover", "bedroom")
+    fan = Named("fan.desk", ("Desk fan", "台扇"), "fan", "study")
+    one = IntentEngine(SlotLists(devices=(blinds, fan)))
+    m = one.recognize("set the blinds halfway")
+    assert m is not None and dict(m.slots) == {"name": "cover.bedroom_blinds", "position": 50}
+    m = one.recognize("把风扇关掉")
+    assert m is not None and m.intent == "HassTurnOff" and m.slots["name"] == "fan.desk"
+    two = IntentEngine(
+        SlotLists(devices=(blinds, fan, Named("cover.study", ("Study shades",), "cover")))
+    )
+    assert two.recognize("set the blinds halfway") is None
+    m = two.recognize("turn off the fan")
+    assert m is not None and m.slots["name"] == "fan.desk"
+
+
+def test_default_list_names_are_added_to_the_hubs_lists() -> None:
+    """A hub list with the id "shopping" / "todo" also answers to the default spoken forms
+    ("grocery list", "to-do list", "购物列表") its own names leave out."""
+    lists = SlotLists(lists=(Named("shopping", ("shopping",)), Named("todo", ("todo",))))
+    eng = IntentEngine(lists)
+    m = eng.recognize("what's on my grocery list")
+    assert m is not None and dict(m.slots) == {"name": "shopping"}
+    m = eng.recognize("add call the bank to my to-do list")
+    assert m is not None and m.intent == "HassListAddItem" and m.slots["name"] == "todo"
+    m = eng.recognize("购物列表上有什么")
+    assert m is not None and m.intent == "YimiListRead" and m.slots["name"] == "shopping"
 
 
 def test_update_makes_a_new_contact_recognisable(engine: IntentEngine) -> None:

@@ -20,7 +20,9 @@ How a sentence is matched (``engine.py``):
    Slot lists: ``name`` (devices, with domain/area context, and list names as domain
    ``todo``), ``area``, ``floor`` (empty), ``contact``, ``shop``, ``list``, ``subject``;
    free-text slots are wildcard lists. Long lists are narrowed per request to the names the
-   request contains.
+   request contains. A home's only cover / fan / speaker / light also answers to the kind
+   ("the blinds", "风扇"; ``GENERIC_NAMES``), and the hub's "shopping"/"todo" lists to the
+   default spoken forms ("grocery list", "待办清单"; ``DEFAULT_LISTS``).
 3. Of hassil's results the one with the least wildcard text wins (then a device ``name`` over
    an area, then more literal text). Slots are normalised: list values → canonical ids,
    numbers → int (budget float; Chinese numerals via ``numerals.py`` when hassil's range
@@ -36,7 +38,9 @@ Template metadata used by the engine: ``query_is_text`` (a direct question about
 query = the question), ``negation_ok``; slot value ``"@temperature"``/``"@kettle"`` = the
 home's device in that role (found by name; none → no match). To add a phrasing, add a
 sentence to the YAML of its area and a labelled sentence to ``tests/data/intents``; check
-with ``python bench/intents.py``.
+with ``python bench/intents.py``. Generalise (alternation, optional words, expansion rules)
+rather than paste a sentence: ``tests/data/intents/probe_{en,zh}.yaml`` was written without
+reading the templates and measures how far they carry beyond their own examples.
 """
 
 from hub.brain.intents.engine import (

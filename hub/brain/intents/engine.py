@@ -238,14 +238,71 @@ def _text_list(
     return TextSlotList(name=name, values=values)
 
 
+# A home with exactly one device of a domain may call it by the kind of thing it is ("set the
+# blinds halfway", "turn off the fan", "音箱关掉"): these words name that one device, unless a
+# device already has the word as a name. Locks are left out ("open the door" is ambiguous).
+GENERIC_NAMES: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
+    {
+        "cover": (
+            "blinds",
+            "blind",
+            "curtains",
+            "curtain",
+            "shades",
+            "shade",
+            "窗帘",
+            "百叶窗",
+            "帘子",
+        ),
+        "fan": ("fan", "风扇", "电扇"),
+        "media_player": ("speaker", "音箱", "音响"),
+        "light": ("light", "lamp", "灯"),
+    }
+)
+
+
+def _device_domain(dev: Named) -> str:
+    return dev.domain or dev.value.partition(".")[0]
+
+
+def _generic_names(devices: Sequence[Named]) -> list[tuple[str, Named]]:
+    by_domain: dict[str, list[Named]] = {}
+    for dev in devices:
+        by_domain.setdefault(_device_domain(dev), []).append(dev)
+    taken = {n.casefold() for dev in devices for n in dev.names}
+    out: list[tuple[str, Named]] = []
+    for domain, words in GENERIC_NAMES.items():
+        found = by_domain.get(domain, [])
+        if len(found) == 1:
+            out.extend((w, found[0]) for w in words if w.casefold() not in taken)
+    return out
+
+
+def _with_default_names(given: Sequence[Named]) -> list[Named]:
+    """The hub's lists, each with the default spoken forms of its id added ("grocery list"
+    for "shopping", "to-do list" for "todo") when the hub's own names leave them out."""
+    defaults = {d.value: d.names for d in DEFAULT_LISTS}
+    out = []
+    for lst in given:
+        extra = tuple(
+            n
+            for n in defaults.get(lst.value, ())
+            if n.casefold() not in {m.casefold() for m in lst.names}
+        )
+        out.append(dataclasses.replace(lst, names=lst.names + extra) if extra else lst)
+    return out
+
+
 def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
     names: list[tuple[str, Any, dict[str, Any] | None]] = []
+    generic = _generic_names(lists.devices)
     for dev in lists.devices:
-        ctx = {"domain": dev.domain or dev.value.partition(".")[0]}
+        ctx = {"domain": _device_domain(dev)}
         if dev.area:
             ctx["area"] = dev.area
         names.extend((n, dev.value, ctx) for n in dev.names)
-    for lst in lists.lists:
+        names.extend((w, dev.value, ctx) for w, d in generic if d is dev)
+    for lst in _with_default_names(lists.lists):
         names.extend((n, lst.value, {"domain": "todo"}) for n in lst.names)
     return {
         "name": _text_list("name", names),
@@ -255,7 +312,9 @@ def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
             "contact", ((n, c.value, None) for c in lists.contacts for n in c.names)
         ),
         "shop": _text_list("shop", ((n, s.value, None) for s in lists.shops for n in s.names)),
-        "list": _text_list("list", ((n, x.value, None) for x in lists.lists for n in x.names)),
+        "list": _text_list(
+            "list", ((n, x.value, None) for x in _with_default_names(lists.lists) for n in x.names)
+        ),
         "subject": _text_list(
             "subject", ((n, s.value, None) for s in lists.subjects for n in s.names)
         ),
@@ -330,6 +389,8 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
 # A free-text slot that is really a question or a refusal ("莲花厨房点什么好", "茶馆来不来",
 # "你记住了吗", "remember when we went to Paris") means the sentence was not the command.
 QUESTION_ITEMS_ZH = ("什么", "吗", "哪", "多少", "不", "没", "啥")
+# 订 is "order" and "reserve": "在莲花厨房订个位子" books a table, which Yimi cannot do.
+RESERVATION_ITEMS_ZH = ("位子", "座位", "桌位", "订位", "包间", "包厢", "房间")
 WH_WORDS_EN = frozenset({"when", "what", "how", "why", "where", "who", "if", "whether", "which"})
 
 
@@ -345,7 +406,7 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
         return _key(value) not in BARE_MESSAGE
     if name == "items":
         if lang == "zh":
-            return not any(q in value for q in QUESTION_ITEMS_ZH)
+            return not any(q in value for q in QUESTION_ITEMS_ZH + RESERVATION_ITEMS_ZH)
         return value.casefold().split()[0] not in WH_WORDS_EN
     if name == "fact":
         if lang == "zh":
@@ -509,6 +570,9 @@ class IntentEngine:
         request = strip_request(text, language)
         if not request:
             return None
+        if language == "zh":
+            # "百分之百" (a hundred percent) has no number hassil's range lists read
+            request = request.replace("百分之百", "百分之一百")
         match = self._match_whole(live, request, language)
         if match is not None or has_negation(request, language):
             return match
@@ -560,7 +624,9 @@ class IntentEngine:
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
         if meta.get("query_is_text"):
-            slots["query"] = _question_query(request, lang)
+            # the question is the query; a contact named in it ("when is Dana's birthday")
+            # is part of the question, not a slot of its own
+            slots = {"query": _question_query(request, lang)}
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
             device = live.placeholders.get(placeholder, "")

@@ -31,18 +31,26 @@ POLITE_EN = (
     "just",
     "actually",
     "oh",
+    "ah",
+    "aw",
     "um",
     "uh",
     "hmm",
     "well",
     "ok so",
     "okay so",
+    "ok",
+    "okay",
+    "alright",
+    "all right",
 )
 POLITE_ZH = (
     "好的",
     "好吧",
     "嗯",
     "那就",
+    "请问一下",
+    "请问",
     "请你帮我",
     "请帮我",
     "麻烦你帮我",
@@ -56,7 +64,15 @@ POLITE_ZH = (
     "能不能",
     "可以",
 )
-TRAILING_EN = ("please", "thanks", "thank you", "for me", "now please")
+TRAILING_EN = (
+    "please",
+    "thanks",
+    "thank you",
+    "for me",
+    "now please",
+    "right now",
+    "at the moment",
+)
 TRAILING_ZH = (
     "谢谢你",
     "谢谢",
@@ -67,6 +83,8 @@ TRAILING_ZH = (
     "一下吧",
     "吧",
     "呀",
+    "啦",
+    "嘛",
     "啊",
     "哦",
     "呢",
