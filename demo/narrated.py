@@ -108,6 +108,44 @@ class Interrupted(Exception):
     """SIGTERM (Ctrl-C arrives as KeyboardInterrupt)."""
 
 
+class StopSignals:
+    """Ctrl-C (KeyboardInterrupt) and SIGTERM (:class:`Interrupted`), raised in the main
+    thread where it is — except inside :meth:`held`, which raises them when it ends.
+
+    A signal raises at whatever line the main thread is on: inside ``Popen()`` after the fork
+    the child would run on with no ``Popen`` object for the demo to stop and reap. Held, the
+    signal is raised once the child is on the demo's books. (Blocking the signals instead
+    would not do: the kernel hands a signal to any thread that does not block it, the SMTP
+    server's for one, and Python raises it in the main thread all the same.)"""
+
+    def __init__(self) -> None:
+        self._depth = 0
+        self._pending: int | None = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self._depth:
+            self._pending = self._pending or signum
+            return
+        self._raise(signum)
+
+    @staticmethod
+    def _raise(signum: int) -> None:
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise Interrupted()
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self._depth += 1
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            pending, self._pending = self._pending, None
+            if pending is not None and not self._depth:
+                self._raise(pending)
+
+
 # ---------------------------------------------------------------------- small helpers
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
@@ -161,6 +199,21 @@ def descendants(roots: list[int]) -> dict[int, str]:
                 out[pid] = started[pid]
                 grew = True
     return out
+
+
+def children(pid: int) -> list[int]:
+    """The live (not zombie) child processes of ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
 
 
 def still_alive(pids: dict[int, str]) -> list[int]:
@@ -602,6 +655,7 @@ class Demo:
         self.started = time.monotonic()
         self._step_started = self.started
         self.leftover: list[int] = []
+        self.signals = StopSignals()
 
     # ------------------------------------------------------------------ output
     def say(self, who: str, text: str) -> None:
@@ -630,7 +684,7 @@ class Demo:
 
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(exist_ok=True)
-        with log.open("ab") as fh:
+        with log.open("ab") as fh, self.signals.held():
             popen = subprocess.Popen(
                 [sys.executable, "-m", "cli", *args],
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
@@ -641,8 +695,8 @@ class Demo:
                 start_new_session=True,
                 preexec_fn=die_with_parent(os.getpid()),
             )
-        proc = Proc(name, popen, log)
-        self.procs.append(proc)
+            proc = Proc(name, popen, log)
+            self.procs.append(proc)
         self.watch.follow(name, log)
         return proc
 
@@ -650,31 +704,34 @@ class Demo:
         """Run ``yimi ARGS`` to completion (StepFailed on a non-zero exit or the deadline)."""
         from hub.mesh.broker import die_with_parent
 
-        child = subprocess.Popen(
-            [sys.executable, "-m", "cli", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=child_env(),
-            cwd=self.root,
-            preexec_fn=die_with_parent(os.getpid()),
-        )
+        child: subprocess.Popen[str] | None = None
         try:
+            with self.signals.held():
+                child = subprocess.Popen(
+                    [sys.executable, "-m", "cli", *args],
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=child_env(),
+                    cwd=self.root,
+                    preexec_fn=die_with_parent(os.getpid()),
+                )
             stdout, stderr = child.communicate(timeout=timeout)
         except BaseException as exc:  # the deadline, or Ctrl-C: the child goes, and is reaped
-            child.kill()
-            child.wait()
+            if child is not None:
+                child.kill()
+                child.wait()
             if isinstance(exc, subprocess.TimeoutExpired):
                 why = f"'yimi {args[0]} {args[1]}' took longer than {timeout:g} s"
                 raise StepFailed(why) from None
             raise
         done = subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr)
         if done.returncode != 0:
-            why = (done.stderr.strip() or done.stdout.strip()).splitlines()
+            said = (done.stderr.strip() or done.stdout.strip()).splitlines()
             raise StepFailed(
                 f"'yimi {' '.join(args[:2])}' failed (exit {done.returncode}): "
-                + (why[-1] if why else "no output")
+                + (said[-1] if said else "no output")
             )
         return done
 
@@ -701,7 +758,14 @@ class Demo:
         """Stop everything this demo started and make sure nothing is left."""
         if self.mic is not None:
             self.mic.close()
-        tree = descendants([p.popen.pid for p in self.procs])
+        known = {p.popen.pid for p in self.procs}
+        for pid in children(os.getpid()):
+            if pid not in known:  # a one-shot command (yimi, espeak-ng) a Ctrl-C cut off
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+        tree = descendants(sorted(known))
         for proc in reversed(self.procs):
             if proc.alive():
                 with contextlib.suppress(ProcessLookupError):
@@ -1049,10 +1113,11 @@ def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
     status = EXIT_OK
     failure = ""
 
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        raise Interrupted()
-
-    previous = signal.signal(signal.SIGTERM, on_term)
+    previous = signal.signal(signal.SIGTERM, demo.signals.handle)
+    # Ctrl-C stops the demo however it was started: a shell starts what it puts in the
+    # background (`cmd &` in a script, a runner's loop) with SIGINT ignored, and the demo,
+    # inheriting that, would run to its end through every Ctrl-C
+    previous_int = signal.signal(signal.SIGINT, demo.signals.handle)
     print(
         "yimi demo: the hub, the glasses, the phone and the mac as real processes on this "
         f"machine (127.0.0.1 only)\n  folder   {root}"
@@ -1075,7 +1140,7 @@ def run_demo(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
         try:
             demo.close()
         finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.signal(signal.SIGINT, previous_int)
             signal.signal(signal.SIGTERM, previous)
     took = time.monotonic() - demo.started
     if demo.leftover:

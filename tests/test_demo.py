@@ -42,9 +42,8 @@ def run_demo(folder: Path, *args: str, prefix: tuple[str, ...] = ()) -> subproce
         env=env(),
         cwd=REPO,
         start_new_session=True,
-        # Ctrl-C as at a terminal: a runner started in the background (nohup, `cmd &` in a
-        # script) hands its children SIGINT ignored, and the demo would never see it
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        # SIGINT as this runner has it: ignored when the runner was started in the background
+        # (`cmd &` in a script); the demo must stop on Ctrl-C all the same
     )
 
 

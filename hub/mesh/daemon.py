@@ -218,7 +218,7 @@ class HubDaemon:
         self.grpc = await start_server(service, opts.bind, opts.grpc_port)
         self._stack.push_async_callback(self.grpc.stop, 1.0)
         if opts.advertise:
-            await self._stack.enter_async_context(
+            self._advertise(
                 discovery.HubAdvertiser(
                     home_id=home.home_id,
                     fingerprint=home.fingerprint,
@@ -279,6 +279,26 @@ class HubDaemon:
             opts.grpc_port,
             home.fingerprint,
         )
+
+    def _advertise(self, advertiser: discovery.HubAdvertiser) -> None:
+        """Register the mDNS advert while the hub goes on starting: zeroconf probes the name
+        for most of a second first, and no device needs to wait for that (every bundle holds
+        the hub's address; a device that browses looks for seconds). Withdrawn on the way
+        out, or given up if still probing then."""
+        registering = asyncio.create_task(advertiser.start(), name="mdns-advert")
+
+        def failed(task: asyncio.Task[None]) -> None:
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("hub not advertised on mDNS: %s", task.exception())
+
+        registering.add_done_callback(failed)
+
+        async def withdraw() -> None:
+            registering.cancel()
+            await asyncio.gather(registering, return_exceptions=True)
+            await advertiser.close()  # nothing to do unless it was registered
+
+        self._stack.push_async_callback(withdraw)
 
     async def __aexit__(
         self,
