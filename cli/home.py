@@ -54,7 +54,5 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--mqtt-port", type=int, default=18883)
     sp.add_argument("--grpc-port", type=int, default=18884)
     sp.add_argument("--hub-host", default="", help="address devices try before zeroconf")
-    sp = command(
-        home_sub, "rotate-key", cmd_home_rotate_key, "make a new mesh group key epoch now"
-    )
+    sp = command(home_sub, "rotate-key", cmd_home_rotate_key, "make a new mesh group key epoch now")
     sp.add_argument("--home", type=Path, required=True)

@@ -148,7 +148,9 @@ def home_keys(home_path: Path, legacy: bytes) -> GroupKeys:
     ring = GroupKeys.load(path, legacy=legacy)
     if ring.current.number == 0 and ring.current.made_ms == 0:
         try:  # epoch 0 was made with the home: its key file's age
-            ring.epochs[-1] = Epoch(0, legacy, int((home_path / "keys" / "group.key").stat().st_mtime * 1000))
+            ring.epochs[-1] = Epoch(
+                0, legacy, int((home_path / "keys" / "group.key").stat().st_mtime * 1000)
+            )
         except OSError:
             pass
     return ring

@@ -23,8 +23,8 @@ from nacl.secret import SecretBox
 from nacl.signing import SigningKey
 
 from protos import consent_pb2, mesh_pb2, sync_pb2
-from provisioning.epochs import DEFAULT_ROTATION_DAYS, Epoch, GroupKeys, rotation_days
 from protos.codec import CERTIFICATE_CONTEXT, ENVELOPE_CONTEXT, parse, signing_input
+from provisioning.epochs import DEFAULT_ROTATION_DAYS, Epoch, GroupKeys, rotation_days
 from sync.envelope import (
     BROADCAST,
     HUB,

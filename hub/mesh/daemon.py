@@ -375,8 +375,9 @@ class HubDaemon:
         ring = self.port.group_keys
         if ring.reload():
             sent = await self.port.distribute_group_key()
-            log.warning("mesh group key epoch %d (rotate-key) sent to %d devices",
-                        ring.current.number, sent)
+            log.warning(
+                "mesh group key epoch %d (rotate-key) sent to %d devices", ring.current.number, sent
+            )
         if self._last_revoked_ms and self._last_revoked_ms >= ring.current.made_ms:
             await self.port.rotate_group_key("revocation")
         elif ring.due(now_ms(), rotation_days(self.home.config)):
