@@ -707,6 +707,9 @@ def test_a_revoked_bundle_cannot_open_a_broadcast_sent_after_its_revocation(
     assert stat.S_IMODE(epochs_file.stat().st_mode) == 0o600
     assert [e["epoch"] for e in json.loads(epochs_file.read_text())["epochs"]] == [1, 2]
     wait_counts(mesh, {"group_key.rotated.revocation": 1})
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
+    assert "mesh group key: epoch 2," in status, status
+    assert re.search(r"^\s+group_key\.rotated\.revocation\s+1$", status, re.M), status
     print(
         f"rotate-key reached 2 online devices in {took_rotate:.2f} s; a revocation's epoch "
         f"reached the remaining online device in {took_revoke:.2f} s; the offline device had "
