@@ -717,3 +717,32 @@ def test_a_revoked_bundle_cannot_open_a_broadcast_sent_after_its_revocation(
     )
     assert hub.alive()
     hub_log_is_clean(hub)
+
+
+def test_a_revocation_while_the_hub_was_down_and_the_periodic_rotation_make_new_epochs(
+    mesh: Mesh,
+) -> None:
+    """Alpha is revoked while the hub is not running: the hub makes epoch 1 as it starts
+    and bravo gets it when it comes online. With ``mesh.group_key_days`` tiny the hub
+    then rotates by itself, and bravo follows every epoch."""
+    a = mesh.add_device("alpha", "glasses")
+    b = mesh.add_device("bravo", "phone")
+    mesh.yimi("device", "revoke", "alpha", "--home", str(mesh.home), check=True)
+    hub = mesh.start_hub()
+    wait_counts(mesh, {"group_key.rotated.revocation": 1})
+    mesh.start_edge(b)
+    poll_sync(lambda: held_epochs(b)[-1] >= 1, 10, "epoch 1 on bravo")
+    assert held_epochs(a) == [0]
+    mesh.stop(hub)
+    mesh.configure(mesh={"group_key_days": 2 / 86_400})  # every 2 s
+    hub = mesh.start_hub()
+    wait_counts(mesh, {"group_key.rotated.periodic": 2}, timeout=20)
+    epochs = json.loads((mesh.home / "keys" / "epochs.json").read_text())["epochs"]
+    newest = epochs[-1]["epoch"]
+    assert newest >= 3 and [e["epoch"] for e in epochs] == [newest - 1, newest]
+    poll_sync(lambda: held_epochs(b)[-1] >= newest, 10, f"epoch {newest} on bravo")
+    assert counters(mesh)["group_key.rotated.revocation"] == 1  # not made again at restart
+    r = mesh.say(b, "still served")
+    assert r.returncode == 0, r.stderr
+    assert hub.alive()
+    hub_log_is_clean(hub)
