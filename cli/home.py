@@ -1,4 +1,5 @@
-"""``yimi home init``: create a home — root keys, group key, hub configuration."""
+"""``yimi home init|rotate-key``: create a home — root keys, group key, hub configuration —
+and make a new mesh group key epoch."""
 
 from __future__ import annotations
 
@@ -27,6 +28,22 @@ def cmd_home_init(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_home_rotate_key(args: argparse.Namespace) -> int:
+    from provisioning.epochs import home_keys
+    from provisioning.home import Home
+
+    home = Home.load(args.home)
+    ring = home_keys(home.path, home.group_key)
+    before = ring.current.number
+    epoch = ring.rotate()
+    print(f"mesh group key epoch {epoch.number} made (was {before})")
+    if (home.path / "hub.pid").exists():
+        print("the running hub sends it to every enrolled device now")
+    else:
+        print("the hub sends it to each device when it next comes online")
+    return EXIT_OK
+
+
 def add_commands(sub: Any, command: Command) -> None:
     """Register ``yimi home …``."""
     home = sub.add_parser("home", help="the home: root keys and hub configuration")
@@ -37,3 +54,5 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--mqtt-port", type=int, default=18883)
     sp.add_argument("--grpc-port", type=int, default=18884)
     sp.add_argument("--hub-host", default="", help="address devices try before zeroconf")
+    sp = command(home_sub, "rotate-key", cmd_home_rotate_key, "make a new mesh group key epoch now")
+    sp.add_argument("--home", type=Path, required=True)

@@ -70,6 +70,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 
     pid = hub_pid(args.home)
     print(f"hub: running (pid {pid})" if pid else "hub: not running")
+    _print_group_key(args.home)
     cmd_device_list(args)
     store = HubStore(args.home / "hub.db")
     try:
@@ -82,6 +83,17 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
     for name, value in counters.items():
         print(f"  {name:<32} {value}")
     return EXIT_OK
+
+
+def _print_group_key(home: Path) -> None:
+    from provisioning.epochs import HOME_FILE, GroupKeys
+
+    path = home / HOME_FILE
+    if not path.exists():
+        print("mesh group key: epoch 0 (the key in every bundle; never rotated)")
+        return
+    current = GroupKeys.load(path, legacy=b"").current
+    print(f"mesh group key: epoch {current.number}, made {fmt_ms(current.made_ms)}")
 
 
 def cmd_hub_pair_code(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from edge_agent.roles import role_handlers
 from protos import mesh_pb2, sync_pb2, voice_pb2
 from protos.clock import now_ms
 from provisioning.bundle import Bundle
+from provisioning.epochs import bundle_keys
 from sync import topics
 from sync.backoff import Backoff
 from sync.counter import PersistentCounter
@@ -80,7 +81,9 @@ class DeviceNode:
         self.counter = PersistentCounter(state / "counter.db")
         self.outbox = Outbox(state / "outbox.db")
         self.seen = SeenReplies(state / "replies.db")
-        self.sealer = Sealer.for_device(bundle, self.counter.next)
+        self.group_keys = bundle_keys(bundle.path, bundle.group_key, bundle.group_epoch)
+        """the mesh group key epochs this bundle holds (new ones come boxed from the hub)"""
+        self.sealer = Sealer.for_device(bundle, self.counter.next, self.group_keys)
         hub_peer = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
         self.opener = Opener(
             home_id=bundle.home_id,
@@ -89,6 +92,7 @@ class DeviceNode:
             lookup=lambda sender: hub_peer if sender == HUB else None,
             replay=ReplayGuard(),
             group_key=bundle.group_key,
+            group_keys=self.group_keys,
         )
         hub = bundle.hub
         self.locator = HubLocator(
@@ -120,6 +124,7 @@ class DeviceNode:
             lookup=lambda sender: hub_peer if sender == HUB else None,
             replay=self.opener.replay,
             group_key=bundle.group_key,
+            group_keys=self.group_keys,
             max_bytes=MAX_RPC_BYTES,
         )
         self.handlers: Handlers = role_handlers(
@@ -391,12 +396,28 @@ class DeviceNode:
         elif result.kind == mesh_pb2.SYNC_UPDATE:
             assert isinstance(result.payload, sync_pb2.SyncUpdate)
             self.replication.on_hub_update(result.payload)
+        elif result.kind == mesh_pb2.GROUP_KEY:
+            self._on_group_key(result)
         elif result.kind == mesh_pb2.REVOCATION:
             rev = result.payload
             assert isinstance(rev, mesh_pb2.Revocation)
             if rev.device_id == self.bundle.device_id:
                 log.error("this device was revoked by the hub")
                 self.revoked.set()
+
+    def _on_group_key(self, opened: Opened) -> None:
+        """A new mesh group key epoch, boxed to this device by the hub: seal broadcasts with
+        it from now on, and catch up on what was broadcast with it before it arrived."""
+        msg = opened.payload
+        assert isinstance(msg, mesh_pb2.GroupKey)
+        if opened.recipient != self.bundle.device_id:  # only ever boxed to one device
+            log.warning("group key not boxed to this device: ignored")
+            return
+        self.group_keys.reload()  # another process of this bundle may have taken one
+        if self.group_keys.add(msg.epoch, bytes(msg.key), msg.made_ms):
+            log.info("mesh group key epoch %d received", msg.epoch)
+            if self.options.mode == "edge":
+                self.replication.wake()
 
     async def _handle_reply(self, opened: Opened) -> None:
         """A reply chunk: the first one answers the outbox item (the next may be sent);

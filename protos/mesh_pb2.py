@@ -25,57 +25,59 @@ _sym_db = _symbol_database.Default()
 from protos import voice_pb2 as protos_dot_voice__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11protos/mesh.proto\x12\x0cyimi.mesh.v1\x1a\x12protos/voice.proto\"\xdb\x01\n\x0c\x45nvelopeBody\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x04 \x01(\x04\x12\x0f\n\x07time_ms\x18\x05 \x01(\x03\x12 \n\x04kind\x18\x06 \x01(\x0e\x32\x12.yimi.mesh.v1.Kind\x12\x11\n\trecipient\x18\x07 \x01(\t\x12\x10\n\x08trace_id\x18\x08 \x01(\t\x12 \n\x04seal\x18\t \x01(\x0e\x32\x12.yimi.mesh.v1.Seal\x12\x0e\n\x06sealed\x18\n \x01(\x0c\"1\n\x0eSignedEnvelope\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"\x95\x01\n\tUtterance\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x65nded_ms\x18\x05 \x01(\x03\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\'\n\x05voice\x18\x07 \x01(\x0b\x32\x18.yimi.voice.v1.VoiceInfo\"\xaa\x01\n\x05Reply\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cutterance_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x13\n\x0bplaceholder\x18\x04 \x01(\x08\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x11\n\treply_seq\x18\x06 \x01(\x04\x12\r\n\x05\x63hunk\x18\x07 \x01(\r\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\x0f\n\x07task_id\x18\t \x01(\t\x12\r\n\x05\x62rain\x18\n \x01(\t\"i\n\x0b\x44\x65liveryAck\x12\x10\n\x08reply_id\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.yimi.mesh.v1.DeliveryState\x12\r\n\x05\x61t_ms\x18\x03 \x01(\x03\x12\r\n\x05\x63hunk\x18\x04 \x01(\r\"j\n\x08Presence\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.yimi.mesh.v1.PresenceState\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x10\n\x08since_ms\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\t\"3\n\nRevocation\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x12\n\nrevoked_ms\x18\x02 \x01(\x03\"\xbf\x01\n\x11\x44\x65viceCertificate\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0f\n\x07profile\x18\x05 \x01(\t\x12\x0e\n\x06scopes\x18\x06 \x03(\t\x12\x0f\n\x07sign_pk\x18\x07 \x01(\x0c\x12\x0e\n\x06\x62ox_pk\x18\x08 \x01(\x0c\x12\x11\n\tissued_ms\x18\t \x01(\x03\x12\x12\n\nexpires_ms\x18\n \x01(\x03\"4\n\x11SignedCertificate\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\" \n\x0fIdentifyRequest\x12\r\n\x05nonce\x18\x01 \x01(\x0c\"\x8d\x01\n\x0bHubIdentity\x12\x0f\n\x07home_id\x18\x01 \x01(\t\x12\x13\n\x0bhub_sign_pk\x18\x02 \x01(\x0c\x12\x12\n\nhub_box_pk\x18\x03 \x01(\x0c\x12\x11\n\tmqtt_port\x18\x04 \x01(\r\x12\x11\n\tgrpc_port\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\r\n\x05nonce\x18\x07 \x01(\x0c\"7\n\x10IdentifyResponse\x12\x10\n\x08identity\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"^\n\x0bPairDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x0f\n\x07sign_pk\x18\x03 \x01(\x0c\x12\x0e\n\x06\x62ox_pk\x18\x04 \x01(\x0c\x12\x0f\n\x07time_ms\x18\x05 \x01(\x03\"J\n\x0bPairRequest\x12\x0f\n\x07\x63ode_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\x0c\x12\x0b\n\x03mac\x18\x04 \x01(\x0c\"N\n\x0bPairSecrets\x12\x15\n\rmqtt_username\x18\x01 \x01(\t\x12\x15\n\rmqtt_password\x18\x02 \x01(\t\x12\x11\n\tgroup_key\x18\x03 \x01(\x0c\"\xcf\x01\n\tPairGrant\x12\x34\n\x0b\x63\x65rtificate\x18\x01 \x01(\x0b\x32\x1f.yimi.mesh.v1.SignedCertificate\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x13\n\x0bhub_sign_pk\x18\x03 \x01(\x0c\x12\x12\n\nhub_box_pk\x18\x04 \x01(\x0c\x12\x11\n\tmqtt_port\x18\x05 \x01(\r\x12\x11\n\tgrpc_port\x18\x06 \x01(\r\x12\x16\n\x0esealed_secrets\x18\x07 \x01(\x0c\x12\x14\n\x0chome_sign_pk\x18\x08 \x01(\x0c\"*\n\x0cPairResponse\x12\r\n\x05grant\x18\x01 \x01(\x0c\x12\x0b\n\x03mac\x18\x02 \x01(\x0c\"\x1d\n\rEnvelopeBytes\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c*\xed\x02\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tUTTERANCE\x10\x01\x12\t\n\x05REPLY\x10\x02\x12\x10\n\x0c\x44\x45LIVERY_ACK\x10\x03\x12\x0c\n\x08PRESENCE\x10\x04\x12\x0e\n\nREVOCATION\x10\x05\x12\x0f\n\x0bSYNC_UPDATE\x10\x06\x12\x10\n\x0cSYNC_REQUEST\x10\x07\x12\x11\n\rSYNC_RESPONSE\x10\x08\x12\x08\n\x04\x43\x41RD\x10\n\x12\x0c\n\x08\x41PPROVAL\x10\x0b\x12\x0f\n\x0b\x43\x41RD_UPDATE\x10\x0c\x12\x10\n\x0c\x45XEC_REQUEST\x10\r\x12\x0f\n\x0b\x45XEC_RESULT\x10\x0e\x12\x0f\n\x0b\x41UDIO_CHUNK\x10\x0f\x12\x0e\n\nWAKE_CLAIM\x10\x10\x12\x11\n\rWAKE_DECISION\x10\x11\x12\x0f\n\x0bVOICE_ENROL\x10\x12\x12\x16\n\x12VOICE_ENROL_RESULT\x10\x13\x12\x0e\n\nVOICEPRINT\x10\x14\x12\x10\n\x0cTRUST_WINDOW\x10\x15\"\x04\x08\t\x10\t*0\n\x04Seal\x12\x14\n\x10SEAL_UNSPECIFIED\x10\x00\x12\x07\n\x03\x42OX\x10\x01\x12\t\n\x05GROUP\x10\x02*I\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08RENDERED\x10\x01\x12\n\n\x06PLAYED\x10\x02*H\n\rPresenceState\x12\x1e\n\x1aPRESENCE_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x0b\n\x07OFFLINE\x10\x02\x32\x94\x02\n\x03Hub\x12I\n\x08Identify\x12\x1d.yimi.mesh.v1.IdentifyRequest\x1a\x1e.yimi.mesh.v1.IdentifyResponse\x12=\n\x04Pair\x12\x19.yimi.mesh.v1.PairRequest\x1a\x1a.yimi.mesh.v1.PairResponse\x12@\n\x04Sync\x12\x1b.yimi.mesh.v1.EnvelopeBytes\x1a\x1b.yimi.mesh.v1.EnvelopeBytes\x12\x41\n\x05\x45nrol\x12\x1b.yimi.mesh.v1.EnvelopeBytes\x1a\x1b.yimi.mesh.v1.EnvelopeBytesb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x11protos/mesh.proto\x12\x0cyimi.mesh.v1\x1a\x12protos/voice.proto\"\xea\x01\n\x0c\x45nvelopeBody\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x0e\n\x06sender\x18\x03 \x01(\t\x12\x0f\n\x07\x63ounter\x18\x04 \x01(\x04\x12\x0f\n\x07time_ms\x18\x05 \x01(\x03\x12 \n\x04kind\x18\x06 \x01(\x0e\x32\x12.yimi.mesh.v1.Kind\x12\x11\n\trecipient\x18\x07 \x01(\t\x12\x10\n\x08trace_id\x18\x08 \x01(\t\x12 \n\x04seal\x18\t \x01(\x0e\x32\x12.yimi.mesh.v1.Seal\x12\x0e\n\x06sealed\x18\n \x01(\x0c\x12\r\n\x05\x65poch\x18\x0b \x01(\r\"1\n\x0eSignedEnvelope\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"\x95\x01\n\tUtterance\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x0f\n\x07\x63hannel\x18\x03 \x01(\t\x12\x12\n\nstarted_ms\x18\x04 \x01(\x03\x12\x10\n\x08\x65nded_ms\x18\x05 \x01(\x03\x12\x0e\n\x06source\x18\x06 \x01(\t\x12\'\n\x05voice\x18\x07 \x01(\x0b\x32\x18.yimi.voice.v1.VoiceInfo\"\xaa\x01\n\x05Reply\x12\n\n\x02id\x18\x01 \x01(\t\x12\x14\n\x0cutterance_id\x18\x02 \x01(\t\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x13\n\x0bplaceholder\x18\x04 \x01(\x08\x12\x0b\n\x03seq\x18\x05 \x01(\x04\x12\x11\n\treply_seq\x18\x06 \x01(\x04\x12\r\n\x05\x63hunk\x18\x07 \x01(\r\x12\r\n\x05\x66inal\x18\x08 \x01(\x08\x12\x0f\n\x07task_id\x18\t \x01(\t\x12\r\n\x05\x62rain\x18\n \x01(\t\"i\n\x0b\x44\x65liveryAck\x12\x10\n\x08reply_id\x18\x01 \x01(\t\x12*\n\x05state\x18\x02 \x01(\x0e\x32\x1b.yimi.mesh.v1.DeliveryState\x12\r\n\x05\x61t_ms\x18\x03 \x01(\x03\x12\r\n\x05\x63hunk\x18\x04 \x01(\r\"j\n\x08Presence\x12*\n\x05state\x18\x01 \x01(\x0e\x32\x1b.yimi.mesh.v1.PresenceState\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x10\n\x08since_ms\x18\x03 \x01(\x03\x12\x0f\n\x07version\x18\x04 \x01(\t\"3\n\nRevocation\x12\x11\n\tdevice_id\x18\x01 \x01(\t\x12\x12\n\nrevoked_ms\x18\x02 \x01(\x03\"7\n\x08GroupKey\x12\r\n\x05\x65poch\x18\x01 \x01(\r\x12\x0b\n\x03key\x18\x02 \x01(\x0c\x12\x0f\n\x07made_ms\x18\x03 \x01(\x03\"\xbf\x01\n\x11\x44\x65viceCertificate\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x11\n\tdevice_id\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x0f\n\x07profile\x18\x05 \x01(\t\x12\x0e\n\x06scopes\x18\x06 \x03(\t\x12\x0f\n\x07sign_pk\x18\x07 \x01(\x0c\x12\x0e\n\x06\x62ox_pk\x18\x08 \x01(\x0c\x12\x11\n\tissued_ms\x18\t \x01(\x03\x12\x12\n\nexpires_ms\x18\n \x01(\x03\"4\n\x11SignedCertificate\x12\x0c\n\x04\x62ody\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\" \n\x0fIdentifyRequest\x12\r\n\x05nonce\x18\x01 \x01(\x0c\"\x8d\x01\n\x0bHubIdentity\x12\x0f\n\x07home_id\x18\x01 \x01(\t\x12\x13\n\x0bhub_sign_pk\x18\x02 \x01(\x0c\x12\x12\n\nhub_box_pk\x18\x03 \x01(\x0c\x12\x11\n\tmqtt_port\x18\x04 \x01(\r\x12\x11\n\tgrpc_port\x18\x05 \x01(\r\x12\x0f\n\x07version\x18\x06 \x01(\t\x12\r\n\x05nonce\x18\x07 \x01(\x0c\"7\n\x10IdentifyResponse\x12\x10\n\x08identity\x18\x01 \x01(\x0c\x12\x11\n\tsignature\x18\x02 \x01(\x0c\"^\n\x0bPairDetails\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x0f\n\x07sign_pk\x18\x03 \x01(\x0c\x12\x0e\n\x06\x62ox_pk\x18\x04 \x01(\x0c\x12\x0f\n\x07time_ms\x18\x05 \x01(\x03\"J\n\x0bPairRequest\x12\x0f\n\x07\x63ode_id\x18\x01 \x01(\t\x12\x0c\n\x04salt\x18\x02 \x01(\x0c\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\x0c\x12\x0b\n\x03mac\x18\x04 \x01(\x0c\"c\n\x0bPairSecrets\x12\x15\n\rmqtt_username\x18\x01 \x01(\t\x12\x15\n\rmqtt_password\x18\x02 \x01(\t\x12\x11\n\tgroup_key\x18\x03 \x01(\x0c\x12\x13\n\x0bgroup_epoch\x18\x04 \x01(\r\"\xcf\x01\n\tPairGrant\x12\x34\n\x0b\x63\x65rtificate\x18\x01 \x01(\x0b\x32\x1f.yimi.mesh.v1.SignedCertificate\x12\x0f\n\x07home_id\x18\x02 \x01(\t\x12\x13\n\x0bhub_sign_pk\x18\x03 \x01(\x0c\x12\x12\n\nhub_box_pk\x18\x04 \x01(\x0c\x12\x11\n\tmqtt_port\x18\x05 \x01(\r\x12\x11\n\tgrpc_port\x18\x06 \x01(\r\x12\x16\n\x0esealed_secrets\x18\x07 \x01(\x0c\x12\x14\n\x0chome_sign_pk\x18\x08 \x01(\x0c\"*\n\x0cPairResponse\x12\r\n\x05grant\x18\x01 \x01(\x0c\x12\x0b\n\x03mac\x18\x02 \x01(\x0c\"\x1d\n\rEnvelopeBytes\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c*\xfc\x02\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\r\n\tUTTERANCE\x10\x01\x12\t\n\x05REPLY\x10\x02\x12\x10\n\x0c\x44\x45LIVERY_ACK\x10\x03\x12\x0c\n\x08PRESENCE\x10\x04\x12\x0e\n\nREVOCATION\x10\x05\x12\x0f\n\x0bSYNC_UPDATE\x10\x06\x12\x10\n\x0cSYNC_REQUEST\x10\x07\x12\x11\n\rSYNC_RESPONSE\x10\x08\x12\x08\n\x04\x43\x41RD\x10\n\x12\x0c\n\x08\x41PPROVAL\x10\x0b\x12\x0f\n\x0b\x43\x41RD_UPDATE\x10\x0c\x12\x10\n\x0c\x45XEC_REQUEST\x10\r\x12\x0f\n\x0b\x45XEC_RESULT\x10\x0e\x12\x0f\n\x0b\x41UDIO_CHUNK\x10\x0f\x12\x0e\n\nWAKE_CLAIM\x10\x10\x12\x11\n\rWAKE_DECISION\x10\x11\x12\x0f\n\x0bVOICE_ENROL\x10\x12\x12\x16\n\x12VOICE_ENROL_RESULT\x10\x13\x12\x0e\n\nVOICEPRINT\x10\x14\x12\x10\n\x0cTRUST_WINDOW\x10\x15\x12\r\n\tGROUP_KEY\x10\x16\"\x04\x08\t\x10\t*0\n\x04Seal\x12\x14\n\x10SEAL_UNSPECIFIED\x10\x00\x12\x07\n\x03\x42OX\x10\x01\x12\t\n\x05GROUP\x10\x02*I\n\rDeliveryState\x12\x1e\n\x1a\x44\x45LIVERY_STATE_UNSPECIFIED\x10\x00\x12\x0c\n\x08RENDERED\x10\x01\x12\n\n\x06PLAYED\x10\x02*H\n\rPresenceState\x12\x1e\n\x1aPRESENCE_STATE_UNSPECIFIED\x10\x00\x12\n\n\x06ONLINE\x10\x01\x12\x0b\n\x07OFFLINE\x10\x02\x32\x94\x02\n\x03Hub\x12I\n\x08Identify\x12\x1d.yimi.mesh.v1.IdentifyRequest\x1a\x1e.yimi.mesh.v1.IdentifyResponse\x12=\n\x04Pair\x12\x19.yimi.mesh.v1.PairRequest\x1a\x1a.yimi.mesh.v1.PairResponse\x12@\n\x04Sync\x12\x1b.yimi.mesh.v1.EnvelopeBytes\x1a\x1b.yimi.mesh.v1.EnvelopeBytes\x12\x41\n\x05\x45nrol\x12\x1b.yimi.mesh.v1.EnvelopeBytes\x1a\x1b.yimi.mesh.v1.EnvelopeBytesb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.mesh_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_KIND']._serialized_start=1942
-  _globals['_KIND']._serialized_end=2307
-  _globals['_SEAL']._serialized_start=2309
-  _globals['_SEAL']._serialized_end=2357
-  _globals['_DELIVERYSTATE']._serialized_start=2359
-  _globals['_DELIVERYSTATE']._serialized_end=2432
-  _globals['_PRESENCESTATE']._serialized_start=2434
-  _globals['_PRESENCESTATE']._serialized_end=2506
+  _globals['_KIND']._serialized_start=2035
+  _globals['_KIND']._serialized_end=2415
+  _globals['_SEAL']._serialized_start=2417
+  _globals['_SEAL']._serialized_end=2465
+  _globals['_DELIVERYSTATE']._serialized_start=2467
+  _globals['_DELIVERYSTATE']._serialized_end=2540
+  _globals['_PRESENCESTATE']._serialized_start=2542
+  _globals['_PRESENCESTATE']._serialized_end=2614
   _globals['_ENVELOPEBODY']._serialized_start=56
-  _globals['_ENVELOPEBODY']._serialized_end=275
-  _globals['_SIGNEDENVELOPE']._serialized_start=277
-  _globals['_SIGNEDENVELOPE']._serialized_end=326
-  _globals['_UTTERANCE']._serialized_start=329
-  _globals['_UTTERANCE']._serialized_end=478
-  _globals['_REPLY']._serialized_start=481
-  _globals['_REPLY']._serialized_end=651
-  _globals['_DELIVERYACK']._serialized_start=653
-  _globals['_DELIVERYACK']._serialized_end=758
-  _globals['_PRESENCE']._serialized_start=760
-  _globals['_PRESENCE']._serialized_end=866
-  _globals['_REVOCATION']._serialized_start=868
-  _globals['_REVOCATION']._serialized_end=919
-  _globals['_DEVICECERTIFICATE']._serialized_start=922
-  _globals['_DEVICECERTIFICATE']._serialized_end=1113
-  _globals['_SIGNEDCERTIFICATE']._serialized_start=1115
-  _globals['_SIGNEDCERTIFICATE']._serialized_end=1167
-  _globals['_IDENTIFYREQUEST']._serialized_start=1169
-  _globals['_IDENTIFYREQUEST']._serialized_end=1201
-  _globals['_HUBIDENTITY']._serialized_start=1204
-  _globals['_HUBIDENTITY']._serialized_end=1345
-  _globals['_IDENTIFYRESPONSE']._serialized_start=1347
-  _globals['_IDENTIFYRESPONSE']._serialized_end=1402
-  _globals['_PAIRDETAILS']._serialized_start=1404
-  _globals['_PAIRDETAILS']._serialized_end=1498
-  _globals['_PAIRREQUEST']._serialized_start=1500
-  _globals['_PAIRREQUEST']._serialized_end=1574
-  _globals['_PAIRSECRETS']._serialized_start=1576
-  _globals['_PAIRSECRETS']._serialized_end=1654
-  _globals['_PAIRGRANT']._serialized_start=1657
-  _globals['_PAIRGRANT']._serialized_end=1864
-  _globals['_PAIRRESPONSE']._serialized_start=1866
-  _globals['_PAIRRESPONSE']._serialized_end=1908
-  _globals['_ENVELOPEBYTES']._serialized_start=1910
-  _globals['_ENVELOPEBYTES']._serialized_end=1939
-  _globals['_HUB']._serialized_start=2509
-  _globals['_HUB']._serialized_end=2785
+  _globals['_ENVELOPEBODY']._serialized_end=290
+  _globals['_SIGNEDENVELOPE']._serialized_start=292
+  _globals['_SIGNEDENVELOPE']._serialized_end=341
+  _globals['_UTTERANCE']._serialized_start=344
+  _globals['_UTTERANCE']._serialized_end=493
+  _globals['_REPLY']._serialized_start=496
+  _globals['_REPLY']._serialized_end=666
+  _globals['_DELIVERYACK']._serialized_start=668
+  _globals['_DELIVERYACK']._serialized_end=773
+  _globals['_PRESENCE']._serialized_start=775
+  _globals['_PRESENCE']._serialized_end=881
+  _globals['_REVOCATION']._serialized_start=883
+  _globals['_REVOCATION']._serialized_end=934
+  _globals['_GROUPKEY']._serialized_start=936
+  _globals['_GROUPKEY']._serialized_end=991
+  _globals['_DEVICECERTIFICATE']._serialized_start=994
+  _globals['_DEVICECERTIFICATE']._serialized_end=1185
+  _globals['_SIGNEDCERTIFICATE']._serialized_start=1187
+  _globals['_SIGNEDCERTIFICATE']._serialized_end=1239
+  _globals['_IDENTIFYREQUEST']._serialized_start=1241
+  _globals['_IDENTIFYREQUEST']._serialized_end=1273
+  _globals['_HUBIDENTITY']._serialized_start=1276
+  _globals['_HUBIDENTITY']._serialized_end=1417
+  _globals['_IDENTIFYRESPONSE']._serialized_start=1419
+  _globals['_IDENTIFYRESPONSE']._serialized_end=1474
+  _globals['_PAIRDETAILS']._serialized_start=1476
+  _globals['_PAIRDETAILS']._serialized_end=1570
+  _globals['_PAIRREQUEST']._serialized_start=1572
+  _globals['_PAIRREQUEST']._serialized_end=1646
+  _globals['_PAIRSECRETS']._serialized_start=1648
+  _globals['_PAIRSECRETS']._serialized_end=1747
+  _globals['_PAIRGRANT']._serialized_start=1750
+  _globals['_PAIRGRANT']._serialized_end=1957
+  _globals['_PAIRRESPONSE']._serialized_start=1959
+  _globals['_PAIRRESPONSE']._serialized_end=2001
+  _globals['_ENVELOPEBYTES']._serialized_start=2003
+  _globals['_ENVELOPEBYTES']._serialized_end=2032
+  _globals['_HUB']._serialized_start=2617
+  _globals['_HUB']._serialized_end=2893
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VOICE_ENROL_RESULT: _ClassVar[Kind]
     VOICEPRINT: _ClassVar[Kind]
     TRUST_WINDOW: _ClassVar[Kind]
+    GROUP_KEY: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -70,6 +71,7 @@ VOICE_ENROL: Kind
 VOICE_ENROL_RESULT: Kind
 VOICEPRINT: Kind
 TRUST_WINDOW: Kind
+GROUP_KEY: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal
@@ -81,7 +83,7 @@ ONLINE: PresenceState
 OFFLINE: PresenceState
 
 class EnvelopeBody(_message.Message):
-    __slots__ = ("version", "home_id", "sender", "counter", "time_ms", "kind", "recipient", "trace_id", "seal", "sealed")
+    __slots__ = ("version", "home_id", "sender", "counter", "time_ms", "kind", "recipient", "trace_id", "seal", "sealed", "epoch")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     HOME_ID_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
@@ -92,6 +94,7 @@ class EnvelopeBody(_message.Message):
     TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     SEAL_FIELD_NUMBER: _ClassVar[int]
     SEALED_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
     version: int
     home_id: str
     sender: str
@@ -102,7 +105,8 @@ class EnvelopeBody(_message.Message):
     trace_id: str
     seal: Seal
     sealed: bytes
-    def __init__(self, version: _Optional[int] = ..., home_id: _Optional[str] = ..., sender: _Optional[str] = ..., counter: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[_Union[Kind, str]] = ..., recipient: _Optional[str] = ..., trace_id: _Optional[str] = ..., seal: _Optional[_Union[Seal, str]] = ..., sealed: _Optional[bytes] = ...) -> None: ...
+    epoch: int
+    def __init__(self, version: _Optional[int] = ..., home_id: _Optional[str] = ..., sender: _Optional[str] = ..., counter: _Optional[int] = ..., time_ms: _Optional[int] = ..., kind: _Optional[_Union[Kind, str]] = ..., recipient: _Optional[str] = ..., trace_id: _Optional[str] = ..., seal: _Optional[_Union[Seal, str]] = ..., sealed: _Optional[bytes] = ..., epoch: _Optional[int] = ...) -> None: ...
 
 class SignedEnvelope(_message.Message):
     __slots__ = ("body", "signature")
@@ -185,6 +189,16 @@ class Revocation(_message.Message):
     device_id: str
     revoked_ms: int
     def __init__(self, device_id: _Optional[str] = ..., revoked_ms: _Optional[int] = ...) -> None: ...
+
+class GroupKey(_message.Message):
+    __slots__ = ("epoch", "key", "made_ms")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    MADE_MS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    key: bytes
+    made_ms: int
+    def __init__(self, epoch: _Optional[int] = ..., key: _Optional[bytes] = ..., made_ms: _Optional[int] = ...) -> None: ...
 
 class DeviceCertificate(_message.Message):
     __slots__ = ("version", "home_id", "device_id", "name", "profile", "scopes", "sign_pk", "box_pk", "issued_ms", "expires_ms")
@@ -277,14 +291,16 @@ class PairRequest(_message.Message):
     def __init__(self, code_id: _Optional[str] = ..., salt: _Optional[bytes] = ..., details: _Optional[bytes] = ..., mac: _Optional[bytes] = ...) -> None: ...
 
 class PairSecrets(_message.Message):
-    __slots__ = ("mqtt_username", "mqtt_password", "group_key")
+    __slots__ = ("mqtt_username", "mqtt_password", "group_key", "group_epoch")
     MQTT_USERNAME_FIELD_NUMBER: _ClassVar[int]
     MQTT_PASSWORD_FIELD_NUMBER: _ClassVar[int]
     GROUP_KEY_FIELD_NUMBER: _ClassVar[int]
+    GROUP_EPOCH_FIELD_NUMBER: _ClassVar[int]
     mqtt_username: str
     mqtt_password: str
     group_key: bytes
-    def __init__(self, mqtt_username: _Optional[str] = ..., mqtt_password: _Optional[str] = ..., group_key: _Optional[bytes] = ...) -> None: ...
+    group_epoch: int
+    def __init__(self, mqtt_username: _Optional[str] = ..., mqtt_password: _Optional[str] = ..., group_key: _Optional[bytes] = ..., group_epoch: _Optional[int] = ...) -> None: ...
 
 class PairGrant(_message.Message):
     __slots__ = ("certificate", "home_id", "hub_sign_pk", "hub_box_pk", "mqtt_port", "grpc_port", "sealed_secrets", "home_sign_pk")

@@ -5,10 +5,11 @@ Layout of ``BUNDLE``::
     bundle.yaml        home id, device id and name, profile name, the pinned hub
                        (fingerprint, public keys, address hints), broker user name
     device.key         the device's own keys                        0600
-    secrets.json       broker password, mesh group key              0600
+    secrets.json       broker password, mesh group key and its epoch 0600
     certificate.bin    the device certificate, signed by the home key
     profile.yaml       the device profile
-    state/             created at run time: counter, outbox, replicas
+    state/             created at run time: counter, outbox, replicas, newer group keys
+                       (``group-keys.json``, see :mod:`provisioning.epochs`)
 
 ``yimi device add`` (flash: the hub machine makes the device keys) and ``yimi device pair``
 (the device makes its own keys and enrols with a one-time code) both end in :func:`write`.
@@ -29,6 +30,7 @@ from protos import mesh_pb2
 from protos.clock import now_ms
 from provisioning import certificate as certs
 from provisioning.credentials import mosquitto_hash, new_password
+from provisioning.epochs import home_keys
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
@@ -49,6 +51,8 @@ class Bundle:
     group_key: bytes
     certificate: mesh_pb2.DeviceCertificate
     profile: Profile
+    group_epoch: int = 0
+    """the epoch of ``group_key`` (0 for a bundle written before the home rotated it)"""
 
     @property
     def home_id(self) -> str:
@@ -119,6 +123,7 @@ class Bundle:
                 bytes.fromhex(secrets_["group_key"]),
                 cert,
                 profile,
+                int(secrets_.get("group_epoch", 0)),
             )
         except (ValueError, KeyError, TypeError, OSError, yaml.YAMLError) as exc:
             raise ProvisioningError("bundle.corrupt", path=path, reason=exc) from None
@@ -193,6 +198,7 @@ def flash(
         registry.add_device(record)
     finally:
         registry.close()
+    current = home_keys(home.path, home.group_key).current
     return write(
         out,
         home_id=home.home_id,
@@ -205,7 +211,8 @@ def flash(
         keys=keys,
         certificate=record.certificate,
         mqtt_password=password,
-        group_key=home.group_key,
+        group_key=current.key,
+        group_epoch=current.number,
         profile=profile,
     )
 
@@ -225,6 +232,7 @@ def write(
     mqtt_password: str,
     group_key: bytes,
     profile: Profile,
+    group_epoch: int = 0,
 ) -> Bundle:
     """Write a bundle folder (mode 0700; secrets 0600) and load it back."""
     _check_out(out)
@@ -252,7 +260,13 @@ def write(
     keys.save(out / "device.key")
     write_secret(
         out / "secrets.json",
-        json.dumps({"mqtt_password": mqtt_password, "group_key": group_key.hex()}).encode(),
+        json.dumps(
+            {
+                "mqtt_password": mqtt_password,
+                "group_key": group_key.hex(),
+                "group_epoch": group_epoch,
+            }
+        ).encode(),
     )
     (out / "certificate.bin").write_bytes(certificate)
     (out / "profile.yaml").write_text(dump_profile(profile))

@@ -5,7 +5,9 @@ Layout of ``HOME``::
     home.yaml            home id, hub fingerprint and public keys, default ports
     keys/home.key        home signing key (signs device certificates)      0600
     keys/hub.key         hub node keys (signs and seals hub envelopes)     0600
-    keys/group.key       mesh group key (sealed broadcasts)                0600
+    keys/group.key       mesh group key epoch 0 (sealed broadcasts)        0600
+    keys/epochs.json     newer group key epochs, current + previous        0600
+                         (:mod:`provisioning.epochs`; made by the hub)
     keys/broker.secret   the hub's own broker password                     0600
     registry.db          enrolled devices, revocations, pairing codes
     hub.db               timeline, deliveries, counters (the hub daemon's)

@@ -28,6 +28,7 @@ from protos.clock import now_ms
 from protos.codec import parse
 from provisioning import certificate as certs
 from provisioning.bundle import Bundle, enrol, write
+from provisioning.epochs import home_keys
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home, home_id_of
 from provisioning.identity import NodeKeys
@@ -156,6 +157,7 @@ class PairAttempt:
             certificate=cert_bytes,
             mqtt_password=secrets_.mqtt_password,
             group_key=secrets_.group_key,
+            group_epoch=secrets_.group_epoch,
             profile=load_profile(cert.profile),
         )
 
@@ -237,11 +239,13 @@ class PairingAuthority:
                 raise ProvisioningError("pair.code_invalid")
         finally:
             registry.close()
+        current = home_keys(self.home.path, self.home.group_key).current
         sealed = Box(self.home.hub_keys.box, PublicKey(details.box_pk)).encrypt(
             mesh_pb2.PairSecrets(
                 mqtt_username=record.device_id,
                 mqtt_password=password,
-                group_key=self.home.group_key,
+                group_key=current.key,
+                group_epoch=current.number,
             ).SerializeToString()
         )
         grant = mesh_pb2.PairGrant(

@@ -55,6 +55,7 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.VOICE_ENROL_RESULT: voice_pb2.VoiceEnrolResult,
     mesh_pb2.VOICEPRINT: voice_pb2.Voiceprint,
     mesh_pb2.TRUST_WINDOW: voice_pb2.TrustWindow,
+    mesh_pb2.GROUP_KEY: mesh_pb2.GroupKey,
 }
 """Kind → payload message class; a kind not here is malformed."""
 
@@ -167,6 +168,22 @@ class _Keys(Protocol):
     def box(self) -> PrivateKey: ...
 
 
+class GroupEpoch(Protocol):
+    @property
+    def number(self) -> int: ...
+    @property
+    def key(self) -> bytes: ...
+
+
+class GroupKeyRing(Protocol):
+    """The mesh group key epochs a node holds (``provisioning.epochs.GroupKeys``): the
+    current one seals broadcasts; any held one (current and previous) opens them."""
+
+    @property
+    def current(self) -> GroupEpoch: ...
+    def key(self, epoch: int) -> bytes | None: ...
+
+
 class DeviceIdentity(Protocol):
     """What a device's bundle (``provisioning.bundle.Bundle``) gives a Sealer."""
 
@@ -190,10 +207,18 @@ class Sealer:
     box_key: PrivateKey
     next_counter: Callable[[], int]
     group_key: bytes | None = None
+    """epoch 0's key, used when there is no ``group_keys``"""
+    group_keys: GroupKeyRing | None = None
+    """the epochs held: broadcasts are sealed with the current one and name it"""
     _boxes: dict[bytes, Box] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def for_device(cls, bundle: DeviceIdentity, next_counter: Callable[[], int]) -> Sealer:
+    def for_device(
+        cls,
+        bundle: DeviceIdentity,
+        next_counter: Callable[[], int],
+        group_keys: GroupKeyRing | None = None,
+    ) -> Sealer:
         """The Sealer of a device: its bundle's ids and keys, counting with ``next_counter``."""
         return cls(
             home_id=bundle.home_id,
@@ -202,6 +227,7 @@ class Sealer:
             box_key=bundle.keys.box,
             next_counter=next_counter,
             group_key=bundle.group_key,
+            group_keys=group_keys,
         )
 
     def seal(
@@ -215,10 +241,14 @@ class Sealer:
     ) -> bytes:
         """Return the wire bytes. ``recipient_box_pk=None`` seals with the group key."""
         plain = payload.SerializeToString()
+        epoch = 0
         if recipient_box_pk is None:
-            if self.group_key is None:
+            key = self.group_key
+            if self.group_keys is not None:
+                epoch, key = self.group_keys.current.number, self.group_keys.current.key
+            if key is None:
                 raise ValueError("no group key to seal a broadcast with")
-            seal, sealed = mesh_pb2.GROUP, bytes(SecretBox(self.group_key).encrypt(plain))
+            seal, sealed = mesh_pb2.GROUP, bytes(SecretBox(key).encrypt(plain))
         else:
             box = self._boxes.get(recipient_box_pk)
             if box is None:
@@ -235,6 +265,7 @@ class Sealer:
             trace_id=trace_id or new_trace_id(),
             seal=seal,
             sealed=sealed,
+            epoch=epoch,
         ).SerializeToString()
         sig = self.sign_key.sign(signing_input(ENVELOPE_CONTEXT, body)).signature
         return mesh_pb2.SignedEnvelope(body=body, signature=sig).SerializeToString()
@@ -250,6 +281,9 @@ class Opener:
     lookup: Callable[[str], Peer | None]
     replay: ReplayGuard
     group_key: bytes | None = None
+    """epoch 0's key, used when there is no ``group_keys``"""
+    group_keys: GroupKeyRing | None = None
+    """the epochs held: a broadcast of another epoch is undecryptable"""
     max_bytes: int = MAX_ENVELOPE_BYTES
     _boxes: dict[bytes, Box] = field(default_factory=dict, repr=False)
 
@@ -272,6 +306,7 @@ class Opener:
             body.version != ENVELOPE_VERSION
             or not body.sender
             or max(len(body.sender), len(body.recipient), len(body.trace_id)) > MAX_ID_CHARS
+            or (body.epoch != 0 and body.seal != mesh_pb2.GROUP)
         ):
             return Dropped(DropReason.MALFORMED, sender, "header fields")
         if body.home_id != self.home_id:
@@ -314,9 +349,13 @@ class Opener:
     def _unseal(self, body: mesh_pb2.EnvelopeBody, peer: Peer) -> bytes | None:
         try:
             if body.seal == mesh_pb2.GROUP and body.recipient == BROADCAST:
-                if self.group_key is None:
+                if self.group_keys is not None:
+                    key = self.group_keys.key(body.epoch)
+                else:
+                    key = self.group_key if body.epoch == 0 else None
+                if key is None:
                     return None
-                return bytes(SecretBox(self.group_key).decrypt(body.sealed))
+                return bytes(SecretBox(key).decrypt(body.sealed))
             if body.seal == mesh_pb2.BOX and body.recipient == self.node_id:
                 box = self._boxes.get(peer.box_pk)
                 if box is None:

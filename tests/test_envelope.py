@@ -8,9 +8,11 @@ once per counter, and otherwise ``Dropped`` with a reason. It never raises.
 from __future__ import annotations
 
 import itertools
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 from google.protobuf.message import Message
@@ -22,6 +24,7 @@ from nacl.signing import SigningKey
 
 from protos import consent_pb2, mesh_pb2, sync_pb2
 from protos.codec import CERTIFICATE_CONTEXT, ENVELOPE_CONTEXT, parse, signing_input
+from provisioning.epochs import DEFAULT_ROTATION_DAYS, Epoch, GroupKeys, rotation_days
 from sync.envelope import (
     BROADCAST,
     HUB,
@@ -207,6 +210,88 @@ def test_group_seal_needs_a_group_key(w: World) -> None:
     s.group_key = None
     with pytest.raises(ValueError):
         s.seal(mesh_pb2.REVOCATION, mesh_pb2.Revocation(), recipient=BROADCAST)
+
+
+# --------------------------------------------------------------------------- group key epochs
+def ring(*epochs: int, path: Path | None = None) -> GroupKeys:
+    """A key ring holding ``epochs`` (keys derived from the number, made at time 0)."""
+    return GroupKeys(path, [Epoch(n, bytes([n % 256]) * 32, 0) for n in epochs])
+
+
+def test_a_broadcast_names_its_epoch_and_opens_only_with_that_epochs_key(w: World) -> None:
+    hub = w.sealer(w.hub)
+    hub.group_keys = ring(1, 2)
+    rev = mesh_pb2.Revocation(device_id=REVOKED, revoked_ms=1)
+    data = hub.seal(mesh_pb2.REVOCATION, rev, recipient=BROADCAST)
+    body = mesh_pb2.EnvelopeBody.FromString(mesh_pb2.SignedEnvelope.FromString(data).body)
+    assert (body.seal, body.epoch) == (mesh_pb2.GROUP, 2)
+    for keys in (ring(2), ring(1, 2), ring(2, 3)):  # current, or kept as the previous one
+        node = w.opener(w.dev)
+        node.group_keys = keys
+        assert opened(node.open(data)).payload == rev
+    for keys in (ring(0, 1), ring(3, 4)):  # before the epoch, or after it was dropped
+        node = w.opener(w.dev)
+        node.group_keys = keys
+        dropped(node.open(data), DropReason.UNDECRYPTABLE)
+    # a node without a ring (an old bundle's code path) holds epoch 0 only
+    dropped(w.opener(w.dev).open(data), DropReason.UNDECRYPTABLE)
+
+
+def test_epoch_zero_is_the_group_key_old_bundles_hold(w: World) -> None:
+    rev = mesh_pb2.Revocation(device_id=REVOKED)
+    old = w.sealer(w.hub).seal(mesh_pb2.REVOCATION, rev, recipient=BROADCAST)  # no ring
+    body = mesh_pb2.EnvelopeBody.FromString(mesh_pb2.SignedEnvelope.FromString(old).body)
+    assert body.epoch == 0
+    node = w.opener(w.dev)
+    node.group_keys = GroupKeys(None, [Epoch(0, w.group_key, 0)])
+    assert opened(node.open(old)).payload == rev
+    hub = w.sealer(w.hub, 10)
+    hub.group_keys = GroupKeys(None, [Epoch(0, w.group_key, 0)])
+    assert opened(w.opener(w.dev2).open(hub.seal(mesh_pb2.REVOCATION, rev, recipient=BROADCAST)))
+
+
+def test_a_rewritten_epoch_breaks_the_signature_and_a_boxed_epoch_is_malformed(w: World) -> None:
+    hub = w.sealer(w.hub)
+    hub.group_keys = ring(1, 2)
+    data = hub.seal(mesh_pb2.REVOCATION, mesh_pb2.Revocation(), recipient=BROADCAST)
+    outer = mesh_pb2.SignedEnvelope.FromString(data)
+    body = mesh_pb2.EnvelopeBody.FromString(outer.body)
+    body.epoch = 1
+    outer.body = body.SerializeToString()
+    node = w.opener(w.dev)
+    node.group_keys = ring(1, 2)
+    dropped(node.open(outer.SerializeToString()), DropReason.BAD_SIGNATURE)
+    dropped(w.opener().open(forge(w, epoch=3)), DropReason.MALFORMED)
+
+
+def test_the_ring_keeps_the_current_and_the_previous_epoch(tmp_path: Path) -> None:
+    path = tmp_path / "state" / "group-keys.json"
+    keys = GroupKeys.load(path, legacy=b"\x00" * 32)
+    assert (keys.current.number, keys.key(0)) == (0, b"\x00" * 32)
+    first = keys.rotate()
+    second = keys.rotate()
+    assert [e.number for e in keys.epochs] == [1, 2] and keys.key(0) is None
+    assert first.key != second.key and len(second.key) == 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    again = GroupKeys.load(path, legacy=b"\x00" * 32)
+    assert again.epochs == keys.epochs
+    # what a device is sent: a repeat, a too-old one, a bad key are refused; a jump is taken
+    assert not again.add(2, second.key, 0)
+    assert not again.add(0, b"\x01" * 32, 0)
+    assert not again.add(7, b"short", 0)
+    assert again.add(5, b"\x05" * 32, 9)
+    assert [e.number for e in again.epochs] == [2, 5]
+    assert keys.reload() and keys.current.number == 5  # another process took it
+
+
+def test_periodic_rotation_is_due_after_the_configured_days() -> None:
+    keys = GroupKeys(None, [Epoch(3, b"\x03" * 32, 1_000)])
+    day = 86_400_000
+    assert not keys.due(1_000 + 29 * day, 30) and keys.due(1_000 + 30 * day, 30)
+    assert not keys.due(10**15, 0)  # 0 turns it off
+    assert rotation_days({}) == DEFAULT_ROTATION_DAYS == 30
+    assert rotation_days({"mesh": {"group_key_days": 7}}) == 7
+    assert rotation_days({"mesh": {"group_key_days": "x"}}) == 30
 
 
 def test_every_payload_kind_round_trips(w: World) -> None:
@@ -680,6 +765,7 @@ def body_case(draw: st.DrawFn) -> tuple[bytes, bool, dict[str, object]]:
         "trace_id": pick(
             st.text(max_size=MAX_ID_CHARS), st.text(min_size=MAX_ID_CHARS + 1, max_size=200)
         ),
+        "epoch": pick(st.just(0), st.integers(1, 2**32 - 1)),
         "seal": pick(
             st.just(mesh_pb2.BOX),
             st.integers(-(2**31), 2**31 - 1).filter(lambda s: s != mesh_pb2.BOX),

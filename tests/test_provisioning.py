@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import io
 import itertools
+import json
 import stat
 import tarfile
 from pathlib import Path
@@ -13,14 +14,15 @@ import pytest
 import yaml
 
 from cli import main as cli
-from protos import mesh_pb2
+from protos import mesh_pb2, sync_pb2
 from provisioning import certificate as certs
 from provisioning.bundle import Bundle, device_id_of, flash
 from provisioning.credentials import mosquitto_hash
+from provisioning.epochs import bundle_keys, home_keys
 from provisioning.errors import ProvisioningError
 from provisioning.firstboot import user_data
 from provisioning.home import Home
-from provisioning.identity import NodeKeys
+from provisioning.identity import NodeKeys, write_secret
 from provisioning.pairing import (
     MAX_CODE_FAILURES,
     MAX_FAILURES_PER_PEER,
@@ -402,6 +404,49 @@ def test_pairing_produces_a_working_bundle(home: Home, tmp_path: Path) -> None:
     )
     result = opener.open(data)
     assert isinstance(result, Opened) and result.payload.text == "hi"  # type: ignore[attr-defined]
+
+
+def test_bundles_written_after_a_rotation_hold_the_current_epoch(
+    home: Home, tmp_path: Path
+) -> None:
+    """Flashed and paired bundles get the home's current group key epoch (never an older
+    key a revoked device held); a bundle from before epochs (no ``group_epoch``) is epoch 0."""
+    old = flash(home, profile_name="glasses", name="old", out=tmp_path / "old")
+    assert (old.group_epoch, old.group_key) == (0, home.group_key)
+    secrets_file = old.path / "secrets.json"
+    raw = json.loads(secrets_file.read_text())
+    del raw["group_epoch"]
+    write_secret(secrets_file, json.dumps(raw).encode())
+    assert Bundle.load(old.path).group_epoch == 0
+    ring = home_keys(home.path, home.group_key)
+    assert ring.current.number == 0 and ring.current.made_ms > 0  # group.key's age
+    made = ring.rotate()
+    assert mode(home.path / "keys" / "epochs.json") == 0o600
+    flashed = flash(home, profile_name="phone", name="new", out=tmp_path / "new")
+    assert (flashed.group_epoch, flashed.group_key) == (1, made.key)
+    code, _ = issue_code(home)
+    attempt = PairAttempt.make(code, profile="watch", name="wrist")
+    paired = attempt.finish(
+        authority(home).handle(attempt.request, "10.0.0.5"), out=tmp_path / "w", hub_host="h"
+    )
+    assert (paired.group_epoch, paired.group_key) == (1, made.key)
+    # a broadcast sealed by the new bundle names epoch 1 and the hub's ring opens it
+    sealer = Sealer.for_device(
+        paired,
+        itertools.count(1).__next__,
+        bundle_keys(paired.path, paired.group_key, paired.group_epoch),
+    )
+    data = sealer.seal(mesh_pb2.SYNC_UPDATE, sync_pb2.SyncUpdate(), recipient="*")
+    peer = Peer(paired.device_id, paired.keys.sign_pk, paired.keys.box_pk)
+    opener = Opener(
+        home.home_id,
+        HUB,
+        home.hub_keys.box,
+        {paired.device_id: peer}.get,
+        ReplayGuard(),
+        group_keys=home_keys(home.path, home.group_key),
+    )
+    assert isinstance(opener.open(data), Opened)
 
 
 def test_pairing_wrong_secret_is_refused_and_counted(home: Home, tmp_path: Path) -> None:

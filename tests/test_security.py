@@ -17,6 +17,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import stat
@@ -31,10 +32,22 @@ import pytest
 
 from protos import mesh_pb2
 from provisioning.bundle import Bundle
+from provisioning.epochs import bundle_keys
 from provisioning.identity import NodeKeys
 from sync import topics
 from sync.counter import PersistentCounter
-from sync.envelope import HUB, Sealer, random_id
+from sync.envelope import (
+    HUB,
+    Dropped,
+    DropReason,
+    Opened,
+    Opener,
+    Peer,
+    ReplayGuard,
+    Sealer,
+    random_id,
+)
+from sync.replicas import ReplicaSet
 from tests.mesh_harness import Mesh, Proc, mosquitto_pids
 from tests.waiting import poll_sync
 
@@ -577,3 +590,159 @@ def test_hostile_bytes_on_the_wire_never_crash_the_hub(mesh: Mesh) -> None:
 
     assert mesh.stop(hub, signal.SIGTERM) == 0
     assert mosquitto_pids(str(mesh.root)) == [] and not port_open(mesh.grpc_port)
+
+
+# ---------------------------------------------------------------- group key epochs
+def held_epochs(bundle: Path) -> list[int]:
+    """The group key epochs a device holds (what its own processes persisted)."""
+    b = Bundle.load(bundle)
+    return [e.number for e in bundle_keys(b.path, b.group_key, b.group_epoch).epochs]
+
+
+def device_opener(bundle: Path) -> Opener:
+    """The opener a device of ``bundle`` builds (``edge_agent.node``): the hub as its only
+    peer, the bundle's box key and every group key epoch the bundle holds."""
+    b = Bundle.load(bundle)
+    hub_peer = Peer(HUB, b.hub_sign_pk, b.hub_box_pk)
+    return Opener(
+        home_id=b.home_id,
+        node_id=b.device_id,
+        box_key=b.keys.box,
+        lookup=lambda sender: hub_peer if sender == HUB else None,
+        replay=ReplayGuard(),
+        group_key=b.group_key,
+        group_keys=bundle_keys(b.path, b.group_key, b.group_epoch),
+    )
+
+
+def epoch_of(data: bytes) -> int:
+    return mesh_pb2.EnvelopeBody.FromString(mesh_pb2.SignedEnvelope.FromString(data).body).epoch
+
+
+def test_a_revoked_bundle_cannot_open_a_broadcast_sent_after_its_revocation(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """Alpha, bravo (online) and charlie (offline) are enrolled. ``yimi home rotate-key``
+    makes epoch 1 and both online devices get it; a broadcast under it is captured off the
+    broker (MQTT is plain TCP: anyone on the LAN has these bytes) and alpha's bundle opens
+    it. Then alpha is revoked: the hub makes epoch 2 and boxes it to bravo and charlie only.
+    The next broadcast — the sync of bravo's `yimi say`, served — is captured again: alpha's
+    bundle (the one its edge daemon kept running with, and a copy stolen before the
+    revocation) cannot open it, bravo's can. Charlie comes back online, is handed epoch 2,
+    catches up on what it missed and opens what is broadcast next; alpha still cannot."""
+    a = mesh.add_device("alpha", "glasses")
+    b = mesh.add_device("bravo", "phone")
+    c = mesh.add_device("charlie", "watch")
+    hub = mesh.start_hub()
+    edges = [mesh.start_edge(a), mesh.start_edge(b)]
+    bravo = Bundle.load(b)
+
+    async def captured_during(action: Callable[[], object], want: Callable[[bytes], bool]) -> bytes:
+        """Run ``action`` (in a thread) while listening on the mesh topic as a LAN tap
+        would; the first broadcast ``want`` accepts."""
+        async with as_device(mesh, bravo) as tap:
+            await tap.subscribe(topics.mesh(bravo.home_id), qos=1)
+            done = asyncio.ensure_future(asyncio.to_thread(action))
+            async with asyncio.timeout(30):
+                async for message in tap.messages:
+                    data = message.payload
+                    assert isinstance(data, bytes)
+                    if want(data):
+                        await done
+                        return data
+        raise AssertionError("no broadcast captured")
+
+    def say(bundle: Path, text: str) -> Callable[[], None]:
+        def run() -> None:
+            r = mesh.say(bundle, text)
+            assert r.returncode == 0, r.stderr
+
+        return run
+
+    # epoch 1 by hand, while everyone is enrolled: both online devices take it
+    t0 = time.monotonic()
+    out = mesh.yimi("home", "rotate-key", "--home", str(mesh.home), check=True).stdout
+    assert "epoch 1 made" in out, out
+    poll_sync(lambda: held_epochs(a) == held_epochs(b) == [0, 1], 10, "epoch 1 on alpha and bravo")
+    took_rotate = time.monotonic() - t0
+    before = asyncio.run(captured_during(say(b, "said before"), lambda d: epoch_of(d) == 1))
+    got = device_opener(a).open(before)
+    assert isinstance(got, Opened), got  # the tap works, and alpha could read until now
+    stolen = tmp_path / "stolen-alpha"
+    shutil.copytree(a, stolen)
+
+    # the revocation makes epoch 2, boxed to bravo and charlie only
+    t0 = time.monotonic()
+    mesh.yimi("device", "revoke", "alpha", "--home", str(mesh.home), check=True)
+    poll_sync(lambda: held_epochs(b) == [1, 2], 10, "epoch 2 on bravo")
+    took_revoke = time.monotonic() - t0
+    poll_sync(lambda: not edges[0].alive() or "revoked" in edges[0].text(), 10, "alpha cut")
+    secret = "said after alpha was revoked"
+    after = asyncio.run(captured_during(say(b, secret), lambda d: epoch_of(d) == 2))
+    for thief in (a, stolen):
+        assert held_epochs(thief) == [0, 1], thief
+        refused = device_opener(thief).open(after)
+        assert isinstance(refused, Dropped) and refused.reason == DropReason.UNDECRYPTABLE
+    read = device_opener(b).open(after)
+    assert isinstance(read, Opened) and read.kind == mesh_pb2.SYNC_UPDATE, read
+    assert secret.encode() in read.payload.SerializeToString()
+    assert secret.encode() not in after
+
+    # charlie was offline throughout: it gets epoch 2 when it is back, and catches up
+    t0 = time.monotonic()
+    edges.append(mesh.start_edge(c))
+    poll_sync(lambda: held_epochs(c)[-1] == 2, 10, "epoch 2 on charlie")
+    took_offline = time.monotonic() - t0
+    folder = Bundle.load(c).state_dir / "replicas"
+    poll_sync(
+        lambda: secret in [e.text for e in ReplicaSet(folder).timeline()], 20, "charlie's catch-up"
+    )
+    later = asyncio.run(captured_during(say(c, "charlie is back"), lambda d: epoch_of(d) == 2))
+    assert isinstance(device_opener(c).open(later), Opened)
+    assert isinstance(device_opener(b).open(later), Opened)
+    refused = device_opener(stolen).open(later)
+    assert isinstance(refused, Dropped) and refused.reason == DropReason.UNDECRYPTABLE
+    # the hub keeps its epochs private and counts the rotation
+    epochs_file = mesh.home / "keys" / "epochs.json"
+    assert stat.S_IMODE(epochs_file.stat().st_mode) == 0o600
+    assert [e["epoch"] for e in json.loads(epochs_file.read_text())["epochs"]] == [1, 2]
+    wait_counts(mesh, {"group_key.rotated.revocation": 1})
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
+    assert "mesh group key: epoch 2," in status, status
+    assert re.search(r"^\s+group_key\.rotated\.revocation\s+1$", status, re.M), status
+    print(
+        f"rotate-key reached 2 online devices in {took_rotate:.2f} s; a revocation's epoch "
+        f"reached the remaining online device in {took_revoke:.2f} s; the offline device had "
+        f"it {took_offline:.2f} s after its edge started"
+    )
+    assert hub.alive()
+    hub_log_is_clean(hub)
+
+
+def test_a_revocation_while_the_hub_was_down_and_the_periodic_rotation_make_new_epochs(
+    mesh: Mesh,
+) -> None:
+    """Alpha is revoked while the hub is not running: the hub makes epoch 1 as it starts
+    and bravo gets it when it comes online. With ``mesh.group_key_days`` tiny the hub
+    then rotates by itself, and bravo follows every epoch."""
+    a = mesh.add_device("alpha", "glasses")
+    b = mesh.add_device("bravo", "phone")
+    mesh.yimi("device", "revoke", "alpha", "--home", str(mesh.home), check=True)
+    hub = mesh.start_hub()
+    wait_counts(mesh, {"group_key.rotated.revocation": 1})
+    mesh.start_edge(b)
+    poll_sync(lambda: held_epochs(b)[-1] >= 1, 10, "epoch 1 on bravo")
+    assert held_epochs(a) == [0]
+    mesh.stop(hub)
+    mesh.configure(mesh={"group_key_days": 2 / 86_400})  # every 2 s
+    hub = mesh.start_hub()
+    wait_counts(mesh, {"group_key.rotated.periodic": 2}, timeout=20)
+    epochs = json.loads((mesh.home / "keys" / "epochs.json").read_text())["epochs"]
+    newest = epochs[-1]["epoch"]
+    assert newest >= 3 and [e["epoch"] for e in epochs] == [newest - 1, newest]
+    poll_sync(lambda: held_epochs(b)[-1] >= newest, 10, f"epoch {newest} on bravo")
+    assert counters(mesh)["group_key.rotated.revocation"] == 1  # not made again at restart
+    r = mesh.say(b, "still served")
+    assert r.returncode == 0, r.stderr
+    assert hub.alive()
+    hub_log_is_clean(hub)

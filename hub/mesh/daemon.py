@@ -44,6 +44,7 @@ from hub.voice.wake_arbiter import Decision, WakeArbiter
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
+from provisioning.epochs import rotation_days
 from provisioning.home import Home
 from provisioning.registry import Registry
 from sync import discovery, topics
@@ -178,6 +179,9 @@ class HubDaemon:
         self.mqtt: MqttSession | None = None
         self.grpc: grpc.aio.Server | None = None
         self._registry_version = -1
+        self._last_revoked_ms = 0
+        """ms of the latest revocation in the registry (a newer one than the current group
+        key epoch makes a new epoch)"""
         self._hub_hash = mosquitto_hash(home.broker_password)
 
     def _gateway(self) -> Gateway | None:
@@ -263,6 +267,7 @@ class HubDaemon:
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
+        await self._check_group_key()
         await self.sync.publish(self._reconcile())
         # Hello: devices that talked while we were not subscribed catch up now.
         try:
@@ -349,6 +354,7 @@ class HubDaemon:
         """The registry's devices as the port's peers; returns the newly revoked ones."""
         records = self.registry.devices()
         self._registry_version = self.registry.data_version()
+        self._last_revoked_ms = max((r.revoked_ms or 0 for r in records), default=0)
         return self.port.load(records)
 
     def _accounts(self) -> list[BrokerAccount]:
@@ -368,6 +374,8 @@ class HubDaemon:
         for device_id in sorted(newly_revoked):
             log.warning("device %s revoked: its messages are now refused", device_id)
             await self._broadcast_revocation(device_id)
+        if newly_revoked:
+            await self._check_group_key()
 
     async def _broadcast_revocation(self, device_id: str) -> None:
         if not self.port.connected:
@@ -380,12 +388,28 @@ class HubDaemon:
         except Exception as exc:
             log.info("broadcast not sent: %s", exc)
 
+    async def _check_group_key(self) -> None:
+        """A new group key epoch after a revocation newer than the current epoch, or when
+        the current one is older than ``mesh.group_key_days``; one made by ``yimi home
+        rotate-key`` (the epochs file changed) is sent to every device."""
+        ring = self.port.group_keys
+        if ring.reload():
+            sent = await self.port.distribute_group_key()
+            log.warning(
+                "mesh group key epoch %d (rotate-key) sent to %d devices", ring.current.number, sent
+            )
+        if self._last_revoked_ms and self._last_revoked_ms >= ring.current.made_ms:
+            await self.port.rotate_group_key("revocation")
+        elif ring.due(now_ms(), rotation_days(self.home.config)):
+            await self.port.rotate_group_key("periodic")
+
     async def _watch_registry(self) -> None:
         while True:
             await asyncio.sleep(REGISTRY_POLL_S)
             try:
                 if self.registry.data_version() != self._registry_version:
                     await self._refresh_registry()
+                await self._check_group_key()
             except Exception:
                 log.exception("registry refresh failed")
 
@@ -428,6 +452,7 @@ class HubDaemon:
         current = self.store.presence().get(opened.sender)
         if pres.state == mesh_pb2.ONLINE:
             self.store.set_presence(opened.sender, "online", pres.session, pres.since_ms, now)
+            await self.port.send_group_key(opened.sender)  # an epoch made while it was away
             await self.delivery.resend(opened.sender)
             await self.consent.on_online(opened.sender)
             await self.voiceprints.on_online(opened.sender)

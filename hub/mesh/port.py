@@ -15,7 +15,9 @@ The hub's components take the port, or only the callables they need from it, as
 - :meth:`commit` records an accepted envelope's counter in the replay window and returns
   the window to persist (inside the store transaction that keeps the message's effect);
 - :meth:`receive` opens an MQTT message (``None``: dropped, counted);
-- :meth:`serve` is "envelope in, envelope out" for gRPC handlers.
+- :meth:`serve` is "envelope in, envelope out" for gRPC handlers;
+- :meth:`rotate_group_key` makes a new mesh group key epoch (``HOME/keys/epochs.json``) and
+  :meth:`send_group_key` boxes the current one to a device (:mod:`provisioning.epochs`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from hub.errors import HubError
 from hub.timeline import ReplayState
 from protos import mesh_pb2
 from protos.clock import now_ms
+from provisioning.epochs import home_keys
 from provisioning.home import Home
 from provisioning.registry import DeviceRecord
 from sync import topics
@@ -73,6 +76,9 @@ class MeshPort:
         self.replay = ReplayGuard()
         for sender, highest, seen in replay_windows:
             self.replay.restore(sender, highest, seen)
+        self.group_keys = home_keys(home.path, home.group_key)
+        """the mesh group key epochs: the current one seals broadcasts, it and the previous
+        one open what devices broadcast"""
 
         def opener(replay: ReplayGuard, max_bytes: int = MAX_ENVELOPE_BYTES) -> Opener:
             return Opener(
@@ -82,6 +88,7 @@ class MeshPort:
                 lookup=self.peers.get,
                 replay=replay,
                 group_key=home.group_key,
+                group_keys=self.group_keys,
                 max_bytes=max_bytes,
             )
 
@@ -99,6 +106,7 @@ class MeshPort:
             box_key=home.hub_keys.box,
             next_counter=self._counter.next,
             group_key=home.group_key,
+            group_keys=self.group_keys,
         )
         self.mqtt: MqttSession | None = None
         """the hub's MQTT session (attached by the daemon once it runs)"""
@@ -146,6 +154,41 @@ class MeshPort:
             return
         data = self.sealer.seal(kind, msg, recipient="*")
         await self.mqtt.publish(topics.mesh(self.home_id), data, qos=1)
+
+    # ------------------------------------------------------------------ group key epochs
+    async def send_group_key(self, device: str) -> bool:
+        """Box the current group key epoch to ``device`` (nothing while it is epoch 0, the
+        key already in every bundle); ``False`` when not sent."""
+        current = self.group_keys.current
+        if current.number == 0:
+            return False
+        msg = mesh_pb2.GroupKey(epoch=current.number, key=current.key, made_ms=current.made_ms)
+        return await self.send(device, mesh_pb2.GROUP_KEY, msg)
+
+    async def distribute_group_key(self) -> int:
+        """Box the current epoch to every device that is not revoked; returns how many were
+        sent (a device offline now gets it queued by the broker and again when it is back
+        online)."""
+        sent = 0
+        for device, peer in sorted(self.peers.items()):
+            if peer.revoked:
+                continue
+            try:
+                sent += await self.send_group_key(device)
+            except Exception as exc:
+                log.info("group key not sent to %s now (sent when it is online): %s", device, exc)
+        return sent
+
+    async def rotate_group_key(self, why: str) -> int:
+        """Make a new epoch (``why``: revocation, periodic) and send it; returns its number."""
+        self.group_keys.reload()
+        epoch = self.group_keys.rotate()
+        self.count(f"group_key.rotated.{why}")
+        sent = await self.distribute_group_key()
+        log.warning(
+            "mesh group key rotated (%s): epoch %d, sent to %d devices", why, epoch.number, sent
+        )
+        return epoch.number
 
     # ------------------------------------------------------------------ accounting
     def drop(self, reason: DropReason, sender: str, detail: str) -> None:
