@@ -60,6 +60,18 @@ class Turn:
     """the utterance's own id (default: ``turn_id``)"""
     scheduled: bool = False
     """a scheduled run, not the owner speaking now (never opens a payment)"""
+    language: str = ""
+    """``en`` / ``zh``: the language of the words (the ASR's for a spoken turn); ``""`` →
+    detected from the text (:func:`hub.brain.intents.detect_language`). The reply is in it."""
+
+    @property
+    def lang(self) -> str:
+        """The turn's language: ``language``, else detected from the text."""
+        if self.language in ("en", "zh"):
+            return self.language
+        from hub.brain.intents import detect_language
+
+        return detect_language(self.text)
 
     def ids(self) -> Turn:
         """This turn with its ids filled in."""

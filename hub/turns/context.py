@@ -55,6 +55,10 @@ class FileContacts:
     def find(self, name: str) -> Contact | None:
         return self._current().find(name)
 
+    def all(self) -> list[Contact]:
+        """Every contact (the intent engine's contact list)."""
+        return list(self._current().contacts)
+
 
 class ContextSources:
     """The context sources of turns: ``home`` (``profile/``), the timeline in ``store``,
