@@ -1,0 +1,389 @@
+"""The offline intent engine: hassil templates (Yimi's own + Home Assistant's) over live lists.
+
+Built once per language and cached (parsing and hassil's lazy compilation happen in the
+constructor, never at recognise time); ``update`` only swaps the slot lists.
+
+Score (0..1, ``LOCAL_CONFIDENCE`` = 0.8 means "handle locally"):
+
+* 1.0 for a whole-sentence match of a template without free-text (wildcard) slots;
+* with wildcards, ``0.6 + 0.4 * min(1, anchored / 8)``, where ``anchored`` is the number of
+  characters matched by template words and list names (not by wildcards; a Han character
+  counts three) — "remember {fact}" scores 1.0, a template anchored by two Han characters
+  ("记住{fact}") 0.85, a wildcard with barely any template text around it below 0.8;
+* matches with unmatched or fuzzy entities are never returned (hassil runs without
+  ``allow_unmatched_entities``), so they need no score.
+"""
+
+from __future__ import annotations
+
+import logging
+import types
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from hassil import Intents, RecognizeResult, recognize_all
+from hassil.expression import TextChunk
+from hassil.intents import SlotList, TextSlotList, TextSlotValue
+from home_assistant_intents import get_intents
+
+from hub.brain.intents.numerals import parse_number
+from hub.brain.intents.text import (
+    Lang,
+    clean_free_text,
+    detect_language,
+    is_han,
+    negated,
+    strip_request,
+)
+
+log = logging.getLogger(__name__)
+
+LOCAL_CONFIDENCE = 0.8
+HA_LANG: dict[Lang, str] = {"en": "en", "zh": "zh-CN"}
+# Home Assistant intents the contract uses (INTENTS.md); the rest of the package is left out.
+HA_INTENTS = frozenset(
+    {
+        "HassTurnOn",
+        "HassTurnOff",
+        "HassLightSet",
+        "HassSetPosition",
+        "HassSetVolume",
+        "HassGetState",
+        "HassStartTimer",
+        "HassCancelTimer",
+        "HassPauseTimer",
+        "HassUnpauseTimer",
+        "HassTimerStatus",
+        "HassShoppingListAddItem",
+        "HassListAddItem",
+        "HassShoppingListCompleteItem",
+        "HassGetCurrentTime",
+        "HassGetCurrentDate",
+        "HassNevermind",
+    }
+)
+# Template blocks naming these lists are dropped: a delayed command, a zone, a broadcast.
+UNSUPPORTED_LISTS = ("{timer_command", "{zone", "{message", "{search_query", "{floor")
+WILDCARDS = ("fact", "query", "body", "what", "items")
+FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items"})
+NUMBER_SLOTS = frozenset(
+    {
+        "brightness",
+        "position",
+        "volume_level",
+        "hours",
+        "minutes",
+        "seconds",
+        "budget",
+        "temperature",
+    }
+)
+FLOAT_SLOTS = frozenset({"budget"})
+DROPPED_SLOTS = frozenset({"conversation_command"})
+MAX_RESULTS = 24
+# Lists longer than this are narrowed per request to the names the request contains (a sound
+# filter: a list value matches only where its text occurs). hassil scans every value of a list
+# in Chinese (no word boundaries) and after a wildcard; with 1,000 contacts that is the cost.
+PREFILTER_MIN = 24
+
+
+@dataclass(frozen=True)
+class Named:
+    value: str
+    names: tuple[str, ...]
+    domain: str = ""
+    area: str = ""
+
+
+DEFAULT_LISTS: tuple[Named, ...] = (
+    Named(
+        "shopping",
+        (
+            "shopping",
+            "shopping list",
+            "groceries",
+            "grocery",
+            "grocery list",
+            "购物",
+            "购物清单",
+            "购物单",
+            "购物列表",
+        ),
+    ),
+    Named(
+        "todo",
+        (
+            "todo",
+            "to-do",
+            "to do",
+            "todo list",
+            "to-do list",
+            "to do list",
+            "待办",
+            "待办事项",
+            "待办清单",
+            "待办列表",
+            "任务清单",
+        ),
+    ),
+)
+
+
+@dataclass(frozen=True)
+class SlotLists:
+    contacts: Sequence[Named] = ()
+    devices: Sequence[Named] = ()
+    areas: Sequence[Named] = ()
+    shops: Sequence[Named] = ()
+    lists: Sequence[Named] = DEFAULT_LISTS
+    subjects: Sequence[Named] = ()
+
+
+@dataclass(frozen=True)
+class Match:
+    intent: str
+    slots: Mapping[str, str | int | float]
+    lang: Lang
+    text: str
+    score: float
+
+
+def _sentence_files(lang: Lang) -> list[dict[str, Any]]:
+    root = resources.files("hub.brain.intents").joinpath("sentences", lang)
+    docs = []
+    for entry in sorted(root.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            docs.append(yaml.safe_load(entry.read_text(encoding="utf-8")) or {})
+    return docs
+
+
+@lru_cache(maxsize=4)
+def _intents_dict(lang: Lang) -> dict[str, Any]:
+    """Home Assistant's intents for ``lang`` (the contract's subset) merged with Yimi's."""
+    ha = get_intents(HA_LANG[lang])
+    if ha is None:
+        raise RuntimeError(f"home-assistant-intents has no {lang}")
+    merged: dict[str, Any] = {
+        "language": HA_LANG[lang],
+        "settings": dict(ha.get("settings", {})),
+        "skip_words": list(ha.get("skip_words", [])),
+        "lists": dict(ha.get("lists", {})),
+        "expansion_rules": dict(ha.get("expansion_rules", {})),
+        "intents": {},
+    }
+    for name, intent in ha["intents"].items():
+        if name not in HA_INTENTS:
+            continue
+        blocks = [
+            block
+            for block in intent.get("data", [])
+            if not any(u in repr(block.get("sentences", [])) for u in UNSUPPORTED_LISTS)
+        ]
+        merged["intents"][name] = {"data": blocks}
+    for doc in _sentence_files(lang):
+        merged["lists"].update(doc.get("lists", {}))
+        merged["expansion_rules"].update(doc.get("expansion_rules", {}))
+        merged["skip_words"].extend(doc.get("skip_words", []))
+        for name, intent in doc.get("intents", {}).items():
+            target = merged["intents"].setdefault(name, {"data": []})
+            # Yimi's blocks first: hassil tries them first for equal matches
+            target["data"] = list(intent.get("data", [])) + target["data"]
+    for name in WILDCARDS:
+        merged["lists"].setdefault(name, {"wildcard": True})
+    return merged
+
+
+@lru_cache(maxsize=4)
+def _intents(lang: Lang) -> Intents:
+    return Intents.from_dict(_intents_dict(lang))
+
+
+def _text_list(
+    name: str, entries: Iterable[tuple[str, Any, dict[str, Any] | None]]
+) -> TextSlotList:
+    values = []
+    seen: set[tuple[str, Any]] = set()
+    for text, value, context in entries:
+        spoken = " ".join(text.split())
+        if not spoken or (spoken.casefold(), value) in seen:
+            continue
+        seen.add((spoken.casefold(), value))
+        values.append(TextSlotValue(TextChunk(spoken), value, context=context))
+    return TextSlotList(name=name, values=values)
+
+
+def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
+    names: list[tuple[str, Any, dict[str, Any] | None]] = []
+    for dev in lists.devices:
+        ctx = {"domain": dev.domain or dev.value.partition(".")[0]}
+        if dev.area:
+            ctx["area"] = dev.area
+        names.extend((n, dev.value, ctx) for n in dev.names)
+    for lst in lists.lists:
+        names.extend((n, lst.value, {"domain": "todo"}) for n in lst.names)
+    return {
+        "name": _text_list("name", names),
+        "area": _text_list("area", ((n, a.value, None) for a in lists.areas for n in a.names)),
+        "floor": _text_list("floor", ()),
+        "contact": _text_list(
+            "contact", ((n, c.value, None) for c in lists.contacts for n in c.names)
+        ),
+        "shop": _text_list("shop", ((n, s.value, None) for s in lists.shops for n in s.names)),
+        "list": _text_list("list", ((n, x.value, None) for x in lists.lists for n in x.names)),
+        "subject": _text_list(
+            "subject", ((n, s.value, None) for s in lists.subjects for n in s.names)
+        ),
+    }
+
+
+def _key(text: str) -> str:
+    """Casefolded, without whitespace, punctuation, '-' and '_' (for the list prefilter)."""
+    return "".join(ch for ch in text.casefold() if ch.isalnum())
+
+
+@dataclass(frozen=True)
+class _IndexedList:
+    """A text slot list with each value's key, so a request keeps only names it contains."""
+
+    full: TextSlotList
+    keys: tuple[str, ...]
+
+    @staticmethod
+    def of(slot_list: TextSlotList) -> _IndexedList:
+        keys = tuple(
+            _key(v.text_in.text) if isinstance(v.text_in, TextChunk) else "" for v in slot_list.values
+        )
+        return _IndexedList(slot_list, keys)
+
+    def narrowed(self, request_key: str) -> TextSlotList:
+        if len(self.keys) <= PREFILTER_MIN:
+            return self.full
+        values = [
+            v
+            for v, k in zip(self.full.values, self.keys, strict=True)
+            if not k or k in request_key
+        ]
+        return TextSlotList(name=self.full.name, values=values)
+
+
+def _weight(text: str) -> int:
+    return sum(3 if is_han(ch) else 1 for ch in text if not ch.isspace())
+
+
+def _score(result: RecognizeResult, text: str) -> float:
+    wild = [e for e in result.entities_list if e.is_wildcard]
+    if not wild:
+        return 1.0
+    anchored = _weight(text) - sum(_weight(e.text) for e in wild)
+    return round(0.6 + 0.4 * min(1.0, max(0, anchored) / 8), 3)
+
+
+def _rank(result: RecognizeResult) -> tuple[int, int, int]:
+    wild_chars = sum(len(e.text) for e in result.entities_list if e.is_wildcard)
+    has_name = 1 if "name" in result.entities and not result.entities["name"].is_wildcard else 0
+    return (wild_chars, -has_name, -result.text_chunks_matched)
+
+
+def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
+    value = entity.value
+    if name in NUMBER_SLOTS:
+        number = value if isinstance(value, (int, float)) and not entity.is_wildcard else None
+        if number is None:
+            number = parse_number(str(entity.text))
+        if number is None:
+            return None
+        return float(number) if name in FLOAT_SLOTS else round(float(number))
+    if entity.is_wildcard or name in FREE_TEXT_SLOTS:
+        cleaned = clean_free_text(str(entity.text if entity.is_wildcard else value), lang)
+        return cleaned or None
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (str, int, float)):
+        return value
+    return str(value)
+
+
+class IntentEngine:
+    """Whole-sentence intent matching; ``recognize`` never raises and never guesses."""
+
+    def __init__(self, lists: SlotLists = SlotLists()) -> None:
+        self._intents = {lang: _intents(lang) for lang in HA_LANG}
+        self._lists: dict[str, SlotList] = {}
+        self._indexed: dict[str, _IndexedList] = {}
+        self.update(lists)
+
+    def update(self, lists: SlotLists) -> None:
+        """New live data: only the slot lists are rebuilt."""
+        built = _build_lists(lists)
+        self._indexed = {
+            name: _IndexedList.of(slot_list)
+            for name, slot_list in built.items()
+            if isinstance(slot_list, TextSlotList)
+        }
+        self._lists = built
+        # hassil compiles templates lazily; warm both languages now, not in the first turn.
+        self.recognize("turn on the kitchen light", "en")
+        self.recognize("打开厨房灯", "zh")
+
+    def recognize(self, text: str, lang: Lang | None = None) -> Match | None:
+        """None = not understood (the brain answers honestly, never acts)."""
+        try:
+            return self._recognize(text, lang)
+        except Exception:  # hassil on adversarial input: not understood, never a crash
+            log.exception("intent matching failed on %r", text[:200])
+            return None
+
+    def _recognize(self, text: str, lang: Lang | None) -> Match | None:
+        if not isinstance(text, str) or len(text) > 500:
+            return None
+        language: Lang = lang or detect_language(text)
+        request = strip_request(text, language)
+        if not request or negated(request, language):
+            return None
+        request_key = _key(request)
+        slot_lists: dict[str, SlotList] = dict(self._lists)
+        for name, indexed in self._indexed.items():
+            slot_lists[name] = indexed.narrowed(request_key)
+        results = []
+        for result in recognize_all(
+            request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
+        ):
+            results.append(result)
+            if len(results) >= MAX_RESULTS:
+                break
+        for result in sorted(results, key=_rank):
+            match = self._to_match(result, request, language)
+            if match is not None:
+                return match
+        return None
+
+    def _to_match(self, result: RecognizeResult, request: str, lang: Lang) -> Match | None:
+        slots: dict[str, str | int | float] = {}
+        for name, entity in result.entities.items():
+            if name in DROPPED_SLOTS:
+                continue
+            value = _slot_value(name, entity, lang)
+            if value is None:
+                if entity.is_wildcard or name in NUMBER_SLOTS:
+                    return None  # an empty free-text slot or an unreadable number
+                continue
+            slots[name] = value
+        intent = result.intent.name
+        if intent == "HassListAddItem" and slots.get("name") == "shopping":
+            intent = "HassShoppingListAddItem"
+            del slots["name"]
+        if intent == "YimiListRead":
+            slots.setdefault("name", "shopping")
+        if intent == "YimiTimeline":
+            slots.setdefault("period", "today")
+        return Match(
+            intent=intent,
+            slots=types.MappingProxyType(slots),
+            lang=lang,
+            text=request,
+            score=_score(result, request),
+        )

@@ -1,0 +1,162 @@
+"""Language detection and the plain-string clean-up before matching (no regular expressions).
+
+``strip_request`` removes, from the front, a wake word ("Yimi", "hey Yimi", "依米") and
+politeness ("please", "could you", "请", "帮我"), and from the back trailing politeness and
+punctuation ("please", "thanks", "吧", "谢谢", "。"). What is left is matched whole.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Lang = Literal["en", "zh"]
+
+PUNCT = " \t\r\n,.!?;:。，、！？；：…~～\"'“”‘’「」()（）"
+WAKE_EN = ("hey yimi", "hi yimi", "ok yimi", "okay yimi", "hello yimi", "yimi")
+WAKE_ZH = ("嘿依米", "嗨依米", "你好依米", "依米", "嘿，依米", "hey yimi", "yimi")
+POLITE_EN = (
+    "please",
+    "could you please",
+    "could you",
+    "can you please",
+    "can you",
+    "would you please",
+    "would you",
+    "will you",
+    "kindly",
+    "i'd like you to",
+    "i want you to",
+    "i need you to",
+    "go ahead and",
+    "just",
+)
+POLITE_ZH = (
+    "请你帮我",
+    "请帮我",
+    "麻烦你帮我",
+    "麻烦帮我",
+    "麻烦你",
+    "麻烦",
+    "你帮我",
+    "帮我",
+    "请你",
+    "请",
+    "能不能",
+    "可以",
+)
+TRAILING_EN = ("please", "thanks", "thank you", "for me", "now please")
+TRAILING_ZH = (
+    "谢谢你",
+    "谢谢",
+    "好吗",
+    "好不好",
+    "可以吗",
+    "行吗",
+    "一下吧",
+    "吧",
+    "呀",
+    "啊",
+    "哦",
+    "呢",
+)
+
+
+def is_han(ch: str) -> bool:
+    code = ord(ch)
+    return (
+        0x4E00 <= code <= 0x9FFF
+        or 0x3400 <= code <= 0x4DBF
+        or 0x20000 <= code <= 0x2A6DF
+        or 0xF900 <= code <= 0xFAFF
+    )
+
+
+def detect_language(text: str) -> Lang:
+    """'zh' when the text holds CJK ideographs (any Han character), else 'en'."""
+    return "zh" if any(is_han(ch) for ch in text) else "en"
+
+
+def _strip_prefix(text: str, prefixes: tuple[str, ...], words: bool) -> tuple[str, bool]:
+    low = text.casefold()
+    for prefix in prefixes:
+        if low.startswith(prefix):
+            rest = text[len(prefix) :]
+            if words and rest and rest[0].isalnum():
+                continue  # "justin", "pleased": not a whole word
+            return rest.lstrip(PUNCT), True
+    return text, False
+
+
+def _strip_suffix(text: str, suffixes: tuple[str, ...], words: bool) -> tuple[str, bool]:
+    low = text.casefold()
+    for suffix in suffixes:
+        if low.endswith(suffix) and len(text) > len(suffix):
+            rest = text[: -len(suffix)]
+            if words and rest[-1].isalnum():
+                continue
+            return rest.rstrip(PUNCT), True
+    return text, False
+
+
+def strip_request(text: str, lang: Lang) -> str:
+    """The request without wake word, politeness and surrounding punctuation."""
+    text = " ".join(text.split()).strip(PUNCT)
+    words = lang == "en"
+    wake = WAKE_EN if lang == "en" else WAKE_ZH
+    polite = POLITE_EN if lang == "en" else POLITE_ZH
+    trailing = TRAILING_EN if lang == "en" else TRAILING_ZH
+    text, _ = _strip_prefix(text, wake, words=True)
+    changed = True
+    while changed and text:
+        text, changed = _strip_prefix(text, polite, words)
+    changed = True
+    while changed and text:
+        text, changed = _strip_suffix(text, trailing, words)
+        if not changed and lang == "zh":
+            # "…好吗依米", "…, Yimi": a trailing wake word
+            text, changed = _strip_suffix(text, WAKE_ZH, False)
+        elif not changed:
+            text, changed = _strip_suffix(text, ("yimi",), True)
+    return text.strip(PUNCT)
+
+
+def clean_free_text(text: str, lang: Lang) -> str:
+    """A free-text slot as spoken, trimmed of surrounding filler and trailing punctuation."""
+    text = " ".join(text.split()).strip(PUNCT)
+    if lang == "en":
+        for filler in ("that ", "about "):
+            if text.casefold().startswith(filler) and len(text) > len(filler):
+                text = text[len(filler) :]
+                break
+    else:
+        for filler in ("一下", "说"):
+            if text.startswith(filler) and len(text) > len(filler):
+                text = text[len(filler) :]
+                break
+    return text.strip(PUNCT)
+
+
+NEGATIONS_EN = (
+    "don't",
+    "dont",
+    "do not",
+    "never ",
+    "not ",
+    "no don't",
+    "please don't",
+    "i don't want",
+    "i didn't",
+    "didn't",
+)
+# "don't forget that …" asks to remember; "never mind", "不用了" is the nevermind intent.
+NOT_NEGATIONS = ("never mind", "nevermind", "don't forget", "do not forget", "别忘", "不要忘")
+NOT_NEGATIONS_WHOLE = frozenset({"不用了", "不用", "不要了", "没事", "没事了", "没什么"})
+NEGATIONS_ZH = ("别", "不要", "不用", "不许", "不准", "甭", "没有", "我没", "我不想", "不想")
+
+
+def negated(text: str, lang: Lang) -> bool:
+    """True when the request starts with a negation ("don't …", "别…"): never an action."""
+    low = text.casefold()
+    if any(low.startswith(x) for x in NOT_NEGATIONS) or low in NOT_NEGATIONS_WHOLE:
+        return False
+    return any(low.startswith(n) for n in (NEGATIONS_EN if lang == "en" else NEGATIONS_ZH))

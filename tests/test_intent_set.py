@@ -1,0 +1,127 @@
+"""The labelled intent sentence set itself is well formed (fast; no engine involved)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from tests.intent_set import (
+    DEVICE_NAME_INTENTS,
+    ENUM_SLOTS,
+    FREE_TEXT_SLOTS,
+    INTENTS,
+    LANGS,
+    LIST_NAME_INTENTS,
+    LIST_SLOTS,
+    NUMBER_SLOTS,
+    Labelled,
+    Lang,
+    load_lists,
+    load_set,
+    normalise_free_text,
+)
+
+
+def _canonical(kind: str) -> set[str]:
+    return {entry["value"] for entry in load_lists()[kind]}
+
+
+def test_lists_yaml_loads_with_canonical_names() -> None:
+    lists = load_lists()
+    assert set(lists) == {"contacts", "devices", "areas", "shops", "lists"}
+    areas = _canonical("areas")
+    for kind, entries in lists.items():
+        values = [e["value"] for e in entries]
+        assert len(values) == len(set(values)), kind
+        for e in entries:
+            assert e["names"] and all(isinstance(n, str) and n for n in e["names"]), e
+        if kind == "devices":
+            for e in entries:
+                assert e["value"].split(".")[0] == e["domain"], e
+                assert e["area"] in areas, e
+    assert "Dana Lee" in _canonical("contacts")
+    assert "light.kitchen" in _canonical("devices")
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_sizes(lang: Lang) -> None:
+    items = load_set(lang)
+    ood = [s for s in items if s.intent is None]
+    assert len(items) >= 200
+    assert len(ood) >= 30
+    in_domain = [s for s in items if s.intent is not None]
+    held = [s for s in in_domain if s.held_out]
+    assert 0.3 <= len(held) / len(in_domain) <= 0.5, len(held)
+    assert not any(s.held_out for s in ood)
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_every_intent_covered(lang: Lang) -> None:
+    counts = Counter(s.intent for s in load_set(lang) if s.intent is not None)
+    assert set(counts) <= set(INTENTS), set(counts) - set(INTENTS)
+    thin = {i: counts[i] for i in INTENTS if counts[i] < 4}
+    assert not thin, thin
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_no_duplicate_texts(lang: Lang) -> None:
+    seen = Counter(normalise_free_text(s.text) for s in load_set(lang))
+    assert not [t for t, n in seen.items() if n > 1]
+
+
+def _check_slots(s: Labelled) -> None:
+    devices = _canonical("devices")
+    list_ids = _canonical("lists")
+    if s.intent is None:
+        assert not s.slots, s
+        return
+    for key, value in s.slots.items():
+        if key in FREE_TEXT_SLOTS:
+            assert isinstance(value, str) and value == value.strip() and value, s
+            assert normalise_free_text(value), s
+        elif key in LIST_SLOTS:
+            assert value in _canonical(LIST_SLOTS[key]), s
+        elif key in NUMBER_SLOTS:
+            assert isinstance(value, int | float) and not isinstance(value, bool), s
+            if key in {"brightness", "position", "volume_level"}:
+                assert 0 <= value <= 100, s
+        elif key in ENUM_SLOTS:
+            assert value in ENUM_SLOTS[key], s
+        elif key == "name":
+            if s.intent in DEVICE_NAME_INTENTS:
+                assert value in devices, s
+            elif s.intent in LIST_NAME_INTENTS:
+                assert value in list_ids, s
+            else:
+                assert "Timer" in s.intent, s
+                assert isinstance(value, str) and value, s
+        elif key == "state":
+            assert s.intent == "HassGetState" and isinstance(value, str), s
+        else:
+            raise AssertionError(f"unknown slot {key} in {s}")
+    if s.intent == "YimiSendMessage":
+        assert "contact" in s.slots and ("body" in s.slots or "what" in s.slots), s
+    if s.intent == "YimiOrder":
+        assert {"items", "shop"} <= set(s.slots), s
+
+
+@pytest.mark.parametrize("lang", LANGS)
+def test_slots_follow_the_contract(lang: Lang) -> None:
+    for s in load_set(lang):
+        _check_slots(s)
+        if lang == "zh":
+            assert any("\u4e00" <= ch <= "\u9fff" for ch in s.text), s
+        else:
+            assert not any("\u4e00" <= ch <= "\u9fff" for ch in s.text), s
+
+
+def test_normalise_free_text() -> None:
+    assert normalise_free_text("The meeting notes.") == "meetingnotes"
+    assert normalise_free_text("my passport") == normalise_free_text("Passport")
+    assert normalise_free_text("an apple") == "apple"
+    assert normalise_free_text("I don't eat cilantro") == "idonteatcilantro"
+    assert normalise_free_text(" 我不吃香菜。") == "我不吃香菜"
+    assert normalise_free_text("两份 牛肉面，") == "两份牛肉面"
+    assert normalise_free_text("“护照”在哪？") == "护照在哪"
+    assert normalise_free_text("theatre") == "theatre"
