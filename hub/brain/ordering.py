@@ -400,8 +400,8 @@ class PaymentDesk:
                 await pay.cancel(p.payment_id, "an item is not on the menu")
                 store.move(task.task_id, "failed", "item not found")
                 names = ", ".join(str(x.get("name")) for x in listed)
-                shop = fields.get("payee", order.get("shop"))
-                return say("order.no_item", lang, shop=shop, item=it.get("name"), menu=names)
+                payee = fields.get("payee", order.get("shop"))
+                return say("order.no_item", lang, shop=payee, item=it.get("name"), menu=names)
             lines.append(
                 {
                     "item_id": found["item_id"],

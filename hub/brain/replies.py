@@ -115,8 +115,8 @@ REPLIES: Templates = {
         "en": "{name} has not reported a state yet.",
         "zh": "{name}还没有报告状态。",
     },
-    "device.is_yes": {"en": "Yes, {name} is {state}.", "zh": "是的，{name}现在是{state}。"},
-    "device.is_no": {"en": "No, {name} is {state}.", "zh": "不是，{name}现在是{state}。"},
+    "device.is_yes": {"en": "Yes, {name} is {state}.", "zh": "是的，{name}现在{state}。"},
+    "device.is_no": {"en": "No, {name} is {state}.", "zh": "没有，{name}现在{state}。"},
     # ------------------------------------------------------------ timeline
     "timeline.empty": {
         "en": "Your timeline has nothing for {period}.",

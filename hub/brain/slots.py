@@ -2,13 +2,15 @@
 
 - **contacts** — the address book (canonical name; aliases such as "my colleague", 同事);
 - **devices** and **areas** — ``home.list_devices`` through the gateway (a read, audited
-  like every call), cached: read again when the cache is :data:`STALE_S` old, and once
-  more when a request was not understood (a device added since the last read);
+  like every call), cached: read again for a device request when the cache is
+  :data:`STALE_S` old, and for a request not understood when it is :data:`RETRY_S` old (a
+  device added since the last read);
 - **shops** — ``errands.list_shops`` when the errands package offers it;
 - **lists** — the hub's lists (shopping, to-do; the engine's defaults).
 
-:meth:`LiveSlots.recognize` refreshes what is stale, calls ``engine.update()`` only when the
-lists changed, and recognises the sentence.
+:meth:`LiveSlots.recognize` recognises the sentence, reads the devices and shops again when
+the request needs them and they are stale, and calls ``engine.update()`` only when the
+lists changed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,18 @@ STALE_S = 30.0
 """seconds after which the device and shop lists are read again"""
 RETRY_S = 2.0
 """a request not understood reads the devices again if they are older than this"""
+LIVE_INTENTS = frozenset(
+    {
+        "HassTurnOn",
+        "HassTurnOff",
+        "HassLightSet",
+        "HassSetPosition",
+        "HassSetVolume",
+        "HassGetState",
+        "YimiOrder",
+    }
+)
+"""requests whose slots come from the device and shop lists"""
 SLOTS_TASK = "brain.slots#lookup"
 """the ledger task the slot-list reads are recorded under"""
 
@@ -104,17 +118,19 @@ class LiveSlots:
 
     # ------------------------------------------------------------------ recognise
     async def recognize(self, text: str, lang: Lang | None = None) -> Match | None:
-        """The request in ``text`` (``None``: not understood), over fresh slot lists."""
+        """The request in ``text`` (``None``: not understood), over fresh slot lists.
+
+        The devices and shops are read only for requests that need them: a device or
+        order request when they are :data:`STALE_S` old, or one not understood when they
+        are :data:`RETRY_S` old (a device added since) — then recognised again."""
         engine = self.engine
         assert engine is not None
-        now = self.clock()
-        if self._read_at is None or now - self._read_at >= STALE_S:
-            await self.refresh()
-        else:
-            self._update()  # the address book may have changed
+        self._update()  # the address book may have changed
         match = engine.recognize(text, lang)
-        if match is None and self._read_at is not None and self.clock() - self._read_at >= RETRY_S:
-            # perhaps a device added since the last read: read once more, try again
+        if match is not None and match.intent not in LIVE_INTENTS:
+            return match
+        age = float("inf") if self._read_at is None else self.clock() - self._read_at
+        if age >= (STALE_S if match is not None else RETRY_S):
             await self.refresh()
             match = engine.recognize(text, lang)
         return match
@@ -185,7 +201,8 @@ class LiveSlots:
         out = []
         for c in listed:
             first = c.name.split()[:1]
-            names = dict.fromkeys([c.name, *c.aliases, *first])
+            mine = [f"my {a}" for a in c.aliases if a.isascii() and not a.lower().startswith("my ")]
+            names = dict.fromkeys([c.name, *c.aliases, *mine, *first])
             out.append(Named(c.name, tuple(n for n in names if n)))
         return out
 

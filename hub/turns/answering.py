@@ -37,6 +37,7 @@ from typing import Any
 from hub.archive.archive import Archive, NewObject
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
+from hub.brain.intents import detect_language
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.timeline import Admitted, HubStore
@@ -225,6 +226,7 @@ class Turns:
             turn_id=uid,
             sources=self.context.sources(meta.scope, uid),
             voice=meta.is_voice,
+            language="" if meta.is_voice else detect_language(adm.text),
         )
         t0 = time.perf_counter()
         self._in_turn.add(uid)
