@@ -159,3 +159,34 @@ def normalise_free_text(s: str) -> str:
     return "".join(
         ch for ch in t if not ch.isspace() and not unicodedata.category(ch).startswith(("P", "S"))
     )
+
+
+def slot_agrees(key: str, expected: SlotValue, actual: object) -> bool:
+    """Whether one recognised slot value counts as the labelled one.
+
+    Free text (fact, query, body, what, item, items; and a timer's name) compares with
+    normalise_free_text; numbers compare numerically (30 == 30.0); everything else (list
+    values, enums, state) must be equal.
+    """
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return False
+    if isinstance(expected, int | float):
+        return isinstance(actual, int | float) and float(actual) == float(expected)
+    if not isinstance(actual, str):
+        return False
+    if key in FREE_TEXT_SLOTS:
+        return normalise_free_text(actual) == normalise_free_text(expected)
+    return actual == expected
+
+
+def slots_agree(labelled: Labelled, actual: Mapping[str, object]) -> bool:
+    """Every asserted slot of `labelled` is present in `actual` and agrees (extra slots are
+    not asserted). A timer's `name` is free text."""
+    for key, expected in labelled.slots.items():
+        if key not in actual:
+            return False
+        timer_name = key == "name" and "Timer" in (labelled.intent or "")
+        compare_key = "item" if timer_name else key
+        if not slot_agrees(compare_key, expected, actual[key]):
+            return False
+    return True

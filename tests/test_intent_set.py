@@ -20,6 +20,7 @@ from tests.intent_set import (
     load_lists,
     load_set,
     normalise_free_text,
+    slots_agree,
 )
 
 
@@ -125,3 +126,25 @@ def test_normalise_free_text() -> None:
     assert normalise_free_text("两份 牛肉面，") == "两份牛肉面"
     assert normalise_free_text("“护照”在哪？") == "护照在哪"
     assert normalise_free_text("theatre") == "theatre"
+
+
+def test_slots_agree() -> None:
+    by_text = {s.text: s for s in load_set("en")}
+    order = by_text["order two beef noodles from lotus kitchen for up to 30 euros"]
+    assert slots_agree(
+        order,
+        {"items": "Two beef noodles", "shop": "lotus-kitchen", "budget": 30.0, "x": 1},
+    )
+    assert not slots_agree(order, {"items": "two beef noodles", "shop": "lotus-kitchen"})
+    assert not slots_agree(
+        order, {"items": "two beef noodles", "shop": "Lotus Kitchen", "budget": 30}
+    )
+    assert not slots_agree(
+        order, {"items": "two beef noodles", "shop": "lotus-kitchen", "budget": "30"}
+    )
+    timer = by_text["set a 10 minute pasta timer"]
+    assert slots_agree(timer, {"minutes": 10, "name": "the Pasta"})
+    assert not slots_agree(timer, {"minutes": 10.5, "name": "pasta"})
+    zh = {s.text: s for s in load_set("zh")}["我不吃什么？"]
+    assert slots_agree(zh, {"query": "不吃什么？"})
+    assert not slots_agree(zh, {"query": "我不吃什么"})

@@ -16,6 +16,7 @@ Score (0..1, ``LOCAL_CONFIDENCE`` = 0.8 means "handle locally"):
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import types
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,9 +36,11 @@ from hub.brain.intents.text import (
     Lang,
     clean_free_text,
     detect_language,
+    has_negation,
     is_han,
     negated,
     strip_request,
+    trailing_clauses,
 )
 
 log = logging.getLogger(__name__)
@@ -84,7 +87,8 @@ NUMBER_SLOTS = frozenset(
 )
 FLOAT_SLOTS = frozenset({"budget"})
 DROPPED_SLOTS = frozenset({"conversation_command"})
-MAX_RESULTS = 24
+MAX_RESULTS = 8
+CLAUSE_FACTOR = 0.9
 # Lists longer than this are narrowed per request to the names the request contains (a sound
 # filter: a list value matches only where its text occurs). hassil scans every value of a list
 # in Chinese (no word boundaries) and after a wildcard; with 1,000 contacts that is the cost.
@@ -161,6 +165,22 @@ def _sentence_files(lang: Lang) -> list[dict[str, Any]]:
     return docs
 
 
+DOMAINS = frozenset({"light", "switch", "cover", "media_player", "fan", "sensor", "lock", "todo"})
+
+
+def _domains_supported(block: Mapping[str, Any]) -> bool:
+    """False for a template block that needs a device domain the contract has no use for
+    (valve, climate, vacuum, scene, …): fewer templates, faster matching."""
+    required = (block.get("requires_context") or {}).get("domain")
+    if required is None:
+        domain = (block.get("slots") or {}).get("domain")
+        if domain is None:
+            return True
+        required = domain
+    wanted = [required] if isinstance(required, str) else list(required)
+    return any(d in DOMAINS for d in wanted)
+
+
 @lru_cache(maxsize=4)
 def _intents_dict(lang: Lang) -> dict[str, Any]:
     """Home Assistant's intents for ``lang`` (the contract's subset) merged with Yimi's."""
@@ -182,6 +202,7 @@ def _intents_dict(lang: Lang) -> dict[str, Any]:
             block
             for block in intent.get("data", [])
             if not any(u in repr(block.get("sentences", [])) for u in UNSUPPORTED_LISTS)
+            and _domains_supported(block)
         ]
         merged["intents"][name] = {"data": blocks}
     for doc in _sentence_files(lang):
@@ -247,26 +268,43 @@ def _key(text: str) -> str:
 
 @dataclass(frozen=True)
 class _IndexedList:
-    """A text slot list with each value's key, so a request keeps only names it contains."""
+    """A text slot list indexed by each value's first two key characters, so a request keeps
+    only the names it contains (found through the request's own character pairs)."""
 
     full: TextSlotList
     keys: tuple[str, ...]
+    by_pair: Mapping[str, tuple[int, ...]]
+    short: tuple[int, ...]  # values whose key is shorter than two characters (kept always)
 
     @staticmethod
     def of(slot_list: TextSlotList) -> _IndexedList:
         keys = tuple(
-            _key(v.text_in.text) if isinstance(v.text_in, TextChunk) else "" for v in slot_list.values
+            _key(v.text_in.text) if isinstance(v.text_in, TextChunk) else ""
+            for v in slot_list.values
         )
-        return _IndexedList(slot_list, keys)
+        pairs: dict[str, list[int]] = {}
+        short = []
+        for i, k in enumerate(keys):
+            if len(k) < 2:
+                short.append(i)
+            else:
+                pairs.setdefault(k[:2], []).append(i)
+        return _IndexedList(slot_list, keys, {k: tuple(v) for k, v in pairs.items()}, tuple(short))
 
     def narrowed(self, request_key: str) -> TextSlotList:
         if len(self.keys) <= PREFILTER_MIN:
             return self.full
-        values = [
-            v
-            for v, k in zip(self.full.values, self.keys, strict=True)
-            if not k or k in request_key
-        ]
+        picked: set[int] = set(self.short)
+        seen: set[str] = set()
+        for i in range(len(request_key) - 1):
+            pair = request_key[i : i + 2]
+            if pair in seen:
+                continue
+            seen.add(pair)
+            for j in self.by_pair.get(pair, ()):
+                if self.keys[j] in request_key:
+                    picked.add(j)
+        values = [self.full.values[j] for j in sorted(picked)]
         return TextSlotList(name=self.full.name, values=values)
 
 
@@ -288,6 +326,13 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
     return (wild_chars, -has_name, -result.text_chunks_matched)
 
 
+def _unbeatable(result: RecognizeResult) -> bool:
+    """No wildcard and a device/list name: no later result can rank better (see _rank)."""
+    if any(e.is_wildcard for e in result.entities_list):
+        return False
+    return "name" in result.entities or "area" not in result.entities
+
+
 def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
     value = entity.value
     if name in NUMBER_SLOTS:
@@ -307,6 +352,50 @@ def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
     return str(value)
 
 
+# Templates may name a device by role ("how warm is it in here", "烧点水"): the first device
+# of that domain whose names contain one of the words fills the slot (none: no match).
+PLACEHOLDERS: Mapping[str, tuple[str, tuple[str, ...]]] = types.MappingProxyType(
+    {
+        "@temperature": ("sensor", ("temperature", "thermometer", "温度", "气温", "室温")),
+        "@kettle": ("switch", ("kettle", "水壶")),
+    }
+)
+
+
+def _placeholders(devices: Sequence[Named]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, (domain, words) in PLACEHOLDERS.items():
+        for dev in devices:
+            if (dev.domain or dev.value.partition(".")[0]) == domain and any(
+                w in n.casefold() for n in dev.names for w in words
+            ):
+                found[key] = dev.value
+                break
+    return found
+
+
+def _question_query(request: str, lang: Lang) -> str:
+    """A direct question about the owner as its own query: English as spoken; Chinese
+    without the leading "我的"/"我" ("我的车停在哪了" → "车停在哪了")."""
+    text = clean_free_text(request, lang)
+    if lang == "zh":
+        for prefix in ("我的", "我"):
+            if text.startswith(prefix) and len(text) > len(prefix):
+                return text[len(prefix) :]
+    return text
+
+
+def _state_question_ok(slots: Mapping[str, object], request: str) -> bool:
+    """A state question names a state ("is the kettle on") or asks a sensor for its value;
+    "what is a kettle" / "水壶是什么" is a question about the thing, not its state."""
+    if "state" in slots:
+        return True
+    name = str(slots.get("name", ""))
+    if name.startswith("sensor."):
+        return True
+    return "state" in request.casefold() or "状态" in request
+
+
 class IntentEngine:
     """Whole-sentence intent matching; ``recognize`` never raises and never guesses."""
 
@@ -314,6 +403,7 @@ class IntentEngine:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
         self._lists: dict[str, SlotList] = {}
         self._indexed: dict[str, _IndexedList] = {}
+        self._placeholders: dict[str, str] = {}
         self.update(lists)
 
     def update(self, lists: SlotLists) -> None:
@@ -325,6 +415,7 @@ class IntentEngine:
             if isinstance(slot_list, TextSlotList)
         }
         self._lists = built
+        self._placeholders = _placeholders(lists.devices)
         # hassil compiles templates lazily; warm both languages now, not in the first turn.
         self.recognize("turn on the kitchen light", "en")
         self.recognize("打开厨房灯", "zh")
@@ -342,8 +433,21 @@ class IntentEngine:
             return None
         language: Lang = lang or detect_language(text)
         request = strip_request(text, language)
-        if not request or negated(request, language):
+        if not request:
             return None
+        match = self._match_whole(request, language)
+        if match is not None or has_negation(request, language):
+            return match
+        # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little
+        # less sure (score × CLAUSE_FACTOR); never when anything before it is negated.
+        for clause in trailing_clauses(request, language):
+            match = self._match_whole(clause, language)
+            if match is not None:
+                return dataclasses.replace(match, score=round(match.score * CLAUSE_FACTOR, 3))
+        return None
+
+    def _match_whole(self, request: str, language: Lang) -> Match | None:
+        is_negated = negated(request, language)
         request_key = _key(request)
         slot_lists: dict[str, SlotList] = dict(self._lists)
         for name, indexed in self._indexed.items():
@@ -353,9 +457,11 @@ class IntentEngine:
             request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
         ):
             results.append(result)
-            if len(results) >= MAX_RESULTS:
+            if len(results) >= MAX_RESULTS or _unbeatable(result):
                 break
         for result in sorted(results, key=_rank):
+            if is_negated and not (result.intent_metadata or {}).get("negation_ok"):
+                continue  # "don't …", "别…": never an action
             match = self._to_match(result, request, language)
             if match is not None:
                 return match
@@ -373,6 +479,18 @@ class IntentEngine:
                 continue
             slots[name] = value
         intent = result.intent.name
+        meta = result.intent_metadata or {}
+        slots.pop("rest", None)
+        if meta.get("query_is_text"):
+            slots["query"] = _question_query(request, lang)
+        placeholder = slots.get("name")
+        if isinstance(placeholder, str) and placeholder.startswith("@"):
+            device = self._placeholders.get(placeholder, "")
+            if not device:
+                return None
+            slots["name"] = device
+        if intent == "HassGetState" and not _state_question_ok(slots, request):
+            return None
         if intent == "HassListAddItem" and slots.get("name") == "shopping":
             intent = "HassShoppingListAddItem"
             del slots["name"]

@@ -29,8 +29,21 @@ POLITE_EN = (
     "i need you to",
     "go ahead and",
     "just",
+    "actually",
+    "oh",
+    "um",
+    "uh",
+    "hmm",
+    "well",
+    "ok so",
+    "okay so",
+    "so",
 )
 POLITE_ZH = (
+    "好的",
+    "好吧",
+    "嗯",
+    "那就",
     "请你帮我",
     "请帮我",
     "麻烦你帮我",
@@ -105,7 +118,7 @@ def strip_request(text: str, lang: Lang) -> str:
     wake = WAKE_EN if lang == "en" else WAKE_ZH
     polite = POLITE_EN if lang == "en" else POLITE_ZH
     trailing = TRAILING_EN if lang == "en" else TRAILING_ZH
-    text, _ = _strip_prefix(text, wake, words=True)
+    text, _ = _strip_prefix(text, wake, words)
     changed = True
     while changed and text:
         text, changed = _strip_prefix(text, polite, words)
@@ -151,7 +164,26 @@ NEGATIONS_EN = (
 # "don't forget that …" asks to remember; "never mind", "不用了" is the nevermind intent.
 NOT_NEGATIONS = ("never mind", "nevermind", "don't forget", "do not forget", "别忘", "不要忘")
 NOT_NEGATIONS_WHOLE = frozenset({"不用了", "不用", "不要了", "没事", "没事了", "没什么"})
-NEGATIONS_ZH = ("别", "不要", "不用", "不许", "不准", "甭", "没有", "我没", "我不想", "不想")
+NEGATIONS_ZH = (
+    "先别",
+    "还别",
+    "可别",
+    "千万别",
+    "还不要",
+    "先不要",
+    "暂时不要",
+    "暂时别",
+    "别",
+    "不要",
+    "不用",
+    "不许",
+    "不准",
+    "甭",
+    "没有",
+    "我没",
+    "我不想",
+    "不想",
+)
 
 
 def negated(text: str, lang: Lang) -> bool:
@@ -160,3 +192,135 @@ def negated(text: str, lang: Lang) -> bool:
     if any(low.startswith(x) for x in NOT_NEGATIONS) or low in NOT_NEGATIONS_WHOLE:
         return False
     return any(low.startswith(n) for n in (NEGATIONS_EN if lang == "en" else NEGATIONS_ZH))
+
+
+NEGATION_WORDS_EN = frozenset(
+    {"don't", "dont", "do", "not", "never", "didn't", "no", "won't", "can't", "shouldn't", "stop"}
+)
+NEGATION_CHARS_ZH = ("别", "不要", "不用", "没", "不想", "不必", "甭")
+CLAUSE_SEPARATORS = frozenset(",，;；。!！?？、")
+# Where a spoken English command may start after a preamble without a comma.
+COMMAND_STARTS = frozenset(
+    {
+        "turn",
+        "switch",
+        "set",
+        "add",
+        "put",
+        "remember",
+        "order",
+        "send",
+        "email",
+        "text",
+        "tell",
+        "start",
+        "cancel",
+        "pause",
+        "resume",
+        "open",
+        "close",
+        "lock",
+        "unlock",
+        "dim",
+        "undo",
+        "pay",
+        "forget",
+    }
+)
+
+
+def has_negation(text: str, lang: Lang) -> bool:
+    """True when a negation word occurs anywhere ("I don't want you to …", "先别…")."""
+    if lang == "zh":
+        return any(n in text for n in NEGATION_CHARS_ZH)
+    words = [w.strip(PUNCT) for w in text.casefold().split()]
+    return (
+        any(
+            w in NEGATION_WORDS_EN
+            and not (w == "do" and i + 1 < len(words) and words[i + 1] != "not")
+            for i, w in enumerate(words)
+        )
+        or "n't" in text.casefold()
+    )
+
+
+# A preamble holding one of these makes the rest a question or a condition, not a command:
+# "should I turn off the kettle", "if it gets dark turn on the light", "我是不是该，关灯".
+CONDITIONAL_EN = frozenset(
+    {
+        "should",
+        "shall",
+        "would",
+        "do",
+        "does",
+        "did",
+        "can",
+        "could",
+        "will",
+        "when",
+        "why",
+        "how",
+        "what",
+        "where",
+        "if",
+        "whether",
+        "who",
+        "is",
+        "are",
+        "was",
+        "were",
+        "before",
+        "after",
+        "until",
+        "unless",
+        "maybe",
+        "wonder",
+        "whenever",
+        "once",
+    }
+)
+CONDITIONAL_ZH = (
+    "吗",
+    "是不是",
+    "该不该",
+    "要不要",
+    "如果",
+    "要是",
+    "为什么",
+    "什么时候",
+    "怎么",
+    "是否",
+    "等",
+    "之前",
+    "以后",
+    "的话",
+)
+
+
+def _plain_preamble(prefix: str, lang: Lang) -> bool:
+    if lang == "zh":
+        return not any(c in prefix for c in CONDITIONAL_ZH)
+    return not any(w.strip(PUNCT) in CONDITIONAL_EN for w in prefix.casefold().split())
+
+
+def trailing_clauses(text: str, lang: Lang) -> list[str]:
+    """Candidate commands at the end of a longer utterance, longest first: what follows a
+    clause separator, and (English) what follows a preamble of two or more words from a
+    command verb ("i'm going to bed turn off the lights") — only after a plain statement,
+    never after a question or a condition (see ``CONDITIONAL_EN``/``CONDITIONAL_ZH``)."""
+    found: list[str] = []
+    for i, ch in enumerate(text):
+        if ch in CLAUSE_SEPARATORS and _plain_preamble(text[:i], lang):
+            rest = text[i + 1 :].strip(PUNCT)
+            if rest and rest not in found:
+                found.append(rest)
+    if lang == "en":
+        words = text.split()
+        for i in range(2, len(words)):
+            prefix = " ".join(words[:i])
+            if words[i].casefold().strip(PUNCT) in COMMAND_STARTS and _plain_preamble(prefix, lang):
+                rest = " ".join(words[i:]).strip(PUNCT)
+                if rest not in found:
+                    found.append(rest)
+    found.sort(key=len, reverse=True)
+    return found
