@@ -106,7 +106,7 @@ def parse_order(text: str, engine: IntentEngine | None = None) -> OrderIntent | 
     """The ordering or payment request in the owner's words, or ``None``.
 
     ``engine``: the brain's intent engine with the live slot lists (the shops); without
-    one, an engine with the default lists only (a shop is then not recognised)."""
+    one, an engine knowing only the shops the errands package declares."""
     from hub.brain.intents import LOCAL_CONFIDENCE
 
     eng = engine if engine is not None else _default_engine()
@@ -118,9 +118,10 @@ def parse_order(text: str, engine: IntentEngine | None = None) -> OrderIntent | 
 
 @functools.cache
 def _default_engine() -> IntentEngine:
-    from hub.brain.intents import IntentEngine
+    from hub.brain.intents import IntentEngine, SlotLists
+    from hub.brain.slots import declared_shops
 
-    return IntentEngine()
+    return IntentEngine(SlotLists(shops=tuple(declared_shops())))
 
 
 def _slot_text(v: object) -> str:

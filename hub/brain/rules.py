@@ -41,7 +41,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
@@ -55,6 +55,9 @@ from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource, Snippet
+
+if TYPE_CHECKING:
+    from hub.brain.intents import IntentEngine
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +190,13 @@ class RuleBrain(Brain):
         self.core.add_local(lists_manifest(), ListTools(self.lists))
         self.slots = slots or LiveSlots(gateway, self.contacts)
         self.now = now or (lambda: dt.datetime.now().astimezone())
+
+    @property
+    def engine(self) -> IntentEngine:
+        """The intent engine over the live slot lists (``slots.engine``)."""
+        engine = self.slots.engine
+        assert engine is not None
+        return engine
 
     async def close(self) -> None:
         if self._own_lists:

@@ -16,10 +16,12 @@ lists changed.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 from hub.brain.intents import DEFAULT_LISTS, IntentEngine, Lang, Match, Named, SlotLists
@@ -44,6 +46,8 @@ LIVE_INTENTS = frozenset(
 )
 """requests whose slots come from the device and shop lists"""
 SLOTS_TASK = "brain.slots#lookup"
+DECLARED_SHOPS = Path(__file__).resolve().parents[2] / "packages" / "errands" / "shops.json"
+"""where the errands package declares its sandbox shops (read as data, never imported)"""
 """the ledger task the slot-list reads are recorded under"""
 
 
@@ -94,6 +98,22 @@ def devices_of(listing: Receipt) -> list[Device]:
     return list(out.values())
 
 
+def declared_shops(path: Path = DECLARED_SHOPS) -> list[Named]:
+    """The shops the errands package declares (its sandbox's), before ``list_shops`` has
+    been read — and for an engine without live lists; none if the file is absent."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8")).get("shops", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [
+        Named(
+            str(r["shop"]), tuple(dict.fromkeys([str(r["name"]), *map(str, r.get("aliases", []))]))
+        )
+        for r in rows
+        if isinstance(r, dict) and r.get("shop") and r.get("name")
+    ]
+
+
 def _area_name(area: str) -> str:
     return area.replace("_", " ")
 
@@ -107,7 +127,7 @@ class LiveSlots:
     engine: IntentEngine | None = None
     clock: Callable[[], float] = time.monotonic
     devices: list[Device] = field(default_factory=list)
-    shops: list[Named] = field(default_factory=list)
+    shops: list[Named] = field(default_factory=declared_shops)
     _read_at: float | None = None
     _lists: SlotLists | None = None
     _calls: Iterator[int] = field(default_factory=itertools.count)
