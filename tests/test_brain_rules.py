@@ -16,6 +16,7 @@ import pytest
 from hub.brain.base import Turn, collect
 from hub.brain.replies import REPLIES, say, spoken_date, spoken_time
 from hub.brain.rules import AddressBook, Contact, RuleBrain
+from hub.brain.slots import Device
 from hub.brain.tasks import TaskStore
 from hub.memory.context import Snippet, StaticSource
 from tests.brain_kit import BOOK, Events, fake_gateway
@@ -244,7 +245,7 @@ async def test_forget(tmp_path: Path) -> None:
 async def test_restart_resumes_a_task_cut_after_its_first_step(tmp_path: Path) -> None:
     async with rule_world(tmp_path) as (brain, gw, _):
         await brain.slots.refresh()
-        task, _ = brain.store.create(
+        _task, _ = brain.store.create(
             "t-cut",
             trace_id="tr",
             run_id="t-cut",
@@ -306,3 +307,43 @@ async def test_near_misses_never_act(tmp_path: Path, text: str) -> None:
         reply = await collect(brain.turn(Turn(text, turn_id="t-near")))
         assert reply == say("unknown", "en")
         assert gw.ledger.task_receipts("t-near") == []
+
+
+HA_DEVICES = [
+    Device("light.kitchen", "Kitchen light", "light", "kitchen", ("厨房灯",)),
+    Device("light.counter", "Counter light", "light", "kitchen"),
+    Device("switch.kettle", "Kettle", "switch", "kitchen", ("水壶",)),
+    Device("cover.bedroom_blinds", "Bedroom blinds", "cover", "bedroom", ("卧室窗帘",)),
+    Device("media_player.speaker", "Speaker", "media_player", "living_room", ("音箱",)),
+]
+
+
+async def test_areas_levels_and_volume_map_to_set_state(tmp_path: Path) -> None:
+    """The ``home`` contract: ``set_state(entity, state="", brightness=None, position=None,
+    volume=None)``; an area with a domain is every such device of the area. (The fake home
+    here only switches: the arguments are what is asserted.)"""
+    async with rule_world(tmp_path) as (brain, _gw, _):
+        brain.slots.devices = list(HA_DEVICES)
+        brain.slots._read_at = brain.slots.clock()  # fresh: no listing is read
+        cases = [
+            (
+                "turn off the lights in the kitchen",
+                ["light.kitchen", "light.counter"],
+                {"state": "off"},
+            ),
+            ("关掉厨房的灯", ["light.kitchen", "light.counter"], {"state": "off"}),
+            ("set the kitchen light to 50%", ["light.kitchen"], {"brightness": 50}),
+            ("set the bedroom blinds to 30%", ["cover.bedroom_blinds"], {"position": 30}),
+            ("把卧室窗帘开到百分之三十", ["cover.bedroom_blinds"], {"position": 30}),
+            ("set the volume to 20", ["media_player.speaker"], {"volume": 20}),
+            ("把音箱音量调到百分之二十", ["media_player.speaker"], {"volume": 20}),
+        ]
+        for i, (text, entities, args) in enumerate(cases):
+            tid = f"t-dev{i}"
+            await collect(brain.turn(Turn(text, turn_id=tid)))
+            steps = [s for s in brain.store.steps(tid) if s.step.startswith("switch")]
+            got = [
+                (s.args["entity"], {k: v for k, v in s.args.items() if k in args}) for s in steps
+            ]
+            assert got == [(e, args) for e in entities], (text, got)
+            assert all(s.args.get("owner_requested") is True for s in steps)

@@ -70,6 +70,8 @@ class Device:
     domain: str
     area: str = ""
     aliases: tuple[str, ...] = ()
+    area_names: tuple[str, ...] = ()
+    """the area's own spoken names, when the listing gives them (``area_name``)"""
 
 
 def devices_of(listing: Receipt) -> list[Device]:
@@ -83,12 +85,14 @@ def devices_of(listing: Receipt) -> list[Device]:
             continue
         domain = str(e.fields.get("domain") or entity.split(".", 1)[0])
         aliases = e.fields.get("aliases") or ()
+        area_name = e.fields.get("area_name") or ()
         out[entity] = Device(
             entity,
             str(e.fields.get("name") or entity),
             domain,
             str(e.fields.get("area") or ""),
             tuple(str(a) for a in aliases) if isinstance(aliases, list | tuple) else (),
+            (str(area_name),) if isinstance(area_name, str) else tuple(map(str, area_name)),
         )
     for v in listing.values:
         entity = str(getattr(v, "entity", "") or v.source or "")
@@ -114,8 +118,27 @@ def declared_shops(path: Path = DECLARED_SHOPS) -> list[Named]:
     ]
 
 
-def _area_name(area: str) -> str:
-    return area.replace("_", " ")
+AREA_NAMES: dict[str, tuple[str, ...]] = {
+    "kitchen": ("厨房",),
+    "living_room": ("客厅", "起居室"),
+    "bedroom": ("卧室", "睡房"),
+    "study": ("书房",),
+    "hall": ("门厅", "玄关"),
+    "hallway": ("走廊", "过道"),
+    "bathroom": ("浴室", "卫生间", "洗手间"),
+    "dining_room": ("餐厅", "饭厅"),
+    "office": ("办公室",),
+    "garage": ("车库",),
+    "garden": ("花园",),
+    "balcony": ("阳台",),
+    "kids_room": ("儿童房",),
+    "guest_room": ("客房",),
+}
+"""spoken names of common area ids in Chinese (an area's own names come first)"""
+
+
+def _area_names(area: str, given: Sequence[str] = ()) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([*given, area.replace("_", " "), *AREA_NAMES.get(area, ())]))
 
 
 @dataclass
@@ -199,7 +222,7 @@ class LiveSlots:
         areas: dict[str, Named] = {}
         for d in self.devices:
             if d.area and d.area not in areas:
-                areas[d.area] = Named(d.area, (_area_name(d.area),))
+                areas[d.area] = Named(d.area, _area_names(d.area, d.area_names))
         devices = [
             Named(d.entity, tuple(dict.fromkeys([d.name, *d.aliases])), d.domain, d.area)
             for d in self.devices
