@@ -459,3 +459,21 @@ async def test_llm_brain_an_order_read_in_content_is_refused_at_the_checkout(
 def _done(store: TaskStore) -> list[Any]:
     rows = store.db.execute("SELECT task_id FROM tasks ORDER BY created_ms")
     return [store.require(r[0]) for r in rows]
+
+
+async def test_rule_brain_orders_in_chinese(tmp_path: Path) -> None:
+    async with rule_world(tmp_path) as rw:
+        w = rw.w
+        said = "依米，从莲花厨房点两份牛肉面，三十块以内"
+        reply = await rw.say(spoken(w, said, turn_id="t-zh"))
+        assert "结账页面显示：向Lotus Kitchen支付25.00 EUR；还没有付款。" in reply, reply
+        assert "请在60秒内在手机上批准卡片" in reply
+        (p,) = w.pay.store.recent()
+        assert p.budget_minor == 3000 and p.context["order"]["items"] == [
+            {"item_id": "noodles", "name": "Beef noodles", "quantity": 2}
+        ]
+        undone = await rw.say(spoken(w, "撤销"))
+        assert undone == "已取消：向Lotus Kitchen支付25.00 EUR不会付款。", undone
+        assert w.shop.charges() == []
+        nothing = await rw.say(spoken(w, "付款"))
+        assert nothing == "没有等待付款的订单。"

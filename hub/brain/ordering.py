@@ -2,19 +2,23 @@
 opened from the admitted turn, "pay it" and "undo".
 
 The brain never decides that the owner wants to pay: *platform code* reads the owner's own
-words (the turn's text, never a model's output or content it read) against this fixed set
-of requests, and only then asks the payment authority (:mod:`hub.payments`) for an intent —
-with the turn's scope, its voice evidence and where the words came from. The authority
-refuses every turn that is not the owner's own live request (a guest, an uncertain voice, a
-scheduled run, text that came from an e-mail, a web page or another agent). Requests
-(English; an optional leading "Yimi," and "please")::
+words (the turn's text, never a model's output or content it read) with the intent engine
+(:mod:`hub.brain.intents`), and only then asks the payment authority (:mod:`hub.payments`)
+for an intent — with the turn's scope, its voice evidence and where the words came from.
+The authority refuses every turn that is not the owner's own live request (a guest, an
+uncertain voice, a scheduled run, text that came from an e-mail, a web page or another
+agent). Requests (English and Chinese; the engine's intents)::
 
-    order the same lunch as last time        (also: "order the same as last time")
-    order <items> from <shop> [for up to <amount> [euros]]
-        items: "two beef noodles and a jasmine tea", "3 dumplings", "noodles"
-        shop:  a shop of the errands provider by name ("Lotus Kitchen") or id
-    pay it                                   ("pay", "yes, pay it", "pay for it")
-    undo                                     ("undo it", "cancel the order", "stop the payment")
+    YimiOrderSame  "order the same lunch as last time", "和上次一样的午饭"   (meal)
+    YimiOrder      "order two beef noodles from Lotus Kitchen for up to 30 euros",
+                   "从莲花厨房点两份牛肉面和一杯茉莉花茶，三十块以内"   (items, shop, budget)
+    YimiPayIt      "pay it", "yes, pay it", "付款"
+    YimiUndo       "undo", "cancel the order", "stop the payment", "撤销"
+
+Items are split by :func:`parse_items` (plain code: "two beef noodles and a jasmine tea",
+"两份牛肉面和一杯茉莉花茶"); the shop is a shop id from the live shop list
+(``errands.list_shops``). The words said back are :mod:`hub.brain.replies`' in the turn's
+language (the task's ``spec["lang"]``).
 
 - **order** — an intent (budget: the amount named; for "the same … as last time" what it
   cost last time), then ``errands.browse_menu`` → ``add_to_cart`` → ``go_to_checkout``
@@ -212,11 +216,16 @@ def _stem(word: str) -> str:
 
 def match_item(name: str, items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """The menu item whose id or name holds every word of ``name`` (plurals folded; a
-    Chinese name: contained in the item's name)."""
+    Chinese name: one of the item's names, else contained in one)."""
     if _has_cjk(name):
         want_zh = name.strip()
-        hits = [i for i in items if want_zh and want_zh in str(i.get("name", ""))]
-        return min(hits, key=lambda i: len(str(i.get("name", "")))) if hits else None
+
+        def names(i: dict[str, Any]) -> list[str]:
+            return [str(i.get("name", "")), *map(str, i.get("aliases") or [])]
+
+        exact = [i for i in items if want_zh in names(i)]
+        hits = exact or [i for i in items if want_zh and any(want_zh in n for n in names(i))]
+        return min(hits, key=lambda i: min(map(len, names(i)))) if hits else None
     want = [_stem(w) for w in _words(name) if w not in ("of", "the")]
     if not want:
         return None

@@ -57,7 +57,13 @@ def browse_menu(p: Provider, shop: str) -> dict[str, Any]:
     except ProviderError as exc:
         return _failed(exc)
     items = [
-        {"item_id": i.item_id, "name": i.name, "price_minor": i.price_minor} for i in menu.items
+        {
+            "item_id": i.item_id,
+            "name": i.name,
+            "price_minor": i.price_minor,
+            **({"aliases": list(i.aliases)} if i.aliases else {}),
+        }
+        for i in menu.items
     ]
     return receipt(
         "succeeded",

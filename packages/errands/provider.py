@@ -48,6 +48,8 @@ class MenuItem:
     item_id: str
     name: str
     price_minor: int
+    aliases: tuple[str, ...] = ()
+    """other names of the item (any language)"""
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,10 @@ class Provider(Protocol):
 SHOPS_FILE = Path(__file__).resolve().parent / "shops.json"
 """the sandbox's shops, declared as data (the hub reads their names from it, too)"""
 _DECLARED = json.loads(SHOPS_FILE.read_text(encoding="utf-8"))["shops"]
+ITEM_ALIASES: dict[tuple[str, str], tuple[str, ...]] = {
+    (d["shop"], i["item_id"]): tuple(i.get("aliases", ())) for d in _DECLARED for i in d["items"]
+}
+"""other names of the sandbox's menu items: (shop, item id) → names"""
 SHOPS: dict[str, tuple[str, str, list[tuple[str, str, int]]]] = {
     d["shop"]: (
         d["name"],
@@ -188,7 +194,12 @@ class ShopBook:
         if shop not in self.shops:
             raise ProviderError("NOT_FOUND", f"no shop {shop!r}; shops: {', '.join(self.shops)}")
         payee, currency, items = self.shops[shop]
-        return Menu(shop, payee, currency, tuple(MenuItem(*i) for i in items))
+        return Menu(
+            shop,
+            payee,
+            currency,
+            tuple(MenuItem(*i, ITEM_ALIASES.get((shop, i[0]), ())) for i in items),
+        )
 
     def add_to_cart(self, shop: str, item_id: str, quantity: int, cart_id: str = "") -> Cart:
         menu = self.menu(shop)
@@ -402,7 +413,13 @@ def menu_from(d: dict[str, Any]) -> Menu:
         str(d["payee"]),
         str(d["currency"]),
         tuple(
-            MenuItem(str(i["item_id"]), str(i["name"]), int(i["price_minor"])) for i in d["items"]
+            MenuItem(
+                str(i["item_id"]),
+                str(i["name"]),
+                int(i["price_minor"]),
+                tuple(map(str, i.get("aliases", ()))),
+            )
+            for i in d["items"]
         ),
     )
 
