@@ -19,9 +19,9 @@ import pytest
 
 from hub.brain.agents import PydanticBrain
 from hub.brain.base import Turn, collect
+from hub.brain.intents import IntentEngine, Named, SlotLists
 from hub.brain.ordering import match_item, parse_items, parse_order, shop_id
 from hub.brain.providers import ProviderStore
-from hub.brain.intents import IntentEngine, Named, SlotLists
 from hub.brain.rules import RuleBrain
 from hub.brain.tasks import TaskStore
 from hub.payments import VoiceEvidence
