@@ -209,3 +209,61 @@ def test_never_raises(engine: IntentEngine, text: str) -> None:
     if result is not None:
         assert result.lang in ("en", "zh")
         assert all(isinstance(v, str | int | float) for v in result.slots.values())
+
+
+def test_mixed_scripts(engine: IntentEngine) -> None:
+    m = engine.recognize("打开 kitchen light")
+    assert m is not None and m.intent == "HassTurnOn" and m.slots["name"] == "light.kitchen"
+    m = engine.recognize("turn on 厨房灯")
+    assert m is not None and m.intent == "HassTurnOn" and m.slots["name"] == "light.kitchen"
+    m = engine.recognize("给 Alice 发消息说 see you")
+    assert m is not None and dict(m.slots) == {"contact": "Alice Chen", "body": "see you"}
+
+
+# Phrasings beyond the labelled set (written for the engine, not labelled by the set's author):
+# a regression guard for the templates' breadth.
+MORE_PHRASINGS: list[tuple[str, str, dict[str, object]]] = [
+    ("just so you know, I'm vegetarian", "YimiRemember", {"fact": "I'm vegetarian"}),
+    ("shoot Dana an email saying I'll be late", "YimiSendMessage", {"contact": "Dana Lee"}),
+    ("Text Mom: I'm boarding now", "YimiSendMessage", {"body": "I'm boarding now"}),
+    ("I'll have my usual dinner", "YimiOrderSame", {"meal": "dinner"}),
+    ("undo the order", "YimiUndo", {}),
+    ("open the bedroom blinds halfway", "HassSetPosition", {"position": 50}),
+    ("set an egg timer for 6 minutes", "HassStartTimer", {"minutes": 6, "name": "egg"}),
+    ("Stop the tea timer", "HassCancelTimer", {"name": "tea"}),
+    ("Put call the plumber on my to-do list", "HassListAddItem", {"name": "todo"}),
+    ("Is the front door unlocked?", "HassGetState", {"state": "unlocked"}),
+    ("顺便说一下，我吃素", "YimiRemember", {"fact": "我吃素"}),
+    ("我说过大门密码是什么", "YimiRecall", {"query": "大门密码"}),
+    ("我想从街角面包店买两个贝果", "YimiOrder", {"shop": "corner-bakery", "items": "两个贝果"}),
+    ("再来一份一样的", "YimiOrderSame", {}),
+    ("我可以问你什么", "YimiHelp", {}),
+    ("把音量调低到十五", "HassSetVolume", {"volume_level": 15}),
+    ("把卧室窗帘关到百分之十", "HassSetPosition", {"position": 10}),
+    ("从绿碗点一份鸡肉饭和一杯柠檬水，不超过二十块", "YimiOrder", {"budget": 20.0}),
+    ("把打电话给水管工加到待办清单", "HassListAddItem", {"item": "打电话给水管工", "name": "todo"}),
+]
+
+
+@pytest.mark.parametrize(("text", "intent", "slots"), MORE_PHRASINGS)
+def test_more_phrasings(
+    engine: IntentEngine, text: str, intent: str, slots: dict[str, object]
+) -> None:
+    m = engine.recognize(text)
+    assert m is not None and m.intent == intent, text
+    for key, value in slots.items():
+        assert m.slots.get(key) == value, (text, key, dict(m.slots))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "莲花厨房点什么好",
+        "茶馆来不来",
+        "你记住了吗",
+        "remember when we went to Paris",
+        "send mom a message",
+    ],
+)
+def test_questions_dressed_as_commands_are_none(engine: IntentEngine, text: str) -> None:
+    assert engine.recognize(text) is None

@@ -38,6 +38,7 @@ from hub.brain.intents.text import (
     detect_language,
     has_negation,
     is_han,
+    mixed_script,
     negated,
     strip_request,
     trailing_clauses,
@@ -326,6 +327,33 @@ def _rank(result: RecognizeResult) -> tuple[int, int, int]:
     return (wild_chars, -has_name, -result.text_chunks_matched)
 
 
+# A free-text slot that is really a question or a refusal ("莲花厨房点什么好", "茶馆来不来",
+# "你记住了吗", "remember when we went to Paris") means the sentence was not the command.
+QUESTION_ITEMS_ZH = ("什么", "吗", "哪", "多少", "不", "没", "啥")
+WH_WORDS_EN = frozenset({"when", "what", "how", "why", "where", "who", "if", "whether", "which"})
+
+
+# "send mom a message": the kind of message, not a thing to send — not understood (no guess).
+BARE_MESSAGE = frozenset(
+    {"message", "amessage", "email", "anemail", "text", "atext", "note", "anote", "mail"}
+    | {"消息", "邮件", "短信", "信息", "微信", "一条消息", "一封邮件"}
+)
+
+
+def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
+    if name == "what":
+        return _key(value) not in BARE_MESSAGE
+    if name == "items":
+        if lang == "zh":
+            return not any(q in value for q in QUESTION_ITEMS_ZH)
+        return value.casefold().split()[0] not in WH_WORDS_EN
+    if name == "fact":
+        if lang == "zh":
+            return not (value.startswith("了") or value.endswith("吗"))
+        return value.casefold().split()[0] not in WH_WORDS_EN
+    return True
+
+
 def _unbeatable(result: RecognizeResult) -> bool:
     """No wildcard and a device/list name: no later result can rank better (see _rank)."""
     if any(e.is_wildcard for e in result.entities_list):
@@ -396,29 +424,66 @@ def _state_question_ok(slots: Mapping[str, object], request: str) -> bool:
     return "state" in request.casefold() or "状态" in request
 
 
+WARM_UP: Mapping[Lang, tuple[str, ...]] = types.MappingProxyType(
+    {
+        "en": (
+            "turn on the light",
+            "set the blinds to 50 percent",
+            "set the volume to forty",
+            "set a timer for five minutes and 30 seconds",
+            "remember that tea is green",
+            "add milk to the shopping list",
+            "what time is it",
+            "tell me a joke",
+        ),
+        "zh": (
+            "打开灯",
+            "把窗帘开到百分之三十",
+            "音量调到三十",
+            "设一个一小时五分钟的计时器",
+            "记住茶是绿的",
+            "把牛奶加到购物清单",
+            "现在几点",
+            "讲个笑话",
+        ),
+    }
+)
+
+
+@dataclass(frozen=True)
+class _Live:
+    """The slot lists of one ``SlotLists`` as hassil wants them, built by ``update``."""
+
+    lists: Mapping[str, SlotList]
+    indexed: Mapping[str, _IndexedList]
+    placeholders: Mapping[str, str]
+
+    @staticmethod
+    def of(lists: SlotLists) -> _Live:
+        built = _build_lists(lists)
+        indexed = {
+            name: _IndexedList.of(slot_list)
+            for name, slot_list in built.items()
+            if isinstance(slot_list, TextSlotList)
+        }
+        return _Live(built, indexed, _placeholders(lists.devices))
+
+
 class IntentEngine:
     """Whole-sentence intent matching; ``recognize`` never raises and never guesses."""
 
     def __init__(self, lists: SlotLists = SlotLists()) -> None:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
-        self._lists: dict[str, SlotList] = {}
-        self._indexed: dict[str, _IndexedList] = {}
-        self._placeholders: dict[str, str] = {}
-        self.update(lists)
+        self._live = _Live.of(lists)
+        # hassil builds its number-word tries and template indexes lazily (120-200 ms on the
+        # first sentence): pay that here, once, not in the owner's first turn.
+        for lang, sentences in WARM_UP.items():
+            for sentence in sentences:
+                self.recognize(sentence, lang)
 
     def update(self, lists: SlotLists) -> None:
         """New live data: only the slot lists are rebuilt."""
-        built = _build_lists(lists)
-        self._indexed = {
-            name: _IndexedList.of(slot_list)
-            for name, slot_list in built.items()
-            if isinstance(slot_list, TextSlotList)
-        }
-        self._lists = built
-        self._placeholders = _placeholders(lists.devices)
-        # hassil compiles templates lazily; warm both languages now, not in the first turn.
-        self.recognize("turn on the kitchen light", "en")
-        self.recognize("打开厨房灯", "zh")
+        self._live = _Live.of(lists)  # one reference swap: a concurrent turn sees old or new
 
     def recognize(self, text: str, lang: Lang | None = None) -> Match | None:
         """None = not understood (the brain answers honestly, never acts)."""
@@ -432,25 +497,34 @@ class IntentEngine:
         if not isinstance(text, str) or len(text) > 500:
             return None
         language: Lang = lang or detect_language(text)
+        live = self._live
+        match = self._recognize_in(live, text, language)
+        if match is None and lang is None and mixed_script(text):
+            # "turn on 厨房灯", "remember that 我喜欢绿茶": the other language's templates
+            other: Lang = "en" if language == "zh" else "zh"
+            match = self._recognize_in(live, text, other)
+        return match
+
+    def _recognize_in(self, live: _Live, text: str, language: Lang) -> Match | None:
         request = strip_request(text, language)
         if not request:
             return None
-        match = self._match_whole(request, language)
+        match = self._match_whole(live, request, language)
         if match is not None or has_negation(request, language):
             return match
         # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little
         # less sure (score × CLAUSE_FACTOR); never when anything before it is negated.
         for clause in trailing_clauses(request, language):
-            match = self._match_whole(clause, language)
+            match = self._match_whole(live, clause, language)
             if match is not None:
                 return dataclasses.replace(match, score=round(match.score * CLAUSE_FACTOR, 3))
         return None
 
-    def _match_whole(self, request: str, language: Lang) -> Match | None:
+    def _match_whole(self, live: _Live, request: str, language: Lang) -> Match | None:
         is_negated = negated(request, language)
         request_key = _key(request)
-        slot_lists: dict[str, SlotList] = dict(self._lists)
-        for name, indexed in self._indexed.items():
+        slot_lists: dict[str, SlotList] = dict(live.lists)
+        for name, indexed in live.indexed.items():
             slot_lists[name] = indexed.narrowed(request_key)
         results = []
         for result in recognize_all(
@@ -462,12 +536,14 @@ class IntentEngine:
         for result in sorted(results, key=_rank):
             if is_negated and not (result.intent_metadata or {}).get("negation_ok"):
                 continue  # "don't …", "别…": never an action
-            match = self._to_match(result, request, language)
+            match = self._to_match(live, result, request, language)
             if match is not None:
                 return match
         return None
 
-    def _to_match(self, result: RecognizeResult, request: str, lang: Lang) -> Match | None:
+    def _to_match(
+        self, live: _Live, result: RecognizeResult, request: str, lang: Lang
+    ) -> Match | None:
         slots: dict[str, str | int | float] = {}
         for name, entity in result.entities.items():
             if name in DROPPED_SLOTS:
@@ -479,13 +555,15 @@ class IntentEngine:
                 continue
             slots[name] = value
         intent = result.intent.name
+        if not all(_free_text_ok(k, v, lang) for k, v in slots.items() if isinstance(v, str)):
+            return None
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
         if meta.get("query_is_text"):
             slots["query"] = _question_query(request, lang)
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
-            device = self._placeholders.get(placeholder, "")
+            device = live.placeholders.get(placeholder, "")
             if not device:
                 return None
             slots["name"] = device

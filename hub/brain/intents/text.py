@@ -37,7 +37,6 @@ POLITE_EN = (
     "well",
     "ok so",
     "okay so",
-    "so",
 )
 POLITE_ZH = (
     "好的",
@@ -84,6 +83,11 @@ def is_han(ch: str) -> bool:
     )
 
 
+def mixed_script(text: str) -> bool:
+    """Han characters and Latin letters both ("turn on 厨房灯")."""
+    return any(is_han(ch) for ch in text) and any("a" <= ch.casefold() <= "z" for ch in text)
+
+
 def detect_language(text: str) -> Lang:
     """'zh' when the text holds CJK ideographs (any Han character), else 'en'."""
     return "zh" if any(is_han(ch) for ch in text) else "en"
@@ -111,9 +115,26 @@ def _strip_suffix(text: str, suffixes: tuple[str, ...], words: bool) -> tuple[st
     return text, False
 
 
+def _tight_han(text: str) -> str:
+    """Drop whitespace next to a Han character ("打开 kitchen light" → "打开kitchen light"):
+    Chinese templates match without spaces, and ASR or typing puts them around Latin words."""
+    out: list[str] = []
+    n = len(text)
+    for i, ch in enumerate(text):
+        if ch.isspace():
+            before = out[-1] if out else ""
+            after = text[i + 1] if i + 1 < n else ""
+            if (before and is_han(before)) or (after and is_han(after)) or not before:
+                continue
+        out.append(ch)
+    return "".join(out)
+
+
 def strip_request(text: str, lang: Lang) -> str:
     """The request without wake word, politeness and surrounding punctuation."""
     text = " ".join(text.split()).strip(PUNCT)
+    if lang == "zh":
+        text = _tight_han(text)
     words = lang == "en"
     wake = WAKE_EN if lang == "en" else WAKE_ZH
     polite = POLITE_EN if lang == "en" else POLITE_ZH
@@ -130,7 +151,8 @@ def strip_request(text: str, lang: Lang) -> str:
             text, changed = _strip_suffix(text, WAKE_ZH, False)
         elif not changed:
             text, changed = _strip_suffix(text, ("yimi",), True)
-    return text.strip(PUNCT)
+    text = text.strip(PUNCT)
+    return _tight_han(text) if lang == "zh" else text
 
 
 def clean_free_text(text: str, lang: Lang) -> str:
