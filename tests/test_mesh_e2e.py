@@ -183,7 +183,7 @@ def test_say_without_hub_address_finds_the_hub_by_zeroconf(mesh: Mesh) -> None:
     assert not port_open(closed)
 
     out = say_ok(mesh, bundle, "where is my hub")
-    assert UNKNOWN in out
+    assert out.strip(), "the hub it found answered"
     assert [r[3] for r in mesh.hub_timeline() if r[2] == "utterance"] == ["where is my hub"]
     # the address it found (and cached) is the advertised one, not the dead hint
     found = json.loads(cache.read_text())

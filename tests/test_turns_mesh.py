@@ -182,12 +182,12 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             acts = activity(mesh)
             assert any(
                 a.startswith(
-                    "e-mail my colleague — waiting for consent: messaging.send_email waiting"
+                    "e-mail Dana Lee — waiting for consent: messaging.send_email waiting"
                 )
                 for a in acts
             ), acts
             assert any(
-                a.startswith("e-mail my colleague — done: ")
+                a.startswith("e-mail Dana Lee — done: ")
                 and "messaging.send_email succeeded" in a
                 for a in acts
             ), acts
