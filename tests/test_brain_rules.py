@@ -107,7 +107,13 @@ async def test_english_requests_through_the_gateway(tmp_path: Path) -> None:
         assert await say_("never mind") == "OK."
         assert "Here is what I can do" in await say_("what can you do")
         unknown = await say_("write me a poem", turn_id="t-poem")
-        assert unknown.startswith("I can't do that yet — here is what I can do")
+        assert unknown == f"I heard: write me a poem. {say('unknown', 'en')}"
+        assert unknown.endswith(
+            "I can't do that yet — here is what I can do: remember and "
+            "recall things, e-mail a contact, control your devices, read your "
+            "timeline, keep your shopping and to-do lists, tell the time and "
+            "date, and order food."
+        )
         assert brain.store.require("t-poem").spec["brain"] == "rule-based"
         assert gw.ledger.task_receipts("t-poem") == []  # no action
         waiting = await say_("Yimi, e-mail the meeting notes to my colleague", turn_id="t-mail")
@@ -150,9 +156,8 @@ async def test_chinese_requests_answered_in_chinese(tmp_path: Path) -> None:
         assert await say_("你能做什么") == say("help", "zh")
         assert "09:00 stand-up；13:00 lunch with Dana" in await say_("我今天的时间线上有什么")
         unknown = await say_("给我讲个笑话", turn_id="t-joke")
-        assert unknown == say("unknown", "zh") and unknown.startswith(
-            "这个我还做不到。我能做的有："
-        )
+        assert unknown == "我听到的是：给我讲个笑话。" + say("unknown", "zh")
+        assert say("unknown", "zh").startswith("这个我还做不到。我能做的有：")
         assert gw.ledger.task_receipts("t-joke") == []
         mail = await say_("给同事发邮件说我迟到了", turn_id="t-zh-mail")
         assert "需要你批准" in mail and "dana@example.org" in mail
@@ -305,7 +310,7 @@ async def test_restart_while_waiting_for_a_card_answered_meanwhile(tmp_path: Pat
 async def test_near_misses_never_act(tmp_path: Path, text: str) -> None:
     async with rule_world(tmp_path) as (brain, gw, _):
         reply = await collect(brain.turn(Turn(text, turn_id="t-near")))
-        assert reply == say("unknown", "en")
+        assert reply == f"I heard: {text}. {say('unknown', 'en')}"
         assert gw.ledger.task_receipts("t-near") == []
 
 

@@ -113,7 +113,7 @@ def test_good_code_enrols_once_and_the_device_can_talk(mesh: Mesh) -> None:
     # the paired device talks to the hub it paired with (pinned key, no --hub needed)
     say = mesh.say(bundle, "hello from a paired phone")
     assert say.returncode == 0, say.stderr
-    assert say.stdout.strip() == UNKNOWN, say.stdout
+    assert say.stdout.strip() == f"I heard: hello from a paired phone. {UNKNOWN}", say.stdout
     assert [t for _, _, k, t in mesh.hub_timeline() if k == "utterance"] == [
         "hello from a paired phone"
     ]

@@ -34,6 +34,7 @@ REPLIES: Templates = {
         "zh": "这个我还做不到。我能做的有：记住和回想事情、给联系人发邮件、控制设备、读时间线、"
         "管理购物清单和待办事项、告诉你时间和日期、点餐。",
     },
+    "heard": {"en": "I heard: {heard}.", "zh": "我听到的是：{heard}。"},
     "not_yet.timer": {
         "en": "Not yet: timers come with the scheduler. Nothing was set.",
         "zh": "还不行：计时器要等调度功能上线。没有设置任何计时器。",

@@ -335,8 +335,11 @@ class RuleBrain(Brain):
             return await self.desk.pay_it(task, self.store)
         if intent.kind == "undo":
             return await self.desk.undo(task, self.store)
-        # not understood: the honest answer, never an action
-        return self._finish(task, say("unknown", lang))
+        # not understood: the honest answer, never an action (with what was heard: the
+        # owner sees what reached the hub)
+        heard = " ".join(str(task.spec.get("heard", "")).split()).rstrip(".。!！?？")
+        said = say("heard", lang, heard=heard) if heard else ""
+        return self._finish(task, joined([said, say("unknown", lang)], lang))
 
     def _finish(self, task: TaskRecord, text: str, state: str = "done") -> str:
         """A task answered without any action: verifying → ``state``."""
