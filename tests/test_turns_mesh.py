@@ -181,14 +181,11 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             assert hub.turns.brain.store.require(task).state == "done"
             acts = activity(mesh)
             assert any(
-                a.startswith(
-                    "e-mail Dana Lee — waiting for consent: messaging.send_email waiting"
-                )
+                a.startswith("e-mail Dana Lee — waiting for consent: messaging.send_email waiting")
                 for a in acts
             ), acts
             assert any(
-                a.startswith("e-mail Dana Lee — done: ")
-                and "messaging.send_email succeeded" in a
+                a.startswith("e-mail Dana Lee — done: ") and "messaging.send_email succeeded" in a
                 for a in acts
             ), acts
             # the Mac ACKed the report: its facts are said now
