@@ -185,6 +185,15 @@ def _list_item(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     return text, text, (item,)
 
 
+def _memory(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
+    saved = e.kind == "memory.committed"
+    if _zh(lang):
+        text = "已存入你的记忆。" if saved else "已从你的记忆中删除。"
+        return text, text, ("记住", "记下", "存") if saved else ("忘", "删除")
+    text = "Saved in your memory." if saved else "Deleted from your memory."
+    return text, text, ("remember", "saved") if saved else ("forgot", "deleted")
+
+
 def _generic_effect(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     what = e.kind.replace(".", " ").replace("_", " ")
     keys = (e.target,) if e.target else ()
@@ -207,6 +216,8 @@ EFFECT_TEMPLATES: dict[str, EffectTemplate] = {
     "list.completed": _list_item,
     "list.present": _list_item,
     "list.read": _list_item,
+    "memory.committed": _memory,
+    "memory.forgotten": _memory,
 }
 
 STATUS_TEMPLATES: dict[str, tuple[str, str]] = {
