@@ -419,7 +419,7 @@ async def test_open_brain_is_rule_based_until_a_model_is_confirmed(tmp_path: Pat
     ):
         assert brain.kind == "rule-based"
         first = await collect(brain.turn(Turn("hello")))
-        assert first.startswith("[rule-based]") and fake.requests == []
+        assert first.startswith("I heard: hello. I can't do that yet") and fake.requests == []
         providers = Store.for_home(home)
         change = providers.propose(fake_config(fake.base_url))
         phone = SigningKey.generate()

@@ -94,7 +94,7 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
     line(r"scope owner \(verified")
     line(r"gate +memory\.commit: effect owner_data → allowed")
     line(r"receipt +memory\.commit succeeded")
-    line(r"glasses +says: \"\[rule-based\] I'll remember: I don't eat cilantro\.")
+    line(r"glasses +says: \"I'll remember: I don't eat cilantro\.")
     line(r"ACKed every piece of the reply \(played\)")
     # 2: the card on the phone, the approval, the mail at the SMTP server, the outcome
     line(r"gate +messaging\.send_email: effect send → dana\.reyes@colleague\.test → ask the owner")
@@ -111,9 +111,9 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
     )
     line(r"receipt +messaging\.send_email succeeded \[email\.sent")
     line(r"activity +on every device's timeline: .*done: messaging\.send_email succeeded")
-    line(r"glasses +says: \"\[rule-based\] Sent the e-mail to dana\.reyes@colleague\.test")
+    line(r"glasses +says: \"Sent the e-mail to dana\.reyes@colleague\.test")
     # 3: the mac's replica is the hub's timeline; the end
-    line(r"^ +\d+ +hub +.* +reply +\[rule-based\] Sent the e-mail to dana\.reyes@colleague")
+    line(r"^ +\d+ +hub +.* +reply +Sent the e-mail to dana\.reyes@colleague")
     line(r"mac +holds the same \d+ entries as the hub")
     line(r"demo finished in [\d.]+ s: every step passed; .* none left behind")
     # the order a person reads it in

@@ -17,6 +17,7 @@ from pathlib import Path
 import apsw
 import pytest
 
+from hub.brain.replies import say as reply_text
 from provisioning.pairing import ALPHABET
 from tests.mesh_harness import Mesh
 from tests.waiting import poll_sync
@@ -26,7 +27,7 @@ pytestmark = pytest.mark.slow
 
 WRONG_CODE = "pairing refused: the code is wrong, expired or already used"
 RATE_LIMITED = "pairing refused: too many attempts"
-RULES = "[rule-based] "
+UNKNOWN = reply_text("unknown", "en")
 
 
 # ---------------------------------------------------------------- helpers
@@ -112,7 +113,7 @@ def test_good_code_enrols_once_and_the_device_can_talk(mesh: Mesh) -> None:
     # the paired device talks to the hub it paired with (pinned key, no --hub needed)
     say = mesh.say(bundle, "hello from a paired phone")
     assert say.returncode == 0, say.stderr
-    assert say.stdout.strip().startswith(f"{RULES}I heard: hello from a paired phone.")
+    assert say.stdout.strip() == f"I heard: hello from a paired phone. {UNKNOWN}", say.stdout
     assert [t for _, _, k, t in mesh.hub_timeline() if k == "utterance"] == [
         "hello from a paired phone"
     ]

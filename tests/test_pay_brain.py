@@ -19,9 +19,10 @@ import pytest
 
 from hub.brain.agents import PydanticBrain
 from hub.brain.base import Turn, collect
+from hub.brain.intents import IntentEngine, Named, SlotLists
 from hub.brain.ordering import match_item, parse_items, parse_order, shop_id
 from hub.brain.providers import ProviderStore
-from hub.brain.rules import PREFIX, RuleBrain
+from hub.brain.rules import RuleBrain
 from hub.brain.tasks import TaskStore
 from hub.payments import VoiceEvidence
 from hub.payments.model import voice_evidence
@@ -32,6 +33,17 @@ from tests.waiting import poll
 
 KNOWN = "Lotus Kitchen,Green Bowl"
 ORDER = "Yimi, order two beef noodles from Lotus Kitchen for up to 30 euros"
+SHOPS = SlotLists(
+    shops=(
+        Named("lotus-kitchen", ("Lotus Kitchen", "莲花厨房")),
+        Named("green-bowl", ("Green Bowl", "绿碗")),
+    )
+)
+
+
+@pytest.fixture(scope="module")
+def engine() -> IntentEngine:
+    return IntentEngine(SHOPS)
 
 
 # ---------------------------------------------------------------- parsing
@@ -43,27 +55,36 @@ ORDER = "Yimi, order two beef noodles from Lotus Kitchen for up to 30 euros"
         (
             ORDER,
             "order",
-            {"items": "two beef noodles", "shop": "Lotus Kitchen", "budget": "30"},
+            {"items": "two beef noodles", "shop": "lotus-kitchen", "budget": "30"},
         ),
         (
-            "please order 3 dumplings and a jasmine tea from lotus-kitchen",
+            "please order 3 dumplings and a jasmine tea from Lotus Kitchen",
             "order",
             {"items": "3 dumplings and a jasmine tea", "shop": "lotus-kitchen"},
         ),
+        (
+            "从莲花厨房点两份牛肉面和一杯茉莉花茶，三十块以内",
+            "order",
+            {"items": "两份牛肉面和一杯茉莉花茶", "shop": "lotus-kitchen", "budget": "30"},
+        ),
         ("pay it", "pay_it", {}),
         ("Yes, pay it.", "pay_it", {}),
+        ("付款", "pay_it", {}),
         ("undo", "undo", {}),
         ("cancel the order", "undo", {}),
+        ("撤销", "undo", {}),
     ],
 )
-def test_the_documented_ordering_requests(said: str, kind: str, slots: dict[str, str]) -> None:
-    got = parse_order(said)
+def test_the_documented_ordering_requests(
+    engine: IntentEngine, said: str, kind: str, slots: dict[str, str]
+) -> None:
+    got = parse_order(said, engine)
     assert got is not None and (got.kind, got.slots) == (kind, slots)
 
 
-def test_not_an_ordering_request() -> None:
+def test_not_an_ordering_request(engine: IntentEngine) -> None:
     for said in ("what did I order last time", "pay attention", "remember I like noodles"):
-        assert parse_order(said) is None, said
+        assert parse_order(said, engine) is None, said
 
 
 def test_items_shops_and_menu_matching() -> None:
@@ -72,6 +93,13 @@ def test_items_shops_and_menu_matching() -> None:
         (1, "jasmine tea"),
     ]
     assert parse_items("3 dumplings, tea") == [(3, "dumplings"), (1, "tea")]
+    assert parse_items("2 x dumplings & the jasmine tea plus an oolong") == [
+        (2, "dumplings"),
+        (1, "jasmine tea"),
+        (1, "oolong"),
+    ]
+    assert parse_items("两份牛肉面和一杯茉莉花茶") == [(2, "牛肉面"), (1, "茉莉花茶")]
+    assert parse_items("三个饺子、茶") == [(3, "饺子"), (1, "茶")]
     assert shop_id("The Lotus Kitchen") == "lotus-kitchen"
     menu = [
         {"item_id": "noodles", "name": "Beef noodles"},
@@ -137,7 +165,7 @@ class RuleWorld:
 
     async def say(self, turn: Turn) -> str:
         reply = await collect(self.brain.turn(turn))
-        assert reply.startswith(PREFIX), reply
+        assert "rule-based" not in reply, reply
         return reply
 
 
@@ -431,3 +459,21 @@ async def test_llm_brain_an_order_read_in_content_is_refused_at_the_checkout(
 def _done(store: TaskStore) -> list[Any]:
     rows = store.db.execute("SELECT task_id FROM tasks ORDER BY created_ms")
     return [store.require(r[0]) for r in rows]
+
+
+async def test_rule_brain_orders_in_chinese(tmp_path: Path) -> None:
+    async with rule_world(tmp_path) as rw:
+        w = rw.w
+        said = "依米，从莲花厨房点两份牛肉面，三十块以内"
+        reply = await rw.say(spoken(w, said, turn_id="t-zh"))
+        assert "结账页面显示：向Lotus Kitchen支付25.00 EUR；还没有付款。" in reply, reply
+        assert "请在60秒内在手机上批准卡片" in reply
+        (p,) = w.pay.store.recent()
+        assert p.budget_minor == 3000 and p.context["order"]["items"] == [
+            {"item_id": "noodles", "name": "Beef noodles", "quantity": 2}
+        ]
+        undone = await rw.say(spoken(w, "撤销"))
+        assert undone == "已取消：向Lotus Kitchen支付25.00 EUR不会付款。", undone
+        assert w.shop.charges() == []
+        nothing = await rw.say(spoken(w, "付款"))
+        assert nothing == "没有等待付款的订单。"

@@ -153,6 +153,41 @@ def test_the_address_book_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path.write_text("not: [a list")
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 2_000_000))
     assert book.find("Ann") is None  # a broken file is an empty book (and logged)
+    assert book.all() == []
+
+
+async def test_the_timeline_source_reads_today_yesterday_or_last_week(
+    tmp_path: Path, store: HubStore
+) -> None:
+    import datetime as dt
+
+    midnight = dt.datetime.combine(dt.date.today(), dt.time())
+    for name, when in (
+        ("today", midnight + dt.timedelta(minutes=1)),
+        ("yesterday", midnight - dt.timedelta(hours=2)),
+        ("three days ago", midnight - dt.timedelta(days=3)),
+        ("a month ago", midnight - dt.timedelta(days=30)),
+    ):
+        ts = int(when.timestamp() * 1000)
+        store.append_entry(
+            f"e-{ts}", device="d", kind="utterance", text=name, ts_ms=ts, trace_id="t", meta={}
+        )
+    (timeline,) = [
+        s
+        for s in ContextSources(tmp_path, store, list).sources("owner", "u")
+        if s.name == "timeline"
+    ]
+
+    async def texts(query: str) -> list[str]:
+        return [
+            x.text.split(" ", 1 if query != "last_week" else 2)[-1]
+            for x in await timeline.fetch(query)
+        ]
+
+    assert await texts("today") == ["today"]
+    assert await texts("what's on my timeline") == ["today"]  # anything else: today
+    assert await texts("yesterday") == ["yesterday"]
+    assert await texts("last_week") == ["yesterday", "three days ago"]
 
 
 def test_turn_meta_is_stored_as_the_json_it_always_was() -> None:

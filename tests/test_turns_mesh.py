@@ -35,7 +35,8 @@ from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
 
-RULES = "[rule-based] "
+RULES = "[rule-based]"
+"""the old reply prefix: no reply names its implementation any more"""
 MAIL = "e-mail the meeting notes to my colleague"
 
 
@@ -137,9 +138,9 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             phone_edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
 
             out = await say(mesh, mac, "Yimi, remember I don't eat cilantro")
-            assert out.startswith(RULES) and "I'll remember: I don't eat cilantro" in out, out
+            assert RULES not in out and "I'll remember: I don't eat cilantro" in out, out
             out = await say(mesh, mac, "what do you remember about cilantro")
-            assert out.startswith(RULES) and "I don't eat cilantro" in out, out
+            assert RULES not in out and "I don't eat cilantro" in out, out
 
             # typed on the Mac: the owner's turn (admission), the original archived
             meta = json.loads(
@@ -174,20 +175,17 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
 
             # the result comes back to the Mac, where the sentence was typed
             def reported(p: Proc = mac_edge) -> bool:
-                return "hub: [rule-based] Sent the e-mail to dana@example.org" in p.text()
+                return "hub: Sent the e-mail to dana@example.org" in p.text()
 
             await poll(reported, 20, "the report on the Mac")
             assert hub.turns.brain.store.require(task).state == "done"
             acts = activity(mesh)
             assert any(
-                a.startswith(
-                    "e-mail my colleague — waiting for consent: messaging.send_email waiting"
-                )
+                a.startswith("e-mail Dana Lee — waiting for consent: messaging.send_email waiting")
                 for a in acts
             ), acts
             assert any(
-                a.startswith("e-mail my colleague — done: ")
-                and "messaging.send_email succeeded" in a
+                a.startswith("e-mail Dana Lee — done: ") and "messaging.send_email succeeded" in a
                 for a in acts
             ), acts
             # the Mac ACKed the report: its facts are said now

@@ -10,7 +10,8 @@ Python API (for the hub daemon)::
         await brain.resume()                          # once, after a (re)start
         turn = Turn(text, owner="owner", scope=verdict_scope, session_id=session,
                     trace_id=trace, device_id=device, turn_id=timeline_entry_id,
-                    sources=[...six context sources...], voice=spoken)
+                    sources=[...six context sources...], voice=spoken,
+                    language="zh")                # "" → detected from the text
         async for chunk in brain.turn(turn):          # ReplyChunk: task_id, index, text, final
             deliver(chunk)                            # to the device the sentence came from
         ...
@@ -26,8 +27,10 @@ Parts:
 
 - :mod:`.base` — :class:`Turn`, :class:`ReplyChunk`, :class:`TaskEvent`, the abstract
   :class:`Brain`, the gateway declaration of the brain's own tools;
-- :mod:`.rules` — :class:`RuleBrain`, the offline rule-based model (a documented fixed set
-  of requests; says it is rule-based in every reply) and the :class:`AddressBook`;
+- :mod:`.rules` — :class:`RuleBrain`, the offline rule-based brain on the intent engine
+  (:mod:`.intents`; English and Chinese, live slot lists from :mod:`.slots`), and the
+  :class:`AddressBook`; every sentence it says is in :mod:`.replies` (``en`` / ``zh``);
+  the hub's shopping and to-do lists are :mod:`.lists` (in-hub gateway tools);
 - :mod:`.agents` — :class:`PydanticBrain`: main agent + background sub-agents on
   pydantic-ai, gateway hooks, the strict 120-call budget, 3 concurrent / depth 2, steering;
 - :mod:`.configured` — :class:`ConfiguredBrain`: rule-based until an LLM endpoint is
@@ -38,8 +41,9 @@ Parts:
   in model context; :mod:`.tasks` — the persisted task state machine;
   :mod:`.runtime` — steps, consent continuation and reports shared by both brains.
 
-State lives under ``HOME/brain/``: ``tasks.db`` (tasks, steps, histories, run budgets) and
-``providers.db`` (configuration, changes, encrypted keys).
+State lives under ``HOME/brain/``: ``tasks.db`` (tasks, steps, histories, run budgets),
+``lists.db`` (the shopping and to-do lists) and ``providers.db`` (configuration, changes,
+encrypted keys).
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ Background work is reported as :class:`TaskEvent` s to the ``on_event`` callback
 
 from __future__ import annotations
 
-import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -118,13 +117,33 @@ class TaskEvent:
 EventSink = Callable[[TaskEvent], Awaitable[None]]
 
 
-_SENTENCE_END = re.compile(r"(?<=[.!?。！？…])\s+|(?<=[。！？])|\n+")
+_LATIN_END = ".!?…"
+_CJK_END = "。！？"
+
+
+def _sentences(text: str) -> list[str]:
+    """``text`` cut after a sentence's end: Latin end marks followed by white space, Chinese
+    ones always, and at line breaks."""
+    out: list[str] = []
+    cur: list[str] = []
+    for i, ch in enumerate(text):
+        if ch == "\n":
+            out.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+        nxt = text[i + 1] if i + 1 < len(text) else ""
+        if ch in _CJK_END or (ch in _LATIN_END and nxt.isspace()):
+            out.append("".join(cur))
+            cur = []
+    out.append("".join(cur))
+    return out
 
 
 def split_chunks(text: str, limit: int = MAX_CHUNK) -> list[str]:
     """Whole sentences packed into chunks of at most ``limit`` characters (a sentence
     longer than that is cut at a space)."""
-    pieces = [p.strip() for p in _SENTENCE_END.split(text) if p and p.strip()]
+    pieces = [p.strip() for p in _sentences(text) if p and p.strip()]
     out: list[str] = []
     cur = ""
     for p in pieces:

@@ -2,19 +2,23 @@
 opened from the admitted turn, "pay it" and "undo".
 
 The brain never decides that the owner wants to pay: *platform code* reads the owner's own
-words (the turn's text, never a model's output or content it read) against this fixed set
-of requests, and only then asks the payment authority (:mod:`hub.payments`) for an intent —
-with the turn's scope, its voice evidence and where the words came from. The authority
-refuses every turn that is not the owner's own live request (a guest, an uncertain voice, a
-scheduled run, text that came from an e-mail, a web page or another agent). Requests
-(English; an optional leading "Yimi," and "please")::
+words (the turn's text, never a model's output or content it read) with the intent engine
+(:mod:`hub.brain.intents`), and only then asks the payment authority (:mod:`hub.payments`)
+for an intent — with the turn's scope, its voice evidence and where the words came from.
+The authority refuses every turn that is not the owner's own live request (a guest, an
+uncertain voice, a scheduled run, text that came from an e-mail, a web page or another
+agent). Requests (English and Chinese; the engine's intents)::
 
-    order the same lunch as last time        (also: "order the same as last time")
-    order <items> from <shop> [for up to <amount> [euros]]
-        items: "two beef noodles and a jasmine tea", "3 dumplings", "noodles"
-        shop:  a shop of the errands provider by name ("Lotus Kitchen") or id
-    pay it                                   ("pay", "yes, pay it", "pay for it")
-    undo                                     ("undo it", "cancel the order", "stop the payment")
+    YimiOrderSame  "order the same lunch as last time", "和上次一样的午饭"   (meal)
+    YimiOrder      "order two beef noodles from Lotus Kitchen for up to 30 euros",
+                   "从莲花厨房点两份牛肉面和一杯茉莉花茶，三十块以内"   (items, shop, budget)
+    YimiPayIt      "pay it", "yes, pay it", "付款"
+    YimiUndo       "undo", "cancel the order", "stop the payment", "撤销"
+
+Items are split by :func:`parse_items` (plain code: "two beef noodles and a jasmine tea",
+"两份牛肉面和一杯茉莉花茶"); the shop is a shop id from the live shop list
+(``errands.list_shops``). The words said back are :mod:`hub.brain.replies`' in the turn's
+language (the task's ``spec["lang"]``).
 
 - **order** — an intent (budget: the amount named; for "the same … as last time" what it
   cost last time), then ``errands.browse_menu`` → ``add_to_cart`` → ``go_to_checkout``
@@ -36,17 +40,19 @@ answered by this code, not by the model.
 
 from __future__ import annotations
 
+import functools
 import logging
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hub.brain.replies import say
 from hub.gateway import CallContext, Gateway, Receipt, ToolCall
 from hub.gateway.facts import check_reply
 
 if TYPE_CHECKING:
     from hub.brain.base import Turn
+    from hub.brain.intents import IntentEngine, Match
     from hub.brain.runtime import BrainCore
     from hub.brain.tasks import TaskRecord, TaskStore
     from hub.payments import Payment, PaymentAuthority, PaymentRequest
@@ -58,43 +64,13 @@ PAYMENT_KINDS = frozenset({"order", "order_same"})
 """requests that open a payment intent"""
 PACKAGE = "errands"
 
-_WAKE = re.compile(r"^\s*(?:(?:hey|ok|okay)\s+)?yimi\b[\s,!.:]*", re.I)
-_PLEASE = re.compile(r"^(?:please|could you|can you|would you)\s+", re.I)
-_MONEY = r"(?P<budget>\d+(?:[.,]\d{1,2})?)\s*(?:euros?|eur|€)?"
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    (
-        "order_same",
-        re.compile(
-            r"^(?:order|get)\s+(?:me\s+|us\s+)?(?:the\s+)?same\s+"
-            r"(?:(?P<meal>breakfast|brunch|lunch|dinner|supper|snack|order|meal)\s+)?"
-            r"(?:as|like)\s+(?:the\s+)?(?:last\s+time|before|yesterday)$",
-            re.I,
-        ),
-    ),
-    (
-        "order",
-        re.compile(
-            r"^(?:order|buy|get\s+me)\s+(?P<items>.+?)\s+from\s+(?P<shop>.+?)"
-            r"(?:\s*,?\s+(?:for\s+)?(?:up\s+to|under|at\s+most|no\s+more\s+than|max(?:imum)?"
-            r"|within|with\s+a\s+budget\s+of|budget(?:\s+of)?)\s+" + _MONEY + r")?$",
-            re.I,
-        ),
-    ),
-    (
-        "pay_it",
-        re.compile(
-            r"^(?:(?:yes|ok|okay|sure)[,!.]?\s+)?(?:go\s+ahead\s+and\s+)?"
-            r"pay(?:\s+(?:it|for\s+it|that|now|it\s+now))?$",
-            re.I,
-        ),
-    ),
-    (
-        "undo",
-        re.compile(
-            r"^(?:undo|stop|cancel)(?:\s+(?:it|that|the\s+(?:payment|order)|my\s+order))?$", re.I
-        ),
-    ),
-]
+ORDER_INTENTS = {
+    "YimiOrder": "order",
+    "YimiOrderSame": "order_same",
+    "YimiPayIt": "pay_it",
+    "YimiUndo": "undo",
+}
+"""intent engine names → the desk's request kinds"""
 _NUMBERS = {
     "a": 1,
     "an": 1,
@@ -109,11 +85,10 @@ _NUMBERS = {
     "nine": 9,
     "ten": 10,
 }
-_ITEM = re.compile(
-    r"^(?:(?P<qty>\d+|a|an|one|two|three|four|five|six|seven|eight|nine|ten)\s+)?"
-    r"(?:x\s+|portions?\s+of\s+|servings?\s+of\s+)?(?:the\s+)?(?P<name>.+)$",
-    re.I,
-)
+_FILLER = frozenset({"x", "the", "some", "of", "portion", "portions", "serving", "servings"})
+_ZH_SEPARATORS = ("还有", "以及", "和", "跟", "、", "，", ",", "及", "加")
+_ZH_MEASURES = "份杯个碗盘瓶块只条盒包串听罐袋"
+_ZH_NUMERALS = "零〇一二两三四五六七八九十百"
 
 
 @dataclass(frozen=True)
@@ -123,37 +98,106 @@ class OrderIntent:
     slots: dict[str, str]
 
 
-def parse_order(text: str) -> OrderIntent | None:
-    """The ordering or payment request in the owner's words, or ``None``."""
-    t = _WAKE.sub("", text.strip())
-    t = _PLEASE.sub("", t).strip().rstrip(".!?。！？ ").strip()
-    for kind, pattern in _PATTERNS:
-        m = pattern.match(t)
-        if m:
-            slots = {k: v.strip() for k, v in m.groupdict().items() if v}
-            if "budget" in slots:
-                slots["budget"] = slots["budget"].replace(",", ".")
-            return OrderIntent(kind, slots)
-    return None
+def order_of(match: Match | None) -> OrderIntent | None:
+    """The ordering or payment request of an intent-engine match, or ``None``."""
+    if match is None or match.intent not in ORDER_INTENTS:
+        return None
+    slots = {k: _slot_text(v) for k, v in match.slots.items() if v not in ("", None)}
+    return OrderIntent(ORDER_INTENTS[match.intent], slots)
+
+
+def parse_order(text: str, engine: IntentEngine | None = None) -> OrderIntent | None:
+    """The ordering or payment request in the owner's words, or ``None``.
+
+    ``engine``: the brain's intent engine with the live slot lists (the shops); without
+    one, an engine knowing only the shops the errands package declares."""
+    from hub.brain.intents import LOCAL_CONFIDENCE
+
+    eng = engine if engine is not None else _default_engine()
+    match = eng.recognize(text)
+    if match is None or match.score < LOCAL_CONFIDENCE:
+        return None
+    return order_of(match)
+
+
+@functools.cache
+def _default_engine() -> IntentEngine:
+    from hub.brain.intents import IntentEngine, SlotLists
+    from hub.brain.slots import declared_shops
+
+    return IntentEngine(SlotLists(shops=tuple(declared_shops())))
+
+
+def _slot_text(v: object) -> str:
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() else f"{v:.2f}"
+    return str(v)
+
+
+def _words(text: str) -> list[str]:
+    """Lower-case words of ``text`` (letters and digits; everything else separates)."""
+    return "".join(ch if ch.isalnum() else " " for ch in text.casefold()).split()
+
+
+def _has_cjk(text: str) -> bool:
+    return any("\u4e00" <= ch <= "\u9fff" for ch in text)
 
 
 def parse_items(text: str) -> list[tuple[int, str]]:
-    """``"two beef noodles and a jasmine tea"`` → ``[(2, "beef noodles"), (1, "jasmine tea")]``."""
-    out = []
-    for part in re.split(r"\s*,\s*(?:and\s+)?|\s+and\s+|\s*&\s*|\s+plus\s+", text.strip()):
-        m = _ITEM.match(part.strip())
-        if not m or not m.group("name").strip():
+    """``"two beef noodles and a jasmine tea"`` → ``[(2, "beef noodles"), (1, "jasmine tea")]``;
+    ``"两份牛肉面和一杯茉莉花茶"`` → ``[(2, "牛肉面"), (1, "茉莉花茶")]``."""
+    if _has_cjk(text):
+        return _zh_items(text)
+    parts: list[list[str]] = [[]]
+    for raw in text.replace(",", " , ").replace("&", " and ").split():
+        word = raw.strip()
+        if word.casefold() in (",", "and", "plus"):
+            if parts[-1]:
+                parts.append([])
             continue
-        q = (m.group("qty") or "1").lower()
-        qty = int(q) if q.isdigit() else _NUMBERS.get(q, 1)
-        out.append((qty, m.group("name").strip()))
+        parts[-1].append(word)
+    out = []
+    for words in parts:
+        qty = 1
+        if words and (words[0].isdigit() or words[0].casefold() in _NUMBERS):
+            head = words.pop(0).casefold()
+            qty = int(head) if head.isdigit() else _NUMBERS[head]
+        while words and words[0].casefold() in _FILLER:
+            words.pop(0)
+        if words:
+            out.append((qty, " ".join(words)))
+    return out
+
+
+def _zh_items(text: str) -> list[tuple[int, str]]:
+    from hub.gateway.facts import chinese_number
+
+    for sep in _ZH_SEPARATORS:
+        text = text.replace(sep, "|")
+    out = []
+    for part in (p.strip() for p in text.split("|")):
+        i = 0
+        while i < len(part) and (part[i].isdigit() or part[i] in _ZH_NUMERALS):
+            i += 1
+        head, rest = part[:i], part[i:]
+        qty = 1
+        if head:
+            value = int(head) if head.isdigit() else chinese_number(head)
+            qty = int(value) if value else 1
+        if rest[:1] and rest[0] in _ZH_MEASURES and (head or len(rest) > 1):
+            rest = rest[1:]
+        rest = rest.strip()
+        if rest:
+            out.append((qty, rest))
     return out
 
 
 def shop_id(name: str) -> str:
     """``"Lotus Kitchen"`` → ``"lotus-kitchen"``."""
-    name = re.sub(r"^(?:the)\s+", "", name.strip(), flags=re.I)
-    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+    words = _words(name)
+    if words[:1] == ["the"]:
+        words = words[1:]
+    return "-".join(words)
 
 
 def _stem(word: str) -> str:
@@ -171,15 +215,23 @@ def _stem(word: str) -> str:
 
 
 def match_item(name: str, items: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
-    """The menu item whose id or name holds every word of ``name`` (plurals folded)."""
-    want = [_stem(w) for w in re.findall(r"\w+", name) if w.lower() not in ("of", "the")]
+    """The menu item whose id or name holds every word of ``name`` (plurals folded; a
+    Chinese name: one of the item's names, else contained in one)."""
+    if _has_cjk(name):
+        want_zh = name.strip()
+
+        def names(i: dict[str, Any]) -> list[str]:
+            return [str(i.get("name", "")), *map(str, i.get("aliases") or [])]
+
+        exact = [i for i in items if want_zh in names(i)]
+        hits = exact or [i for i in items if want_zh and any(want_zh in n for n in names(i))]
+        return min(hits, key=lambda i: min(map(len, names(i)))) if hits else None
+    want = [_stem(w) for w in _words(name) if w not in ("of", "the")]
     if not want:
         return None
     best: tuple[int, dict[str, Any]] | None = None
     for item in items:
-        hay = {
-            _stem(w) for w in re.findall(r"\w+", f"{item.get('item_id', '')} {item.get('name')}")
-        }
+        hay = {_stem(w) for w in _words(f"{item.get('item_id', '')} {item.get('name')}")}
         if all(w in hay for w in want):
             score = -len(hay)  # the tightest match
             if best is None or score > best[0]:
@@ -195,6 +247,15 @@ def _fmt(minor: int | None, currency: str) -> str:
 
 def _amount(p: Payment) -> str:
     return _fmt(p.amount_minor, p.currency)
+
+
+def _what(p: Payment, lang: str) -> str:
+    """``25.00 EUR to Lotus Kitchen`` / ``向Lotus Kitchen支付25.00 EUR``."""
+    return say("checkout.what", lang, amount=_amount(p), payee=p.payee)
+
+
+def _lang(task: TaskRecord) -> str:
+    return str(task.spec.get("lang") or "en")
 
 
 # ---------------------------------------------------------------- the desk
@@ -287,11 +348,12 @@ class PaymentDesk:
         """The rule-based brain's order: intent → menu → cart → checkout (one task)."""
         from hub.payments import PaymentError
 
+        lang = _lang(task)
         store = core.store
         pay = self.pay
         if pay is None:
             store.move(task.task_id, "failed", "no payment authority")
-            return "Payments are not set up on this hub, so I cannot order."
+            return say("pay.not_set_up_order", lang)
         ctx, _ = self.request_of(task)
         mine = pay.store.for_task(task.task_id)
         if mine:  # resumed: the intent was opened before the restart
@@ -304,20 +366,28 @@ class PaymentDesk:
                 if last is None:
                     store.move(task.task_id, "failed", "no earlier order")
                     what = f"{meal} " if meal and meal not in ("order", "meal") else ""
-                    return f"I have no earlier {what}order to repeat."
+                    return say("order.no_earlier", lang, meal="" if lang == "zh" else what)
                 order = dict(last.context["order"])
                 budget = budget or str(_major(last.amount_minor, last.currency))
                 description = f"{meal or 'order'}: the same as {last.payment_id}"
             else:
-                items = [{"quantity": q, "name": n} for q, n in parse_items(slots["items"])]
-                order = {"shop": shop_id(slots["shop"]), "shop_name": slots["shop"], "items": items}
+                items = [{"quantity": q, "name": n} for q, n in parse_items(slots.get("items", ""))]
+                shop = slots.get("shop", "")
+                if not shop:
+                    store.move(task.task_id, "failed", "no shop")
+                    return say("order.no_shop", lang, shops=slots.get("shops", "") or "—")
+                order = {
+                    "shop": shop_id(shop),
+                    "shop_name": slots.get("shop_name") or shop,
+                    "items": items,
+                }
                 description = task.spec.get("pay", {}).get("text", "") or "order"
             try:
                 p = self.open_intent(task, description=description, budget=budget, order=order)
             except PaymentError as exc:
                 store.move(task.task_id, "failed", "no payment intent")
                 reason = str(exc).removeprefix("no payment intent: ")
-                return f"I can't order or pay for this: {reason}."
+                return say("order.refused", lang, why=reason)
         order = dict(p.context.get("order") or {})
         menu = await core.step(
             task, "menu", PACKAGE, "browse_menu", {"shop": order.get("shop", "")}, lookup=True
@@ -326,7 +396,7 @@ class PaymentDesk:
             await pay.cancel(p.payment_id, "the shop could not be read")
             store.move(task.task_id, "failed", "no menu")
             name = order.get("shop_name") or order.get("shop")
-            return f"I could not open the menu of {name}: {menu.error or menu.status}."
+            return say("order.no_menu", lang, shop=name, why=menu.error or menu.status)
         fields = menu.effects[0].fields if menu.effects else {}
         listed = list(fields.get("items", []))
         lines: list[dict[str, Any]] = []
@@ -340,8 +410,8 @@ class PaymentDesk:
                 await pay.cancel(p.payment_id, "an item is not on the menu")
                 store.move(task.task_id, "failed", "item not found")
                 names = ", ".join(str(x.get("name")) for x in listed)
-                shop = fields.get("payee", order.get("shop"))
-                return f"{shop} has no {it.get('name')}. The menu: {names}."
+                payee = fields.get("payee", order.get("shop"))
+                return say("order.no_item", lang, shop=payee, item=it.get("name"), menu=names)
             lines.append(
                 {
                     "item_id": found["item_id"],
@@ -352,7 +422,7 @@ class PaymentDesk:
         if not lines:
             await pay.cancel(p.payment_id, "nothing to order")
             store.move(task.task_id, "failed", "no items")
-            return "I did not understand what to order."
+            return say("order.no_items", lang)
         pay.note_order(p.payment_id, {**order, "items": lines, "payee": fields.get("payee", "")})
         cart = ""
         for i, line in enumerate(lines):
@@ -366,101 +436,89 @@ class PaymentDesk:
             if r.status != "succeeded" or not r.effects:
                 await pay.cancel(p.payment_id, "the cart could not be filled")
                 store.move(task.task_id, "failed", "cart")
-                return f"I could not fill the cart: {r.error or r.status}."
+                return say("order.cart", lang, why=r.error or r.status)
             cart = str(r.effects[0].fields.get("cart_id", ""))
         store.move(task.task_id, "acting")
         r = await core.step(task, "checkout", PACKAGE, "go_to_checkout", {"cart_id": cart})
-        return self.checkout_reply(r, ctx)
+        return self.checkout_reply(r, ctx, lang)
 
-    def checkout_reply(self, r: Receipt, ctx: CallContext) -> str:
+    def checkout_reply(self, r: Receipt, ctx: CallContext, lang: str = "en") -> str:
         """What to say after the checkout stop (never "paid": the receipt says that later)."""
         pay = self.pay
         p = None
         if pay is not None:
             rows = pay.store.for_task(r.task_id)
             p = rows[-1] if rows else None
-        what = f"{_amount(p)} to {p.payee}" if p is not None and p.payee else "the order"
+        what = _what(p, lang) if p is not None and p.payee else say("checkout.the_order", lang)
         if r.status == "waiting":
             voice = pay is not None and pay.options.voice_pay
-            how = ' — or say "pay it"' if voice else ""
-            return (
-                f"The checkout says {what}; not paid yet. Approve the card on your phone within "
-                f"60 seconds{how}."
-            )
+            how = say("checkout.or_pay_it", lang) if voice else ""
+            return say("checkout.waiting", lang, what=what, how=how)
         if r.status == "running":
             n = pay.options.undo_seconds if pay is not None else 5
-            return f'Auto-pay: {what} will be paid in {n} seconds unless you say "undo".'
+            return say("checkout.auto", lang, what=what, n=n)
         if r.status == "rejected":
-            return f"I may not go to the checkout: {r.error or 'refused'}."
+            return say("checkout.rejected", lang, why=r.error or say("refused", lang))
         if r.status == "cancelled":
-            return f"The order was stopped: {r.error or 'cancelled'}. Nothing was paid."
-        return f"The checkout did not work: {r.error or r.status}. Nothing was paid."
+            return say("checkout.cancelled", lang, why=r.error or "cancelled")
+        return say("checkout.failed", lang, why=r.error or r.status)
 
     # ------------------------------------------------------------------ "pay it" / "undo"
     async def pay_it(self, task: TaskRecord, store: TaskStore) -> str:
         """The owner said "pay it": voice pay for the payment waiting on this device."""
+        lang = _lang(task)
         pay = self.pay
         if pay is None:
-            return self._finish(store, task, "failed", "Payments are not set up on this hub.")
+            return self._finish(store, task, "failed", say("pay.not_set_up", lang))
         waiting = pay.waiting(task.owner)
         if not waiting:
-            return self._finish(store, task, "done", "Nothing is waiting to be paid.")
+            return self._finish(store, task, "done", say("pay.nothing", lang))
         here = [p for p in waiting if p.request.device_id == task.device_id]
         p = (here or waiting)[0]
-        what = f"{_amount(p)} to {p.payee}"
+        what = _what(p, lang)
         ctx, request = self.request_of(task)
         evidence = request.voice
         if evidence is None or request.source != "owner_voice":
-            return self._finish(
-                store,
-                task,
-                "done",
-                f"To pay {what}, approve the card on your phone: only the owner's verified "
-                'voice can say "pay it".',
-            )
+            return self._finish(store, task, "done", say("pay.card_only", lang, what=what))
         out = await pay.voice_confirm(p.payment_id, evidence, ctx)
         if not out.authorised:
             off = out.reason == "voice pay is off"
-            why = "voice pay is off" if off else f"not by voice: {out.reason}"
-            return self._finish(
-                store, task, "done", f"To pay {what}, approve the card on your phone ({why})."
-            )
+            why = say("pay.voice_off", lang) if off else say("pay.not_voice", lang, why=out.reason)
+            return self._finish(store, task, "done", say("pay.card", lang, what=what, why=why))
         r = out.receipt
         if r is None:
-            text = f"Approved by voice: {what}. The payment's result is not in yet."
+            text = say("pay.approved", lang, what=what)
         elif r.status == "succeeded":
-            text = r.summary or f"Paid {what}."
+            text = (r.summary if lang != "zh" else "") or say("pay.paid", lang, what=what)
         elif r.status == "unknown":
-            text = (
-                f"The payment of {what} is not confirmed: I am checking with the provider and "
-                "will not pay again."
-            )
+            text = say("pay.unconfirmed", lang, what=what)
         else:
-            text = f"Not paid: {r.error or r.status}."
-        checked = check_reply(text, [r] if r is not None else [])
+            text = say("pay.not_paid", lang, why=r.error or r.status)
+        checked = check_reply(text, [r] if r is not None else [], lang=lang)
         return self._finish(store, task, "done", checked.text or text)
 
     async def undo(self, task: TaskRecord, store: TaskStore) -> str:
         """The owner said "undo": an auto-payment in its window, else a waiting payment."""
+        lang = _lang(task)
         pay = self.pay
         if pay is None:
-            return self._finish(store, task, "failed", "Payments are not set up on this hub.")
+            return self._finish(store, task, "failed", say("pay.not_set_up", lang))
         ctx, _ = self.request_of(task)
         if ctx.scope not in ("owner", "owner_uncertain"):
-            return self._finish(store, task, "done", "Only the owner can undo a payment.")
+            return self._finish(store, task, "done", say("undo.owner_only", lang))
         for p in pay.undoable(task.owner):
             if await pay.undo(p.payment_id, ctx):
                 return self._finish(
-                    store, task, "done", f"Undone: {_amount(p)} to {p.payee} was not paid."
+                    store, task, "done", say("undo.undone", lang, what=_what(p, lang))
                 )
         waiting = pay.waiting(task.owner)
         if waiting and ctx.scope == "owner":
             p = waiting[0]
             if await pay.cancel(p.payment_id, "cancelled by the owner"):
                 return self._finish(
-                    store, task, "done", f"Cancelled: {_amount(p)} to {p.payee} will not be paid."
+                    store, task, "done", say("undo.cancelled", lang, what=_what(p, lang))
                 )
-        return self._finish(store, task, "done", "There is no payment I can still undo.")
+        return self._finish(store, task, "done", say("undo.nothing", lang))
 
     @staticmethod
     def _finish(store: TaskStore, task: TaskRecord, state: str, text: str) -> str:

@@ -1,62 +1,82 @@
-"""The built-in rule-based model: the offline default, needing no model endpoint.
+"""The built-in rule-based brain: the offline default, needing no model endpoint.
 
-It is **not** a language model and never says it is one: every reply starts with
-``[rule-based]``. It understands exactly this fixed set of requests (English, an optional
-leading "Yimi," and "please"; anything else gets the list below as its answer):
+It is **not** a language model and never says it is one. Requests are understood by the
+intent engine (:mod:`hub.brain.intents`: hassil templates, Yimi's own and Home Assistant's,
+in English and Chinese, over live slot lists — :mod:`hub.brain.slots`); the reply is in the
+turn's language (:attr:`Turn.lang`), its words all come from :mod:`hub.brain.replies`. The
+mode stays visible where it belongs: ``ReplyChunk.brain``, the task's spec
+(``brain: rule-based``) and ``yimi brain status`` — not in the spoken text.
 
-- **remember** — "remember I don't eat cilantro", "remember that …" → ``memory.commit``
-  (a core-profile entry, sourced from the utterance);
-- **recall** — "what do you remember about cilantro", "what do you know about Dana",
-  "recall cilantro" → ``memory.recall``;
-- **send a message** — "e-mail the meeting notes to my colleague", "send an e-mail to Dana
-  saying I'm late", "message Dana: running late" → ``messaging.send_email``;
-- **control a device** — "turn on the kitchen light", "switch the kettle off" →
-  ``home.list_devices`` (to find the device) and ``home.set_state``;
-- **timeline** — "what's on my timeline (today)" → the turn's ``timeline`` context source;
-- **order and pay** — "order the same lunch as last time", "order two beef noodles from
-  Lotus Kitchen (for up to 30 euros)" → a payment intent from the owner's own request, then
-  ``errands.browse_menu`` / ``add_to_cart`` / ``go_to_checkout`` (the checkout stops: a card
-  on the phone); "pay it" (voice pay, if the owner enabled it) and "undo"
-  (:mod:`hub.brain.ordering`).
+Intents and what they do (every action goes through the gateway as one persisted step,
+see :mod:`hub.brain.runtime`):
 
-Recipients are looked up in the address book (:class:`AddressBook`: name, aliases such as
-"my colleague", e-mail). "the meeting notes" (any ``the ... notes``) is looked up in the
-turn's ``notes`` context source and its text becomes the body. Every action goes through
-the gateway as one persisted step (see :mod:`hub.brain.runtime`); the owner's own sentence
-is what asked for it, so ``owner_requested`` is true — except for turns whose scope is not
-``owner``, where it is false and the gateway's scope rules decide (a guest can neither send
-nor read memory).
+- ``YimiRemember`` → ``memory.commit``; ``YimiRecall`` → ``memory.recall``;
+  ``YimiForget`` → ``memory.recall`` then ``memory.forget`` of the best matches;
+- ``YimiSendMessage`` → ``messaging.send_email`` to a contact of the address book; "the
+  meeting notes" (a thing to send naming notes) is read from the turn's ``notes`` source;
+- ``HassTurnOn/Off``, ``HassLightSet``, ``HassSetPosition``, ``HassSetVolume`` →
+  ``home.set_state`` of the named device, or of the area's devices of the domain;
+  ``HassGetState`` → ``home.get_state``;
+- ``YimiTimeline`` → the ``timeline`` context source (query ``today`` / ``yesterday`` /
+  ``last_week``);
+- ``YimiListRead``, ``HassShoppingListAddItem``, ``HassListAddItem``,
+  ``HassShoppingListCompleteItem`` → the hub's lists (:mod:`hub.brain.lists`, in-hub tools
+  of the gateway);
+- ``HassGetCurrentTime/Date`` → the hub's local clock, spoken;
+- timers → "not yet" (they come with the scheduler); ``HassNevermind`` → "OK.";
+  ``YimiHelp`` → what it can do;
+- ``YimiOrder``, ``YimiOrderSame``, ``YimiPayIt``, ``YimiUndo`` → :mod:`hub.brain.ordering`.
+
+A sentence the engine does not recognise (or recognises with a score below
+``LOCAL_CONFIDENCE``) gets the honest answer in its language and no action. The owner's own
+sentence is what asked for an action, so ``owner_requested`` is true — except for turns
+whose scope is not ``owner``, where it is false and the gateway's scope rules decide.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 import logging
-import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import yaml
 
 from hub.brain.base import Brain, Outbox, ReplyChunk, Turn
 from hub.brain.errors import BrainError
-from hub.brain.ordering import ORDER_KINDS, PAYMENT_KINDS, PaymentDesk, parse_order
+from hub.brain.lists import LIST_IDS, ListStore, ListTools, lists_manifest
+from hub.brain.ordering import ORDER_INTENTS, PAYMENT_KINDS, PaymentDesk
+from hub.brain.replies import join, joined, say, spoken_date, spoken_time
 from hub.brain.runtime import BrainCore, waiting
+from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource, Snippet
 
+if TYPE_CHECKING:
+    from hub.brain.intents import IntentEngine
+
 log = logging.getLogger(__name__)
 
-PREFIX = "[rule-based]"
-HELP = (
-    f"{PREFIX} I am the built-in rule-based assistant, not a language model. I understand: "
-    "remember …; what do you remember about …; e-mail … to <contact> (or: send an e-mail to "
-    "<contact> saying …); turn on/off <device>; what's on my timeline; order <items> from "
-    "<shop>; order the same lunch as last time; pay it; undo."
-)
 SOURCE_TIMEOUT_S = 1.2
+MAX_FORGET = 3
+"""memories one "forget …" removes at most (the best-scored recall hits)"""
+TIMERS = frozenset(
+    {"HassStartTimer", "HassCancelTimer", "HassPauseTimer", "HassUnpauseTimer", "HassTimerStatus"}
+)
+LEVELS = {
+    "HassLightSet": ("brightness", "brightness", "device.brightness"),
+    "HassSetPosition": ("position", "position", "device.position"),
+    "HassSetVolume": ("volume_level", "volume", "device.volume"),
+}
+"""intent → (its slot, the ``home.set_state`` argument, the reply key)"""
+NOTE_WORDS = ("note", "notes", "minutes", "笔记", "纪要", "记录", "会议记录")
+"""a thing to send naming one of these is read from the ``notes`` source"""
+LIST_DOMAINS = ("light", "switch", "fan")
+"""what "turn on the kitchen" switches when no domain is named (lights first)"""
 
 
 # ---------------------------------------------------------------- address book
@@ -72,9 +92,13 @@ class Contacts(Protocol):
 
 
 def _norm(name: str) -> str:
-    name = re.sub(r"[^\w\s@.-]", " ", name.lower())
-    name = re.sub(r"^(?:to\s+)?(?:my|the|our)\s+", "", name.strip())
-    return " ".join(name.split())
+    """Lower case, punctuation as spaces, a leading "to"/"my"/"the"/"our" dropped."""
+    words = "".join(ch if ch.isalnum() or ch in "@.-" else " " for ch in name.casefold()).split()
+    if words[:1] == ["to"]:
+        words = words[1:]
+    if words[:1] and words[0] in ("my", "the", "our"):
+        words = words[1:]
+    return " ".join(words)
 
 
 @dataclass
@@ -93,6 +117,10 @@ class AddressBook:
                 return c
         firsts = [c for c in self.contacts if _norm(c.name).split()[:1] == [want]]
         return firsts[0] if len(firsts) == 1 else None
+
+    def all(self) -> list[Contact]:
+        """Every contact (the intent engine's contact list)."""
+        return list(self.contacts)
 
     @classmethod
     def load(cls, path: Path) -> AddressBook:
@@ -115,81 +143,30 @@ class AddressBook:
         return cls(out)
 
 
-# ---------------------------------------------------------------- parsing
+# ---------------------------------------------------------------- requests
 @dataclass(frozen=True)
 class Intent:
-    kind: str
-    """``remember`` / ``recall`` / ``send`` / ``device`` / ``timeline`` / ``unknown``"""
-    slots: dict[str, str] = field(default_factory=dict)
+    """A recognised request: the engine's intent name and its slots (``None``: unknown)."""
 
+    name: str | None
+    slots: Mapping[str, Any] = field(default_factory=dict)
 
-_WAKE = re.compile(r"^\s*(?:(?:hey|ok|okay)\s+)?yimi\b[\s,!.:]*", re.I)
-_PLEASE = re.compile(r"^(?:please|could you|can you|would you)\s+", re.I)
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("remember", re.compile(r"^remember(?:\s+that)?\s+(?P<fact>.+)$", re.I)),
-    (
-        "recall",
-        re.compile(
-            r"^(?:what\s+do\s+you\s+(?:remember|know)\s+about|recall|do\s+you\s+remember)"
-            r"\s+(?P<query>.+)$",
-            re.I,
-        ),
-    ),
-    (
-        "timeline",
-        re.compile(
-            r"^what(?:'s|\s+is)\s+on\s+my\s+(?:timeline|agenda|day|schedule)(?:\s+today)?$", re.I
-        ),
-    ),
-    (
-        "device",
-        re.compile(r"^(?:turn|switch)\s+(?P<state>on|off)\s+(?:the\s+)?(?P<device>.+)$", re.I),
-    ),
-    (
-        "device",
-        re.compile(r"^(?:turn|switch)\s+(?:the\s+)?(?P<device>.+?)\s+(?P<state>on|off)$", re.I),
-    ),
-    (
-        "send",
-        re.compile(
-            r"^(?:send\s+)?(?:an?\s+)?(?:e-?mail|message)\s+to\s+(?P<to>.+?)"
-            r"(?:\s+saying\s+|\s*:\s*|,\s*)(?P<body>.+)$",
-            re.I,
-        ),
-    ),
-    (
-        "send",
-        re.compile(
-            r"^(?:e-?mail|message|tell)\s+(?P<to>[\w .'-]+?)(?:\s+saying\s+|\s*:\s*|,\s*)"
-            r"(?P<body>.+)$",
-            re.I,
-        ),
-    ),
-    (
-        "send",
-        re.compile(r"^(?:send|e-?mail|forward)\s+(?P<what>.+?)\s+to\s+(?P<to>.+)$", re.I),
-    ),
-]
-
-
-def parse(text: str) -> Intent:
-    """The request in ``text``, or ``unknown``."""
-    order = parse_order(text)
-    if order is not None:
-        return Intent(order.kind, order.slots)
-    t = _WAKE.sub("", text.strip())
-    t = _PLEASE.sub("", t).strip().rstrip(".!?。！？ ").strip()
-    for kind, pattern in _PATTERNS:
-        m = pattern.match(t)
-        if m:
-            return Intent(kind, {k: v.strip() for k, v in m.groupdict().items() if v})
-    return Intent("unknown")
+    @property
+    def kind(self) -> str:
+        """The desk's kind for orders (``order`` …), else the intent name or ``unknown``."""
+        if self.name in ORDER_INTENTS:
+            return ORDER_INTENTS[self.name]
+        return self.name or "unknown"
 
 
 # ---------------------------------------------------------------- the brain
 class RuleBrain(Brain):
     """The rule-based brain. ``turn()`` runs the request's steps through the gateway and
-    answers when the task rests (done, failed or waiting for the owner's card)."""
+    answers when the task rests (done, failed or waiting for the owner's card).
+
+    ``lists``: the hub's list store (default ``lists.db`` next to the task store);
+    ``slots``: the live slot lists and intent engine (default: built here, reading the
+    address book and the gateway's packages); ``now``: the hub's local clock."""
 
     kind = "rule-based"
 
@@ -200,15 +177,50 @@ class RuleBrain(Brain):
         *,
         contacts: Contacts | None = None,
         on_event: Any = None,
+        lists: ListStore | None = None,
+        slots: LiveSlots | None = None,
+        now: Callable[[], dt.datetime] | None = None,
     ) -> None:
-        self.core = BrainCore(gateway, store, on_event, prefix=PREFIX + " ")
+        self.core = BrainCore(gateway, store, on_event)
         self.store = store
         self.contacts: Contacts = contacts or AddressBook()
         self.desk = PaymentDesk(gateway)
+        self._own_lists = lists is None
+        self.lists = lists or ListStore(store.path.parent / "lists.db")
+        self.core.add_local(lists_manifest(), ListTools(self.lists))
+        self.slots = slots or LiveSlots(gateway, self.contacts)
+        self.now = now or (lambda: dt.datetime.now().astimezone())
+
+    @property
+    def engine(self) -> IntentEngine:
+        """The intent engine over the live slot lists (``slots.engine``)."""
+        engine = self.slots.engine
+        assert engine is not None
+        return engine
+
+    async def close(self) -> None:
+        if self._own_lists:
+            self.lists.close()
+
+    async def recognize(self, text: str, lang: str) -> Intent:
+        from hub.brain.intents import LOCAL_CONFIDENCE, Lang
+
+        first: Lang = "zh" if lang == "zh" else "en"
+        match = await self.slots.recognize(text, first)
+        if match is None:  # words in the other language than the one heard ("OK" in zh)
+            match = await self.slots.recognize(text, "en" if first == "zh" else "zh")
+        if match is None or match.score < LOCAL_CONFIDENCE:
+            return Intent(None)
+        return Intent(match.intent, dict(match.slots))
 
     async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
         turn = turn.ids()
-        intent = parse(turn.text)
+        lang = turn.lang
+        existing = self.store.get(turn.turn_id)
+        if existing is not None:  # a redelivered turn: what it was understood as then
+            intent = Intent(existing.spec.get("intent"), dict(existing.spec.get("slots", {})))
+        else:
+            intent = await self.recognize(turn.text, lang)
         task, fresh = self.store.create(
             turn.turn_id,
             trace_id=turn.trace_id,
@@ -221,16 +233,18 @@ class RuleBrain(Brain):
             title=_title(intent),
             spec={
                 "brain": self.kind,
-                "intent": intent.kind,
-                "slots": intent.slots,
-                **({"heard": turn.text[:500]} if intent.kind == "unknown" else {}),
+                "intent": intent.name,
+                "slots": dict(intent.slots),
+                "lang": lang,
+                **({"heard": turn.text[:500]} if intent.name is None else {}),
             },
         )
-        if fresh and intent.kind in ORDER_KINDS:  # where the words came from, for payments
+        if fresh and intent.kind in ("order", "order_same", "pay_it", "undo"):
+            # where the words came from, for payments
             task = self.store.update_spec(task.task_id, pay=self.desk.request_spec(turn))
         out = Outbox(task.task_id, task.trace_id, turn.device_id, self.kind)
         if not fresh and task.finished:
-            text = str(task.result.get("report", "")) or f"{PREFIX} (already answered)"
+            text = str(task.result.get("report", "")) or say("already", lang)
         else:
             async with self.core.lock(task.task_id):
                 text = await self._run(task, intent, turn.sources)
@@ -239,12 +253,12 @@ class RuleBrain(Brain):
 
     async def _run(self, task: TaskRecord, intent: Intent, sources: Sequence[ContextSource]) -> str:
         task = self.store.walk(task.task_id, "admitted", "thinking")
+        lang = _lang(task)
         try:
-            body = await self._act(task, intent, sources)
+            text = await self._act(task, intent, sources, lang)
         except BrainError as exc:
-            body = str(exc)
-            self.store.move(task.task_id, "failed", body)
-        text = f"{PREFIX} {body}"
+            text = str(exc)
+            self.store.move(task.task_id, "failed", text)
         current = self.store.require(task.task_id)
         if current.state == "waiting_for_consent" or not current.finished:
             current = await self.core.settle(task.task_id, text=text)
@@ -256,11 +270,15 @@ class RuleBrain(Brain):
         await self.core.emit(current, text)
         return text
 
-    async def _act(self, task: TaskRecord, intent: Intent, sources: Sequence[ContextSource]) -> str:
+    async def _act(
+        self, task: TaskRecord, intent: Intent, sources: Sequence[ContextSource], lang: str
+    ) -> str:
         asked = task.scope == "owner"
         s = intent.slots
-        if intent.kind == "remember":
+        name = intent.name
+        if name == "YimiRemember":
             self.store.move(task.task_id, "acting")
+            fact = str(s.get("fact", ""))
             r = await self.core.step(
                 task,
                 "commit",
@@ -269,96 +287,253 @@ class RuleBrain(Brain):
                 {
                     "subject": "owner",
                     "predicate": "core_profile.entry",
-                    "value": s["fact"],
+                    "value": fact,
                     "sources": [f"utterance:{task.task_id}"],
                     "owner_requested": asked,
                 },
             )
-            return _said(r, f"I'll remember: {s['fact']}.", "remember that")
-        if intent.kind == "recall":
-            r = await self.core.step(
-                task,
-                "recall",
-                "memory",
-                "recall",
-                {"query": s["query"], "owner_requested": asked},
-                lookup=True,
-            )
-            if r.status != "succeeded":
-                return _said(r, "", "look that up")
-            texts = [str(e.fields["text"]) for e in r.effects if e.fields.get("text")]
-            hidden = len(r.effects) - len(texts)
-            if not texts and not hidden:
-                return f"I have nothing about {s['query']}."
-            lines = "; ".join(texts[:5])
-            extra = f" ({hidden} more not shown)" if hidden else ""
-            return (
-                f"About {s['query']} I remember: {lines}.{extra}"
-                if texts
-                else (f"I have {hidden} memories about {s['query']} I cannot show here.")
-            )
-        if intent.kind == "timeline":
-            snippets = await _fetch(sources, "timeline", "today")
+            return _said(r, say("remember.done", lang, fact=fact), "act.remember", lang)
+        if name == "YimiRecall":
+            return await self._recall(task, str(s.get("query", "")), asked, lang)
+        if name == "YimiForget":
+            return await self._forget(task, str(s.get("query", "")), asked, lang)
+        if name == "YimiTimeline":
+            period = str(s.get("period") or "today")
+            snippets = await _fetch(sources, "timeline", period)
+            when = say(f"period.{period}", lang) if period in _PERIODS else period
             if not snippets:
-                return "Your timeline has nothing for today."
-            return "On your timeline: " + "; ".join(x.text for x in snippets[:8]) + "."
-        if intent.kind == "device":
-            return await self._device(task, s["device"], s["state"].lower(), asked)
-        if intent.kind == "send":
-            return await self._send(task, s, sources, asked)
+                return self._finish(task, say("timeline.empty", lang, period=when))
+            lines = join([x.text for x in snippets[:8]], lang)
+            return self._finish(task, say("timeline.list", lang, period=when, lines=lines))
+        if name in ("HassTurnOn", "HassTurnOff", *LEVELS):
+            return await self._device(task, name, s, asked, lang)
+        if name == "HassGetState":
+            return await self._state(task, s, lang)
+        if name == "YimiSendMessage":
+            return await self._send(task, s, sources, asked, lang)
+        if name in ("YimiListRead", "HassShoppingListAddItem", "HassListAddItem"):
+            return await self._list(task, name, s, lang)
+        if name == "HassShoppingListCompleteItem":
+            return await self._list(task, name, s, lang)
+        if name == "HassGetCurrentTime":
+            return self._finish(task, say("time.now", lang, time=spoken_time(self.now(), lang)))
+        if name == "HassGetCurrentDate":
+            return self._finish(task, say("date.today", lang, date=spoken_date(self.now(), lang)))
+        if name in TIMERS:
+            return self._finish(task, say("not_yet.timer", lang))
+        if name == "HassNevermind":
+            return self._finish(task, say("nevermind", lang))
+        if name == "YimiHelp":
+            return self._finish(task, say("help", lang))
         if intent.kind in PAYMENT_KINDS:
-            return await self.desk.order(self.core, task, intent.kind, s)
+            slots = {k: str(v) for k, v in s.items()}
+            if slots.get("shop"):
+                slots["shop_name"] = self.slots.shop_name(slots["shop"])
+            slots["shops"] = join([n.names[0] for n in self.slots.shops if n.names], lang)
+            return await self.desk.order(self.core, task, intent.kind, slots)
         if intent.kind == "pay_it":
             return await self.desk.pay_it(task, self.store)
         if intent.kind == "undo":
             return await self.desk.undo(task, self.store)
-        # not a request it knows: say what was heard (the owner sees what reached it)
-        heard = " ".join(str(task.spec.get("heard", "")).split())
-        text = (f"I heard: {heard}. " if heard else "") + HELP[len(PREFIX) + 1 :]
-        self.store.walk(task.task_id, "verifying")
-        self.store.move(task.task_id, "done", result={"report": f"{PREFIX} {text}"})
+        # not understood: the honest answer, never an action (with what was heard: the
+        # owner sees what reached the hub)
+        heard = " ".join(str(task.spec.get("heard", "")).split()).rstrip(".。!！?？")
+        said = say("heard", lang, heard=heard) if heard else ""
+        return self._finish(task, joined([said, say("unknown", lang)], lang))
+
+    def _finish(self, task: TaskRecord, text: str, state: str = "done") -> str:
+        """A task answered without any action: verifying → ``state``."""
+        if not self.store.require(task.task_id).finished:
+            self.store.walk(task.task_id, "verifying")
+            self.store.move(task.task_id, state, result={"report": text})
         return text
 
-    async def _device(self, task: TaskRecord, name: str, state: str, asked: bool) -> str:
-        listing = await self.core.step(task, "devices", "home", "list_devices", {}, lookup=True)
-        if listing.status != "succeeded":
-            return _said(listing, "", "see your devices")
-        entity = _match_device(name, listing)
-        if entity is None:
-            known = ", ".join(sorted(str(e.fields.get("name", e.target)) for e in listing.effects))
-            self.store.move(task.task_id, "failed", f"no device {name!r}")
-            return f"I found no device called {name}. Devices: {known}."
-        self.store.move(task.task_id, "acting")
+    # ------------------------------------------------------------------ memory
+    async def _recall(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
         r = await self.core.step(
             task,
-            "switch",
-            "home",
-            "set_state",
-            {"entity": entity, "state": state, "owner_requested": asked},
+            "recall",
+            "memory",
+            "recall",
+            {"query": query, "owner_requested": asked},
+            lookup=True,
         )
-        return _said(r, f"Turning {state} {entity}.", f"turn {state} {entity}")
+        if r.status != "succeeded":
+            return _said(r, "", "act.recall", lang)
+        texts = [str(e.fields["text"]) for e in r.effects if e.fields.get("text")]
+        hidden = len(r.effects) - len(texts)
+        if not texts and not hidden:
+            return say("recall.none", lang, query=query)
+        if not texts:
+            return say("recall.hidden", lang, n=hidden, query=query)
+        extra = say("recall.more", lang, n=hidden) if hidden else ""
+        found = say("recall.found", lang, query=query, lines=join(texts[:5], lang))
+        return found + extra
 
-    async def _send(
-        self, task: TaskRecord, s: dict[str, str], sources: Sequence[ContextSource], asked: bool
+    async def _forget(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
+        r = await self.core.step(
+            task,
+            "recall",
+            "memory",
+            "recall",
+            {"query": query, "owner_requested": asked},
+            lookup=True,
+        )
+        if r.status != "succeeded":
+            return _said(r, "", "act.forget", lang)
+        hits = [e for e in r.effects if e.fields.get("id")]
+        if not hits:
+            self.store.move(task.task_id, "failed", "nothing to forget")
+            return say("forget.none", lang, query=query)
+        best = max(float(e.fields.get("score") or 0) for e in hits)
+        chosen = [e for e in hits if float(e.fields.get("score") or 0) >= best][:MAX_FORGET]
+        self.store.move(task.task_id, "acting")
+        texts: list[str] = []
+        last: Receipt | None = None
+        for i, e in enumerate(chosen):
+            last = await self.core.step(
+                task,
+                f"forget{i}",
+                "memory",
+                "forget",
+                {"id": str(e.fields["id"]), "owner_requested": asked},
+            )
+            if last.status != "succeeded":
+                return _said(last, "", "act.forget", lang)
+            texts.append(str(e.fields.get("text") or e.fields["id"]))
+        return say("forget.done", lang, lines=join(texts, lang))
+
+    # ------------------------------------------------------------------ devices
+    def _targets(self, slots: Mapping[str, Any], domains: Iterable[str] = ()) -> list[Device]:
+        entity = str(slots.get("name") or "")
+        if entity:
+            found = self.slots.device(entity)
+            return [found] if found is not None else [Device(entity, entity, entity.split(".")[0])]
+        area = str(slots.get("area") or "")
+        domain = str(slots.get("domain") or "")
+        if not area:
+            return []
+        if domain:
+            return self.slots.in_area(area, domain)
+        for d in domains:  # "turn on the kitchen": its lights, else what it can switch
+            found_d = self.slots.in_area(area, d)
+            if found_d:
+                return found_d
+        return []
+
+    async def _device(
+        self, task: TaskRecord, name: str, slots: Mapping[str, Any], asked: bool, lang: str
     ) -> str:
-        contact = self.contacts.find(s["to"])
+        on_off = name in ("HassTurnOn", "HassTurnOff")
+        domains: tuple[str, ...] = LIST_DOMAINS if on_off else ()
+        if name == "HassSetVolume":
+            domains = ("media_player",)
+        elif name == "HassSetPosition":
+            domains = ("cover",)
+        elif name == "HassLightSet":
+            domains = ("light",)
+        targets = self._targets(slots, domains)
+        if not targets and name == "HassSetVolume" and not slots.get("name"):
+            targets = [d for d in self.slots.devices if d.domain == "media_player"][:1]
+        if not targets:
+            known = ", ".join(sorted(d.name for d in self.slots.devices))
+            self.store.move(task.task_id, "failed", "no such device")
+            if not known:
+                return say("device.none", lang)
+            return say("device.unknown", lang, known=known)
+        self.store.move(task.task_id, "acting")
+        args: dict[str, Any] = {}
+        if on_off:
+            state = "on" if name == "HassTurnOn" else "off"
+            args["state"] = state
+            act = f"act.device_{state}"
+        else:
+            slot, arg, _key = LEVELS[name]
+            args[arg] = int(slots.get(slot, 0))
+            act = "act.device"
+        replies = []
+        for i, d in enumerate(targets):
+            key = "switch" if i == 0 else f"switch{i}"
+            r = await self.core.step(
+                task,
+                key,
+                "home",
+                "set_state",
+                {"entity": d.entity, **args, "owner_requested": asked},
+            )
+            # success: the receipt's facts are the reply (rendered in the turn's language)
+            replies.append(_said(r, "", act, lang, name=d.name))
+        return joined(replies, lang)
+
+    async def _state(self, task: TaskRecord, slots: Mapping[str, Any], lang: str) -> str:
+        targets = self._targets(slots)
+        if not targets:
+            known = ", ".join(sorted(d.name for d in self.slots.devices))
+            self.store.move(task.task_id, "failed", "no such device")
+            return say("device.unknown", lang, known=known) if known else say("device.none", lang)
+        d = targets[0]
+        r = await self.core.step(task, "state", "home", "get_state", {"entity": d.entity})
+        if r.status != "succeeded":
+            return _said(r, "", "act.state", lang, name=d.name)
+        asked = str(slots.get("state") or "").lower()
+        for e in r.effects:
+            state = str(e.fields.get("state", ""))
+            if asked and state:
+                key = "device.is_yes" if state.lower() == asked else "device.is_no"
+                return say(
+                    key, lang, name=e.fields.get("name") or d.name, state=_state_word(state, lang)
+                )
+        return ""  # the reading's facts (a state, a value) are the answer
+
+    # ------------------------------------------------------------------ lists
+    async def _list(self, task: TaskRecord, name: str, slots: Mapping[str, Any], lang: str) -> str:
+        list_id = str(slots.get("name") or "shopping")
+        if list_id not in LIST_IDS:
+            list_id = "shopping"
+        if name == "YimiListRead":
+            r = await self.core.step(task, "list", "lists", "read_list", {"list": list_id})
+            return _said(r, "", "act.list_read", lang)
+        item = str(slots.get("item") or "")
+        self.store.move(task.task_id, "acting")
+        if name == "HassShoppingListCompleteItem":
+            r = await self.core.step(
+                task, "list", "lists", "complete_item", {"list": list_id, "item": item}
+            )
+            if r.status == "failed" and r.error_code == "NOT_FOUND":
+                return say("list.not_on", lang, item=item, list=say(f"list.{list_id}", lang))
+            return _said(r, "", "act.list_done", lang, item=item)
+        r = await self.core.step(task, "list", "lists", "add_item", {"list": list_id, "item": item})
+        return _said(r, "", "act.list_add", lang, item=item)
+
+    # ------------------------------------------------------------------ messages
+    async def _send(
+        self,
+        task: TaskRecord,
+        s: Mapping[str, Any],
+        sources: Sequence[ContextSource],
+        asked: bool,
+        lang: str,
+    ) -> str:
+        to_name = str(s.get("contact", ""))
+        contact = self.contacts.find(to_name) if to_name else None
         started = self.store.step(task.task_id, "send")
         if started is not None:  # resumed: the recorded arguments are the ones to send
             r = await self.core.step(task, "send", "messaging", "send_email", {})
             to = str(started.args.get("to", ""))
-            return _said(r, f"Sent the e-mail to {to}.", f"e-mail {to}")
+            return _said(r, say("send.done", lang, who=to), "act.send", lang, who=to)
         if contact is None:
             self.store.move(task.task_id, "failed", "unknown recipient")
-            return f"I don't know who {s['to']} is: add them to the address book first."
-        if "body" in s:
-            subject, body = "A message from Yimi", s["body"]
+            return say("send.unknown_contact", lang, name=to_name or "?")
+        if s.get("body"):
+            subject, body = say("send.subject", lang), str(s["body"])
         else:
-            what = s["what"]
+            what = str(s.get("what", ""))
             subject = what[:1].upper() + what[1:]
-            found = await _fetch(sources, "notes", what) if re.search(r"\bnotes?\b", what) else []
-            if re.search(r"\bnotes?\b", what) and not found:
+            notes = _names_notes(what)
+            found = await _fetch(sources, "notes", what) if notes else []
+            if notes and not found:
                 self.store.move(task.task_id, "failed", "no notes found")
-                return f"I found no {what} to send."
+                return say("send.no_notes", lang, what=what)
             body = "\n".join(x.text for x in found) if found else what
         self.store.move(task.task_id, "acting")
         r = await self.core.step(
@@ -369,8 +544,9 @@ class RuleBrain(Brain):
             {"to": contact.email, "subject": subject, "body": body, "owner_requested": asked},
         )
         who = f"{contact.name} ({contact.email})"
-        return _said(r, f"Sent the e-mail to {who}.", f"e-mail {who}")
+        return _said(r, say("send.done", lang, who=who), "act.send", lang, who=who)
 
+    # ------------------------------------------------------------------ restarts
     async def resume(self) -> list[str]:
         """Continue unfinished rule tasks: steps with receipts are not run again; a task
         waiting for a card stays waiting unless the ledger already has the answer. The
@@ -384,7 +560,7 @@ class RuleBrain(Brain):
             else:
                 async with self.core.lock(task.task_id):
                     slots = dict(task.spec.get("slots", {}))
-                    await self._run(task, Intent(task.spec.get("intent", "unknown"), slots), ())
+                    await self._run(task, Intent(task.spec.get("intent"), slots), ())
             log.info("resumed task %s: %s", task.task_id, self.store.require(task.task_id).state)
             resumed.append(task.task_id)
         return resumed
@@ -401,57 +577,77 @@ class RuleBrain(Brain):
 
 
 # ---------------------------------------------------------------- helpers
+_PERIODS = ("today", "yesterday", "last_week")
+_STATE_WORDS = {"on": "开着", "off": "关着", "locked": "锁着", "unlocked": "没锁"}
+
+
+def _lang(task: TaskRecord) -> str:
+    return str(task.spec.get("lang") or "en")
+
+
+def _state_word(state: str, lang: str) -> str:
+    return _STATE_WORDS.get(state.lower(), state) if lang == "zh" else state
+
+
+def _names_notes(what: str) -> bool:
+    words = _norm(what).split()
+    return any(w in words for w in NOTE_WORDS) or any(
+        w in what for w in NOTE_WORDS if not w.isascii()
+    )
+
+
 def _title(intent: Intent) -> str:
     s = intent.slots
-    return {
-        "remember": f"remember: {s.get('fact', '')}",
-        "recall": f"recall: {s.get('query', '')}",
-        "send": f"e-mail {s.get('to', '')}",
-        "device": f"turn {s.get('state', '')} {s.get('device', '')}",
-        "timeline": "timeline",
-        "order": f"order from {s.get('shop', '')}: {s.get('items', '')}",
-        "order_same": f"order the same {s.get('meal', 'order')} as last time",
-        "pay_it": "pay it",
-        "undo": "undo a payment",
-    }.get(intent.kind, "help")[:200]
+
+    def g(key: str) -> str:
+        return str(s.get(key, ""))
+
+    titles = {
+        "YimiRemember": f"remember: {g('fact')}",
+        "YimiRecall": f"recall: {g('query')}",
+        "YimiForget": f"forget: {g('query')}",
+        "YimiSendMessage": f"e-mail {g('contact')}",
+        "HassTurnOn": f"turn on {g('name') or g('area')}",
+        "HassTurnOff": f"turn off {g('name') or g('area')}",
+        "HassLightSet": f"brightness {g('brightness')}: {g('name') or g('area')}",
+        "HassSetPosition": f"position {g('position')}: {g('name') or g('area')}",
+        "HassSetVolume": f"volume {g('volume_level')}: {g('name')}",
+        "HassGetState": f"state of {g('name') or g('area')}",
+        "YimiTimeline": f"timeline: {g('period') or 'today'}",
+        "YimiListRead": f"read the {g('name') or 'shopping'} list",
+        "HassShoppingListAddItem": f"add to the shopping list: {g('item')}",
+        "HassListAddItem": f"add to the {g('name')} list: {g('item')}",
+        "HassShoppingListCompleteItem": f"check off: {g('item')}",
+        "HassGetCurrentTime": "the time",
+        "HassGetCurrentDate": "the date",
+        "YimiOrder": f"order from {g('shop')}: {g('items')}",
+        "YimiOrderSame": f"order the same {g('meal') or 'order'} as last time",
+        "YimiPayIt": "pay it",
+        "YimiUndo": "undo a payment",
+        "HassNevermind": "never mind",
+    }
+    if intent.name in TIMERS:
+        return "timer"
+    return titles.get(intent.name or "", "help")[:200]
 
 
-def _said(r: Receipt, success: str, what: str) -> str:
+def _said(r: Receipt, success: str, act: str, lang: str, **fields: Any) -> str:
     """The sentence for a receipt (facts are added by the gateway's checker)."""
+    what = say(act, lang, **fields)
     if r.status == "succeeded":
         return success
     if r.status == "waiting":
-        return f"To {what}, I need your approval: there is a card on your phone."
+        return say("said.waiting", lang, what=what)
     if r.status == "rejected":
-        return f"I may not {what} here: {r.error or 'refused'}."
+        return say("said.rejected", lang, what=what, why=r.error or say("refused", lang))
     if r.status == "partial":
-        return f"I tried to {what}, but only part of it is confirmed."
+        return say("said.partial", lang, what=what)
     if r.status == "unknown":
-        return f"I tried to {what}; whether it worked is not confirmed."
-    return f"I could not {what}: {r.error or r.status}."
-
-
-def _match_device(name: str, listing: Receipt) -> str | None:
-    """The entity id whose name or id best matches ``name`` (all words present)."""
-    words = [
-        w for w in re.findall(r"\w+", name.lower()) if w not in ("the", "my", "light", "lights")
-    ]
-    light = bool(re.search(r"\blights?\b", name.lower()))
-    best: tuple[int, str] | None = None
-    for e in listing.effects:
-        entity = e.target or str(e.fields.get("entity", ""))
-        hay = f"{entity} {e.fields.get('name', '')}".lower().replace("_", " ").replace(".", " ")
-        if not all(w in hay for w in words):
-            continue
-        score = len(words) + (2 if light and entity.startswith("light.") else 0)
-        if best is None or score > best[0]:
-            best = (score, entity)
-    return best[1] if best else None
+        return say("said.unknown", lang, what=what)
+    return say("said.failed", lang, what=what, why=r.error or r.status)
 
 
 async def _fetch(sources: Iterable[ContextSource], name: str, query: str) -> list[Snippet]:
-    import asyncio
-
     for src in sources:
         if src.name == name:
             try:

@@ -12,18 +12,25 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from hub.brain.base import BRAIN_PACKAGE, EventSink, TaskEvent, brain_manifest
 from hub.brain.tasks import TaskRecord, TaskStore
+from hub.capabilities.host import ToolOutcome
+from hub.capabilities.manifest import Manifest
 from hub.gateway import CallContext, Gateway, Receipt, ToolCall
-from hub.gateway.facts import facts_of
+from hub.gateway.facts import facts_of, join_sentences
+from hub.gateway.gateway import guarded
 
 log = logging.getLogger(__name__)
 
 LOOKUP = "#lookup"
 BAD = frozenset({"failed", "unknown", "cancelled", "rejected", "not_executed", "running"})
 """receipt statuses that leave a task ``failed`` when they are an action's last word"""
+
+
+class LocalTools(Protocol):
+    def run(self, tool: str, args: dict[str, Any]) -> ToolOutcome: ...
 
 
 @dataclass
@@ -33,13 +40,19 @@ class BrainCore:
     gateway: Gateway
     store: TaskStore
     on_event: EventSink | None = None
-    prefix: str = ""
-    """put before reports built from receipts (the rule-based brain names itself)"""
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    local: dict[str, LocalTools] = field(default_factory=dict)
+    """in-hub packages (``lists``): package name → ``run(tool, args)``, declared to the
+    gateway with :meth:`add_local`; their calls are decided and audited like any other"""
 
     def __post_init__(self) -> None:
         # the brain's own tools are declared to the gateway like any package's
         self.gateway.catalog.setdefault(BRAIN_PACKAGE, brain_manifest())
+
+    def add_local(self, manifest: Manifest, tools: LocalTools) -> None:
+        """Declare an in-hub package to the gateway and run its tools here."""
+        self.gateway.catalog.setdefault(manifest.name, manifest)
+        self.local[manifest.name] = tools
 
     def lock(self, task_id: str) -> asyncio.Lock:
         return self._locks.setdefault(task_id, asyncio.Lock())
@@ -86,7 +99,16 @@ class BrainCore:
             if recorded is not None and recorded.status != "waiting":
                 self.store.finish_step(task.task_id, key, recorded.to_dict())
                 return recorded
-        receipt = await self.gateway.call(call, self.context(task))
+        tools = self.local.get(package)
+        if tools is not None:  # an in-hub package: decided and recorded by the gateway
+
+            async def execute(a: dict[str, Any]) -> ToolOutcome:
+                assert tools is not None
+                return tools.run(tool, a)
+
+            receipt = await guarded(self.gateway, call, self.context(task), execute)
+        else:
+            receipt = await self.gateway.call(call, self.context(task))
         self.store.finish_step(task.task_id, key, receipt.to_dict())
         return receipt
 
@@ -105,16 +127,23 @@ class BrainCore:
         return [Receipt.from_dict(s.receipt) for s in self.store.steps(task_id) if s.receipt]
 
     # ------------------------------------------------------------------ reports
-    async def report(self, task_id: str, text: str, *, voice: bool = False) -> str:
+    async def report(self, task_id: str, text: str, *, voice: bool = False, lang: str = "") -> str:
         """``text`` checked against the task's receipts: contradicting sentences removed,
-        facts left out appended (the gateway's checker). Facts count as said only once the
-        device ACKs (``gateway.delivered``)."""
-        checked = await self.gateway.observe(task_id, text, voice=voice)
+        facts left out appended in ``lang`` (default: the task's ``spec["lang"]``, else
+        English) by the gateway's checker. Facts count as said only once the device ACKs
+        (``gateway.delivered``)."""
+        lang = lang or self.lang_of(task_id)
+        checked = await self.gateway.observe(task_id, text, voice=voice, lang=lang)
         if checked.removed:
             log.info(
                 "task %s: %d sentence(s) removed by the checker", task_id, len(checked.removed)
             )
         return checked.text
+
+    def lang_of(self, task_id: str) -> str:
+        """The language of a task's replies (its ``spec["lang"]``; ``en`` by default)."""
+        task = self.store.get(task_id)
+        return str((task.spec if task is not None else {}).get("lang") or "en")
 
     async def emit(self, task: TaskRecord, text: str = "") -> None:
         if self.on_event is None:
@@ -154,7 +183,7 @@ class BrainCore:
         # the brain's own calls (a delegation still running) do not fail the task
         last = {(r.package, r.tool, r.target): r for r in receipts if r.package != BRAIN_PACKAGE}
         bad = [r for r in last.values() if r.status in BAD]
-        fallback = self.prefix + _default_report(receipts)
+        fallback = _default_report(receipts, self.lang_of(task_id))
         report = await self.report(task_id, text or fallback)
         if not report.strip():  # the checker removed every sentence: say what receipts say
             report = await self.report(task_id, fallback)
@@ -190,9 +219,13 @@ def waiting(status: str | None, receipt: dict[str, Any] | None) -> bool:
     return status == "running" and isinstance(nxt, dict) and nxt.get("waiting_for") == "undo"
 
 
-def _default_report(receipts: list[Receipt]) -> str:
+def _default_report(receipts: list[Receipt], lang: str = "en") -> str:
     # the actions' facts (a payment, a send), not the look-ups that prepared them (a menu,
     # a cart), when the task has both
     acts = [r for r in receipts if r.effect not in ("", "observe", "workspace")]
-    texts = [f.text for r in (acts or receipts) for f in facts_of(r)[:1]]
-    return " ".join(texts) or "No tool was used for this job."
+    texts = [f.text for r in (acts or receipts) for f in facts_of(r, lang)[:1]]
+    if texts:
+        return join_sentences(texts)
+    from hub.brain.replies import say
+
+    return say("report.no_tool", lang)

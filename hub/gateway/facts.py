@@ -55,42 +55,83 @@ def _num(v: float | int | str) -> str:
 
 
 # ---------------------------------------------------------------- templates
-EffectTemplate = Callable[[Effect], tuple[str, str, tuple[str, ...]]]
+# A template takes the effect and the language ("en" / "zh") and gives (text, voice form,
+# keys). Chinese facts are written as Chinese sentences; names and ids stay as they are.
+EffectTemplate = Callable[[Effect, str], tuple[str, str, tuple[str, ...]]]
+LANGS = ("en", "zh")
+_ZH_STATES = {
+    "on": "开着",
+    "off": "关着",
+    "locked": "锁着",
+    "unlocked": "没锁",
+    "open": "开着",
+    "closed": "关着",
+}
 
 
-def _email_sent(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _zh(lang: str) -> bool:
+    return lang == "zh"
+
+
+def _email_sent(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     to = str(e.fields.get("to") or e.target)
     subject = str(e.fields.get("subject", ""))
+    if _zh(lang):
+        about = f"（主题：“{subject}”）" if subject else ""
+        return f"邮件已发给{to}{about}。", f"已发给{to}。", (to,)
     about = f" about “{subject}”" if subject else ""
     return f"Sent the e-mail to {to}{about}.", f"Sent to {to}.", (to,)
 
 
-_LEVELS = ("brightness", "position", "volume")
+_LEVELS = (
+    ("brightness", "brightness", "亮度"),
+    ("position", "position", "位置"),
+    ("volume", "volume", "音量"),
+)
 
 
-def _levels(e: Effect, percent: str) -> str:
-    """``brightness 40 %, volume 25 %`` from the levels (0..100) a home effect carries"""
-    return ", ".join(
-        f"{k} {e.fields[k]}{percent}"
-        for k in _LEVELS
-        if isinstance(e.fields.get(k), int) and not isinstance(e.fields.get(k), bool)
-    )
+def _levels(e: Effect) -> list[tuple[str, str, int]]:
+    """(English name, Chinese name, 0..100) of the levels a home effect carries"""
+    out = []
+    for k, en, zh in _LEVELS:
+        v = e.fields.get(k)
+        if isinstance(v, int) and not isinstance(v, bool):
+            out.append((en, zh, v))
+    return out
 
 
-def _device_state(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _device_state(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", "unknown"))
-    text, voice = _levels(e, " %"), _levels(e, " percent")
-    if text:
+    levels = _levels(e)
+    if _zh(lang):
+        zh = _ZH_STATES.get(state.lower(), state)
+        if levels:
+            parts = "，".join(f"{z}百分之{_num(v)}" for _, z, v in levels)
+            return f"{name}现在{zh}（{parts}）。", f"{name}{zh}，{parts}。", (name,)
+        return f"{name}现在{zh}。", f"{name}{zh}。", (name,)
+    if levels:
+        text = ", ".join(f"{en} {_num(v)} %" for en, _, v in levels)
+        voice = ", ".join(f"{en} {_num(v)} percent" for en, _, v in levels)
         return f"{name} is {state} ({text}).", f"{name}: {state}, {voice}.", (name,)
     return f"{name} is {state}.", f"{name}: {state}.", (name,)
 
 
-def _device_set(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _device_set(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", ""))
-    text, voice = _levels(e, " %"), _levels(e, " percent")
-    if text:
+    levels = _levels(e)
+    if _zh(lang):
+        if levels:
+            parts = "，".join(f"{z}百分之{_num(v)}" for _, z, v in levels)
+            return f"已把{name}调到{parts}。", f"{name}：{parts}。", (name,)
+        verb = {"on": "打开", "off": "关闭", "open": "打开", "closed": "关上"}.get(
+            state.lower(), f"设为{state}"
+        )
+        return f"已{verb}{name}。", f"{name}已{verb}。", (name,)
+    if levels:
+        text = ", ".join(f"{en} {_num(v)} %" for en, _, v in levels)
+        voice = ", ".join(f"{en} {_num(v)} percent" for en, _, v in levels)
         return f"Set {name} to {text}.", f"{name}: {voice}.", (name,)
     if state in ("open", "closed"):
         verb = "Opened" if state == "open" else "Closed"
@@ -98,13 +139,17 @@ def _device_set(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     return f"Turned {name} {state}.", f"{name} {state}.", (name,)
 
 
-def _command_ran(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _command_ran(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     cmd = str(e.fields.get("command", e.target))
+    if _zh(lang):
+        return f"在Mac上运行了{cmd}。", f"运行了{cmd}。", (cmd,)
     return f"Ran {cmd} on the Mac.", f"Ran {cmd}.", (cmd,)
 
 
-def _file_read(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _file_read(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     path = str(e.fields.get("path", e.target))
+    if _zh(lang):
+        return f"在Mac上读取了{path}。", f"读取了{path}。", (path,)
     return f"Read {path} on the Mac.", f"Read {path}.", (path,)
 
 
@@ -117,15 +162,23 @@ def _money(e: Effect) -> str:
         return "an unreadable amount"
 
 
-def _payment_paid(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _payment_paid(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     payee = str(e.fields.get("payee") or e.target)
     amount = _money(e)
+    if _zh(lang):
+        return f"已向{payee}支付{amount}。", f"已向{payee}支付{amount}。", (payee,)
     return f"Paid {amount} to {payee}.", f"Paid {amount} to {payee}.", (payee,)
 
 
-def _checkout_opened(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+def _checkout_opened(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     payee = str(e.fields.get("payee") or e.target)
     amount = _money(e)
+    if _zh(lang):
+        return (
+            f"结账：向{payee}支付{amount}（还没有付款）。",
+            f"结账：向{payee}支付{amount}。",
+            (payee,),
+        )
     return (
         f"At the checkout: {amount} to {payee} (not paid).",
         f"Checkout: {amount} to {payee}.",
@@ -133,10 +186,46 @@ def _checkout_opened(e: Effect) -> tuple[str, str, tuple[str, ...]]:
     )
 
 
-def _generic_effect(e: Effect) -> tuple[str, str, tuple[str, ...]]:
+_ZH_LISTS = {"shopping": "购物清单", "todo": "待办事项"}
+
+
+def _list_item(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
+    item = str(e.fields.get("item", ""))
+    name = str(e.fields.get("list") or e.target)
+    zh = _ZH_LISTS.get(name, name) if _zh(lang) else ""
+    en = "to-do list" if name == "todo" else f"{name} list"
+    if e.kind == "list.read":
+        items = [str(x) for x in e.fields.get("items") or []]
+        if zh:
+            text = f"你的{zh}上有：{'；'.join(items)}。" if items else f"你的{zh}是空的。"
+            return text, text, tuple(items) or ("空",)
+        text = f"On your {en}: {'; '.join(items)}." if items else f"Your {en} is empty."
+        return text, text, tuple(items) or ("empty",)
+    text = {
+        "list.added": (f"已把{item}加到{zh}。", f"Added {item} to your {en}."),
+        "list.present": (f"{item}已经在{zh}上了。", f"{item} is already on your {en}."),
+        "list.completed": (f"已把{item}从{zh}上勾掉。", f"Checked {item} off your {en}."),
+    }[e.kind][0 if zh else 1]
+    return text, text, (item,)
+
+
+def _memory(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
+    saved = e.kind == "memory.committed"
+    if _zh(lang):
+        text = "已存入你的记忆。" if saved else "已从你的记忆中删除。"
+        return text, text, ("记住", "记下", "存") if saved else ("忘", "删除")
+    text = "Saved in your memory." if saved else "Deleted from your memory."
+    return text, text, ("remember", "saved") if saved else ("forgot", "deleted")
+
+
+def _generic_effect(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     what = e.kind.replace(".", " ").replace("_", " ")
+    keys = (e.target,) if e.target else ()
+    if _zh(lang):
+        on = f"（{e.target}）" if e.target else ""
+        return f"已完成：{what}{on}。", f"已完成：{what}。", keys
     on = f" ({e.target})" if e.target else ""
-    return f"Done: {what}{on}.", f"Done: {what}.", ((e.target,) if e.target else ())
+    return f"Done: {what}{on}.", f"Done: {what}.", keys
 
 
 EFFECT_TEMPLATES: dict[str, EffectTemplate] = {
@@ -147,6 +236,12 @@ EFFECT_TEMPLATES: dict[str, EffectTemplate] = {
     "file.read": _file_read,
     "payment.paid": _payment_paid,
     "checkout.opened": _checkout_opened,
+    "list.added": _list_item,
+    "list.completed": _list_item,
+    "list.present": _list_item,
+    "list.read": _list_item,
+    "memory.committed": _memory,
+    "memory.forgotten": _memory,
 }
 
 STATUS_TEMPLATES: dict[str, tuple[str, str]] = {
@@ -162,13 +257,23 @@ STATUS_TEMPLATES: dict[str, tuple[str, str]] = {
     "not_executed": ("Not executed: {action} ({reason}).", "Not executed: {action}."),
     "running": ("Still working on {action}.", "Still working on it."),
 }
+STATUS_TEMPLATES_ZH: dict[str, tuple[str, str]] = {
+    "waiting": ("正在等你在手机上确认：{action}。还没有执行。", "等你在手机上确认。"),
+    "unknown": ("我无法确认{action}是否完成。", "无法确认：{action}。"),
+    "partial": ("{action}只完成了一部分。", "部分完成：{action}。"),
+    "failed": ("{action}失败了：{reason}。", "{action}失败了。"),
+    "cancelled": ("已取消：{action}。什么都没有做。", "已取消：{action}。"),
+    "rejected": ("没有执行：{action}（{reason}）。", "没有执行：{action}。"),
+    "not_executed": ("未执行：{action}（{reason}）。", "未执行：{action}。"),
+    "running": ("还在进行：{action}。", "还在进行。"),
+}
 STATUS_KEYS: dict[str, tuple[str, ...]] = {
-    "waiting": ("confirm", "waiting", "approve", "确认", "等待"),
-    "unknown": ("verify", "not sure", "unknown", "确认不了", "不确定"),
-    "partial": ("partly", "partially", "部分"),
-    "failed": ("failed", "could not", "couldn't", "失败"),
+    "waiting": ("confirm", "waiting", "approve", "approval", "确认", "等待", "批准"),
+    "unknown": ("verify", "not sure", "unknown", "not confirmed", "确认不了", "不确定", "无法确认"),
+    "partial": ("partly", "partially", "part of it", "部分"),
+    "failed": ("failed", "could not", "couldn't", "失败", "没能"),
     "cancelled": ("cancel", "取消"),
-    "rejected": ("not done", "not allowed", "blocked", "不允许"),
+    "rejected": ("not done", "not allowed", "blocked", "may not", "不允许", "不能"),
     "not_executed": ("not executed", "not done", "没有执行", "未执行"),
     "running": ("still", "working on", "进行"),
 }
@@ -179,12 +284,18 @@ def action_phrase(r: Receipt) -> str:
     return f"{what} ({r.target})" if r.target else what
 
 
-def facts_of(r: Receipt) -> list[Fact]:
-    """The facts a receipt supports, in order: status fact, confirmed effects, values."""
+def facts_of(r: Receipt, lang: str = "en") -> list[Fact]:
+    """The facts a receipt supports, in order: status fact, confirmed effects, values.
+
+    ``lang``: the language of the texts (``en`` / ``zh``); ids do not depend on it."""
+    zh = _zh(lang)
     out: list[Fact] = []
     if r.status in STATUS_TEMPLATES:
-        text_t, voice_t = STATUS_TEMPLATES[r.status]
-        fields = {"action": action_phrase(r), "reason": r.error or "no reason given"}
+        text_t, voice_t = (STATUS_TEMPLATES_ZH if zh else STATUS_TEMPLATES)[r.status]
+        fields = {
+            "action": action_phrase(r),
+            "reason": r.error or ("没有说明原因" if zh else "no reason given"),
+        }
         text = text_t.format(**fields)
         out.append(
             Fact(
@@ -197,19 +308,28 @@ def facts_of(r: Receipt) -> list[Fact]:
         )
     if r.status in ("succeeded", "partial"):
         for e in r.confirmed_effects:
-            text, voice, keys = EFFECT_TEMPLATES.get(e.kind, _generic_effect)(e)
+            text, voice, keys = EFFECT_TEMPLATES.get(e.kind, _generic_effect)(e, lang)
             out.append(Fact(_fact_id(e.kind, [e.target, e.fields]), e.kind, text, voice, keys))
     for v in r.values:
         if v.flagged or isinstance(v.value, str):
             continue
         unit = normal_unit(v.unit or "")
-        text = f"{v.name}: {_num(v.value)} {v.unit}."
+        if zh:
+            text, voice = (
+                f"{v.name}：{_num(v.value)} {v.unit}。",
+                f"{v.name}{_num(v.value)}{v.unit}",
+            )
+        else:
+            text, voice = (
+                f"{v.name}: {_num(v.value)} {v.unit}.",
+                f"{v.name} {_num(v.value)} {v.unit}",
+            )
         out.append(
             Fact(
                 _fact_id("value", [v.name, v.value, v.unit, v.source]),
                 "value",
                 text,
-                f"{v.name} {_num(v.value)} {v.unit}",
+                voice,
                 (),
                 float(v.value),
                 unit,
@@ -326,7 +446,19 @@ UNIT_ALIASES: dict[str, str] = {
     "cny": "CNY",
     "jpy": "JPY",
     "yen": "JPY",
+    "欧元": "EUR",
+    "欧": "EUR",
+    "美元": "USD",
+    "英镑": "GBP",
+    "瑞郎": "CHF",
+    "日元": "JPY",
+    "元": "CNY",
+    "块钱": "CNY",
+    "块": "CNY",
+    "人民币": "CNY",
 }
+CURRENCY_SIGNS = {"€": "EUR", "$": "USD", "£": "GBP", "¥": "CNY", "￥": "CNY"}
+"""a currency sign before the amount: ``€30.00``"""
 
 
 def normal_unit(unit: str) -> str:
@@ -339,12 +471,19 @@ _UNIT_RE = "|".join(
 )
 _AR_RE = re.compile(rf"(-?\d+(?:\.\d+)?)\s*({_UNIT_RE}|s\b|b\b|c\b)?", re.IGNORECASE)
 _CN_RE = re.compile(rf"([零〇一二两三四五六七八九十百千万点]+)\s*({_UNIT_RE})?")
+_SIGN_RE = re.compile(r"([€$£¥￥])\s*(\d+(?:[.,]\d+)?)")
 
 
 def numbers_in(sentence: str) -> list[tuple[float, str | None]]:
     """(number, normalised unit or None) for each numeral in ``sentence``."""
     found: list[tuple[float, str | None]] = []
+    signed = set()
+    for m in _SIGN_RE.finditer(sentence):
+        found.append((float(m.group(2).replace(",", ".")), CURRENCY_SIGNS[m.group(1)]))
+        signed.add(m.start(2))
     for m in _AR_RE.finditer(sentence):
+        if m.start(1) in signed:
+            continue
         found.append((float(m.group(1)), normal_unit(m.group(2)) if m.group(2) else None))
     for m in _CN_RE.finditer(sentence):
         value = chinese_number(m.group(1))
@@ -453,10 +592,12 @@ def check_reply(
     *,
     voice: bool = False,
     said: Iterable[str] = (),
+    lang: str = "en",
 ) -> Checked:
     """Remove contradicting sentences; add template sentences for facts left out.
 
-    ``said``: fact ids already said (ACKed) in this task — they are not added again."""
+    ``said``: fact ids already said (ACKed) in this task — they are not added again.
+    ``lang``: the reply's language (``en`` / ``zh``): the language of the added facts."""
     receipts = list(receipts)
     kept: list[str] = []
     out = Checked("")
@@ -469,14 +610,23 @@ def check_reply(
     cleaned = " ".join(kept)
     done = set(said)
     for r in receipts:
-        for fact in facts_of(r):
+        for fact in facts_of(r, lang):
             if fact.fact_id in done or _mentioned(fact, cleaned):
                 continue
             done.add(fact.fact_id)
             sentence = fact.voice if voice else fact.text
             out.added.append(sentence)
-    out.text = " ".join([*kept, *out.added])
+    out.text = join_sentences([*kept, *out.added])
     return out
+
+
+def join_sentences(parts: list[str]) -> str:
+    """Sentences one after another: a space after Latin punctuation, none after Chinese."""
+    text = ""
+    for p in parts:
+        if p:
+            text += ("" if not text or text[-1] in "。！？；：）" else " ") + p
+    return text
 
 
 def fact_map(receipts: Iterable[Receipt]) -> dict[str, str]:

@@ -542,13 +542,15 @@ class Gateway:
         return self._facts(stored)
 
     # ------------------------------------------------------------------ observe
-    async def observe(self, task_id: str, reply: str, *, voice: bool = False) -> factsmod.Checked:
+    async def observe(
+        self, task_id: str, reply: str, *, voice: bool = False, lang: str = "en"
+    ) -> factsmod.Checked:
         """Check a reply against this task's receipts (removing contradictions, adding
-        missing facts). Facts count as said only after :meth:`delivered`."""
+        missing facts, in ``lang``). Facts count as said only after :meth:`delivered`."""
         self._alive()
         receipts = self.ledger.task_receipts(task_id)
         said = self.ledger.split_facts(task_id, factsmod.fact_map(receipts))[1]
-        return factsmod.check_reply(reply, receipts, voice=voice, said=said)
+        return factsmod.check_reply(reply, receipts, voice=voice, said=said, lang=lang)
 
     def delivered(self, task_id: str, receipts: list[Receipt]) -> None:
         """The reply carrying these receipts' facts was ACKed: they are now said."""

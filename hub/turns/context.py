@@ -55,6 +55,10 @@ class FileContacts:
     def find(self, name: str) -> Contact | None:
         return self._current().find(name)
 
+    def all(self) -> list[Contact]:
+        """Every contact (the intent engine's contact list)."""
+        return list(self._current().contacts)
+
 
 class ContextSources:
     """The context sources of turns: ``home`` (``profile/``), the timeline in ``store``,
@@ -107,17 +111,28 @@ class ContextSources:
         return out
 
     async def _timeline(self, query: str, turn_id: str) -> Sequence[Snippet]:
+        """Timeline entries of a period: ``query`` ``yesterday`` or ``last_week`` (the seven
+        days before today), anything else today."""
         if self.store is None:
             return []
-        start = dt.datetime.combine(dt.date.today(), dt.time()).timestamp() * 1000
+        today = dt.date.today()
+        start_day, end_day = today, today + dt.timedelta(days=1)
+        if query == "yesterday":
+            start_day, end_day = today - dt.timedelta(days=1), today
+        elif query == "last_week":
+            start_day, end_day = today - dt.timedelta(days=7), today
+        start = int(dt.datetime.combine(start_day, dt.time()).timestamp() * 1000)
+        end = int(dt.datetime.combine(end_day, dt.time()).timestamp() * 1000)
+        with_day = query == "last_week"
         rows = [
             e
-            for e in self.store.entries_since(int(start))
-            if e.id != turn_id and e.kind not in ("reply", ACTIVITY_KIND)
+            for e in self.store.entries_since(start, limit=2000)
+            if e.ts_ms < end and e.id != turn_id and e.kind not in ("reply", ACTIVITY_KIND)
         ]
+        fmt = "%a %H:%M" if with_day else "%H:%M"
         return [
             Snippet(
-                f"{time.strftime('%H:%M', time.localtime(e.ts_ms / 1000))} {e.text}",
+                f"{time.strftime(fmt, time.localtime(e.ts_ms / 1000))} {e.text}",
                 "medium",
                 (("timeline", e.id),),
             )

@@ -31,13 +31,39 @@ def _failed(exc: ProviderError) -> dict[str, Any]:
     return receipt("failed", error=(exc.code, exc.reason))
 
 
+def list_shops(p: Provider) -> dict[str, Any]:
+    try:
+        shops = p.shops()
+    except ProviderError as exc:
+        return _failed(exc)
+    return receipt(
+        "succeeded",
+        effects=[
+            {
+                "kind": "shop.listed",
+                "state": "verified",
+                "target": x.shop,
+                "fields": {"name": x.name, "aliases": list(x.aliases)},
+            }
+            for x in shops
+        ],
+        values=[{"name": "shops", "value": len(shops), "unit": "items", "source": p.name}],
+    )
+
+
 def browse_menu(p: Provider, shop: str) -> dict[str, Any]:
     try:
         menu = p.menu(shop)
     except ProviderError as exc:
         return _failed(exc)
     items = [
-        {"item_id": i.item_id, "name": i.name, "price_minor": i.price_minor} for i in menu.items
+        {
+            "item_id": i.item_id,
+            "name": i.name,
+            "price_minor": i.price_minor,
+            **({"aliases": list(i.aliases)} if i.aliases else {}),
+        }
+        for i in menu.items
     ]
     return receipt(
         "succeeded",

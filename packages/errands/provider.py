@@ -22,6 +22,7 @@ import secrets
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote, urlsplit
 
@@ -47,6 +48,8 @@ class MenuItem:
     item_id: str
     name: str
     price_minor: int
+    aliases: tuple[str, ...] = ()
+    """other names of the item (any language)"""
 
 
 @dataclass(frozen=True)
@@ -98,8 +101,19 @@ class PayResult:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class ShopInfo:
+    """A shop the provider serves: id, display name, other names (any language)."""
+
+    shop: str
+    name: str
+    aliases: tuple[str, ...] = ()
+
+
 class Provider(Protocol):
     name: str
+
+    def shops(self) -> list[ShopInfo]: ...
 
     def menu(self, shop: str) -> Menu: ...
 
@@ -119,38 +133,26 @@ class Provider(Protocol):
 
 
 # ---------------------------------------------------------------- the shop logic
+SHOPS_FILE = Path(__file__).resolve().parent / "shops.json"
+"""the sandbox's shops, declared as data (the hub reads their names from it, too)"""
+_DECLARED = json.loads(SHOPS_FILE.read_text(encoding="utf-8"))["shops"]
+ITEM_ALIASES: dict[tuple[str, str], tuple[str, ...]] = {
+    (d["shop"], i["item_id"]): tuple(i.get("aliases", ())) for d in _DECLARED for i in d["items"]
+}
+"""other names of the sandbox's menu items: (shop, item id) → names"""
 SHOPS: dict[str, tuple[str, str, list[tuple[str, str, int]]]] = {
-    "lotus-kitchen": (
-        "Lotus Kitchen",
-        "EUR",
-        [
-            ("noodles", "Beef noodles", 1250),
-            ("dumplings", "Pork dumplings (8)", 850),
-            ("tea", "Jasmine tea", 350),
-        ],
-    ),
-    "green-bowl": (
-        "Green Bowl",
-        "EUR",
-        [("salad", "Green salad", 1100), ("soup", "Miso soup", 450)],
-    ),
-    "corner-bakery": (
-        "Corner Bakery",
-        "EUR",
-        [("bread", "Sourdough loaf", 520), ("cake", "Cheesecake", 2400)],
-    ),
-    "tea-house": (
-        "Tea House",
-        "EUR",
-        [("oolong", "Oolong tea", 300), ("mooncake", "Mooncake", 500)],
-    ),
-    "grand-hotel": (
-        "Grand Hotel",
-        "EUR",
-        [("dinner", "Tasting menu", 18500), ("suite", "Suite, one night", 32000)],
-    ),
+    d["shop"]: (
+        d["name"],
+        d["currency"],
+        [(i["item_id"], i["name"], int(i["price_minor"])) for i in d["items"]],
+    )
+    for d in _DECLARED
 }
 """the sandbox's shops: id → (payee, currency, [(item id, name, price in minor units)])"""
+SHOP_ALIASES: dict[str, tuple[str, ...]] = {
+    d["shop"]: tuple(d.get("aliases", ())) for d in _DECLARED
+}
+"""other names of the sandbox's shops"""
 
 
 def _id(prefix: str) -> str:
@@ -182,11 +184,22 @@ class ShopBook:
     charges: list[dict[str, Any]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def listing(self) -> list[ShopInfo]:
+        return [
+            ShopInfo(shop, payee, SHOP_ALIASES.get(shop, ()))
+            for shop, (payee, _c, _i) in sorted(self.shops.items())
+        ]
+
     def menu(self, shop: str) -> Menu:
         if shop not in self.shops:
             raise ProviderError("NOT_FOUND", f"no shop {shop!r}; shops: {', '.join(self.shops)}")
         payee, currency, items = self.shops[shop]
-        return Menu(shop, payee, currency, tuple(MenuItem(*i) for i in items))
+        return Menu(
+            shop,
+            payee,
+            currency,
+            tuple(MenuItem(*i, ITEM_ALIASES.get((shop, i[0]), ())) for i in items),
+        )
 
     def add_to_cart(self, shop: str, item_id: str, quantity: int, cart_id: str = "") -> Cart:
         menu = self.menu(shop)
@@ -362,6 +375,9 @@ class MemoryProvider:
     def __init__(self, book: ShopBook | None = None) -> None:
         self.book = book or ShopBook()
 
+    def shops(self) -> list[ShopInfo]:
+        return self.book.listing()
+
     def menu(self, shop: str) -> Menu:
         return self.book.menu(shop)
 
@@ -397,7 +413,13 @@ def menu_from(d: dict[str, Any]) -> Menu:
         str(d["payee"]),
         str(d["currency"]),
         tuple(
-            MenuItem(str(i["item_id"]), str(i["name"]), int(i["price_minor"])) for i in d["items"]
+            MenuItem(
+                str(i["item_id"]),
+                str(i["name"]),
+                int(i["price_minor"]),
+                tuple(map(str, i.get("aliases", ()))),
+            )
+            for i in d["items"]
         ),
     )
 
@@ -498,6 +520,14 @@ class HttpProvider:
         if resp.status in (502, 503, 504):
             raise ProviderError("TIMEOUT", f"the provider gave up: {message}")
         raise ProviderError(HTTP_ERRORS.get(resp.status, "BAD_REQUEST"), message)
+
+    def shops(self) -> list[ShopInfo]:
+        rows = self._request("GET", "/shops").get("shops", [])
+        return [
+            ShopInfo(str(r["shop"]), str(r["name"]), tuple(map(str, r.get("aliases", []))))
+            for r in rows
+            if isinstance(r, dict) and r.get("shop")
+        ]
 
     def menu(self, shop: str) -> Menu:
         return menu_from(self._request("GET", f"/shops/{quote(shop, safe='')}/menu"))

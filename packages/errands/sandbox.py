@@ -174,6 +174,7 @@ class SandboxShop:
 
 
 ROUTES: list[tuple[str, re.Pattern[str], str]] = [
+    ("GET", re.compile(r"^/shops$"), "shops"),
     ("GET", re.compile(r"^/shops/([\w.-]{1,64})/menu$"), "menu"),
     ("POST", re.compile(r"^/carts$"), "new_cart"),
     ("POST", re.compile(r"^/carts/([\w.-]{1,64})/items$"), "add"),
@@ -239,7 +240,9 @@ class _Handler(BaseHTTPRequestHandler):
         arg = match.group(1) if match.groups() else ""
         try:
             body = self._body() if method == "POST" else {}
-            if name == "menu":
+            if name == "shops":
+                self._send(200, {"shops": [to_json(x) for x in book.listing()]})
+            elif name == "menu":
                 self._send(200, to_json(book.menu(arg)))
             elif name == "new_cart":
                 self._send(200, to_json(book.new_cart(str(body.get("shop", "")))))

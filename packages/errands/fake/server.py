@@ -18,6 +18,12 @@ PROVIDER = MemoryProvider()
 
 
 @mcp.tool()
+def list_shops() -> dict[str, Any]:
+    """The shops (fake: the sandbox's, in memory)."""
+    return common.list_shops(PROVIDER)
+
+
+@mcp.tool()
 def browse_menu(shop: str) -> dict[str, Any]:
     """The shop's menu (fake: in memory)."""
     return common.browse_menu(PROVIDER, shop)

@@ -27,6 +27,12 @@ PROVIDER = HttpProvider(
 
 
 @mcp.tool()
+def list_shops() -> dict[str, Any]:
+    """The provider's shops: id, name and other names."""
+    return common.list_shops(PROVIDER)
+
+
+@mcp.tool()
 def browse_menu(shop: str) -> dict[str, Any]:
     """The shop's menu: items with their prices (minor units) and the payee."""
     return common.browse_menu(PROVIDER, shop)

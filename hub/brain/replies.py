@@ -1,0 +1,311 @@
+"""Every sentence the offline brain says, in English and Chinese, in one place.
+
+A reply is a stable key and its fields: :func:`say` picks the template of the turn's
+language (``"en"`` / ``"zh"``; anything else falls back to English) and fills it in. Keys
+never change meaning; tests and other code refer to them, not to the words.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+Templates = dict[str, dict[str, str]]
+
+REPLIES: Templates = {
+    # ------------------------------------------------------------ general
+    "report.no_tool": {"en": "No tool was used for this job.", "zh": "这项工作没有用到任何工具。"},
+    "already": {"en": "(already answered)", "zh": "（已经回答过了）"},
+    "nevermind": {"en": "OK.", "zh": "好的。"},
+    "help": {
+        "en": "Here is what I can do: remember something for you and tell you what I remember "
+        "(or forget it); e-mail a contact; turn devices on or off, dim lights, set blinds and "
+        "volume, tell you a device's state; read your timeline for today, yesterday or last "
+        "week; keep your shopping and to-do lists; tell the time and the date; order from a "
+        'shop, "pay it" and "undo".',
+        "zh": "我能做的有：帮你记住事情、告诉你我记得什么（或者忘掉）；给联系人发邮件；开关设备、"
+        "调灯光亮度、窗帘位置和音量、告诉你设备的状态；读你今天、昨天或上周的时间线；管理购物清单"
+        "和待办事项；告诉你现在的时间和日期；从店里点餐、“付款”和“撤销”。",
+    },
+    "unknown": {
+        "en": "I can't do that yet — here is what I can do: remember and recall things, e-mail "
+        "a contact, control your devices, read your timeline, keep your shopping and to-do "
+        "lists, tell the time and date, and order food.",
+        "zh": "这个我还做不到。我能做的有：记住和回想事情、给联系人发邮件、控制设备、读时间线、"
+        "管理购物清单和待办事项、告诉你时间和日期、点餐。",
+    },
+    "heard": {"en": "I heard: {heard}.", "zh": "我听到的是：{heard}。"},
+    "not_yet.timer": {
+        "en": "Not yet: timers come with the scheduler. Nothing was set.",
+        "zh": "还不行：计时器要等调度功能上线。没有设置任何计时器。",
+    },
+    # ------------------------------------------------------------ receipts (generic)
+    "said.waiting": {
+        "en": "To {what}, I need your approval: there is a card on your phone.",
+        "zh": "要{what}，需要你批准：手机上有一张确认卡片。",
+    },
+    "said.rejected": {"en": "I may not {what} here: {why}.", "zh": "这里不允许{what}：{why}。"},
+    "said.partial": {
+        "en": "I tried to {what}, but only part of it is confirmed.",
+        "zh": "我试着{what}，但只确认了一部分。",
+    },
+    "said.unknown": {
+        "en": "I tried to {what}; whether it worked is not confirmed.",
+        "zh": "我试着{what}，但无法确认是否成功。",
+    },
+    "said.failed": {"en": "I could not {what}: {why}.", "zh": "我没能{what}：{why}。"},
+    "refused": {"en": "refused", "zh": "被拒绝"},
+    # what an action is, for the sentences above
+    "act.remember": {"en": "remember that", "zh": "记住这件事"},
+    "act.recall": {"en": "look that up", "zh": "查这件事"},
+    "act.forget": {"en": "forget that", "zh": "忘掉这件事"},
+    "act.devices": {"en": "see your devices", "zh": "查看你的设备"},
+    "act.device": {"en": "change {name}", "zh": "调整{name}"},
+    "act.device_on": {"en": "turn on {name}", "zh": "打开{name}"},
+    "act.device_off": {"en": "turn off {name}", "zh": "关闭{name}"},
+    "act.state": {"en": "read {name}", "zh": "读取{name}"},
+    "act.send": {"en": "e-mail {who}", "zh": "给{who}发邮件"},
+    "act.list_add": {"en": "add {item} to the list", "zh": "把{item}加到清单"},
+    "act.list_done": {"en": "check {item} off the list", "zh": "把{item}从清单上勾掉"},
+    "act.list_read": {"en": "read the list", "zh": "读清单"},
+    # ------------------------------------------------------------ memory
+    "remember.done": {"en": "I'll remember: {fact}.", "zh": "好的，我记住了：{fact}。"},
+    "recall.none": {"en": "I have nothing about {query}.", "zh": "关于{query}，我没有记下什么。"},
+    "recall.found": {
+        "en": "About {query} I remember: {lines}.",
+        "zh": "关于{query}，我记得：{lines}。",
+    },
+    "recall.more": {"en": " ({n} more not shown)", "zh": "（还有{n}条没有显示）"},
+    "recall.hidden": {
+        "en": "I have {n} memories about {query} I cannot show here.",
+        "zh": "关于{query}我有{n}条记忆，这里不能显示。",
+    },
+    "forget.none": {
+        "en": "I have nothing about {query} to forget.",
+        "zh": "关于{query}，我没有可以忘掉的记忆。",
+    },
+    "forget.done": {"en": "Forgotten: {lines}.", "zh": "已经忘掉：{lines}。"},
+    # ------------------------------------------------------------ messages
+    "send.subject": {"en": "A message from Yimi", "zh": "来自依米的消息"},
+    "send.unknown_contact": {
+        "en": "I don't know who {name} is: add them to the address book first.",
+        "zh": "我不知道{name}是谁：请先把他们加到通讯录里。",
+    },
+    "send.no_notes": {"en": "I found no {what} to send.", "zh": "我没有找到要发送的{what}。"},
+    "send.done": {"en": "Sent the e-mail to {who}.", "zh": "邮件已发给{who}。"},
+    # ------------------------------------------------------------ devices
+    "device.unknown": {
+        "en": "I found no such device. Devices: {known}.",
+        "zh": "我没有找到这个设备。设备有：{known}。",
+    },
+    "device.none": {"en": "I found no devices.", "zh": "我没有找到任何设备。"},
+    "device.on": {"en": "Turning on {name}.", "zh": "正在打开{name}。"},
+    "device.off": {"en": "Turning off {name}.", "zh": "正在关闭{name}。"},
+    "device.brightness": {
+        "en": "Setting {name} to {n}% brightness.",
+        "zh": "把{name}的亮度调到百分之{n}。",
+    },
+    "device.position": {"en": "Setting {name} to {n}% open.", "zh": "把{name}开到百分之{n}。"},
+    "device.volume": {
+        "en": "Setting {name} to volume {n}%.",
+        "zh": "把{name}的音量调到百分之{n}。",
+    },
+    "device.state": {"en": "{name} is {state}.", "zh": "{name}现在是{state}。"},
+    "device.value": {"en": "{name}: {value} {unit}.", "zh": "{name}：{value}{unit}。"},
+    "device.no_state": {
+        "en": "{name} has not reported a state yet.",
+        "zh": "{name}还没有报告状态。",
+    },
+    "device.is_yes": {"en": "Yes, {name} is {state}.", "zh": "是的，{name}现在{state}。"},
+    "device.is_no": {"en": "No, {name} is {state}.", "zh": "没有，{name}现在{state}。"},
+    # ------------------------------------------------------------ timeline
+    "timeline.empty": {
+        "en": "Your timeline has nothing for {period}.",
+        "zh": "你{period}的时间线上没有内容。",
+    },
+    "timeline.list": {
+        "en": "On your timeline for {period}: {lines}.",
+        "zh": "你{period}的时间线上有：{lines}。",
+    },
+    "period.today": {"en": "today", "zh": "今天"},
+    "period.yesterday": {"en": "yesterday", "zh": "昨天"},
+    "period.last_week": {"en": "last week", "zh": "上周"},
+    # ------------------------------------------------------------ lists
+    "list.shopping": {"en": "shopping list", "zh": "购物清单"},
+    "list.todo": {"en": "to-do list", "zh": "待办事项"},
+    "list.added": {"en": "Added {item} to your {list}.", "zh": "已把{item}加到{list}。"},
+    "list.already": {"en": "{item} is already on your {list}.", "zh": "{item}已经在{list}上了。"},
+    "list.completed": {"en": "Checked {item} off your {list}.", "zh": "已把{item}从{list}上勾掉。"},
+    "list.not_on": {"en": "{item} is not on your {list}.", "zh": "{list}上没有{item}。"},
+    "list.empty": {"en": "Your {list} is empty.", "zh": "你的{list}是空的。"},
+    "list.items": {"en": "On your {list}: {lines}.", "zh": "你的{list}上有：{lines}。"},
+    # ------------------------------------------------------------ time
+    "time.now": {"en": "It's {time}.", "zh": "现在是{time}。"},
+    "date.today": {"en": "Today is {date}.", "zh": "今天是{date}。"},
+    # ------------------------------------------------------------ orders and payments
+    "pay.not_set_up_order": {
+        "en": "Payments are not set up on this hub, so I cannot order.",
+        "zh": "这个中枢没有设置付款，所以我不能点餐。",
+    },
+    "pay.not_set_up": {
+        "en": "Payments are not set up on this hub.",
+        "zh": "这个中枢没有设置付款。",
+    },
+    "order.no_earlier": {
+        "en": "I have no earlier {meal}order to repeat.",
+        "zh": "我没有可以重复的{meal}订单。",
+    },
+    "order.refused": {
+        "en": "I can't order or pay for this: {why}.",
+        "zh": "这个我不能下单或付款：{why}。",
+    },
+    "order.no_menu": {
+        "en": "I could not open the menu of {shop}: {why}.",
+        "zh": "我打不开{shop}的菜单：{why}。",
+    },
+    "order.no_item": {
+        "en": "{shop} has no {item}. The menu: {menu}.",
+        "zh": "{shop}没有{item}。菜单有：{menu}。",
+    },
+    "order.no_items": {"en": "I did not understand what to order.", "zh": "我没听懂要点什么。"},
+    "order.no_shop": {
+        "en": "Which shop should I order from? Shops: {shops}.",
+        "zh": "要从哪家店点？店铺有：{shops}。",
+    },
+    "order.cart": {
+        "en": "I could not fill the cart: {why}.",
+        "zh": "我没能把东西放进购物车：{why}。",
+    },
+    "checkout.waiting": {
+        "en": "The checkout says {what}; not paid yet. Approve the card on your phone within "
+        "60 seconds{how}.",
+        "zh": "结账页面显示：{what}；还没有付款。请在60秒内在手机上批准卡片{how}。",
+    },
+    "checkout.or_pay_it": {"en": ' — or say "pay it"', "zh": "，或者说“付款”"},
+    "checkout.auto": {
+        "en": 'Auto-pay: {what} will be paid in {n} seconds unless you say "undo".',
+        "zh": "自动付款：{n}秒后将支付{what}，除非你说“撤销”。",
+    },
+    "checkout.rejected": {
+        "en": "I may not go to the checkout: {why}.",
+        "zh": "我不能去结账：{why}。",
+    },
+    "checkout.cancelled": {
+        "en": "The order was stopped: {why}. Nothing was paid.",
+        "zh": "订单被停止了：{why}。没有付任何钱。",
+    },
+    "checkout.failed": {
+        "en": "The checkout did not work: {why}. Nothing was paid.",
+        "zh": "结账没有成功：{why}。没有付任何钱。",
+    },
+    "checkout.the_order": {"en": "the order", "zh": "这笔订单"},
+    "checkout.what": {"en": "{amount} to {payee}", "zh": "向{payee}支付{amount}"},
+    "pay.nothing": {"en": "Nothing is waiting to be paid.", "zh": "没有等待付款的订单。"},
+    "pay.card_only": {
+        "en": "To pay {what}, approve the card on your phone: only the owner's verified voice "
+        'can say "pay it".',
+        "zh": "要支付{what}，请在手机上批准卡片：只有经过验证的主人的声音才能说“付款”。",
+    },
+    "pay.card": {
+        "en": "To pay {what}, approve the card on your phone ({why}).",
+        "zh": "要支付{what}，请在手机上批准卡片（{why}）。",
+    },
+    "pay.voice_off": {"en": "voice pay is off", "zh": "语音付款已关闭"},
+    "pay.not_voice": {"en": "not by voice: {why}", "zh": "不能用语音：{why}"},
+    "pay.approved": {
+        "en": "Approved by voice: {what}. The payment's result is not in yet.",
+        "zh": "已用语音批准：{what}。付款结果还没有出来。",
+    },
+    "pay.paid": {"en": "Paid {what}.", "zh": "已支付：{what}。"},
+    "pay.unconfirmed": {
+        "en": "The payment of {what} is not confirmed: I am checking with the provider and "
+        "will not pay again.",
+        "zh": "{what}的付款还没有确认：我正在向服务商核实，不会重复付款。",
+    },
+    "pay.not_paid": {"en": "Not paid: {why}.", "zh": "没有付款：{why}。"},
+    "undo.owner_only": {"en": "Only the owner can undo a payment.", "zh": "只有主人才能撤销付款。"},
+    "undo.undone": {
+        "en": "Undone: {what} was not paid.",
+        "zh": "已撤销：{what}没有付款。",
+    },
+    "undo.cancelled": {
+        "en": "Cancelled: {what} will not be paid.",
+        "zh": "已取消：{what}不会付款。",
+    },
+    "undo.nothing": {
+        "en": "There is no payment I can still undo.",
+        "zh": "没有还能撤销的付款。",
+    },
+}
+
+LANGS = ("en", "zh")
+
+
+def lang_of(lang: str) -> str:
+    return lang if lang in LANGS else "en"
+
+
+def say(key: str, lang: str, **fields: Any) -> str:
+    """The reply ``key`` in ``lang`` with ``fields`` filled in (``KeyError``: no such key)."""
+    texts = REPLIES[key]
+    return texts.get(lang_of(lang), texts["en"]).format(**fields)
+
+
+def join(items: list[str], lang: str) -> str:
+    """Items of a spoken list: ``a; b; c`` / ``a；b；c``."""
+    return ("；" if lang_of(lang) == "zh" else "; ").join(items)
+
+
+def joined(sentences: list[str], lang: str) -> str:
+    """Whole sentences one after another (no space between Chinese ones)."""
+    sep = "" if lang_of(lang) == "zh" else " "
+    return sep.join(s for s in sentences if s)
+
+
+# ---------------------------------------------------------------- time, spoken
+_ZH_DIGITS = "零一二三四五六七八九"
+_EN_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_ZH_WEEKDAYS = ("星期一", "星期二", "星期三", "星期四", "星期五", "星期六", "星期日")
+
+
+def zh_number(n: int) -> str:
+    """0..99 in Chinese numerals (two → 二, 10 → 十, 23 → 二十三)."""
+    if n < 10:
+        return _ZH_DIGITS[n]
+    tens, ones = divmod(n, 10)
+    head = "" if tens == 1 else _ZH_DIGITS[tens]
+    return head + "十" + (_ZH_DIGITS[ones] if ones else "")
+
+
+def spoken_time(t: dt.time | dt.datetime, lang: str) -> str:
+    """``5:03 pm`` / ``下午五点零三分``."""
+    h, m = t.hour, t.minute
+    if lang_of(lang) == "zh":
+        if h < 6:
+            part = "凌晨"
+        elif h < 12:
+            part = "上午"
+        elif h < 13:
+            part = "中午"
+        elif h < 18:
+            part = "下午"
+        else:
+            part = "晚上"
+        h12 = h % 12 or 12
+        hour = "两" if h12 == 2 else zh_number(h12)
+        if m == 0:
+            return f"{part}{hour}点"
+        if m == 30:
+            return f"{part}{hour}点半"
+        mins = ("零" + zh_number(m)) if m < 10 else zh_number(m)
+        return f"{part}{hour}点{mins}分"
+    h12 = h % 12 or 12
+    suffix = "am" if h < 12 else "pm"
+    return f"{h12}:{m:02d} {suffix}"
+
+
+def spoken_date(d: dt.date, lang: str) -> str:
+    """``Tuesday, 1 December 2026`` / ``2026年12月1日，星期二``."""
+    if lang_of(lang) == "zh":
+        return f"{d.year}年{d.month}月{d.day}日，{_ZH_WEEKDAYS[d.weekday()]}"
+    return f"{_EN_WEEKDAYS[d.weekday()]}, {d.day} {d:%B} {d.year}"

@@ -1,0 +1,268 @@
+"""The intent engine's slot lists from live data, and the engine that uses them.
+
+- **contacts** — the address book (canonical name; aliases such as "my colleague", 同事);
+- **devices** and **areas** — ``home.list_devices`` through the gateway (a read, audited
+  like every call), cached: read again for a device request when the cache is
+  :data:`STALE_S` old, and for a request not understood when it is :data:`RETRY_S` old (a
+  device added since the last read);
+- **shops** — ``errands.list_shops`` when the errands package offers it;
+- **lists** — the hub's lists (shopping, to-do; the engine's defaults).
+
+:meth:`LiveSlots.recognize` recognises the sentence, reads the devices and shops again when
+the request needs them and they are stale, and calls ``engine.update()`` only when the
+lists changed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from hub.brain.intents import DEFAULT_LISTS, IntentEngine, Lang, Match, Named, SlotLists
+from hub.gateway import CallContext, Gateway, Receipt, ToolCall
+
+log = logging.getLogger(__name__)
+
+STALE_S = 30.0
+"""seconds after which the device and shop lists are read again"""
+RETRY_S = 2.0
+"""a request not understood reads the devices again if they are older than this"""
+LIVE_INTENTS = frozenset(
+    {
+        "HassTurnOn",
+        "HassTurnOff",
+        "HassLightSet",
+        "HassSetPosition",
+        "HassSetVolume",
+        "HassGetState",
+        "YimiOrder",
+    }
+)
+"""requests whose slots come from the device and shop lists"""
+SLOTS_TASK = "brain.slots#lookup"
+DECLARED_SHOPS = Path(__file__).resolve().parents[2] / "packages" / "errands" / "shops.json"
+"""where the errands package declares its sandbox shops (read as data, never imported)"""
+"""the ledger task the slot-list reads are recorded under"""
+
+
+class ContactLike(Protocol):
+    name: str
+    email: str
+    aliases: tuple[str, ...]
+
+
+class ContactSource(Protocol):
+    def find(self, name: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Device:
+    """One device of the ``home`` listing."""
+
+    entity: str
+    name: str
+    domain: str
+    area: str = ""
+    aliases: tuple[str, ...] = ()
+    area_names: tuple[str, ...] = ()
+    """the area's own spoken names, when the listing gives them (``area_name``)"""
+
+
+def devices_of(listing: Receipt) -> list[Device]:
+    """The devices of a ``home.list_devices`` receipt: its effects (switchable devices, with
+    ``name``, optional ``area``, ``domain``, ``aliases``) and its sensor values (whose
+    ``source`` is the entity id when no state topic is known)."""
+    out: dict[str, Device] = {}
+    for e in listing.effects:
+        entity = e.target or str(e.fields.get("entity", ""))
+        if not entity:
+            continue
+        domain = str(e.fields.get("domain") or entity.split(".", 1)[0])
+        aliases = e.fields.get("aliases") or ()
+        area_name = e.fields.get("area_name") or ()
+        out[entity] = Device(
+            entity,
+            str(e.fields.get("name") or entity),
+            domain,
+            str(e.fields.get("area") or ""),
+            tuple(str(a) for a in aliases) if isinstance(aliases, list | tuple) else (),
+            (str(area_name),) if isinstance(area_name, str) else tuple(map(str, area_name)),
+        )
+    for v in listing.values:
+        entity = str(getattr(v, "entity", "") or v.source or "")
+        if "." not in entity or "/" in entity or entity in out or v.name == "devices":
+            continue
+        out[entity] = Device(entity, v.name, entity.split(".", 1)[0])
+    return list(out.values())
+
+
+def declared_shops(path: Path = DECLARED_SHOPS) -> list[Named]:
+    """The shops the errands package declares (its sandbox's), before ``list_shops`` has
+    been read — and for an engine without live lists; none if the file is absent."""
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8")).get("shops", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [
+        Named(
+            str(r["shop"]), tuple(dict.fromkeys([str(r["name"]), *map(str, r.get("aliases", []))]))
+        )
+        for r in rows
+        if isinstance(r, dict) and r.get("shop") and r.get("name")
+    ]
+
+
+AREA_NAMES: dict[str, tuple[str, ...]] = {
+    "kitchen": ("厨房",),
+    "living_room": ("客厅", "起居室"),
+    "bedroom": ("卧室", "睡房"),
+    "study": ("书房",),
+    "hall": ("门厅", "玄关"),
+    "hallway": ("走廊", "过道"),
+    "bathroom": ("浴室", "卫生间", "洗手间"),
+    "dining_room": ("餐厅", "饭厅"),
+    "office": ("办公室",),
+    "garage": ("车库",),
+    "garden": ("花园",),
+    "balcony": ("阳台",),
+    "kids_room": ("儿童房",),
+    "guest_room": ("客房",),
+}
+"""spoken names of common area ids in Chinese (an area's own names come first)"""
+
+
+def _area_names(area: str, given: Sequence[str] = ()) -> tuple[str, ...]:
+    return tuple(dict.fromkeys([*given, area.replace("_", " "), *AREA_NAMES.get(area, ())]))
+
+
+@dataclass
+class LiveSlots:
+    """The brain's intent engine over live slot lists (see the module doc)."""
+
+    gateway: Gateway
+    contacts: ContactSource | None = None
+    engine: IntentEngine | None = None
+    clock: Callable[[], float] = time.monotonic
+    devices: list[Device] = field(default_factory=list)
+    shops: list[Named] = field(default_factory=declared_shops)
+    _read_at: float | None = None
+    _lists: SlotLists | None = None
+    _calls: Iterator[int] = field(default_factory=itertools.count)
+
+    def __post_init__(self) -> None:
+        if self.engine is None:
+            self.engine = IntentEngine()
+
+    # ------------------------------------------------------------------ recognise
+    async def recognize(self, text: str, lang: Lang | None = None) -> Match | None:
+        """The request in ``text`` (``None``: not understood), over fresh slot lists.
+
+        The devices and shops are read only for requests that need them: a device or
+        order request when they are :data:`STALE_S` old, or one not understood when they
+        are :data:`RETRY_S` old (a device added since) — then recognised again."""
+        engine = self.engine
+        assert engine is not None
+        self._update()  # the address book may have changed
+        match = engine.recognize(text, lang)
+        if match is not None and match.intent not in LIVE_INTENTS:
+            return match
+        age = float("inf") if self._read_at is None else self.clock() - self._read_at
+        if age >= (STALE_S if match is not None else RETRY_S):
+            await self.refresh()
+            match = engine.recognize(text, lang)
+        return match
+
+    async def refresh(self) -> None:
+        """Read the devices and shops through the gateway, then update the engine."""
+        self._read_at = self.clock()
+        listing = await self._read("home", "list_devices")
+        if listing is not None:
+            self.devices = devices_of(listing)
+        shops = await self._read("errands", "list_shops")
+        if shops is not None:
+            self.shops = [
+                Named(
+                    e.target,
+                    tuple(
+                        dict.fromkeys(
+                            [str(e.fields.get("name") or e.target), *e.fields.get("aliases", [])]
+                        )
+                    ),
+                )
+                for e in shops.effects
+                if e.target
+            ]
+        self._update()
+
+    async def _read(self, package: str, tool: str) -> Receipt | None:
+        m = self.gateway.catalog.get(package)
+        if m is None or tool not in m.tools:
+            return None
+        call_id = f"slots-{int(time.time() * 1000)}-{next(self._calls)}"
+        call = ToolCall(package, tool, {}, call_id, SLOTS_TASK)
+        ctx = CallContext(owner="owner", scope="owner", session_id="brain", run_id="slots")
+        try:
+            r = await self.gateway.call(call, ctx)
+        except Exception as exc:
+            log.warning("slot list %s.%s not read: %s", package, tool, exc)
+            return None
+        if r.status != "succeeded":
+            log.warning("slot list %s.%s: %s %s", package, tool, r.status, r.error)
+            return None
+        return r
+
+    # ------------------------------------------------------------------ lists
+    def slot_lists(self) -> SlotLists:
+        areas: dict[str, Named] = {}
+        for d in self.devices:
+            if d.area and d.area not in areas:
+                areas[d.area] = Named(d.area, _area_names(d.area, d.area_names))
+        devices = [
+            Named(d.entity, tuple(dict.fromkeys([d.name, *d.aliases])), d.domain, d.area)
+            for d in self.devices
+        ]
+        return SlotLists(
+            contacts=tuple(self._contacts()),
+            devices=tuple(devices),
+            areas=tuple(areas.values()),
+            shops=tuple(self.shops),
+            lists=DEFAULT_LISTS,
+        )
+
+    def _contacts(self) -> list[Named]:
+        book = self.contacts
+        listed: Sequence[ContactLike] = ()
+        every = getattr(book, "all", None)
+        if callable(every):
+            listed = every()
+        out = []
+        for c in listed:
+            first = c.name.split()[:1]
+            mine = [f"my {a}" for a in c.aliases if a.isascii() and not a.lower().startswith("my ")]
+            names = dict.fromkeys([c.name, *c.aliases, *mine, *first])
+            out.append(Named(c.name, tuple(n for n in names if n)))
+        return out
+
+    def _update(self) -> None:
+        lists = self.slot_lists()
+        if lists != self._lists:
+            assert self.engine is not None
+            self.engine.update(lists)
+            self._lists = lists
+
+    # ------------------------------------------------------------------ look-ups
+    def device(self, entity: str) -> Device | None:
+        return next((d for d in self.devices if d.entity == entity), None)
+
+    def in_area(self, area: str, domain: str = "") -> list[Device]:
+        return [d for d in self.devices if d.area == area and (not domain or d.domain == domain)]
+
+    def shop_name(self, shop: str) -> str:
+        found = next((s for s in self.shops if s.value == shop), None)
+        return found.names[0] if found is not None and found.names else shop
