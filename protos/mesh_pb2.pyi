@@ -31,6 +31,7 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VOICE_ENROL_RESULT: _ClassVar[Kind]
     VOICEPRINT: _ClassVar[Kind]
     TRUST_WINDOW: _ClassVar[Kind]
+    AUDIT_HEAD: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -70,6 +71,7 @@ VOICE_ENROL: Kind
 VOICE_ENROL_RESULT: Kind
 VOICEPRINT: Kind
 TRUST_WINDOW: Kind
+AUDIT_HEAD: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal

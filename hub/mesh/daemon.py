@@ -167,6 +167,7 @@ class HubDaemon:
             mesh_pb2.DELIVERY_ACK: self.delivery.on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
+            mesh_pb2.AUDIT_HEAD: self.consent.on_audit_head,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
             mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
             mesh_pb2.WAKE_CLAIM: self.wake.on_claim,
@@ -269,6 +270,7 @@ class HubDaemon:
             await self._broadcast_sync(sync_pb2.SyncUpdate())
         except SyncError as exc:
             log.info("hello not broadcast: %s", exc)
+        await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
         self.ready.set()
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",

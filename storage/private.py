@@ -1,0 +1,88 @@
+"""Private files and folders: every file in HOME or a bundle that holds private content is
+0600 and every folder 0700, whatever the process umask.
+
+Creation points use these helpers (explicit modes); the hub and every ``yimi`` command also
+run with :data:`PRIVATE_UMASK` (:func:`private_umask`), so a file some library creates on
+its own (SQLite's ``-wal``/``-shm``, a model's cache, a package server's state) is private
+too. SQLite gives its side files the mode of the database file, so a database created 0600
+by :func:`storage.sqlite.open_db` keeps its ``-wal`` and ``-shm`` at 0600.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+PRIVATE_UMASK = 0o077
+"""the umask of the hub and of every ``yimi`` command: nothing readable by group or others"""
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def private_umask() -> int:
+    """Set the process umask to :data:`PRIVATE_UMASK`; returns the previous one."""
+    return os.umask(PRIVATE_UMASK)
+
+
+def private_dir(path: Path) -> Path:
+    """Make ``path`` (and missing parents) with mode 0700; an existing folder is set to 0700."""
+    path = Path(path)
+    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    if path.stat().st_mode & 0o777 != DIR_MODE:
+        os.chmod(path, DIR_MODE)
+    return path
+
+
+def private_file(path: Path) -> Path:
+    """Create ``path`` empty with mode 0600 if missing (its folder 0700); an existing file is
+    set to 0600. Returns ``path``."""
+    path = Path(path)
+    if not path.parent.exists():
+        private_dir(path.parent)
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY, FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+    finally:
+        os.close(fd)
+    return path
+
+
+def write_private(path: Path, data: bytes | str) -> None:
+    """Replace ``path`` with ``data`` atomically (temporary file 0600, fsync, rename)."""
+    path = Path(path)
+    if not path.parent.exists():
+        private_dir(path.parent)
+    raw = data.encode() if isinstance(data, str) else data
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+        os.write(fd, raw)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def loose_modes(root: Path) -> list[tuple[Path, int]]:
+    """(path, mode) of every file not 0600 and folder not 0700 under ``root`` (symlinks and
+    sockets skipped) — what ``yimi home check`` and the tests look for."""
+    found: list[tuple[Path, int]] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        d = Path(dirpath)
+        mode = d.stat().st_mode & 0o777
+        if mode != DIR_MODE:
+            found.append((d, mode))
+        for name in filenames:
+            p = d / name
+            try:
+                st = p.lstat()
+            except FileNotFoundError:  # removed while walking (a -journal, a temporary file)
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if st.st_mode & 0o777 != FILE_MODE:
+                found.append((p, st.st_mode & 0o777))
+    return found
