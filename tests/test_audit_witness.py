@@ -5,16 +5,21 @@ refuse a log behind or forking from it, naming the witness."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+import yaml
 from nacl.signing import SigningKey
 
 from hub.gateway.audit import AuditLog, verify
 from sync.audit_head import WITNESS_FILE, SignedHead, Witness
 from tests.mesh_harness import Mesh, env
+from tests.waiting import poll
 
 
 def append(log: AuditLog, n: int, start: int = 0) -> None:
@@ -116,3 +121,78 @@ def test_yimi_audit_verify_with_a_witness_bundle(tmp_path: Path) -> None:
     assert bad.returncode == 1, bad.stdout
     assert "behind the head witnessed by phone1" in bad.stderr, bad.stderr
     assert "rolled back" in bad.stderr and "seq 5" in bad.stderr
+
+
+def email(to: str, body: str) -> dict[str, object]:
+    return {"to": to, "subject": "Dinner", "body": body, "owner_requested": True}
+
+
+@pytest.mark.slow
+async def test_attack_a_rolled_back_audit_pair_is_caught_by_the_phone(mesh: Mesh) -> None:
+    """The attack on a real mesh: the phone's daemon witnesses the head as cards are
+    decided; with the hub stopped, ``audit.jsonl`` and ``audit.head`` are put back to a copy
+    taken earlier. ``yimi audit verify --witness`` refuses, naming the phone; the restarted
+    hub asks the phone, logs and counts ``audit.rollback`` — and still answers ``yimi say``."""
+    from hub.gateway import CallContext, ToolCall
+    from hub.mesh.daemon import HubDaemon, HubOptions
+    from provisioning.home import Home
+    from worlds.fakes import SmtpWorld
+
+    owner = CallContext(owner="owner", scope="owner", trace_id="trace-rollback")
+    phone = mesh.add_device("phone1", "phone")
+    where, saved = mesh.home / "gateway" / "audit", mesh.root / "saved"
+    witness_file = phone / "state" / WITNESS_FILE
+
+    def witnessed() -> int:
+        head = SignedHead.from_json(json.loads(witness_file.read_text()))
+        return head.seq if head else 0
+
+    async with SmtpWorld() as smtp:
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump(
+                {"messaging": {"config": {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port)}}}
+            )
+        )
+        options = HubOptions(
+            mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+        )
+        async with HubDaemon(Home.load(mesh.home), options) as hub:
+            gw = hub.consent.gateway
+            assert gw is not None
+            edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
+            r = await gw.call(
+                ToolCall("messaging", "send_email", email("ann@example.org", "7?"), "c1", "t1"),
+                owner,
+            )
+            assert r.status == "waiting"
+            first = gw.audit.head()
+            assert first is not None
+            await poll(lambda: witness_file.exists() and witnessed() == first.seq, 20, "witness")
+            snapshot(where, saved)
+            for i in (2, 3):
+                r = await gw.call(
+                    ToolCall("messaging", "send_email", email("bo@example.org", "8"), f"c{i}", "t"),
+                    owner,
+                )
+            top = gw.audit.head()
+            assert top is not None and top.seq > first.seq
+            await poll(lambda: witnessed() == top.seq, 20, "the phone to keep the newer head")
+
+        snapshot(saved, where)  # the attack: both files back to the earlier signed state
+        alone = await asyncio.to_thread(mesh.yimi, "audit", "verify", "--home", str(mesh.home))
+        assert alone.returncode == 0, "the signed head alone cannot see it"
+        bad = await asyncio.to_thread(
+            mesh.yimi, "audit", "verify", "--home", str(mesh.home), "--witness", str(phone)
+        )
+        assert bad.returncode == 1 and "witnessed by phone1" in bad.stderr, bad.stderr
+        assert f"seq {top.seq}" in bad.stderr and "rolled back" in bad.stderr
+
+        async with HubDaemon(Home.load(mesh.home), options) as hub:
+            await poll(lambda: hub.port.drops["audit.rollback"] >= 1, 30, "the rollback counted")
+            await poll(lambda: "rolled back" in edge.text(), 20, "the phone to see it too")
+            said = await asyncio.to_thread(mesh.say, phone, "hello", "--hub", mesh.hub_target)
+            assert said.returncode == 0 and said.stdout.strip(), said.stderr
+        assert witnessed() == top.seq, "the phone keeps the higher head"
+        mesh.stop(edge)
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home))
+    assert "audit.rollback" in status.stdout, status.stdout
