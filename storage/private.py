@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import BinaryIO
 
 PRIVATE_UMASK = 0o077
 """the umask of the hub and of every ``yimi`` command: nothing readable by group or others"""
@@ -28,7 +29,14 @@ def private_umask() -> int:
 def private_dir(path: Path) -> Path:
     """Make ``path`` (and missing parents) with mode 0700; an existing folder is set to 0700."""
     path = Path(path)
-    path.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):  # mkdir's own parents would take the umask's mode
+        d.mkdir(mode=DIR_MODE, exist_ok=True)
+        os.chmod(d, DIR_MODE)
     if path.stat().st_mode & 0o777 != DIR_MODE:
         os.chmod(path, DIR_MODE)
     return path
@@ -49,6 +57,20 @@ def private_file(path: Path) -> Path:
     return path
 
 
+def open_private(path: Path, mode: str = "ab") -> BinaryIO:
+    """Open ``path`` for binary writing (``"ab"`` append or ``"wb"`` truncate), creating it
+    0600 (an existing file is set to 0600)."""
+    flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
+    fd = os.open(path, flags, FILE_MODE)
+    try:
+        if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
+            os.fchmod(fd, FILE_MODE)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def write_private(path: Path, data: bytes | str) -> None:
     """Replace ``path`` with ``data`` atomically (temporary file 0600, fsync, rename)."""
     path = Path(path)
@@ -66,14 +88,32 @@ def write_private(path: Path, data: bytes | str) -> None:
     os.replace(tmp, path)
 
 
+def tighten_top(root: Path) -> list[Path]:
+    """Make ``root`` 0700 and the regular files directly in it 0600 (the owner edits
+    ``packages.yaml``, ``contacts.yaml``, ``home.yaml`` with whatever umask they have; the
+    hub runs this at start). Returns what was loosened and is now fixed."""
+    fixed: list[Path] = []
+    root = Path(root)
+    if root.stat().st_mode & 0o077:
+        os.chmod(root, DIR_MODE)
+        fixed.append(root)
+    for p in root.iterdir():
+        st = p.lstat()
+        if stat.S_ISREG(st.st_mode) and st.st_mode & 0o077:
+            os.chmod(p, st.st_mode & 0o700 or FILE_MODE)
+            fixed.append(p)
+    return fixed
+
+
 def loose_modes(root: Path) -> list[tuple[Path, int]]:
-    """(path, mode) of every file not 0600 and folder not 0700 under ``root`` (symlinks and
-    sockets skipped) — what ``yimi home check`` and the tests look for."""
+    """(path, mode) of every file or folder under ``root`` that group or others may use
+    (any of the 0o077 bits; symlinks and sockets skipped) — what the tests look for. Files
+    are 0600 (0400 for read-only ones such as the memory profile), folders 0700."""
     found: list[tuple[Path, int]] = []
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirs, filenames in os.walk(root):
         d = Path(dirpath)
         mode = d.stat().st_mode & 0o777
-        if mode != DIR_MODE:
+        if mode & 0o077:
             found.append((d, mode))
         for name in filenames:
             p = d / name
@@ -83,6 +123,6 @@ def loose_modes(root: Path) -> list[tuple[Path, int]]:
                 continue
             if not stat.S_ISREG(st.st_mode):
                 continue
-            if st.st_mode & 0o777 != FILE_MODE:
+            if st.st_mode & 0o077:
                 found.append((p, st.st_mode & 0o777))
     return found

@@ -46,6 +46,7 @@ from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
 from provisioning.home import Home
 from provisioning.registry import Registry
+from storage.private import tighten_top, write_private
 from sync import discovery, topics
 from sync import documents as docs
 from sync.envelope import HUB, DropReason, Opened
@@ -197,6 +198,8 @@ class HubDaemon:
     async def _start(self) -> None:
         opts, home = self.options, self.home
         self.store.mark_all_offline()
+        for path in tighten_top(home.path):  # files the owner wrote with a loose umask
+            log.warning("%s was readable by others: now owner-only", path)
         self._load_registry()
         self.broker = await self._stack.enter_async_context(
             Broker(
@@ -301,7 +304,7 @@ class HubDaemon:
         self.voiceprints.close()
 
     def _write_pidfile(self) -> None:
-        (self.home.path / "hub.pid").write_text(str(os.getpid()))
+        write_private(self.home.path / "hub.pid", str(os.getpid()))
 
     def _remove_pidfile(self) -> None:
         (self.home.path / "hub.pid").unlink(missing_ok=True)
