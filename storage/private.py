@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 PRIVATE_UMASK = 0o077
 """the umask of the hub and of every ``yimi`` command: nothing readable by group or others"""
@@ -65,7 +65,7 @@ def open_private(path: Path, mode: str = "ab") -> BinaryIO:
     try:
         if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
             os.fchmod(fd, FILE_MODE)
-        return os.fdopen(fd, mode)
+        return cast(BinaryIO, os.fdopen(fd, mode))
     except BaseException:
         os.close(fd)
         raise
