@@ -6,6 +6,17 @@ run with :data:`PRIVATE_UMASK` (:func:`private_umask`), so a file some library c
 its own (SQLite's ``-wal``/``-shm``, a model's cache, a package server's state) is private
 too. SQLite gives its side files the mode of the database file, so a database created 0600
 by :func:`storage.sqlite.open_db` keeps its ``-wal`` and ``-shm`` at 0600.
+
+What is private: everything in HOME and in a bundle — keys and secrets, databases (hub,
+registry, gateway and payments, memory and the ``recall/*.db`` indexes, voiceprints,
+outboxes, cards), the memory profile (``profile/*.md``, 0400: read-only), replica logs and
+snapshots, the hot archive, package state and package logs, the audit log and head, the
+witness head, ``home.yaml`` / ``bundle.yaml`` and the owner's ``packages.yaml`` /
+``contacts.yaml`` (the hub makes HOME's top-level files 0600 at start: :func:`tighten_top`).
+The one exception by decision: the model cache (``HOME/models``) holds only registry
+weights checked against trusted SHA-256s and a lock file — nothing private — so it has no
+explicit modes; under ``yimi``'s umask it is 0700/0600 all the same, and 0755/0644 left by
+another tool is acceptable there.
 """
 
 from __future__ import annotations

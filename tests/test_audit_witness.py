@@ -196,3 +196,25 @@ async def test_attack_a_rolled_back_audit_pair_is_caught_by_the_phone(mesh: Mesh
         mesh.stop(edge)
     status = mesh.yimi("hub", "status", "--home", str(mesh.home))
     assert "audit.rollback" in status.stdout, status.stdout
+
+
+def test_a_witness_of_another_hub_is_refused_and_an_empty_one_warns(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    mesh = Mesh(tmp_path / "a")
+    mesh.init()
+    other = Mesh(tmp_path / "b")
+    other.init()
+    foreign = other.add_device("phone2", "phone")
+    fresh = mesh.add_device("phone1", "phone")
+    from provisioning.home import Home
+
+    log = AuditLog(
+        mesh.home / "gateway" / "audit", durable=False, signer=Home.load(mesh.home).hub_keys.sign
+    )
+    append(log, 1)
+    log.close()
+    bad = mesh.yimi("audit", "verify", "--home", str(mesh.home), "--witness", str(foreign))
+    assert bad.returncode == 1 and "belongs to another hub" in bad.stderr, bad.stderr
+    empty = mesh.yimi("audit", "verify", "--home", str(mesh.home), "--witness", str(fresh))
+    assert empty.returncode == 0 and "phone1 holds no audit head yet" in empty.stderr
