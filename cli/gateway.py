@@ -8,7 +8,7 @@
 | ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
 | ``yimi deny --bundle PHONE [CARD_ID]`` | deny it |
 | ``yimi executor pause|resume|log --bundle MAC`` | the Mac's local pause switch and log |
-| ``yimi audit verify --home DIR [--witness BUNDLE]`` | check every record, the chain and the signed head, and that the log is not behind the highest head the witness device (phone, Mac) kept (exit 1 if broken) |
+| ``yimi audit verify --home DIR [--witness B]`` | records, chain, signed head; not behind B |
 | ``yimi audit show --home DIR [--limit N]`` | list audit records |
 """
 
