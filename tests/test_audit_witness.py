@@ -218,3 +218,27 @@ def test_a_witness_of_another_hub_is_refused_and_an_empty_one_warns(tmp_path: Pa
     assert bad.returncode == 1 and "belongs to another hub" in bad.stderr, bad.stderr
     empty = mesh.yimi("audit", "verify", "--home", str(mesh.home), "--witness", str(fresh))
     assert empty.returncode == 0 and "phone1 holds no audit head yet" in empty.stderr
+
+
+def test_the_witnesses_are_the_phone_and_the_mac() -> None:
+    from typing import Any, cast
+
+    from hub.gateway.courier import MeshConsent
+    from provisioning.registry import DeviceRecord
+
+    def rec(name: str, profile: str, scopes: tuple[str, ...], revoked: int | None = None) -> Any:
+        return DeviceRecord(name, name, profile, scopes, b"", b"", b"", "", "", 0, revoked)
+
+    devices = [
+        rec("phone", "phone", ("approve", "timeline.write")),
+        rec("mac", "mac", ("execute",)),
+        rec("specs", "glasses", ("timeline.write",)),
+        rec("old", "phone", ("approve",), revoked=1),
+    ]
+    consent = MeshConsent(
+        Path("/nonexistent"),
+        audit_signer=SigningKey.generate(),
+        port=cast(Any, None),
+        devices=lambda: devices,
+    )
+    assert [r.name for r in consent.witnesses()] == ["phone", "mac"]
