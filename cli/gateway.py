@@ -8,7 +8,7 @@
 | ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
 | ``yimi deny --bundle PHONE [CARD_ID]`` | deny it |
 | ``yimi executor pause|resume|log --bundle MAC`` | the Mac's local pause switch and log |
-| ``yimi audit verify --home DIR`` | check every record and the hash chain (exit 1 if broken) |
+| ``yimi audit verify --home DIR [--witness B]`` | records, chain, signed head; not behind B |
 | ``yimi audit show --home DIR [--limit N]`` | list audit records |
 """
 
@@ -21,9 +21,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cli.common import EXIT_ERROR, EXIT_OK, Command
+
+if TYPE_CHECKING:
+    from sync.audit_head import SignedHead
 
 
 def cmd_package_check(args: argparse.Namespace) -> int:
@@ -116,14 +119,51 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
                 line=0,
                 problem=f"no hub public key to check the head with: {exc}",
             ) from None
-    verdict = verify(where, hub_pk)
+    witness, witnessed = None, ""
+    for bundle_dir in args.witness or []:
+        seen = _witness_head(bundle_dir, hub_pk)
+        if seen is not None and (witness is None or seen[1].seq > witness[1].seq):
+            witness = seen
+    verdict = verify(where, hub_pk, witness=witness[1] if witness else None)
+    if not verdict.ok and witness is not None and verdict.problem.startswith("rollback:"):
+        raise GatewayError(
+            "audit.rolled_back",
+            path=where / "audit.jsonl",
+            witness=witness[0],
+            problem=verdict.problem.removeprefix("rollback:").strip(),
+        )
     if not verdict.ok:
         raise GatewayError(
             "audit.broken", path=where / "audit.jsonl", line=verdict.line, problem=verdict.problem
         )
     signed = "" if args.unsigned else ", head signed by the hub"
-    print(f"ok: {verdict.records} records, hash chain and head intact{signed}")
+    if witness is not None:
+        witnessed = f", not behind {witness[0]}'s head (seq {witness[1].seq})"
+    print(f"ok: {verdict.records} records, hash chain and head intact{signed}{witnessed}")
     return EXIT_OK
+
+
+def _witness_head(bundle_dir: Path, hub_pk: bytes | None) -> tuple[str, SignedHead] | None:
+    """(device name, the highest signed head it kept) of a witness bundle (``None``: it
+    has kept none yet — said on stderr)."""
+    from provisioning.bundle import Bundle
+    from sync.audit_head import Witness
+
+    bundle = Bundle.load(bundle_dir)
+    if hub_pk is not None and hub_pk != bundle.hub_sign_pk:
+        from hub.gateway.errors import GatewayError
+
+        raise GatewayError(
+            "audit.broken",
+            path=bundle_dir,
+            line=0,
+            problem="the witness bundle belongs to another hub",
+        )
+    head = Witness(bundle.state_dir, bundle.hub_sign_pk).highest()
+    if head is None:
+        print(f"warning: witness {bundle.name} holds no audit head yet", file=sys.stderr)
+        return None
+    return bundle.name, head
 
 
 def _brief(data: dict[str, Any]) -> str:
@@ -222,6 +262,13 @@ def add_commands(sub: Any, command: Command) -> None:
         "--unsigned",
         action="store_true",
         help="a log kept without the hub's key (tests, other tools)",
+    )
+    sp.add_argument(
+        "--witness",
+        type=Path,
+        action="append",
+        metavar="BUNDLE",
+        help="a device bundle (phone, Mac) whose kept audit head the log must not be behind",
     )
     sp = command(audit_sub, "show", cmd_audit_show, "list audit records")
     sp.add_argument("--home", type=Path, required=True)

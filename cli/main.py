@@ -65,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``yimi`` process (``argv`` ``None``: the command line; then the process umask is
+    made private, 0o077, so whatever a command or a library writes in HOME or a bundle is
+    0600/0700 — see :mod:`storage.private`). Called with ``argv`` (tests, in-process) the
+    caller's umask is left alone."""
+    if argv is None:
+        from storage.private import private_umask
+
+        private_umask()
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:

@@ -136,3 +136,15 @@ class CardUpdate(_message.Message):
     summary: str
     at_ms: int
     def __init__(self, card_id: _Optional[str] = ..., state: _Optional[_Union[CardState, str]] = ..., reason: _Optional[str] = ..., status: _Optional[str] = ..., summary: _Optional[str] = ..., at_ms: _Optional[int] = ...) -> None: ...
+
+class AuditHead(_message.Message):
+    __slots__ = ("seq", "hash", "sig", "request")
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    HASH_FIELD_NUMBER: _ClassVar[int]
+    SIG_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    seq: int
+    hash: str
+    sig: bytes
+    request: bool
+    def __init__(self, seq: _Optional[int] = ..., hash: _Optional[str] = ..., sig: _Optional[bytes] = ..., request: _Optional[bool] = ...) -> None: ...

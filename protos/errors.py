@@ -69,6 +69,7 @@ MESSAGES: dict[str, str] = {
     "card.no_answer": "no answer from the hub about card {card} within {seconds} s",
     "card.not_phone": "this bundle ({profile}) cannot answer cards: it has no approve scope",
     "audit.broken": "audit log {path} fails verification at line {line}: {problem}",
+    "audit.rolled_back": ("audit log {path} is behind the head witnessed by {witness}: {problem}"),
     # payments
     "pay.not_owner_request": "no payment intent: {reason}",
     "pay.intent_exists": "task {task} already has a payment in progress ({payment})",

@@ -32,6 +32,7 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VOICEPRINT: _ClassVar[Kind]
     TRUST_WINDOW: _ClassVar[Kind]
     GROUP_KEY: _ClassVar[Kind]
+    AUDIT_HEAD: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -72,6 +73,7 @@ VOICE_ENROL_RESULT: Kind
 VOICEPRINT: Kind
 TRUST_WINDOW: Kind
 GROUP_KEY: Kind
+AUDIT_HEAD: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal
 GROUP: Seal

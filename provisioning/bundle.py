@@ -18,7 +18,6 @@ Layout of ``BUNDLE``::
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
 from provisioning.profiles import Profile, dump_profile, load_profile
 from provisioning.registry import DeviceRecord, check_name
+from storage.private import private_dir, write_private
 
 BUNDLE_VERSION = 1
 
@@ -237,8 +237,7 @@ def write(
     """Write a bundle folder (mode 0700; secrets 0600) and load it back."""
     _check_out(out)
     cert = certs.verify(certificate, home_sign_pk, home_id=home_id)
-    out.mkdir(parents=True, exist_ok=True)
-    out.chmod(0o700)
+    private_dir(out)
     config = {
         "version": BUNDLE_VERSION,
         "home_id": home_id,
@@ -268,11 +267,9 @@ def write(
             }
         ).encode(),
     )
-    (out / "certificate.bin").write_bytes(certificate)
-    (out / "profile.yaml").write_text(dump_profile(profile))
-    tmp = out / f".bundle.yaml.{secrets.token_hex(4)}"
-    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-    tmp.replace(out / "bundle.yaml")
+    write_private(out / "certificate.bin", certificate)
+    write_private(out / "profile.yaml", dump_profile(profile))
+    write_private(out / "bundle.yaml", yaml.safe_dump(config, sort_keys=False))
     return Bundle.load(out)
 
 

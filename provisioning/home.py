@@ -34,6 +34,7 @@ import yaml
 from provisioning.errors import ProvisioningError
 from provisioning.identity import NodeKeys, new_group_key, read_secret, write_secret
 from provisioning.registry import Registry
+from storage.private import private_dir, write_private
 
 HOME_VERSION = 1
 DEFAULT_MQTT_PORT = 18883
@@ -100,8 +101,7 @@ class Home:
                     target.unlink(missing_ok=True)
             for stale in path.glob("*.db-*"):
                 stale.unlink()
-        path.mkdir(parents=True, exist_ok=True)
-        path.chmod(0o700)
+        private_dir(path)
         home_keys, hub_keys = NodeKeys.generate(), NodeKeys.generate()
         keys = path / "keys"
         home_keys.save(keys / "home.key")
@@ -123,7 +123,7 @@ class Home:
             "hub_host": hub_host,
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
-        (path / "home.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+        write_private(path / "home.yaml", yaml.safe_dump(config, sort_keys=False))
         Registry(path / "registry.db").close()
         return cls.load(path)
 

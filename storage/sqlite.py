@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import apsw
+
+from storage.private import private_dir, private_file
 
 BUSY_TIMEOUT_MS = 10_000
 """milliseconds a writer waits for another process's lock"""
@@ -19,10 +20,8 @@ def open_db(path: Path, schema: str, *, synchronous: str = "FULL") -> apsw.Conne
 
     Files are created with mode 0600: they may hold counters and credentials' hashes.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if not path.exists():
-        fd = os.open(path, os.O_CREAT | os.O_WRONLY, 0o600)
-        os.close(fd)
+    private_dir(path.parent)
+    private_file(path)  # SQLite gives -wal and -shm the database file's mode
     conn = apsw.Connection(str(path))
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     conn.execute("PRAGMA journal_mode=WAL")

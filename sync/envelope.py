@@ -56,6 +56,7 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.VOICEPRINT: voice_pb2.Voiceprint,
     mesh_pb2.TRUST_WINDOW: voice_pb2.TrustWindow,
     mesh_pb2.GROUP_KEY: mesh_pb2.GroupKey,
+    mesh_pb2.AUDIT_HEAD: consent_pb2.AuditHead,
 }
 """Kind → payload message class; a kind not here is malformed."""
 

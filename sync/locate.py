@@ -20,6 +20,7 @@ from nacl.signing import VerifyKey
 from protos import mesh_pb2, mesh_pb2_grpc
 from protos.codec import IDENTIFY_CONTEXT, parse, signing_input
 from provisioning.identity import fingerprint, short_fingerprint
+from storage.private import write_private
 from sync import discovery
 from sync.errors import SyncError
 
@@ -156,9 +157,7 @@ class HubLocator:
     def _remember(self, found: HubAddress) -> HubAddress:
         self.current = found
         try:
-            tmp = self.cache.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(found)))
-            tmp.replace(self.cache)
+            write_private(self.cache, json.dumps(asdict(found)))
         except OSError as exc:
             log.debug("could not cache hub address: %s", exc)
         return found

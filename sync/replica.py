@@ -35,6 +35,7 @@ from pathlib import Path
 from loro import ExportMode, LoroDoc
 
 from protos.clock import now_ms
+from storage.private import open_private, private_dir, private_file
 from sync.crdt import PASS_THROUGH, CrdtError, guard, version
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Replica:
         self.gen = 0
         self._offset = 0  # bytes of the current log already imported
         self.problems: list[str] = []
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         with self._locked():
             self._load()
 
@@ -190,7 +191,8 @@ class Replica:
         aside = path.with_name(f"{path.name}.damaged.{now_ms()}")
         with path.open("rb") as src:
             src.seek(offset)
-            aside.write_bytes(src.read())
+            with open_private(aside, "wb") as out:
+                out.write(src.read())
         with path.open("r+b") as fh:
             fh.truncate(offset)
             fh.flush()
@@ -308,7 +310,7 @@ class Replica:
 
     def _append(self, blob: bytes) -> None:
         path = self._log(self.gen)
-        with path.open("ab") as fh:
+        with open_private(path, "ab") as fh:
             fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
             fh.flush()
             os.fsync(fh.fileno())
@@ -334,7 +336,7 @@ class Replica:
 
     def _write_generation(self, gen: int, snapshot: bytes) -> None:
         tmp = self.folder / f".{self.doc_id}.g{gen}.snap.tmp"
-        with tmp.open("wb") as fh:
+        with open_private(tmp, "wb") as fh:
             fh.write(
                 SNAP_MAGIC + SNAP_HEADER.pack(_crc(snapshot).to_bytes(4, "big"), len(snapshot))
             )
@@ -342,7 +344,7 @@ class Replica:
             fh.flush()
             os.fsync(fh.fileno())
         tmp.replace(self._snap(gen))
-        self._log(gen).touch()
+        private_file(self._log(gen))
         _fsync_dir(self.folder)
         old_gens = [g for g in self._generations() if g < gen - 1]
         for g in old_gens:  # keep one previous generation as the fallback

@@ -12,6 +12,7 @@ from pathlib import Path
 from loro import ExportMode, VersionVector
 
 from protos import sync_pb2
+from storage.private import private_dir
 from sync import documents as docs
 from sync.crdt import version
 from sync.envelope import random_id
@@ -32,7 +33,7 @@ class ReplicaSet:
         """bytes of update log after which a document is compacted (the hub sets this)"""
         self.window_days = window_days
         """keep only timeline periods that overlap the last ``window_days`` (small devices)"""
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        private_dir(folder)
         self._replicas: dict[str, Replica] = {}
         self._at_start = set(self.doc_ids())
         """documents on disk when this set was made (any other is new to :meth:`refresh`)"""

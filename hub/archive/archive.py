@@ -39,6 +39,7 @@ from hub.archive import pack as fmt
 from hub.archive.admission import AdmissionPolicy, Decision, DiskReader, disk_space
 from hub.archive.errors import ArchiveError, TargetUnavailable
 from hub.archive.targets import ColdTarget, DirectoryTarget
+from storage.private import open_private, private_dir
 from storage.sqlite import open_db, transaction
 
 log = logging.getLogger(__name__)
@@ -242,7 +243,7 @@ class Archive:
     ) -> None:
         self.root = root
         self.hot = root / "hot"
-        self.hot.mkdir(parents=True, exist_ok=True)
+        private_dir(self.hot)
         self.target: ColdTarget = target or DirectoryTarget(root / "cold")
         self.policy = policy or AdmissionPolicy()
         self._disk = disk
@@ -353,13 +354,13 @@ class Archive:
         rows: list[tuple[Any, ...]] = []
         written: list[Path] = []
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            private_dir(folder)
             for o in objects:
                 oid = _new_id(o.kind)
                 rel = f"{day}/{oid}.{'pcm' if o.kind == 'audio' else 'bin'}"
                 path = self.hot / rel
                 tmp = path.with_name(f".{path.name}.tmp")
-                with open(tmp, "wb") as f:
+                with open_private(tmp, "wb") as f:
                     f.write(o.data)
                     f.flush()
                     os.fsync(f.fileno())

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hub.capabilities.errors import CapabilityError
 from hub.capabilities.manifest import Manifest, ServerSpec
+from storage.private import private_dir, private_file
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -168,8 +169,9 @@ class PackageHost:
     def _errlog(self, name: str) -> TextIO:
         if self._log_dir is None:
             return sys.stderr
-        self._log_dir.mkdir(parents=True, exist_ok=True)
-        fh = (self._log_dir / f"{name}.{self.variant}.stderr.log").open("a")
+        private_dir(self._log_dir)
+        path = private_file(self._log_dir / f"{name}.{self.variant}.stderr.log")
+        fh = path.open("a")
         self._logs.append(fh)
         return fh
 

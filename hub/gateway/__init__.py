@@ -55,6 +55,7 @@ from hub.gateway.gateway import (
 )
 from hub.gateway.ledger import Ledger
 from hub.gateway.receipts import Receipt
+from storage.private import private_dir
 
 __all__ = [
     "CallContext",
@@ -86,7 +87,7 @@ async def open_gateway(
     for root in packages or []:
         m = load(root)
         catalog[m.name] = m
-    state_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 (once, at start)
+    private_dir(state_dir)  # once, at start
     ledger = Ledger(state_dir / "gateway.db", synchronous="FULL" if durable else "OFF")
     audit = AuditLog(state_dir / "audit", durable=durable, signer=audit_signer)
     try:

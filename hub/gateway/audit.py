@@ -11,8 +11,10 @@ the line's canonical form, its hash, or the chain. A head file (``audit.head``: 
 and hash) is rewritten after every append, so removing the last record is detected too.
 On the hub the head is signed with the hub's Ed25519 key (``"yimi.audit-head.v1" || 0x00
 || {seq, hash}``): a writer who re-computes the whole chain after an edit still cannot
-sign the new head, and ``verify`` with the hub's public key refuses it. (Rolling the log
-*and* the head back to an older signed state needs an outside anchor to detect.)
+sign the new head, and ``verify`` with the hub's public key refuses it. Rolling the log
+*and* the head back to an older signed state is caught by a witness (:mod:`sync.audit_head`):
+devices keep the highest signed head the hub sent them, and ``verify(..., witness=head)``
+fails when the log ends before it or holds another record at its seq.
 
 Trace ids attribute; they never authorise. Writers take an exclusive ``flock``; appends
 are ``fsync``'d when ``durable`` (the default).
@@ -36,9 +38,11 @@ from nacl.signing import SigningKey, VerifyKey
 from hub.gateway.receipts import canonical
 from protos.clock import now_ms
 from protos.codec import signing_input
+from storage.private import private_dir
+from sync.audit_head import HEAD_CONTEXT, SignedHead, compare
 
 AUDIT_CONTEXT = b"yimi.audit.v1"
-HEAD_CONTEXT = b"yimi.audit-head.v1"
+__all__ = ["HEAD_CONTEXT", "AuditLog", "Verdict", "records", "verify"]
 GENESIS = "0" * 64
 HEAD_BYTES = 512
 
@@ -65,8 +69,7 @@ class AuditLog:
     def __init__(
         self, directory: Path, *, durable: bool = True, signer: SigningKey | None = None
     ) -> None:
-        self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir = private_dir(Path(directory))
         self.path = self.dir / "audit.jsonl"
         self.head_path = self.dir / "audit.head"
         self.durable = durable
@@ -119,6 +122,14 @@ class AuditLog:
         finally:
             fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
 
+    def head(self) -> SignedHead | None:
+        """The current signed head (``None``: unsigned log, or nothing written yet)."""
+        try:
+            data = json.loads(os.pread(self._head_fd, HEAD_BYTES, 0))
+        except (OSError, ValueError):
+            return None
+        return SignedHead.from_json(data) if isinstance(data, dict) and "sig" in data else None
+
     def _write_head(self, seq: int, digest: str) -> None:
         head: dict[str, object] = {"seq": seq, "hash": digest}
         if self.signer is not None:
@@ -146,9 +157,13 @@ def records(directory: Path) -> Iterator[dict[str, Any]]:
                 yield rec
 
 
-def verify(directory: Path, verify_key: bytes | None = None) -> Verdict:
+def verify(
+    directory: Path, verify_key: bytes | None = None, *, witness: SignedHead | None = None
+) -> Verdict:
     """Check every line, the chain and the head (and the head's signature when
-    ``verify_key`` — the hub's public key — is given). Never raises on a damaged log."""
+    ``verify_key`` — the hub's public key — is given); with ``witness`` (the highest head a
+    device kept), also that the log has not been rolled back or forked before it (problem
+    starting ``rollback:``). Never raises on a damaged log."""
     directory = Path(directory)
     path, head_path = directory / "audit.jsonl", directory / "audit.head"
     if not path.exists():
@@ -156,7 +171,7 @@ def verify(directory: Path, verify_key: bytes | None = None) -> Verdict:
     data = path.read_bytes()
     if data and not data.endswith(b"\n"):
         return Verdict(False, 0, "the last line is incomplete", data.count(b"\n") + 1)
-    prev, n = GENESIS, 0
+    prev, n, hash_at = GENESIS, 0, None
     for n, line in enumerate(data.splitlines(), start=1):
         if len(line) > MAX_LINE:
             return Verdict(False, n - 1, "line too long", n)
@@ -173,6 +188,8 @@ def verify(directory: Path, verify_key: bytes | None = None) -> Verdict:
         if rec.get("hash") != record_hash(rec):
             return Verdict(False, n - 1, "hash does not match the record", n)
         prev = rec["hash"]
+        if witness is not None and n == witness.seq:
+            hash_at = prev
     try:
         head = json.loads(head_path.read_text())
     except (OSError, ValueError):
@@ -192,4 +209,6 @@ def verify(directory: Path, verify_key: bytes | None = None) -> Verdict:
             f"head names seq {head.get('seq') if isinstance(head, dict) else '?'}"
             f" but the log ends at {n}: records removed or appended past the head",
         )
+    if witness is not None and (problem := compare(n, hash_at, witness)):
+        return Verdict(False, n, f"rollback: {problem}")
     return Verdict(True, n)

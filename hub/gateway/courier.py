@@ -24,6 +24,13 @@ of every answered or expired card goes to ``on_receipt`` (the daemon hands it to
 The payment authority (``hub.payments``, ``HOME/gateway/payments.db``) is opened next to
 the gateway: payment cards travel the same way; an ``APPROVAL`` carrying only a ``lease`` is
 the phone's signed unlock lease (answered with ``CARD_UPDATE`` ``LEASE_ACCEPTED``).
+
+Audit witnesses (:mod:`sync.audit_head`): devices with the ``approve`` scope or the
+``executor`` role get the audit log's signed head (``AUDIT_HEAD``) whenever it grows (checked
+every sweep) and, with ``request`` set, when they come online — so also at the hub's start,
+when the retained presences of the connected devices arrive. Each answers with the highest
+head it kept; a log behind (or forking from) a witness's head is logged as an error and
+counted ``audit.rollback`` (``yimi hub status``).
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ from protos import consent_pb2, mesh_pb2
 from protos.codec import parse
 from provisioning.profiles import load_profile
 from provisioning.registry import DeviceRecord
+from storage.private import private_dir
+from sync.audit_head import SignedHead
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -115,6 +124,8 @@ class MeshConsent:
         goes on: ``brain.on_receipt``)"""
         self.package_env: Callable[[Manifest], dict[str, str]] | None = None
         """settings the daemon adds to a package's environment (``packages.yaml`` wins)"""
+        self._head_sent = 0
+        """seq of the last audit head pushed to the witnesses"""
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
@@ -141,8 +152,7 @@ class MeshConsent:
             env = dict(self.package_env(m)) if self.package_env is not None else {}
             env.update({f"YIMI_{k}": str(v) for k, v in (s.get("config") or {}).items()})
             env.update({k: secrets[k] for k in m.secrets if k in secrets})
-            state = self.home / "package-state" / m.name
-            state.mkdir(parents=True, exist_ok=True)
+            state = private_dir(self.home / "package-state" / m.name)
             env["YIMI_STATE_DIR"] = str(state)
             if "EXECUTOR_SOCKET" in m.config:
                 env["YIMI_EXECUTOR_SOCKET"] = str(self.bridge.path)
@@ -192,6 +202,73 @@ class MeshConsent:
                         await self._receipt(r)
                 except Exception:
                     log.exception("card expiry sweep failed")
+                try:
+                    await self._push_head()
+                except Exception:
+                    log.exception("audit head not pushed")
+
+    # ------------------------------------------------------------------ audit witnesses
+    def witnesses(self) -> list[DeviceRecord]:
+        """the devices that keep the audit head: ``approve`` scope or ``executor`` role"""
+        return [
+            r for r in self._devices() if "approve" in r.scopes or self._has_role(r, "executor")
+        ]
+
+    def _head(self) -> SignedHead | None:
+        return self.gateway.audit.head() if self.gateway is not None else None
+
+    async def _push_head(self) -> None:
+        head = self._head()
+        if head is None or head.seq == self._head_sent or not self.port.connected:
+            return
+        for rec in self.witnesses():
+            await self._send(rec.device_id, mesh_pb2.AUDIT_HEAD, head.to_proto())
+        self._head_sent = head.seq
+
+    async def _ask_head(self, device_id: str) -> None:
+        """Send a witness the current head and ask for the highest one it holds."""
+        if not any(r.device_id == device_id for r in self.witnesses()):
+            return
+        head = self._head()
+        msg = head.to_proto(request=True) if head else consent_pb2.AuditHead(request=True)
+        await self._send(device_id, mesh_pb2.AUDIT_HEAD, msg)
+
+    async def ask_witnesses(self) -> None:
+        """At the hub's start: ask every witness for the highest head it holds."""
+        for rec in self.witnesses():
+            await self._ask_head(rec.device_id)
+
+    async def on_audit_head(self, opened: Opened) -> None:
+        """A witness's highest head: the log must not be behind it (nor fork from it)."""
+        msg = opened.payload
+        assert isinstance(msg, consent_pb2.AuditHead)
+        if self.gateway is None or msg.seq == 0:
+            return
+        from hub.gateway.audit import verify
+
+        head = SignedHead.from_proto(msg)
+        if not head.valid(self._audit_signer.verify_key.encode()):
+            self.port.count("rejected.audit_head_unsigned")
+            log.warning("audit head from %s is not signed by this hub: ignored", opened.sender)
+            return
+        verdict = await asyncio.to_thread(
+            verify,
+            self.gateway.audit.dir,
+            self._audit_signer.verify_key.encode(),
+            witness=head,
+        )
+        if verdict.problem.startswith("rollback:"):
+            self.port.count("audit.rollback")
+            log.error(
+                "audit rollback detected by witness %s: %s",
+                opened.sender,
+                verdict.problem.removeprefix("rollback:").strip(),
+            )
+        elif not verdict.ok:
+            log.error("audit log fails verification: %s", verdict.problem)
+        else:
+            self.port.count("audit.witnessed")
+            log.info("audit head witnessed by %s at seq %d: consistent", opened.sender, head.seq)
 
     # ------------------------------------------------------------------ devices
     def _devices(self) -> list[DeviceRecord]:
@@ -242,8 +319,10 @@ class MeshConsent:
 
     # ------------------------------------------------------------------ incoming
     async def on_online(self, device_id: str) -> None:
-        """A device came online: send it the cards still waiting for the owner."""
+        """A device came online: send it the cards still waiting for the owner (and a
+        witness the audit head, asking for its own)."""
         await self._resend(device_id)
+        await self._ask_head(device_id)
 
     async def _resend(self, device_id: str) -> None:
         if self.gateway is None:

@@ -48,6 +48,7 @@ import apsw
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
 from protos.clock import now_ms
+from storage.private import private_dir, private_file
 
 if TYPE_CHECKING:  # numpy is imported where vectors are made (a large import)
     import numpy as np
@@ -330,7 +331,8 @@ class MemoryIndex:
         self._open(dim)
 
     def _open(self, dim: int | None) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
+        private_file(self.path)  # and so its -wal/-shm: SQLite copies the file's mode
         self._conn = apsw.Connection(str(self.path))
         self._conn.setbusytimeout(10_000)
         self._load_vec()

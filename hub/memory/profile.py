@@ -4,7 +4,7 @@ The files are made only from current assertions with predicate ``core_profile.en
 subject ``user`` or ``user.<section>`` goes to ``USER.md``, any other subject
 (``memory``, ``memory.<section>``, …) to ``MEMORY.md``; the value is the entry's text.
 Entries are ordered by section, then id, so the same assertions always give the same
-bytes. Files are written atomically (temporary file, fsync, rename) with mode 0444; an
+bytes. Files are written atomically (temporary file, fsync, rename) with mode 0400; an
 unchanged file is not rewritten. Nobody edits them: a change goes through a commit or a
 forget, after which the store's listener regenerates them.
 
@@ -27,11 +27,13 @@ from hub.memory.assertions import AssertionStore
 from hub.memory.derived import DerivedStore
 from hub.memory.models import PROFILE_PREDICATE, Assertion, Change, render_value
 from hub.memory.sensitivity import highest
+from storage.private import private_dir
 
 log = logging.getLogger(__name__)
 
 FILES = ("USER", "MEMORY")
-READ_ONLY = 0o444
+READ_ONLY = 0o400
+"""owner read-only: the profile is private and nobody edits it"""
 HEADER = (
     "<!-- generated from memory (core_profile.entry assertions); read-only. "
     "Change it with 'yimi memory commit' or 'yimi memory forget'. -->"
@@ -74,7 +76,7 @@ def render(name: str, entries: list[Assertion], sensitivity: str) -> str:
 
 
 def write_read_only(path: Path, text: str) -> bool:
-    """Atomically replace ``path`` with ``text`` (mode 0444); False if already identical."""
+    """Atomically replace ``path`` with ``text`` (mode 0400); False if already identical."""
     data = text.encode()
     try:
         if path.read_bytes() == data and (path.stat().st_mode & 0o777) == READ_ONLY:
@@ -132,7 +134,7 @@ class ProfileWriter:
         return {name: self.directory / f"{name}.md" for name in FILES}
 
     def regenerate(self) -> list[ProfileFile]:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_dir(self.directory)
         out = []
         with _locked(self.directory):
             by_file: dict[str, list[Assertion]] = {name: [] for name in FILES}

@@ -47,6 +47,7 @@ from provisioning.credentials import mosquitto_hash
 from provisioning.epochs import rotation_days
 from provisioning.home import Home
 from provisioning.registry import Registry
+from storage.private import tighten_top, write_private
 from sync import discovery, topics
 from sync import documents as docs
 from sync.envelope import HUB, DropReason, Opened
@@ -168,6 +169,7 @@ class HubDaemon:
             mesh_pb2.DELIVERY_ACK: self.delivery.on_ack,
             mesh_pb2.APPROVAL: self.consent.on_approval,
             mesh_pb2.EXEC_RESULT: self.consent.on_exec_result,
+            mesh_pb2.AUDIT_HEAD: self.consent.on_audit_head,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
             mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
             mesh_pb2.WAKE_CLAIM: self.wake.on_claim,
@@ -200,6 +202,8 @@ class HubDaemon:
     async def _start(self) -> None:
         opts, home = self.options, self.home
         self.store.mark_all_offline()
+        for path in tighten_top(home.path):  # files the owner wrote with a loose umask
+            log.warning("%s was readable by others: now owner-only", path)
         self._load_registry()
         self.broker = await self._stack.enter_async_context(
             Broker(
@@ -274,6 +278,7 @@ class HubDaemon:
             await self._broadcast_sync(sync_pb2.SyncUpdate())
         except SyncError as exc:
             log.info("hello not broadcast: %s", exc)
+        await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
         self.ready.set()
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
@@ -324,7 +329,7 @@ class HubDaemon:
         self.voiceprints.close()
 
     def _write_pidfile(self) -> None:
-        (self.home.path / "hub.pid").write_text(str(os.getpid()))
+        write_private(self.home.path / "hub.pid", str(os.getpid()))
 
     def _remove_pidfile(self) -> None:
         (self.home.path / "hub.pid").unlink(missing_ok=True)
