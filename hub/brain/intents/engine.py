@@ -415,6 +415,18 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
     return True
 
 
+# A Chinese on/off state question asks: "烧水壶打开" (no question word or particle) is the
+# command "turn the kettle on", not "is the kettle on".
+QUESTION_MARKS_ZH = ("吗", "么", "不", "没", "呢", "是否", "是不是", "多少", "几", "什么", "啥", "哪")
+
+
+def _plausible(result: RecognizeResult, request: str, lang: Lang) -> bool:
+    """False for a reading the request's wording rules out (see QUESTION_MARKS_ZH)."""
+    if lang == "zh" and result.intent.name == "HassGetState" and "state" in result.entities:
+        return any(q in request for q in QUESTION_MARKS_ZH)
+    return True
+
+
 def _unbeatable(result: RecognizeResult) -> bool:
     """No wildcard and a device/list name: no later result can rank better (see _rank)."""
     if any(e.is_wildcard for e in result.entities_list):
@@ -594,6 +606,8 @@ class IntentEngine:
         for result in recognize_all(
             request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
         ):
+            if not _plausible(result, request, language):
+                continue
             results.append(result)
             if len(results) >= MAX_RESULTS or _unbeatable(result):
                 break
