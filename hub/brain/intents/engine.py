@@ -417,7 +417,20 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
 
 # A Chinese on/off state question asks: "烧水壶打开" (no question word or particle) is the
 # command "turn the kettle on", not "is the kettle on".
-QUESTION_MARKS_ZH = ("吗", "么", "不", "没", "呢", "是否", "是不是", "多少", "几", "什么", "啥", "哪")
+QUESTION_MARKS_ZH = (
+    "吗",
+    "么",
+    "不",
+    "没",
+    "呢",
+    "是否",
+    "是不是",
+    "多少",
+    "几",
+    "什么",
+    "啥",
+    "哪",
+)
 
 
 def _plausible(result: RecognizeResult, request: str, lang: Lang) -> bool:
