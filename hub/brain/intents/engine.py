@@ -447,6 +447,18 @@ def _unbeatable(result: RecognizeResult) -> bool:
     return "name" in result.entities or "area" not in result.entities
 
 
+# "买个蛋糕", "点个沙拉": a measure word without its numeral belongs to the verb, not the
+# thing ("个人护理用品" keeps its 个).
+BARE_MEASURE_ZH = "个"
+NOT_MEASURE_ZH = "人性子头体"
+
+
+def _without_bare_measure(text: str) -> str:
+    if len(text) > 2 and text[0] in BARE_MEASURE_ZH and text[1] not in NOT_MEASURE_ZH:
+        return text[1:]
+    return text
+
+
 def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
     value = entity.value
     if name in NUMBER_SLOTS:
@@ -458,6 +470,8 @@ def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
         return float(number) if name in FLOAT_SLOTS else round(float(number))
     if entity.is_wildcard or name in FREE_TEXT_SLOTS:
         cleaned = clean_free_text(str(entity.text if entity.is_wildcard else value), lang)
+        if lang == "zh" and name in ("item", "items"):
+            cleaned = _without_bare_measure(cleaned)
         return cleaned or None
     if isinstance(value, float) and value.is_integer():
         return int(value)
