@@ -401,6 +401,10 @@ BARE_MESSAGE = frozenset(
 )
 
 
+# Who a "do you remember X" asks about when it is chit-chat rather than recall.
+PERSONS = frozenset({"me", "you", "us", "him", "her", "them", "我", "你", "我们"})
+
+
 def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
     if name == "what":
         return _key(value) not in BARE_MESSAGE
@@ -408,6 +412,10 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
         if lang == "zh":
             return not any(q in value for q in QUESTION_ITEMS_ZH + RESERVATION_ITEMS_ZH)
         return value.casefold().split()[0] not in WH_WORDS_EN
+    if name == "query" and lang == "en":
+        # "forget it, what's the weather": "it" opens no query
+        words = value.casefold().split()
+        return not (len(words) > 1 and words[0] == "it")
     if name == "fact":
         if lang == "zh":
             return not (value.startswith("了") or value.endswith("吗"))
@@ -664,6 +672,8 @@ class IntentEngine:
             return None
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
+        if meta.get("query_not_person") and _key(str(slots.get("query", ""))) in PERSONS:
+            return None  # "do you remember me": chit-chat, not a question about memory
         if meta.get("query_is_text"):
             # the question is the query; a contact named in it ("when is Dana's birthday")
             # is part of the question, not a slot of its own
