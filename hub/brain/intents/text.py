@@ -16,6 +16,8 @@ WAKE_EN = ("hey yimi", "hi yimi", "ok yimi", "okay yimi", "hello yimi", "yimi")
 WAKE_ZH = ("嘿依米", "嗨依米", "你好依米", "依米", "嘿，依米", "hey yimi", "yimi")
 POLITE_EN = (
     "please",
+    "pls",
+    "plz",
     "could you please",
     "could you",
     "can you please",
@@ -66,7 +68,12 @@ POLITE_ZH = (
 )
 TRAILING_EN = (
     "please",
+    "pls",
+    "plz",
     "thanks",
+    "thx",
+    "thanks a lot",
+    "thank you very much",
     "thank you",
     "for me",
     "now please",
