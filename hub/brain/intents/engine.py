@@ -419,7 +419,8 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
     if name == "fact":
         if lang == "zh":
             return not (value.startswith("了") or value.endswith("吗"))
-        return value.casefold().split()[0] not in WH_WORDS_EN
+        # "remember to call Dana" asks for a reminder (not a fact; Yimi has no reminders)
+        return value.casefold().split()[0] not in WH_WORDS_EN | {"to"}
     return True
 
 
