@@ -40,6 +40,7 @@ from hub.brain.intents.text import (
     is_han,
     mixed_script,
     negated,
+    soften,
     strip_request,
     trailing_clauses,
 )
@@ -89,6 +90,9 @@ NUMBER_SLOTS = frozenset(
 FLOAT_SLOTS = frozenset({"budget"})
 DROPPED_SLOTS = frozenset({"conversation_command"})
 MAX_RESULTS = 8
+# Intents a softened request (text.soften: "I want to …", "你能…吗") never yields: wanting to
+# remember or forget something is not asking Yimi to.
+NOT_SOFTENED = frozenset({"YimiRemember", "YimiForget"})
 CLAUSE_FACTOR = 0.9
 # Lists longer than this are narrowed per request to the names the request contains (a sound
 # filter: a list value matches only where its text occurs). hassil scans every value of a list
@@ -622,6 +626,13 @@ class IntentEngine:
             # "百分之百" (a hundred percent) has no number hassil's range lists read
             request = request.replace("百分之百", "百分之一百")
         match = self._match_whole(live, request, language)
+        if match is None:
+            # "你能告诉我现在几点吗", "我想撤销订单", "let's set a timer for 5 minutes"
+            soft = soften(request, language, text)
+            if soft and soft != request:
+                match = self._match_whole(live, soft, language)
+                if match is not None and match.intent in NOT_SOFTENED:
+                    match = None  # "I need to remember my password" states a need
         if match is not None or has_negation(request, language):
             return match
         # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little

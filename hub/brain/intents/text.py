@@ -180,6 +180,84 @@ def strip_request(text: str, lang: Lang) -> str:
     return _tight_han(text) if lang == "zh" else text
 
 
+# Softer wrappers, removed only when the whole request matched nothing (templates may use
+# them: "我要买什么", "告诉我现在几点"): an ability question ("你能…吗", "can you tell me …"),
+# a wish ("我想…", "I'd like to …", "let's …"). After an ability prefix a trailing 吗 goes too.
+SOFT_ABILITY_ZH = (
+    "你能不能",
+    "你可不可以",
+    "你可以",
+    "你能",
+    "能不能",
+    "可不可以",
+    "能否",
+    "可以",
+    "能",
+)
+SOFT_ZH = (
+    "我想要",
+    "我想",
+    "我要",
+    "我需要",
+    "告诉我",
+    "帮我",
+    "给我",
+    "替我",
+    "麻烦你",
+    "麻烦",
+    "请",
+    "看看",
+    "看一下",
+    "查一下",
+    "查查",
+)
+SOFT_EN = (
+    "let's",
+    "lets",
+    "let us",
+    "i'd like to",
+    "i would like to",
+    "i want to",
+    "i wanna",
+    "i need to",
+    "tell me",
+    "can you tell me",
+    "could you tell me",
+)
+
+
+def _asks_ability(original: str) -> bool:
+    """The utterance opens with an ability question ("可以帮我…吗", "依米，你能不能…")."""
+    text, _ = _strip_prefix(_tight_han(original.strip(PUNCT)), WAKE_ZH, False)
+    for lead in ("请问", "请", "麻烦你", "你"):
+        if text.startswith(lead):
+            text = text[len(lead) :]
+            break
+    return text.startswith(SOFT_ABILITY_ZH)
+
+
+def soften(text: str, lang: Lang, original: str = "") -> str:
+    """``text`` (already through ``strip_request``) without the softer wrappers of
+    ``SOFT_ZH``/``SOFT_EN``; the text unchanged when it has none. ``original`` is the
+    utterance before ``strip_request`` (which may have removed its "可以"/"能不能")."""
+    if lang == "en":
+        rest, changed = text, True
+        while changed and rest:
+            rest, changed = _strip_prefix(rest, SOFT_EN, True)
+        return rest
+    rest, ability = _strip_prefix(text, SOFT_ABILITY_ZH, False)
+    ability = ability or _asks_ability(original)
+    changed = True
+    while changed and rest:
+        rest, changed = _strip_prefix(rest, SOFT_ZH, False)
+    if ability:
+        for suffix in ("吗", "么"):
+            if rest.endswith(suffix) and len(rest) > len(suffix):
+                rest = rest[: -len(suffix)].rstrip(PUNCT)
+                break
+    return rest
+
+
 def clean_free_text(text: str, lang: Lang) -> str:
     """A free-text slot as spoken, trimmed of surrounding filler and trailing punctuation."""
     text = " ".join(text.split()).strip(PUNCT)
@@ -365,6 +443,8 @@ def trailing_clauses(text: str, lang: Lang) -> list[str]:
         words = text.split()
         for i in range(2, len(words)):
             prefix = " ".join(words[:i])
+            if words[i - 1].casefold() == "to":
+                continue  # "I need to remember my password": an infinitive, not a command
             if words[i].casefold().strip(PUNCT) in COMMAND_STARTS and _plain_preamble(prefix, lang):
                 rest = " ".join(words[i:]).strip(PUNCT)
                 if rest not in found:
