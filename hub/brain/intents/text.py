@@ -7,6 +7,7 @@ punctuation ("please", "thanks", "吧", "谢谢", "。"). What is left is matche
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Literal
 
 Lang = Literal["en", "zh"]
@@ -155,9 +156,44 @@ def _tight_han(text: str) -> str:
     return "".join(out)
 
 
+# Typed unit abbreviations after a number ("10 min", "1 hr", "30 secs"), spelled out.
+UNIT_ABBREVIATIONS_EN = {
+    "min": "minutes",
+    "mins": "minutes",
+    "hr": "hours",
+    "hrs": "hours",
+    "sec": "seconds",
+    "secs": "seconds",
+}
+
+
+def _strip_symbols(text: str) -> str:
+    """Without emoji and other symbols at either end ("turn on the light 🙏")."""
+    start, end = 0, len(text)
+    while start < end and (text[start].isspace() or unicodedata.category(text[start]) == "So"):
+        start += 1
+    while end > start and (
+        text[end - 1].isspace() or unicodedata.category(text[end - 1]) in ("So", "Mn", "Cf")
+    ):
+        end -= 1
+    return text[start:end]
+
+
+def _spell_units(text: str) -> str:
+    words = text.split(" ")
+    for i in range(1, len(words)):
+        unit = UNIT_ABBREVIATIONS_EN.get(words[i].casefold())
+        if unit and words[i - 1][-1:].isdigit():
+            words[i] = unit
+    return " ".join(words)
+
+
 def strip_request(text: str, lang: Lang) -> str:
     """The request without wake word, politeness and surrounding punctuation."""
-    text = " ".join(text.split()).strip(PUNCT)
+    text = _strip_symbols(" ".join(text.split())).strip(PUNCT)
+    text = _strip_symbols(text).strip(PUNCT)
+    if lang == "en":
+        text = _spell_units(text)
     if lang == "zh":
         text = _tight_han(text)
     words = lang == "en"
