@@ -409,9 +409,26 @@ BARE_MESSAGE = frozenset(
 PERSONS = frozenset({"me", "you", "us", "him", "her", "them", "我", "你", "我们"})
 
 
+VAGUE_QUERIES = frozenset(
+    {"这个", "那个", "这", "那", "它", "这件事", "那件事", "这些", "那些", "it", "this", "that"}
+)
+VAGUE_ITEMS = frozenset(
+    {"外卖", "东西", "吃的", "喝的", "饭", "点东西", "点吃的", "something", "food", "takeout"}
+    | {"takeaway", "delivery", "somefood", "stuff"}
+)
+
+
 def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
+    if name == "query" and _key(value) in VAGUE_QUERIES:
+        return False  # "把这个删了", "forget this": nothing named
+    if name == "items" and _key(value) in VAGUE_ITEMS:
+        return False  # "从莲花厨房叫个外卖": no dish named
     if name == "what":
-        return _key(value) not in BARE_MESSAGE
+        key = _key(value)
+        if lang == "zh":
+            key = key.removeprefix("一")
+            key = key[1:] if key[:1] in "个封条份" and len(key) > 1 else key
+        return key not in BARE_MESSAGE
     if name == "items":
         if lang == "zh":
             return not any(q in value for q in QUESTION_ITEMS_ZH + RESERVATION_ITEMS_ZH)
