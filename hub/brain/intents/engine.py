@@ -419,8 +419,11 @@ VAGUE_ITEMS = frozenset(
 
 
 def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
-    if name == "query" and _key(value) in VAGUE_QUERIES:
-        return False  # "把这个删了", "forget this": nothing named
+    key = _key(value)
+    if name == "query" and (
+        key in VAGUE_QUERIES or (key[:1] in "着住" and key[1:] in VAGUE_QUERIES)
+    ):
+        return False  # "把这个删了", "别记着这个了", "forget this": nothing named
     if name == "items" and _key(value) in VAGUE_ITEMS:
         return False  # "从莲花厨房叫个外卖": no dish named
     if name == "what":
@@ -537,6 +540,11 @@ def _question_query(request: str, lang: Lang) -> str:
     without the leading "我的"/"我" ("我的车停在哪了" → "车停在哪了")."""
     text = clean_free_text(request, lang)
     if lang == "zh":
+        # "你知道我不吃什么吗" asks "我不吃什么"
+        for lead in ("你还记得", "你知道", "你记得", "还记得"):
+            if text.startswith(lead) and text.endswith("吗") and len(text) > len(lead) + 1:
+                text = text[len(lead) : -1]
+                break
         for prefix in ("我的", "我"):
             if text.startswith(prefix) and len(text) > len(prefix):
                 return text[len(prefix) :]
