@@ -424,6 +424,8 @@ def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
         key in VAGUE_QUERIES or (key[:1] in "着住" and key[1:] in VAGUE_QUERIES)
     ):
         return False  # "把这个删了", "别记着这个了", "forget this": nothing named
+    if name == "item" and key.removeprefix("把") in VAGUE_QUERIES:
+        return False  # "mark it as done": no item named
     if name == "items" and _key(value) in VAGUE_ITEMS:
         return False  # "从莲花厨房叫个外卖": no dish named
     if name == "what":
