@@ -597,6 +597,7 @@ class _Live:
     lists: Mapping[str, SlotList]
     indexed: Mapping[str, _IndexedList]
     placeholders: Mapping[str, str]
+    device_areas: Mapping[str, str]  # entity id -> area id (devices with an area)
 
     @staticmethod
     def of(lists: SlotLists) -> _Live:
@@ -606,7 +607,8 @@ class _Live:
             for name, slot_list in built.items()
             if isinstance(slot_list, TextSlotList)
         }
-        return _Live(built, indexed, _placeholders(lists.devices))
+        areas = {d.value: d.area for d in lists.devices if d.area}
+        return _Live(built, indexed, _placeholders(lists.devices), areas)
 
 
 class IntentEngine:
@@ -717,6 +719,9 @@ class IntentEngine:
             # the question is the query; a contact named in it ("when is Dana's birthday")
             # is part of the question, not a slot of its own
             slots = {"query": _question_query(request, lang)}
+        device_area = live.device_areas.get(str(slots.get("name", "")), "")
+        if "area" in slots and device_area and slots["area"] != device_area:
+            return None  # "打开卧室的风扇" when the fan is in the study: not that device
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
             device = live.placeholders.get(placeholder, "")
