@@ -5,11 +5,12 @@ Run::
     .venv/bin/python bench/intents.py [--runs 5] [--contacts 1000] [--devices 200]
 
 * **Accuracy** on ``tests/data/intents/{en,zh}.yaml`` with the fixture lists (``lists.yaml``),
-  and on the probe set ``probe_{en,zh}.yaml`` (written without reading the templates):
+  and on the probe sets ``probe_{en,zh}.yaml`` and ``fresh_{en,zh}.yaml`` (each written
+  without reading the templates):
   intent accuracy (out-of-domain sentences count as right only when nothing is recognised),
   slot accuracy (asserted slots holding the labelled value; a wrong intent makes its slots
   wrong), and out-of-domain sentences that got an intent — for all sentences, for the
-  ``held_out`` ones alone and for the probe set (see ``tests/intent_eval.py``).
+  ``held_out`` ones alone and for each probe set (see ``tests/intent_eval.py``).
 * **Latency** of ``IntentEngine.recognize`` on every labelled sentence of a language, with
   the slot lists holding the fixture plus ``--contacts`` generated contacts (an English and a
   Chinese name each) and ``--devices`` generated devices (English and Chinese names, five
@@ -121,15 +122,17 @@ def main() -> int:
     build_s = time.perf_counter() - t0
     print(f"engine built and warmed (fixture lists): {build_s * 1000:.0f} ms\n")
 
-    print("accuracy on the labelled set and on the probe set (fixture lists)")
+    print("accuracy on the labelled set and on the probe sets (fixture lists)")
     print(f"{'lang':<5}{'subset':<10}{'n':>5}{'intent':>9}{'slots':>9}{'ood':>6}{'ood acted':>11}")
     sets = {lang: load_set(lang) for lang in LANGS}
     probes = {lang: load_set(lang, "probe") for lang in LANGS}
+    fresh = {lang: load_set(lang, "fresh") for lang in LANGS}
     for lang in LANGS:
         for subset, items in (
             ("all", sets[lang]),
             ("held-out", [i for i in sets[lang] if i.held_out]),
             ("probe", probes[lang]),
+            ("fresh", fresh[lang]),
         ):
             s = evaluate(engine, items)
             print(

@@ -109,16 +109,17 @@ def load_lists() -> dict[str, list[dict[str, Any]]]:
     return data
 
 
-SETS: tuple[str, ...] = ("labelled", "probe")
+SETS: tuple[str, ...] = ("labelled", "probe", "fresh")
 
 
 def load_set(lang: Lang, which: str = "labelled") -> list[Labelled]:
     """The sentences of one language, in file order: ``which="labelled"`` is ``{lang}.yaml``
-    (the labelled set), ``"probe"`` is ``probe_{lang}.yaml`` (a fresh probe written without
-    reading the templates; every probe sentence counts as held out)."""
+    (the labelled set), ``"probe"`` is ``probe_{lang}.yaml`` and ``"fresh"`` is
+    ``fresh_{lang}.yaml`` (probes written without reading the templates; every probe sentence
+    counts as held out)."""
     if which not in SETS:
         raise ValueError(f"unknown sentence set {which!r}")
-    name = f"{lang}.yaml" if which == "labelled" else f"probe_{lang}.yaml"
+    name = f"{lang}.yaml" if which == "labelled" else f"{which}_{lang}.yaml"
     data = _read_yaml(name)
     if not isinstance(data, list):
         raise ValueError(f"{lang}.yaml: expected a list")
@@ -140,7 +141,7 @@ def load_set(lang: Lang, which: str = "labelled") -> list[Labelled]:
                 text=entry["text"],
                 intent=intent,
                 slots=MappingProxyType(dict(slots)),
-                held_out=which == "probe" or bool(entry.get("held_out", False)),
+                held_out=which != "labelled" or bool(entry.get("held_out", False)),
                 lang=lang,
             )
         )

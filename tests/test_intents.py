@@ -41,11 +41,13 @@ def test_labelled_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
     assert score.ood >= 30
 
 
+@pytest.mark.parametrize("which", ("probe", "fresh"))
 @pytest.mark.parametrize("lang", LANGS)
-def test_probe_set_accuracy(engine: IntentEngine, lang: Lang) -> None:
-    """The probe set (probe_{en,zh}.yaml), written without reading the templates: how well
-    the engine generalises to phrasings its templates were not written from."""
-    score = evaluate(engine, load_set(lang, "probe"))
+def test_probe_set_accuracy(engine: IntentEngine, lang: Lang, which: str) -> None:
+    """The probe sets (probe_{en,zh}.yaml, fresh_{en,zh}.yaml), written without reading the
+    templates: how well the engine generalises to phrasings its templates were not written
+    from."""
+    score = evaluate(engine, load_set(lang, which))
     report = describe(score.misses)
     assert score.intent_accuracy >= TARGET, report
     assert score.slot_accuracy >= TARGET, report

@@ -40,6 +40,7 @@ from hub.brain.intents.text import (
     is_han,
     mixed_script,
     negated,
+    soften,
     strip_request,
     trailing_clauses,
 )
@@ -89,6 +90,9 @@ NUMBER_SLOTS = frozenset(
 FLOAT_SLOTS = frozenset({"budget"})
 DROPPED_SLOTS = frozenset({"conversation_command"})
 MAX_RESULTS = 8
+# Intents a softened request (text.soften: "I want to …", "你能…吗") never yields: wanting to
+# remember or forget something is not asking Yimi to.
+NOT_SOFTENED = frozenset({"YimiRemember", "YimiForget"})
 CLAUSE_FACTOR = 0.9
 # Lists longer than this are narrowed per request to the names the request contains (a sound
 # filter: a list value matches only where its text occurs). hassil scans every value of a list
@@ -401,17 +405,73 @@ BARE_MESSAGE = frozenset(
 )
 
 
+# Who a "do you remember X" asks about when it is chit-chat rather than recall.
+PERSONS = frozenset({"me", "you", "us", "him", "her", "them", "我", "你", "我们"})
+
+
+VAGUE_QUERIES = frozenset(
+    {"这个", "那个", "这", "那", "它", "这件事", "那件事", "这些", "那些", "it", "this", "that"}
+)
+VAGUE_ITEMS = frozenset(
+    {"外卖", "东西", "吃的", "喝的", "饭", "点东西", "点吃的", "something", "food", "takeout"}
+    | {"takeaway", "delivery", "somefood", "stuff"}
+)
+
+
 def _free_text_ok(name: str, value: str, lang: Lang) -> bool:
+    key = _key(value)
+    if name == "query" and (
+        key in VAGUE_QUERIES or (key[:1] in "着住" and key[1:] in VAGUE_QUERIES)
+    ):
+        return False  # "把这个删了", "别记着这个了", "forget this": nothing named
+    if name == "item" and key.removeprefix("把") in VAGUE_QUERIES:
+        return False  # "mark it as done": no item named
+    if name == "items" and _key(value) in VAGUE_ITEMS:
+        return False  # "从莲花厨房叫个外卖": no dish named
     if name == "what":
-        return _key(value) not in BARE_MESSAGE
+        key = _key(value)
+        if lang == "zh":
+            key = key.removeprefix("一")
+            key = key[1:] if key[:1] in "个封条份" and len(key) > 1 else key
+        return key not in BARE_MESSAGE
     if name == "items":
         if lang == "zh":
             return not any(q in value for q in QUESTION_ITEMS_ZH + RESERVATION_ITEMS_ZH)
         return value.casefold().split()[0] not in WH_WORDS_EN
+    if name == "query" and lang == "en":
+        # "forget it, what's the weather": "it" opens no query
+        words = value.casefold().split()
+        return not (len(words) > 1 and words[0] == "it")
     if name == "fact":
         if lang == "zh":
             return not (value.startswith("了") or value.endswith("吗"))
-        return value.casefold().split()[0] not in WH_WORDS_EN
+        # "remember to call Dana" asks for a reminder (not a fact; Yimi has no reminders)
+        return value.casefold().split()[0] not in WH_WORDS_EN | {"to"}
+    return True
+
+
+# A Chinese on/off state question asks: "烧水壶打开" (no question word or particle) is the
+# command "turn the kettle on", not "is the kettle on".
+QUESTION_MARKS_ZH = (
+    "吗",
+    "么",
+    "不",
+    "没",
+    "呢",
+    "是否",
+    "是不是",
+    "多少",
+    "几",
+    "什么",
+    "啥",
+    "哪",
+)
+
+
+def _plausible(result: RecognizeResult, request: str, lang: Lang) -> bool:
+    """False for a reading the request's wording rules out (see QUESTION_MARKS_ZH)."""
+    if lang == "zh" and result.intent.name == "HassGetState" and "state" in result.entities:
+        return any(q in request for q in QUESTION_MARKS_ZH)
     return True
 
 
@@ -420,6 +480,18 @@ def _unbeatable(result: RecognizeResult) -> bool:
     if any(e.is_wildcard for e in result.entities_list):
         return False
     return "name" in result.entities or "area" not in result.entities
+
+
+# "买个蛋糕", "点个沙拉": a measure word without its numeral belongs to the verb, not the
+# thing ("个人护理用品" keeps its 个).
+BARE_MEASURE_ZH = "个"
+NOT_MEASURE_ZH = "人性子头体"
+
+
+def _without_bare_measure(text: str) -> str:
+    if len(text) > 2 and text[0] in BARE_MEASURE_ZH and text[1] not in NOT_MEASURE_ZH:
+        return text[1:]
+    return text
 
 
 def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
@@ -433,6 +505,8 @@ def _slot_value(name: str, entity: Any, lang: Lang) -> str | int | float | None:
         return float(number) if name in FLOAT_SLOTS else round(float(number))
     if entity.is_wildcard or name in FREE_TEXT_SLOTS:
         cleaned = clean_free_text(str(entity.text if entity.is_wildcard else value), lang)
+        if lang == "zh" and name in ("item", "items"):
+            cleaned = _without_bare_measure(cleaned)
         return cleaned or None
     if isinstance(value, float) and value.is_integer():
         return int(value)
@@ -468,6 +542,11 @@ def _question_query(request: str, lang: Lang) -> str:
     without the leading "我的"/"我" ("我的车停在哪了" → "车停在哪了")."""
     text = clean_free_text(request, lang)
     if lang == "zh":
+        # "你知道我不吃什么吗" asks "我不吃什么"
+        for lead in ("你还记得", "你知道", "你记得", "还记得"):
+            if text.startswith(lead) and text.endswith("吗") and len(text) > len(lead) + 1:
+                text = text[len(lead) : -1]
+                break
         for prefix in ("我的", "我"):
             if text.startswith(prefix) and len(text) > len(prefix):
                 return text[len(prefix) :]
@@ -518,6 +597,7 @@ class _Live:
     lists: Mapping[str, SlotList]
     indexed: Mapping[str, _IndexedList]
     placeholders: Mapping[str, str]
+    device_areas: Mapping[str, str]  # entity id -> area id (devices with an area)
 
     @staticmethod
     def of(lists: SlotLists) -> _Live:
@@ -527,7 +607,8 @@ class _Live:
             for name, slot_list in built.items()
             if isinstance(slot_list, TextSlotList)
         }
-        return _Live(built, indexed, _placeholders(lists.devices))
+        areas = {d.value: d.area for d in lists.devices if d.area}
+        return _Live(built, indexed, _placeholders(lists.devices), areas)
 
 
 class IntentEngine:
@@ -574,6 +655,13 @@ class IntentEngine:
             # "百分之百" (a hundred percent) has no number hassil's range lists read
             request = request.replace("百分之百", "百分之一百")
         match = self._match_whole(live, request, language)
+        if match is None:
+            # "你能告诉我现在几点吗", "我想撤销订单", "let's set a timer for 5 minutes"
+            soft = soften(request, language, text)
+            if soft and soft != request:
+                match = self._match_whole(live, soft, language)
+                if match is not None and match.intent in NOT_SOFTENED:
+                    match = None  # "I need to remember my password" states a need
         if match is not None or has_negation(request, language):
             return match
         # "I'm going to bed, turn off the bedroom lights": the last clause alone, a little
@@ -594,6 +682,8 @@ class IntentEngine:
         for result in recognize_all(
             request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
         ):
+            if not _plausible(result, request, language):
+                continue
             results.append(result)
             if len(results) >= MAX_RESULTS or _unbeatable(result):
                 break
@@ -623,10 +713,15 @@ class IntentEngine:
             return None
         meta = result.intent_metadata or {}
         slots.pop("rest", None)
+        if meta.get("query_not_person") and _key(str(slots.get("query", ""))) in PERSONS:
+            return None  # "do you remember me": chit-chat, not a question about memory
         if meta.get("query_is_text"):
             # the question is the query; a contact named in it ("when is Dana's birthday")
             # is part of the question, not a slot of its own
             slots = {"query": _question_query(request, lang)}
+        device_area = live.device_areas.get(str(slots.get("name", "")), "")
+        if "area" in slots and device_area and slots["area"] != device_area:
+            return None  # "打开卧室的风扇" when the fan is in the study: not that device
         placeholder = slots.get("name")
         if isinstance(placeholder, str) and placeholder.startswith("@"):
             device = live.placeholders.get(placeholder, "")

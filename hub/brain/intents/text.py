@@ -7,6 +7,7 @@ punctuation ("please", "thanks", "吧", "谢谢", "。"). What is left is matche
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Literal
 
 Lang = Literal["en", "zh"]
@@ -16,6 +17,8 @@ WAKE_EN = ("hey yimi", "hi yimi", "ok yimi", "okay yimi", "hello yimi", "yimi")
 WAKE_ZH = ("嘿依米", "嗨依米", "你好依米", "依米", "嘿，依米", "hey yimi", "yimi")
 POLITE_EN = (
     "please",
+    "pls",
+    "plz",
     "could you please",
     "could you",
     "can you please",
@@ -45,6 +48,13 @@ POLITE_EN = (
     "all right",
 )
 POLITE_ZH = (
+    "帮个忙",
+    "帮帮忙",
+    "帮忙",
+    "哦",
+    "噢",
+    "哎",
+    "诶",
     "好的",
     "好吧",
     "嗯",
@@ -66,7 +76,12 @@ POLITE_ZH = (
 )
 TRAILING_EN = (
     "please",
+    "pls",
+    "plz",
     "thanks",
+    "thx",
+    "thanks a lot",
+    "thank you very much",
     "thank you",
     "for me",
     "now please",
@@ -82,6 +97,7 @@ TRAILING_ZH = (
     "行吗",
     "一下吧",
     "吧",
+    "呗",
     "呀",
     "啦",
     "嘛",
@@ -148,9 +164,44 @@ def _tight_han(text: str) -> str:
     return "".join(out)
 
 
+# Typed unit abbreviations after a number ("10 min", "1 hr", "30 secs"), spelled out.
+UNIT_ABBREVIATIONS_EN = {
+    "min": "minutes",
+    "mins": "minutes",
+    "hr": "hours",
+    "hrs": "hours",
+    "sec": "seconds",
+    "secs": "seconds",
+}
+
+
+def _strip_symbols(text: str) -> str:
+    """Without emoji and other symbols at either end ("turn on the light 🙏")."""
+    start, end = 0, len(text)
+    while start < end and (text[start].isspace() or unicodedata.category(text[start]) == "So"):
+        start += 1
+    while end > start and (
+        text[end - 1].isspace() or unicodedata.category(text[end - 1]) in ("So", "Mn", "Cf")
+    ):
+        end -= 1
+    return text[start:end]
+
+
+def _spell_units(text: str) -> str:
+    words = text.split(" ")
+    for i in range(1, len(words)):
+        unit = UNIT_ABBREVIATIONS_EN.get(words[i].casefold())
+        if unit and words[i - 1][-1:].isdigit():
+            words[i] = unit
+    return " ".join(words)
+
+
 def strip_request(text: str, lang: Lang) -> str:
     """The request without wake word, politeness and surrounding punctuation."""
-    text = " ".join(text.split()).strip(PUNCT)
+    text = _strip_symbols(" ".join(text.split())).strip(PUNCT)
+    text = _strip_symbols(text).strip(PUNCT)
+    if lang == "en":
+        text = _spell_units(text)
     if lang == "zh":
         text = _tight_han(text)
     words = lang == "en"
@@ -171,6 +222,84 @@ def strip_request(text: str, lang: Lang) -> str:
             text, changed = _strip_suffix(text, ("yimi",), True)
     text = text.strip(PUNCT)
     return _tight_han(text) if lang == "zh" else text
+
+
+# Softer wrappers, removed only when the whole request matched nothing (templates may use
+# them: "我要买什么", "告诉我现在几点"): an ability question ("你能…吗", "can you tell me …"),
+# a wish ("我想…", "I'd like to …", "let's …"). After an ability prefix a trailing 吗 goes too.
+SOFT_ABILITY_ZH = (
+    "你能不能",
+    "你可不可以",
+    "你可以",
+    "你能",
+    "能不能",
+    "可不可以",
+    "能否",
+    "可以",
+    "能",
+)
+SOFT_ZH = (
+    "我想要",
+    "我想",
+    "我要",
+    "我需要",
+    "告诉我",
+    "帮我",
+    "给我",
+    "替我",
+    "麻烦你",
+    "麻烦",
+    "请",
+    "看看",
+    "看一下",
+    "查一下",
+    "查查",
+)
+SOFT_EN = (
+    "let's",
+    "lets",
+    "let us",
+    "i'd like to",
+    "i would like to",
+    "i want to",
+    "i wanna",
+    "i need to",
+    "tell me",
+    "can you tell me",
+    "could you tell me",
+)
+
+
+def _asks_ability(original: str) -> bool:
+    """The utterance opens with an ability question ("可以帮我…吗", "依米，你能不能…")."""
+    text, _ = _strip_prefix(_tight_han(original.strip(PUNCT)), WAKE_ZH, False)
+    for lead in ("请问", "请", "麻烦你", "你"):
+        if text.startswith(lead):
+            text = text[len(lead) :]
+            break
+    return text.startswith(SOFT_ABILITY_ZH)
+
+
+def soften(text: str, lang: Lang, original: str = "") -> str:
+    """``text`` (already through ``strip_request``) without the softer wrappers of
+    ``SOFT_ZH``/``SOFT_EN``; the text unchanged when it has none. ``original`` is the
+    utterance before ``strip_request`` (which may have removed its "可以"/"能不能")."""
+    if lang == "en":
+        rest, changed = text, True
+        while changed and rest:
+            rest, changed = _strip_prefix(rest, SOFT_EN, True)
+        return rest
+    rest, ability = _strip_prefix(text, SOFT_ABILITY_ZH, False)
+    ability = ability or _asks_ability(original)
+    changed = True
+    while changed and rest:
+        rest, changed = _strip_prefix(rest, SOFT_ZH, False)
+    if ability:
+        for suffix in ("吗", "么"):
+            if rest.endswith(suffix) and len(rest) > len(suffix):
+                rest = rest[: -len(suffix)].rstrip(PUNCT)
+                break
+    return rest
 
 
 def clean_free_text(text: str, lang: Lang) -> str:
@@ -358,6 +487,8 @@ def trailing_clauses(text: str, lang: Lang) -> list[str]:
         words = text.split()
         for i in range(2, len(words)):
             prefix = " ".join(words[:i])
+            if words[i - 1].casefold() == "to":
+                continue  # "I need to remember my password": an infinitive, not a command
             if words[i].casefold().strip(PUNCT) in COMMAND_STARTS and _plain_preamble(prefix, lang):
                 rest = " ".join(words[i:]).strip(PUNCT)
                 if rest not in found:
