@@ -10,9 +10,9 @@ from __future__ import annotations
 import enum
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
@@ -351,6 +351,7 @@ def out_of_range(msg: Message, depth: int = 0) -> str | None:
     if depth > 32:
         return "nesting"
     for fd, value in msg.ListFields():
+        values: Iterable[Any]
         if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
             values = list(value.values())  # a map: its values (no map carries numbers today)
             if fd.message_type.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:

@@ -183,7 +183,7 @@ def test_a_huge_counter_is_malformed_and_moves_no_window(
 async def test_grpc_calls_are_checked_against_the_scopes_too(
     world: tuple[Home, MeshPort, Bundle, Sealer],
 ) -> None:
-    home, port, bundle, sealer = world
+    _, port, bundle, sealer = world
 
     async def answer(opened: Opened, request: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
         return sync_pb2.SyncResponse()
