@@ -46,8 +46,12 @@ def cmd_timeline(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _replicas_of(args: argparse.Namespace) -> tuple[Any, str]:
-    """The replica set of ``--bundle`` (a device) or ``--home`` (the hub), and who writes."""
+def _replicas_of(args: argparse.Namespace, *, writes: str | None = None) -> tuple[Any, str]:
+    """The replica set of ``--bundle`` (a device) or ``--home`` (the hub), and who writes.
+
+    ``writes`` names the document kind about to be written (``timeline``, ``notes``): a
+    bundle whose certificate lacks its scope (``sync.scopes.doc_scope``) raises SyncError
+    ``scope.missing`` — the hub would refuse the change."""
     from sync.replicas import ReplicaSet
 
     if args.home is not None:
@@ -58,6 +62,16 @@ def _replicas_of(args: argparse.Namespace) -> tuple[Any, str]:
     from provisioning.bundle import Bundle
 
     bundle = Bundle.load(args.bundle)
+    if writes is not None:
+        from sync import documents as docs
+        from sync.errors import SyncError
+        from sync.scopes import doc_scope
+
+        scope = doc_scope(docs.NOTES if writes == "notes" else docs.TIMELINE)
+        if scope not in bundle.certificate.scopes:
+            raise SyncError(
+                "scope.missing", profile=bundle.profile.name, scope=scope, what=writes + " edits"
+            )
     window = bundle.profile.window_days
     return ReplicaSet(bundle.state_dir / "replicas", window_days=window), bundle.device_id
 
@@ -65,8 +79,13 @@ def _replicas_of(args: argparse.Namespace) -> tuple[Any, str]:
 def cmd_memo(args: argparse.Namespace) -> int:
     from sync import documents as docs
     from sync.envelope import random_id
+    from sync.scopes import HUB_ENTRY_KINDS
 
-    replicas, writer = _replicas_of(args)
+    replicas, writer = _replicas_of(args, writes="timeline")
+    if writer != "hub" and args.kind in HUB_ENTRY_KINDS:
+        from sync.errors import SyncError
+
+        raise SyncError("memo.hub_kind", kind=args.kind)
     entry = docs.make_entry(
         entry_id=random_id("m-"), device=writer, kind=args.kind, text=" ".join(args.text)
     )
@@ -76,7 +95,7 @@ def cmd_memo(args: argparse.Namespace) -> int:
 
 
 def cmd_note(args: argparse.Namespace) -> int:
-    replicas, writer = _replicas_of(args)
+    replicas, writer = _replicas_of(args, writes=None if args.action == "list" else "notes")
     if args.action == "add":
         print(replicas.add_note(" ".join(args.text), args.kind, device=writer))
         return EXIT_OK

@@ -116,6 +116,7 @@ class DeviceNode:
             broadcast=self._broadcast_sync,
             request=self._sync_request,
             is_connected=self._is_connected,
+            scopes=bundle.certificate.scopes,
         )
         self.sync_opener = Opener(
             home_id=bundle.home_id,

@@ -27,6 +27,7 @@ from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 from sync.documents import REFUSED as REFUSED_SEQ
 from sync.envelope import HUB as HUB_NAME
+from sync.scopes import HUB_ENTRY_KINDS
 
 log = logging.getLogger(__name__)
 
@@ -569,9 +570,11 @@ class HubStore:
 
         This table is the source of truth for ``seq``; the CRDT ``seq`` documents are
         written from it, and re-written from it on every hub start. A device writes
-        entries only in its own name: one it sent in another's name (a device id that is
-        not the sender's) is refused — kept out of the timeline, remembered in
-        ``refused_entries`` and marked ``docs.REFUSED`` (-1) so every replica leaves it out.
+        entries only in its own name and never of a kind only the hub writes
+        (``sync.scopes.HUB_ENTRY_KINDS``: ``reply``, ``utterance``): one it sent in
+        another's name (a device id that is not the sender's) or of such a kind is refused —
+        kept out of the timeline, remembered in ``refused_entries`` and marked
+        ``docs.REFUSED`` (-1) so every replica leaves it out.
         """
         now = now_ms()
         refused: dict[str, int] = {}
@@ -586,17 +589,20 @@ class HubStore:
                 ):
                     refused[e.id] = REFUSED_SEQ
                     continue
-                if sender != HUB_NAME and e.device != sender and not self._known(e.id):
+                problem = None
+                if sender != HUB_NAME and not self._known(e.id):
+                    if e.device != sender:
+                        problem = "entry_other_device", f"claims device {e.device[:64]!r}"
+                    elif e.kind in HUB_ENTRY_KINDS:
+                        problem = "entry_hub_kind", f"of kind {e.kind!r} (the hub's)"
+                if problem is not None:
                     self.conn.execute(
                         "INSERT INTO refused_entries VALUES (?,?,?,?)",
                         (e.id, e.device[:128], sender, now),
                     )
-                    self._bump("rejected.entry_other_device")
+                    self._bump(f"rejected.{problem[0]}")
                     log.warning(
-                        "timeline entry %s from %s claims device %r: refused",
-                        e.id[:64],
-                        sender,
-                        e.device[:64],
+                        "timeline entry %s from %s %s: refused", e.id[:64], sender, problem[1]
                     )
                     refused[e.id] = REFUSED_SEQ
                     continue

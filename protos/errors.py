@@ -43,6 +43,11 @@ MESSAGES: dict[str, str] = {
     "replica.locked": "replica folder {path} is busy (another process holds it)",
     "note.unknown": "no note {id!r}",
     "note.field": "notes have no field {field!r}; fields: {known}",
+    "memo.hub_kind": "timeline entries of kind {kind!r} are written by the hub only",
+    "scope.missing": (
+        "this bundle's certificate ({profile}) has no {scope!r} scope: "
+        "the hub refuses {what} from it"
+    ),
     "sync.refused": "sync request refused: {reason}",
     # hub
     "broker.missing": "mosquitto is not installed: run 'sudo apt-get install -y mosquitto'",

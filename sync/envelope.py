@@ -10,10 +10,11 @@ from __future__ import annotations
 import enum
 import secrets
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from nacl.exceptions import BadSignatureError, CryptoError
 from nacl.public import Box, PrivateKey, PublicKey
@@ -33,6 +34,8 @@ REPLAY_WINDOW = 1024
 """counters: how far below the highest seen counter a not-yet-seen one is still accepted"""
 HUB = "hub"
 BROADCAST = "*"
+MAX_INT = 2**63 - 1
+"""the largest counter, timestamp or other number an envelope may carry (SQLite's INTEGER)"""
 
 PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.UTTERANCE: mesh_pb2.Utterance,
@@ -75,6 +78,10 @@ class DropReason(enum.StrEnum):
     STALE = "stale"
     UNDECRYPTABLE = "undecryptable"
     SPOOFED_TOPIC = "spoofed_topic"
+    SCOPE = "scope"
+    """the sender's certificate lacks the scope the kind (or document) needs"""
+    NOT_BOXED = "not_boxed"
+    """a point-to-point kind sealed with the group key to the whole mesh"""
 
 
 @dataclass(frozen=True)
@@ -127,7 +134,7 @@ class ReplayGuard:
 
     def check(self, sender: str, counter: int) -> DropReason | None:
         highest = self._highest.get(sender)
-        if counter <= 0:
+        if not 0 < counter <= MAX_INT:
             return DropReason.MALFORMED
         if highest is None or counter > highest:
             return None
@@ -325,6 +332,8 @@ class Opener:
             return Dropped(DropReason.BAD_SIGNATURE, sender)
         if peer.revoked:
             return Dropped(DropReason.REVOKED, sender)
+        if not 0 <= body.time_ms <= MAX_INT:
+            return Dropped(DropReason.MALFORMED, sender, f"time {body.time_ms}")
         verdict = self.replay.check(body.sender, body.counter)
         if verdict is not None:
             return Dropped(verdict, sender, f"counter {body.counter}")
@@ -335,6 +344,8 @@ class Opener:
         payload = parse(cls, plain, self.max_bytes) if cls is not None else None
         if payload is None:
             return Dropped(DropReason.MALFORMED, sender, f"payload of kind {body.kind}")
+        if (bad := out_of_range(payload)) is not None:
+            return Dropped(DropReason.MALFORMED, sender, f"kind {body.kind}: {bad} out of range")
         if commit:
             self.replay.commit(body.sender, body.counter)
         return Opened(
@@ -365,6 +376,37 @@ class Opener:
         except (CryptoError, ValueError, TypeError):
             return None
         return None
+
+
+_UNSIGNED_64 = frozenset({FieldDescriptor.TYPE_UINT64, FieldDescriptor.TYPE_FIXED64})
+_SIGNED_64 = frozenset(
+    {FieldDescriptor.TYPE_INT64, FieldDescriptor.TYPE_SINT64, FieldDescriptor.TYPE_SFIXED64}
+)
+
+
+def out_of_range(msg: Message, depth: int = 0) -> str | None:
+    """The name of the first number in ``msg`` an envelope may not carry: an unsigned 64-bit
+    one above :data:`MAX_INT` (SQLite stores signed 64-bit integers), or a negative time
+    (a signed field named ``…_ms``); ``None`` when every number is in range."""
+    if depth > 32:
+        return "nesting"
+    for fd, value in msg.ListFields():
+        values: Iterable[Any]
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            values = list(value.values())  # a map: its values (no map carries numbers today)
+            if fd.message_type.fields_by_name["value"].type != FieldDescriptor.TYPE_MESSAGE:
+                continue
+        else:
+            values = value if fd.is_repeated else (value,)
+        for v in values:
+            if fd.type == FieldDescriptor.TYPE_MESSAGE:
+                if (inner := out_of_range(v, depth + 1)) is not None:
+                    return f"{fd.name}.{inner}"
+            elif fd.type in _UNSIGNED_64 and v > MAX_INT:
+                return fd.name
+            elif fd.type in _SIGNED_64 and fd.name.endswith("_ms") and v < 0:
+                return fd.name
+    return None
 
 
 def random_id(prefix: str = "") -> str:

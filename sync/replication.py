@@ -29,6 +29,7 @@ from sync import documents as docs
 from sync.crdt import CrdtError, lacks, updates_since
 from sync.env import positive_float
 from sync.replicas import ReplicaSet
+from sync.scopes import doc_refusal
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -82,11 +83,15 @@ class DeviceReplication:
         broadcast: Broadcast,
         request: Request,
         is_connected: Callable[[], bool],
+        scopes: Collection[str] | None = None,
     ) -> None:
         self.replicas = replicas
         self._broadcast = broadcast
         self._request = request
         self._is_connected = is_connected
+        self._scopes = scopes
+        """the device certificate's scopes: documents it may not write are never sent (the
+        hub would refuse them); ``None`` sends every document"""
         self._wanted = asyncio.Event()
         self._tasks = TaskOwner("device-sync")
         self.catchups = 0
@@ -112,7 +117,7 @@ class DeviceReplication:
 
     async def send(self, updates: list[sync_pb2.DocUpdate]) -> None:
         """Broadcast local changes (best effort: catch-up delivers whatever is missed)."""
-        message = live(updates)
+        message = live([u for u in updates if self._may_write(u.doc)])
         if message is None or not self._is_connected():
             return
         try:
@@ -139,6 +144,9 @@ class DeviceReplication:
                 continue
             if result.pending:
                 self._wanted.set()
+
+    def _may_write(self, doc_id: str) -> bool:
+        return self._scopes is None or doc_refusal(doc_id, self._scopes) is None
 
     async def _poll_local(self) -> None:
         while True:
@@ -181,7 +189,7 @@ class DeviceReplication:
         hub_has = {s.doc: s.version for s in response.have}
         push = []
         for doc_id in self.replicas.doc_ids():
-            if refusal(doc_id, from_hub=False):
+            if refusal(doc_id, from_hub=False) or not self._may_write(doc_id):
                 continue
             doc = self.replicas.get(doc_id).doc
             theirs = hub_has.get(doc_id, b"")
@@ -247,10 +255,16 @@ class HubReplication:
         *,
         broadcast: Broadcast,
         sequence: Callable[[list[docs.Entry], str], dict[str, int]],
+        scopes_of: Callable[[str], Collection[str]] | None = None,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.replicas = replicas
         self._broadcast = broadcast
         self._sequence = sequence
+        self._scopes_of = scopes_of
+        """device → its certificate's scopes; ``None`` checks no scopes (in-process tests)"""
+        self._count = count
+        """counts every refused update: ``rejected.scope`` or ``rejected.sync_update``"""
         self._tasks = TaskOwner("hub-sync")
         self.refused: dict[str, int] = {}
         self._sequenced_at: dict[str, tuple[VersionVector, VersionVector]] = {}
@@ -285,13 +299,21 @@ class HubReplication:
         changed: list[sync_pb2.DocUpdate] = []
         refused: list[str] = []
         introduced: set[str] = set()
+        scopes = self._scopes_of(sender) if self._scopes_of is not None else None
         for item in updates:
             reason = refusal(item.doc, from_hub=False)
+            counter = "rejected.sync_update"
+            if reason is None and scopes is not None:
+                # before anything is imported: the refused change reaches no document
+                reason = doc_refusal(item.doc, scopes)
+                counter = "rejected.scope" if reason is not None else counter
             if reason is None and item.snapshot:
                 reason = "devices send updates, not snapshots"
             if reason is not None:
                 refused.append(f"{item.doc[:64]}: {reason}")
                 self.refused[reason] = self.refused.get(reason, 0) + 1
+                if self._count is not None:
+                    self._count(counter)
                 log.warning("update from %s refused: %s: %s", sender, item.doc[:64], reason)
                 continue
             timeline = item.doc.startswith(docs.TIMELINE)
@@ -301,6 +323,8 @@ class HubReplication:
             except CrdtError as exc:
                 refused.append(str(exc))
                 self.refused["crdt"] = self.refused.get("crdt", 0) + 1
+                if self._count is not None:
+                    self._count("rejected.sync_update")
                 log.warning("update from %s refused: %s", sender, exc)
                 continue
             if result.changed:

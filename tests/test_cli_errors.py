@@ -396,3 +396,34 @@ def test_hub_is_up_only_on_the_daemons_own_line() -> None:
     assert not hub_is_up(
         "INFO hub.turns.answering: brain ready: rule-based\nINFO x: warming up: model\n"
     )
+
+
+def test_a_bundle_writes_only_what_its_certificate_grants(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``yimi memo`` on a watch (no ``timeline.write``), ``yimi note`` on glasses (no
+    ``notes.write``) and a ``reply``-kind memo on any device are refused with one line and
+    write nothing (the hub would refuse them); the phone may write both."""
+    from sync.replicas import ReplicaSet
+
+    home = Home.init(tmp_path / "home")
+    bundles = {
+        p: flash(home, profile_name=p, name=p, out=tmp_path / p).state_dir
+        for p in ("watch", "glasses", "phone")
+    }
+    refused = [
+        (["memo", "--bundle", str(tmp_path / "watch"), "hi"], "'timeline.write'"),
+        (["note", "add", "--bundle", str(tmp_path / "glasses"), "x"], "'notes.write'"),
+        (["note", "rm", "--bundle", str(tmp_path / "glasses"), "n-1"], "'notes.write'"),
+        (["memo", "--bundle", str(tmp_path / "phone"), "--kind", "reply", "sent"], "'reply'"),
+    ]
+    for argv, mention in refused:
+        assert cli.main(argv) == cli.EXIT_ERROR, argv
+        err = capsys.readouterr().err
+        assert err.startswith("yimi: ") and err.count("\n") == 1 and mention in err, err
+    for state in bundles.values():
+        rs = ReplicaSet(state / "replicas")
+        assert rs.timeline() == [] and rs.notes() == []
+    assert cli.main(["memo", "--bundle", str(tmp_path / "phone"), "fine"]) == cli.EXIT_OK
+    assert cli.main(["note", "add", "--bundle", str(tmp_path / "phone"), "ok"]) == cli.EXIT_OK
+    assert cli.main(["note", "list", "--bundle", str(tmp_path / "glasses")]) == cli.EXIT_OK

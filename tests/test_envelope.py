@@ -30,6 +30,7 @@ from sync.envelope import (
     HUB,
     MAX_ENVELOPE_BYTES,
     MAX_ID_CHARS,
+    MAX_INT,
     PAYLOAD_TYPES,
     REPLAY_WINDOW,
     Dropped,
@@ -39,6 +40,7 @@ from sync.envelope import (
     Peer,
     ReplayGuard,
     Sealer,
+    out_of_range,
 )
 
 HOME = "0123456789abcdef"
@@ -585,13 +587,62 @@ def test_huge_counter_jumps_are_handled(w: World) -> None:
     opener = w.opener()
     opened(opener.open(w.to_hub(counter=1)))
     start = time.monotonic()
-    opened(opener.open(w.to_hub(counter=2**63)))
-    opened(opener.open(w.to_hub(counter=2**64 - 1)))
+    opened(opener.open(w.to_hub(counter=2**62)))
+    opened(opener.open(w.to_hub(counter=MAX_INT)))
     assert time.monotonic() - start < 1.0
-    opened(opener.open(w.to_hub(counter=2**64 - 2)))
-    dropped(opener.open(w.to_hub(counter=2**64 - 1)), DropReason.REPLAYED)
-    dropped(opener.open(w.to_hub(counter=2**63)), DropReason.STALE)
+    opened(opener.open(w.to_hub(counter=MAX_INT - 1)))
+    dropped(opener.open(w.to_hub(counter=MAX_INT)), DropReason.REPLAYED)
+    dropped(opener.open(w.to_hub(counter=2**62)), DropReason.STALE)
     dropped(opener.open(w.to_hub(counter=1)), DropReason.STALE)
+
+
+def test_counters_past_the_signed_64_bit_range_are_malformed_and_move_no_window(
+    w: World,
+) -> None:
+    """A counter ≥ 2^63 cannot be stored (SQLite INTEGER): malformed, before the window."""
+    opener = w.opener()
+    opened(opener.open(w.to_hub(counter=5)))
+    before = opener.replay.state(DEV)
+    for counter in (2**63, 2**63 + 1, 2**64 - 1):
+        dropped(opener.open(w.to_hub(counter=counter)), DropReason.MALFORMED)
+    assert opener.replay.state(DEV) == before
+    assert opener.replay.check(DEV, 2**63) is DropReason.MALFORMED
+    opened(opener.open(w.to_hub(counter=6)))  # the sender goes on where it was
+
+
+@pytest.mark.parametrize("time_ms", [-1, -(2**63)])
+def test_a_negative_envelope_time_is_malformed(w: World, time_ms: int) -> None:
+    opener = w.opener()
+    dropped(opener.open(forge(w, time_ms=time_ms)), DropReason.MALFORMED)
+    assert opener.replay.state(DEV) is None
+
+
+@pytest.mark.parametrize(
+    ("payload", "field"),
+    [
+        (mesh_pb2.Utterance(id="u-1", text="hi", started_ms=-5), "started_ms"),
+        (mesh_pb2.Reply(id="r-1", seq=2**63), "seq"),
+        (mesh_pb2.Presence(state=mesh_pb2.ONLINE, since_ms=-1), "since_ms"),
+    ],
+)
+def test_numbers_out_of_range_in_a_payload_are_malformed(
+    w: World, payload: Message, field: str
+) -> None:
+    kind = {
+        mesh_pb2.Utterance: mesh_pb2.UTTERANCE,
+        mesh_pb2.Reply: mesh_pb2.REPLY,
+        mesh_pb2.Presence: mesh_pb2.PRESENCE,
+    }[type(payload)]
+    data = w.sealer(w.dev, 1).seal(
+        kind, payload, recipient=HUB, recipient_box_pk=bytes(w.hub.box.public_key)
+    )
+    opener = w.opener()
+    result = opener.open(data)
+    assert isinstance(result, Dropped) and result.reason is DropReason.MALFORMED
+    assert field in result.detail
+    assert opener.replay.state(DEV) is None
+    assert out_of_range(payload) == field
+    assert out_of_range(mesh_pb2.Utterance(id="u", started_ms=MAX_INT)) is None
 
 
 def test_senders_have_separate_windows(w: World) -> None:
@@ -756,10 +807,12 @@ def body_case(draw: st.DrawFn) -> tuple[bytes, bool, dict[str, object]]:
             st.sampled_from(["", REVOKED, DEV2, HUB]) | _texts.filter(lambda t: t != DEV),
         ),
         "counter": pick(
-            st.integers(SEEN - REPLAY_WINDOW + 1, SEEN - 1) | st.integers(SEEN + 1, 2**64 - 1),
-            st.sampled_from([0, SEEN]) | st.integers(1, SEEN - REPLAY_WINDOW),
+            st.integers(SEEN - REPLAY_WINDOW + 1, SEEN - 1) | st.integers(SEEN + 1, MAX_INT),
+            st.sampled_from([0, SEEN])
+            | st.integers(1, SEEN - REPLAY_WINDOW)
+            | st.integers(MAX_INT + 1, 2**64 - 1),  # past SQLite's INTEGER: malformed
         ),
-        "time_ms": draw(st.integers(-(2**63), 2**63 - 1)),
+        "time_ms": pick(st.integers(0, MAX_INT), st.integers(-(2**63), -1)),
         "kind": kind,
         "recipient": pick(st.just(HUB), _texts.filter(lambda t: t != HUB)),
         "trace_id": pick(

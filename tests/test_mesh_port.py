@@ -118,3 +118,85 @@ async def test_revoked_devices_are_seen_once_and_get_nothing(
     assert port.load(gone) == set()
     assert not port.connected
     assert await port.send(bundle.device_id, mesh_pb2.REPLY, mesh_pb2.Reply()) is False
+
+
+# ---------------------------------------------------------------- the scope table
+def test_every_inbound_kind_is_checked_against_the_certificates_scopes(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    """Glasses (utter, ack, timeline.*; no approve, no execute): an approval, an executor
+    result and a hub-only kind are refused as ``scope``, counted, and move no window; an
+    utterance they may send is accepted afterwards."""
+    from protos import consent_pb2, executor_pb2
+    from sync.scopes import KIND_SCOPE
+
+    home, port, bundle, sealer = world
+    assert "approve" not in port.scopes_of(bundle.device_id)
+    attacks = [
+        (mesh_pb2.APPROVAL, consent_pb2.Approval(body=b"x")),
+        (mesh_pb2.EXEC_RESULT, executor_pb2.ExecResult(request_id="r-1")),
+        (mesh_pb2.REPLY, mesh_pb2.Reply(id="r", text="I sent the e-mail")),
+        (mesh_pb2.REVOCATION, mesh_pb2.Revocation(device_id="dev-x")),
+    ]
+    for kind, msg in attacks:
+        assert port.receive(uplink(home, bundle), to_hub(sealer, bundle, kind, msg)) is None
+    assert port.drops["rejected.scope"] == len(attacks)
+    assert port.replay.state(bundle.device_id) is None, "a refused envelope moved the window"
+    ok = to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"))
+    assert isinstance(port.receive(uplink(home, bundle), ok), Opened)
+    # the table covers every kind a payload type exists for
+    from sync.envelope import PAYLOAD_TYPES
+
+    assert set(KIND_SCOPE) == set(PAYLOAD_TYPES)
+
+
+def test_a_point_to_point_kind_sealed_to_the_whole_mesh_is_refused(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    home, port, bundle, sealer = world
+    group = sealer.seal(mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"), recipient="*")
+    assert port.receive(uplink(home, bundle), group) is None
+    assert port.drops["rejected.not_boxed"] == 1
+    assert port.replay.state(bundle.device_id) is None
+    sync = sealer.seal(mesh_pb2.SYNC_UPDATE, sync_pb2.SyncUpdate(), recipient="*")
+    assert isinstance(port.receive(topics.sync(home.home_id, bundle.device_id), sync), Opened)
+
+
+def test_a_huge_counter_is_malformed_and_moves_no_window(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    home, port, bundle, sealer = world
+    first = to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"))
+    opened = port.receive(uplink(home, bundle), first)
+    assert isinstance(opened, Opened)
+    port.commit(opened)
+    before = port.replay.state(bundle.device_id)
+    huge = replace(sealer, next_counter=lambda: 2**63)
+    data = to_hub(huge, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u2", text="boom"))
+    assert port.receive(uplink(home, bundle), data) is None
+    assert port.drops["rejected.malformed"] == 1
+    assert port.replay.state(bundle.device_id) == before
+    nxt = to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u3", text="hi"))
+    assert isinstance(port.receive(uplink(home, bundle), nxt), Opened)
+
+
+async def test_grpc_calls_are_checked_against_the_scopes_too(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    _, port, bundle, sealer = world
+
+    async def answer(opened: Opened, request: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        return sync_pb2.SyncResponse()
+
+    port.scopes[bundle.device_id] = ("utter",)  # a certificate without timeline.read
+    with pytest.raises(HubError) as refused:
+        await port.serve(
+            to_hub(sealer, bundle, mesh_pb2.SYNC_REQUEST, sync_pb2.SyncRequest()),
+            request=sync_pb2.SyncRequest,
+            kind=mesh_pb2.SYNC_RESPONSE,
+            what="sync request",
+            error="sync.refused",
+            handle=answer,
+        )
+    assert refused.value.key == "sync.refused" and port.drops["rejected.scope"] == 1
+    assert port.replay.state(bundle.device_id) is None

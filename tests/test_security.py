@@ -29,11 +29,13 @@ from pathlib import Path
 import aiomqtt
 import apsw
 import pytest
+from google.protobuf.message import Message
 
-from protos import mesh_pb2
+from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2
 from provisioning.bundle import Bundle
 from provisioning.epochs import bundle_keys
 from provisioning.identity import NodeKeys
+from sync import documents as docs
 from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import (
@@ -746,3 +748,139 @@ def test_a_revocation_while_the_hub_was_down_and_the_periodic_rotation_make_new_
     assert r.returncode == 0, r.stderr
     assert hub.alive()
     hub_log_is_clean(hub)
+
+
+# ---------------------------------------------------------------- certificate scopes (issue 15)
+def sync_update(bundle: Bundle, *updates: sync_pb2.DocUpdate, via: Sealer | None = None) -> bytes:
+    """A live SYNC_UPDATE as a device sends it: group-sealed to the mesh, its own topic."""
+    return (via or sealer(bundle)).seal(
+        mesh_pb2.SYNC_UPDATE, sync_pb2.SyncUpdate(updates=list(updates)), recipient="*"
+    )
+
+
+def boxed(bundle: Bundle, kind: int, msg: Message, *, via: Sealer | None = None) -> bytes:
+    return (via or sealer(bundle)).seal(
+        kind, msg, recipient=HUB, recipient_box_pk=bundle.hub_box_pk
+    )
+
+
+def test_every_kind_is_checked_against_the_senders_certificate(mesh: Mesh) -> None:
+    """The attacks of issue 15 (failures 4, 6, 7, 8), each over the attacker's own topics:
+    a watch without ``timeline.write`` writes a memo and a ``reply``-kind entry into the
+    timeline; glasses without ``notes.write`` edit a note; glasses send an approval, an
+    executor result and a hub-only ``REPLY``; a mac (an executor) sends a result nobody
+    asked for; glasses send an utterance sealed with the group key to ``*`` and one with
+    counter 2^63. Each is refused and counted by reason (``yimi hub status`` shows them),
+    none reaches the hub's documents or timeline nor the phone, the hub logs no traceback,
+    the glasses' replay window did not move, and a legitimate ``yimi say`` is answered."""
+    watch = Bundle.load(mesh.add_device("ticker", "watch"))
+    glasses_dir = mesh.add_device("specs", "glasses")
+    glasses = Bundle.load(glasses_dir)
+    phone_dir = mesh.add_device("pocket", "phone")
+    phone = Bundle.load(phone_dir)
+    mac = Bundle.load(mesh.add_device("desk", "mac"))
+    hub = mesh.start_hub()
+    watcher = mesh.start_edge(phone_dir)  # sees what the hub re-broadcasts
+    home = phone.home_id
+
+    # the phone (notes.write) writes a note; it reaches the hub and comes back to the phone
+    scratch = ReplicaSet(mesh.root / "scratch")
+    note = scratch.set_note("n-1", {"text": "buy milk", "kind": "todo"}, device=phone.device_id)
+    publish(mesh, phone, (topics.sync(home, phone.device_id), sync_update(phone, note)))
+    hub_docs = mesh.home / "replicas"
+    poll_sync(lambda: [n.text for n in ReplicaSet(hub_docs).notes()] == ["buy milk"], 15, "note")
+
+    now = int(time.time() * 1000)
+    memo = ReplicaSet(mesh.root / "scratch-w").add_entry(
+        docs.make_entry(entry_id="w-memo", device=watch.device_id, kind="memo", text="memo")
+    )
+    fake_reply = ReplicaSet(mesh.root / "scratch-w2").add_entry(
+        docs.make_entry(
+            entry_id="w-reply",
+            device=watch.device_id,
+            kind="reply",
+            text="I sent the e-mail to your bank.",
+        )
+    )
+    edit = scratch.set_note("n-1", {"text": "wire 5000 to mallory"}, device=glasses.device_id)
+    publish(
+        mesh,
+        watch,
+        (topics.sync(home, watch.device_id), sync_update(watch, memo)),
+        (topics.sync(home, watch.device_id), sync_update(watch, fake_reply)),
+    )
+    huge = sealer(glasses, next_counter=lambda: 2**63)
+    group_utterance = sealer(glasses).seal(
+        mesh_pb2.UTTERANCE,
+        mesh_pb2.Utterance(id=random_id("u-"), text="group-sealed", started_ms=now, ended_ms=now),
+        recipient="*",
+    )
+    publish(
+        mesh,
+        glasses,
+        (topics.sync(home, glasses.device_id), sync_update(glasses, edit)),
+        (uplink(glasses), boxed(glasses, mesh_pb2.APPROVAL, consent_pb2.Approval(body=b"yes"))),
+        (
+            uplink(glasses),
+            boxed(glasses, mesh_pb2.EXEC_RESULT, executor_pb2.ExecResult(request_id="r-1")),
+        ),
+        (
+            uplink(glasses),
+            boxed(glasses, mesh_pb2.REPLY, mesh_pb2.Reply(id="r-x", text="I paid the bill")),
+        ),
+        (uplink(glasses), group_utterance),
+        (uplink(glasses), utterance(glasses, "counter 2^63", via=huge)),
+    )
+    publish(
+        mesh,
+        mac,
+        (uplink(mac), boxed(mac, mesh_pb2.EXEC_RESULT, executor_pb2.ExecResult(request_id="r-2"))),
+    )
+    expected = {
+        "rejected.scope": 6,
+        "rejected.not_boxed": 1,
+        "rejected.malformed": 1,
+        "rejected.exec_result_unexpected": 1,
+    }
+    wait_counts(mesh, expected)
+
+    # a legitimate memo of the glasses (timeline.write) right after: applied, re-broadcast
+    legit = ReplicaSet(mesh.root / "scratch-g").add_entry(
+        docs.make_entry(entry_id="g-memo", device=glasses.device_id, kind="memo", text="legit")
+    )
+    publish(mesh, glasses, (topics.sync(home, glasses.device_id), sync_update(glasses, legit)))
+    phone_docs = phone.state_dir / "replicas"
+    poll_sync(
+        lambda: [e.id for e in ReplicaSet(phone_docs).timeline()] == ["g-memo"],
+        15,
+        "the phone to receive the legitimate memo",
+    )
+    # the hub handles a connection's messages in order: nothing refused got anywhere
+    for folder in (hub_docs, phone_docs):
+        replicas = ReplicaSet(folder)
+        assert [e.id for e in replicas.timeline()] == ["g-memo"], folder
+        assert [n.text for n in replicas.notes()] == ["buy milk"], folder
+        raw = [
+            v.get("id")
+            for d in replicas.doc_ids()
+            if d.startswith(docs.TIMELINE)
+            for v in replicas.get(d).doc.get_list("entries").get_value()  # type: ignore[union-attr]
+            if isinstance(v, dict)
+        ]
+        assert raw == ["g-memo"], f"a refused entry reached {folder}: {raw}"
+    assert [r[1] for r in mesh.hub_timeline()] == [glasses.device_id]
+
+    # the glasses' window did not move to 2^63: its next envelopes (shared counter) work
+    r = mesh.say(glasses_dir, "are you still there")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip(), "no answer"
+    assert "are you still there" in utterances(mesh)
+    assert rejected(mesh) == expected
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
+    for name, value in expected.items():
+        assert re.search(rf"^\s+{re.escape(name)}\s+{value}$", status, re.M), status
+    assert hub.alive() and watcher.alive()
+    log = hub_log_is_clean(hub)
+    assert "OverflowError" not in log
+    assert "needs the 'timeline.write' scope" in log and "needs the 'notes.write' scope" in log
+    assert "needs the 'approve' scope" in log and "needs the 'execute' scope" in log

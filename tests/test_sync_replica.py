@@ -544,19 +544,35 @@ def test_behind_the_compaction_point_concurrent_edits_of_different_note_fields_m
 class Hub:
     """A hub's replication over a real HubStore (SQLite: the source of truth for seq)."""
 
-    def __init__(self, root: Path, *, compact_at: int | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        compact_at: int | None = None,
+        scopes: dict[str, tuple[str, ...]] | None = None,
+    ) -> None:
         self.store = HubStore(root / "hub.db")
         self.replicas = ReplicaSet(root / "hub-replicas", compact_at=compact_at)
         self.sent: list[sync_pb2.SyncUpdate] = []
+        self.counts: dict[str, int] = {}
 
         async def broadcast(update: sync_pb2.SyncUpdate) -> None:
             self.sent.append(update)
 
+        def count(name: str) -> None:
+            self.counts[name] = self.counts.get(name, 0) + 1
+
         self.sync = HubReplication(
-            self.replicas, broadcast=broadcast, sequence=self.store.sequence_entries
+            self.replicas,
+            broadcast=broadcast,
+            sequence=self.store.sequence_entries,
+            scopes_of=None if scopes is None else (lambda d: scopes.get(d, ())),
+            count=count,
         )
 
-    def device(self, root: Path, name: str) -> DeviceReplication:
+    def device(
+        self, root: Path, name: str, *, scopes: tuple[str, ...] | None = None
+    ) -> DeviceReplication:
         replicas = ReplicaSet(root / f"{name}-replicas")
 
         async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
@@ -567,7 +583,7 @@ class Hub:
             return None
 
         return DeviceReplication(
-            replicas, broadcast=no_live, request=request, is_connected=lambda: True
+            replicas, broadcast=no_live, request=request, is_connected=lambda: True, scopes=scopes
         )
 
     def sqlite(self) -> dict[str, int]:
@@ -1162,3 +1178,66 @@ def test_a_device_compacts_only_what_the_hub_has(
     catch_up(dev)
     assert view(dev.replicas) == view(hub.replicas)
     assert [e for e, _ in view(hub.replicas)] == ["a1", "a2"]
+
+
+# ---------------------------------------------------------------- certificate scopes
+WATCH = ("utter", "ack", "timeline.read")
+GLASSES = ("utter", "ack", "timeline.read", "timeline.write")
+PHONE = (*GLASSES, "notes.write", "approve", "relay")
+
+
+def test_a_device_writes_only_the_documents_its_certificate_grants(tmp_path: Path) -> None:
+    """The attack of issue 15: a watch without ``timeline.write`` pushes a memo and a
+    ``reply``-kind entry (reads like the assistant) from its timeline replica, glasses
+    without ``notes.write`` edit a note (a hostile device: it ignores its own certificate
+    and pushes anyway). The hub refuses each before importing it, counts it as
+    ``rejected.scope``: none reaches the hub's documents, its SQLite timeline or the phone.
+    A phone (``timeline.write``) writing a ``reply``-kind entry is refused too."""
+    h = Hub(tmp_path, scopes={"watch": WATCH, "glasses": GLASSES, "phone": PHONE})
+    try:
+        phone = h.device(tmp_path, "phone", scopes=PHONE)
+        watch = h.device(tmp_path, "watch")  # hostile: pushes what it may not write
+        glasses = h.device(tmp_path, "glasses")
+        note = phone.replicas.add_note("buy milk", "todo", device="phone")
+        phone.replicas.add_entry(entry("p1", device="phone", ts=T0 + 1))
+        catch_up(phone, watch, glasses)
+        before_docs = {d: h.replicas.get(d).doc.oplog_vv for d in h.replicas.doc_ids()}
+        before_sent = len(h.sent)
+
+        watch.replicas.add_entry(entry("w-memo", device="watch", ts=T0 + 2, text="memo"))
+        reply = docs.make_entry(
+            entry_id="w-reply",
+            device="watch",
+            kind="reply",
+            text="I sent the e-mail to your bank",
+            ts_ms=T0 + 3,
+        )
+        watch.replicas.add_entry(reply)
+        glasses.replicas.edit_note(note, "text", "wire 5000 to mallory", device="glasses")
+        catch_up(watch, glasses)
+        assert h.counts == {"rejected.scope": 4}, h.counts  # 2 rounds x (watch, glasses)
+        assert {d: h.replicas.get(d).doc.oplog_vv for d in h.replicas.doc_ids()} == before_docs
+        assert set(h.sqlite()) == {"p1"}
+        assert len(h.sent) == before_sent
+        catch_up(phone)
+        assert [e.id for e in phone.replicas.timeline()] == ["p1"]
+        assert [n.text for n in phone.replicas.notes()] == ["buy milk"]
+        assert [n.text for n in h.replicas.notes()] == ["buy milk"]
+
+        # a device honouring its certificate does not push what it may not write
+        honest = h.device(tmp_path, "watch2", scopes=WATCH)
+        honest.replicas.add_entry(entry("w2", device="watch2", ts=T0 + 4))
+        catch_up(honest)
+        assert h.counts == {"rejected.scope": 4} and "w2" not in h.sqlite()
+
+        # timeline.write lets a device write memos, never the assistant's own kinds
+        phone.replicas.add_entry(
+            docs.make_entry(entry_id="p-reply", device="phone", kind="reply", text="x")
+        )
+        phone.replicas.add_entry(entry("p2", device="phone", ts=T0 + 5))
+        catch_up(phone)
+        assert set(h.sqlite()) == {"p1", "p2"}
+        assert h.store.counters()["rejected.entry_hub_kind"] == 1
+        assert "p-reply" not in [e.id for e in h.replicas.timeline()]
+    finally:
+        h.store.close()

@@ -118,7 +118,9 @@ class MeshConsent:
         """the payment authority (``hub.payments``), attached to the gateway"""
         self._stack = AsyncExitStack()
         self._tasks: TaskOwner | None = None
-        self.bridge = ExecutorBridge(self.home / "run" / "executor.sock", self._devices, self._send)
+        self.bridge = ExecutorBridge(
+            self.home / "run" / "executor.sock", self._devices, self._send, count=port.count
+        )
         self.on_receipt: Callable[[Receipt], Awaitable[None]] | None = None
         """gets the receipt of every answered or expired card (the brain's waiting task
         goes on: ``brain.on_receipt``)"""
@@ -419,6 +421,8 @@ class MeshConsent:
             revoked=rec.revoked,
         )
         log.info("answer from %s: %s %s", rec.name, ans.outcome, ans.reason)
+        if ans.outcome == "refused":
+            self.port.count("rejected.approval")
         if ans.card is None:  # refused before a card was found: tell the device why
             body = parse(consent_pb2.ApprovalBody, approval.body, 4096)
             await self._send(

@@ -61,10 +61,19 @@ def result_dict(res: executor_pb2.ExecResult) -> dict[str, Any]:
 
 
 class ExecutorBridge:
-    def __init__(self, path: Path, devices: Callable[[], list[DeviceRecord]], send: Send) -> None:
+    def __init__(
+        self,
+        path: Path,
+        devices: Callable[[], list[DeviceRecord]],
+        send: Send,
+        *,
+        count: Callable[[str], None] | None = None,
+    ) -> None:
         self.path = path
         self._devices = devices
         self._send = send
+        self._count = count
+        """counts refusals (``rejected.exec_result_unexpected``)"""
         self._pending: dict[str, tuple[str, asyncio.Future[executor_pb2.ExecResult]]] = {}
         self._server: asyncio.AbstractServer | None = None
         self._short_dir: Path | None = None
@@ -169,6 +178,8 @@ class ExecutorBridge:
             log.warning(
                 "executor result %s from %s not expected", res.request_id[:40], opened.sender
             )
+            if self._count is not None:
+                self._count("rejected.exec_result_unexpected")
             return
         if not waiting[1].done():
             waiting[1].set_result(res)

@@ -103,7 +103,11 @@ class HubDaemon:
         """set once the hub is connected and serving"""
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
         self.sync = HubReplication(
-            self.replicas, broadcast=self._broadcast_sync, sequence=self.store.sequence_entries
+            self.replicas,
+            broadcast=self._broadcast_sync,
+            sequence=self.store.sequence_entries,
+            scopes_of=port.scopes_of,
+            count=port.count,
         )
         self.consent = MeshConsent(
             home.path, audit_signer=home.hub_keys.sign, port=port, devices=self.registry.devices
@@ -494,10 +498,8 @@ class HubDaemon:
     async def _on_sync_update(self, opened: Opened) -> None:
         update = opened.payload
         assert isinstance(update, sync_pb2.SyncUpdate)
-        changed, refused = self.sync.apply_from_device(list(update.updates), opened.sender)
-        for _ in refused:
-            self.port.count("rejected.sync_update")
-        await self.sync.publish(changed)
+        changed, _ = self.sync.apply_from_device(list(update.updates), opened.sender)
+        await self.sync.publish(changed)  # refusals are counted by self.sync
 
     async def _serve_sync(self, data: bytes) -> bytes:
         """``Hub.Sync``: a SYNC_REQUEST envelope in, a SYNC_RESPONSE envelope out."""

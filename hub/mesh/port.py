@@ -51,6 +51,7 @@ from sync.envelope import (
     Sealer,
 )
 from sync.mqtt import MqttSession
+from sync.scopes import kind_refusal
 
 log = logging.getLogger(__name__)
 
@@ -217,13 +218,14 @@ class MeshPort:
     # ------------------------------------------------------------------ in
     def receive(self, topic: str, payload: bytes) -> Opened | None:
         """Open one MQTT message (its counter not yet committed: the handler does, with
-        what the message changes); ``None`` when it is dropped or an expected repeat."""
+        what the message changes; a presence's is, in its own lane); ``None`` when it is
+        dropped or an expected repeat — a refused message never moves a replay window."""
         device = topics.device_of(topic)
         is_presence = topic.endswith("/presence")
         if is_presence:
             if not payload:  # a cleared retained message
                 return None
-            result = self.presence_opener.open(payload)
+            result = self.presence_opener.open(payload, commit=False)
         else:
             result = self.opener.open(payload, commit=False)
         if isinstance(result, Dropped):
@@ -241,7 +243,21 @@ class MeshPort:
         if result.kind == mesh_pb2.PRESENCE and not is_presence:
             self.drop(DropReason.MALFORMED, result.sender, "presence outside presence topic")
             return None
+        if self.refuse(result) is not None:
+            return None
+        if is_presence:  # its own lane, committed here (every other kind: by the daemon)
+            self.presence_opener.replay.commit(result.sender, result.counter)
         return result
+
+    def refuse(self, opened: Opened) -> DropReason | None:
+        """Why ``opened`` is refused (``None``: its sender's certificate lets it send that
+        kind, boxed or sealed as it is — :mod:`sync.scopes`, the one table). A refusal is
+        counted; the replay window does not move (the counter is committed after this)."""
+        refusal = kind_refusal(opened, self.scopes_of(opened.sender))
+        if refusal is None:
+            return None
+        self.drop(refusal[0], opened.sender, refusal[1])
+        return refusal[0]
 
     async def serve(
         self,
@@ -258,7 +274,7 @@ class MeshPort:
         ``request`` from an enrolled device, counter committed) or raise
         :class:`HubError` ``error`` with the drop counted; ``handle`` makes the answer, which
         goes back sealed to the sender as ``kind``. ``large`` takes catch-up sized requests."""
-        opened = (self.sync_opener if large else self.opener).open(data)
+        opened = (self.sync_opener if large else self.opener).open(data, commit=False)
         if isinstance(opened, Dropped):
             self.drop(opened.reason, opened.sender or "?", f"{what}: {opened.detail}")
             raise HubError(error, reason=opened.reason.value)
@@ -267,6 +283,9 @@ class MeshPort:
         if not isinstance(payload, request) or peer is None:
             self.drop(DropReason.MALFORMED, opened.sender, f"{what} of another kind")
             raise HubError(error, reason="malformed")
+        if (refused := self.refuse(opened)) is not None:
+            raise HubError(error, reason=refused.value)
+        self.replay.commit(opened.sender, opened.counter)
         self.last_seen[opened.sender] = now_ms()
         answer = await handle(opened, payload)
         return self.sealer.seal(
