@@ -13,10 +13,10 @@ not counted or stored never reached it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
-import secrets
 import signal
 import socket
 import stat
@@ -35,6 +35,7 @@ from provisioning.identity import NodeKeys
 from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import HUB, Sealer, random_id
+from sync.mqtt import TRANSIENT_SLOTS, transient_username
 from tests.mesh_harness import Mesh, Proc, mosquitto_pids
 from tests.waiting import poll_sync
 
@@ -110,13 +111,20 @@ def flip(data: bytes, *, in_signature: bool) -> bytes:
 
 
 # ---------------------------------------------------------------- mqtt
+_slots = itertools.count()
+
+
 def client(mesh: Mesh, username: str, password: str, **kw: object) -> aiomqtt.Client:
+    """A client logged in as one of ``username``'s transient logins (the broker makes the
+    login the client id: the node's own login would take over the hub's or the device's
+    own session); successive clients get successive slots."""
+    login = transient_username(username, next(_slots) % TRANSIENT_SLOTS)
     return aiomqtt.Client(
         "127.0.0.1",
         mesh.mqtt_port,
-        username=username,
+        username=login,
         password=password,
-        identifier=f"test-{username}-{secrets.token_hex(3)}",
+        identifier=login,
         timeout=5,
         **kw,  # type: ignore[arg-type]
     )

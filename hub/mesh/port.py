@@ -29,6 +29,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from hub.errors import HubError
+from hub.mesh.ratelimit import PublishRate
 from hub.timeline import ReplayState
 from protos import mesh_pb2
 from protos.clock import now_ms
@@ -71,6 +72,8 @@ class MeshPort:
         self.last_seen: dict[str, int] = {}
         """device → ms of its last accepted message, not yet written to hub.db"""
         self.replay = ReplayGuard()
+        self.rate = PublishRate()
+        """per-device publish rate on MQTT (:mod:`hub.mesh.ratelimit`)"""
         for sender, highest, seen in replay_windows:
             self.replay.restore(sender, highest, seen)
 
@@ -176,6 +179,9 @@ class MeshPort:
         """Open one MQTT message (its counter not yet committed: the handler does, with
         what the message changes); ``None`` when it is dropped or an expected repeat."""
         device = topics.device_of(topic)
+        if not self.rate.admit(device or "?", len(payload)):  # before any cryptography
+            self.count("rejected.rate_limited")
+            return None
         is_presence = topic.endswith("/presence")
         if is_presence:
             if not payload:  # a cleared retained message
