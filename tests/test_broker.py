@@ -311,12 +311,12 @@ async def test_retained_messages_are_refused_and_never_stored(tmp_path: Path, po
     """A retained publish drops the publisher's connection, a will with the retain flag is
     refused at CONNECT; a new subscriber to that topic gets the next live message first."""
     topic = f"{topics.device_root(HOME, DEV_A)}/notes"
-    async with running(tmp_path / "broker", port):
+    async with running(tmp_path / "broker", port) as broker:
         with pytest.raises(aiomqtt.MqttError):
             await dropped_after(port, topic, b"kept forever?", retain=True)
         # MQTT 5 (a 3.1.1 client gets no CONNACK, only a closed socket: its timeout)
         will = aiomqtt.Will(topic, b"will", qos=1, retain=True)
-        with pytest.raises(aiomqtt.MqttCodeError, match="(?i)retain not supported"):
+        with pytest.raises(aiomqtt.MqttCodeError, match=r"(?i)retain not supported"):
             async with mqtt(port, DEV_A, will=will, protocol=aiomqtt.ProtocolVersion.V5):
                 pass
         async with (
@@ -326,6 +326,14 @@ async def test_retained_messages_are_refused_and_never_stored(tmp_path: Path, po
             await sub.subscribe(topic, qos=1)
             await pub.publish(topic, b"live", qos=1)
             assert await collect_until(sub, b"live") == [(topic, b"live")]
+        assert not await connects(port, DEV_A, "wrong-password")
+        await poll(lambda: broker.log_path.read_text().count("not authorised") == 1, DEADLINE)
+        assert broker.refusals() == {
+            "broker.refused.protocol": 1,  # the retained publish
+            "broker.refused.retain": 1,  # the will
+            "broker.refused.login": 1,
+        }
+        assert broker.refusals() == {}  # counted once
 
 
 async def test_an_oversize_packet_drops_the_connection(tmp_path: Path, port: int) -> None:
@@ -338,6 +346,7 @@ async def test_an_oversize_packet_drops_the_connection(tmp_path: Path, port: int
             await c.publish(topics.uplink(HOME, DEV_A), b"small", qos=1)
         assert await collect_until(hub, b"small") == [(topics.uplink(HOME, DEV_A), b"small")]
         assert "disconnected due to oversize packet" in broker.log_path.read_text()
+        assert broker.refusals() == {"broker.refused.oversize": 1}
 
 
 def test_the_config_carries_every_limit(tmp_path: Path) -> None:

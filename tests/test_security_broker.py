@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import re
 import time
 from pathlib import Path
 
@@ -146,7 +147,8 @@ def test_a_device_cannot_take_the_hubs_or_another_devices_client_id(mesh: Mesh) 
 def test_retained_and_oversize_publishes_are_refused_and_nothing_is_stored(mesh: Mesh) -> None:
     """40 retained 400 KB publishes (the 40 MB the issue saw stored), a last will with the
     retain flag, and a 600 KB packet: each drops the attacker's connection; a new
-    subscriber to those topics then gets only the next live message; the hub saw none."""
+    subscriber to those topics then gets only the next live message; the hub saw none of
+    them, and counts each refusal from the broker's log (``yimi hub status``)."""
     a_dir = mesh.add_device("alpha", "glasses")
     a = Bundle.load(a_dir)
     hub = mesh.start_hub()
@@ -166,7 +168,7 @@ def test_retained_and_oversize_publishes_are_refused_and_nothing_is_stored(mesh:
                     await dropped_after(c, targets[i % len(targets)], big, retain=True)
             refused += 1
         will = aiomqtt.Will(f"{root}/notes", big[:60_000], qos=1, retain=True)
-        with pytest.raises(aiomqtt.MqttCodeError, match="(?i)retain not supported"):
+        with pytest.raises(aiomqtt.MqttCodeError, match=r"(?i)retain not supported"):
             async with client(mesh, a, will=will, protocol=aiomqtt.ProtocolVersion.V5):
                 pass
         with pytest.raises(aiomqtt.MqttError):
@@ -197,6 +199,15 @@ def test_retained_and_oversize_publishes_are_refused_and_nothing_is_stored(mesh:
     assert "retain not supported" in log
     answered(mesh, a_dir, "still there after the retained flood?")
     assert rejected(mesh) == {}, "a refused publish reached the hub"
+    # what only the broker saw, counted by the hub from its log, and shown
+    want = {"broker.refused.protocol": 40, "broker.refused.retain": 1, "broker.refused.oversize": 1}
+    poll_sync(
+        lambda: {k: v for k, v in counters(mesh).items() if k.startswith("broker.")} == want,
+        10,
+        f"the broker's refusals counted as {want} (have {counters(mesh)})",
+    )
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
+    assert re.search(r"^\s+broker\.refused\.protocol\s+40$", status, re.M), status
     data = mesh.home / "broker" / "data"
     stored = sum(p.stat().st_size for p in data.iterdir() if p.is_file())
     assert stored < 1024 * 1024, f"the broker's persistence holds {stored} bytes"

@@ -51,6 +51,7 @@ import re
 import shutil
 import signal
 import socket
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,10 +78,21 @@ STABLE_RUN = 30.0
 POLL_INTERVAL = 0.02
 LOG_TAIL_LINES = 6
 LOG_ROTATE_BYTES = 4 * 1024 * 1024
+LOG_SCAN_BYTES = 1024 * 1024
+"""at most this much new log is scanned for refusals per call"""
 AUTOSAVE_INTERVAL = 10
 """Seconds between persistence saves, bounding what a crash (not a stop) can lose."""
 
 PR_SET_PDEATHSIG = 1
+
+REFUSALS = (
+    ("disconnected due to oversize packet", "broker.refused.oversize"),
+    ("retain not supported", "broker.refused.retain"),  # a will with the retain flag
+    # a retained publish (mosquitto 2.0.11 logs no reason for it), or another protocol error
+    (": Unknown error.", "broker.refused.protocol"),
+    ("not authorised", "broker.refused.login"),
+)
+"""(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
 
 MAX_PACKET_BYTES = 512 * 1024
 """The largest MQTT packet (topic + payload + headers): twice the hub's envelope limit
@@ -151,6 +163,7 @@ class Broker:
         self._lock = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self._refusal_offset = 0
 
     # -- paths -------------------------------------------------------------------------
 
@@ -336,6 +349,28 @@ class Broker:
                     out.append(f"topic read {topics.mesh(home)}")
         return "\n".join(out) + "\n"
 
+    def refusals(self) -> Counter[str]:
+        """What the broker refused since the last call (or since it started), counted by
+        :data:`REFUSALS` from new complete lines of its log."""
+        found: Counter[str] = Counter()
+        try:
+            with self.log_path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size < self._refusal_offset:  # rotated
+                    self._refusal_offset = 0
+                f.seek(max(self._refusal_offset, size - LOG_SCAN_BYTES))
+                data = f.read()
+        except OSError:
+            return found
+        end = data.rfind(b"\n") + 1
+        self._refusal_offset = size - len(data) + end
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            for fragment, name in REFUSALS:
+                if fragment in line:
+                    found[name] += 1
+                    break
+        return found
+
     def _log_tail(self, offset: int = 0) -> str:
         """The last lines mosquitto wrote since ``offset``, as one line."""
         try:
@@ -364,6 +399,8 @@ class Broker:
             self._check_port_free()
             self._rotate_log()
             offset = _file_size(self.log_path)
+            if self.restarts == 0 or offset < self._refusal_offset:  # not older runs' lines
+                self._refusal_offset = offset
             proc = await self._spawn()
             try:
                 await self._wait_listening(proc, offset)
