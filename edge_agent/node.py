@@ -150,6 +150,7 @@ class DeviceNode:
                 password=b.mqtt_password,
                 identifier=f"{b.device_id}-{'edge' if edge else 'say-' + secrets.token_hex(3)}",
                 transient=not edge,  # `yimi say` must not take over the edge daemon's session
+                slot_locks=b.state_dir,  # nor another `yimi say`'s
                 subscriptions=[topics.inbox(b.home_id, b.device_id), topics.mesh(b.home_id)],
                 on_message=self._on_message,
                 on_connect=self._on_connect,

@@ -10,17 +10,21 @@ device cannot take over (and disconnect) the hub's or another device's session. 
 long-lived session of a node (the hub, a device's ``edge run``) logs in as the node itself;
 short-lived clients of the same node (``yimi say``, tools, tests) log in as one of its
 :data:`TRANSIENT_SLOTS` transient logins (:func:`transient_username`, same password, same
-ACL), a random one per connection, so they neither take over the node's own session nor,
-for long, each other's.
+ACL), so they never take over the node's own session; the one a process holds by a lock file
+(:class:`SlotLease`, in the bundle's state folder) so that they do not take over each other's
+either (without a free slot or a lock folder: a random slot per connection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 
 import aiomqtt
@@ -51,6 +55,36 @@ def random_transient_username(username: str) -> str:
     return transient_username(username, secrets.randbelow(TRANSIENT_SLOTS))
 
 
+class SlotLease:
+    """One transient slot held by this process: an exclusive ``flock`` on
+    ``<folder>/mqtt-slot-<k>.lock`` (released when the process ends, however it ends), so
+    concurrent clients of one node on one machine never share a login."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._fd: int | None = None
+        self.slot: int | None = None
+
+    def acquire(self) -> int | None:
+        """The first free slot, now held; ``None`` when every slot is held."""
+        for slot in range(TRANSIENT_SLOTS):
+            path = self._folder / f"mqtt-slot-{slot}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._fd, self.slot = fd, slot
+            return slot
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the lock
+        self._fd = self.slot = None
+
+
 class MqttSession:
     def __init__(
         self,
@@ -67,11 +101,13 @@ class MqttSession:
         backoff: Backoff | None = None,
         keepalive: int = 15,
         transient: bool = False,
+        slot_locks: Path | None = None,
     ) -> None:
         """``identifier`` names the session in logs and tasks; the client id sent to the
-        broker is the login (see the module doc). ``transient``: log in as a random
-        transient login of ``username`` on every connection (a short-lived client that
-        must not take over the node's own session)."""
+        broker is the login (see the module doc). ``transient``: log in as a transient
+        login of ``username`` (a short-lived client that must not take over the node's own
+        session): the slot held in ``slot_locks`` (a :class:`SlotLease`), else a random
+        one on every connection."""
         self._target = target
         self._username = username
         self._password = password
@@ -84,6 +120,7 @@ class MqttSession:
         self._backoff = backoff or Backoff(initial=0.2, cap=5.0)
         self._keepalive = keepalive
         self._transient = transient
+        self._lease = SlotLease(slot_locks) if transient and slot_locks is not None else None
         self._client: aiomqtt.Client | None = None
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
@@ -93,6 +130,8 @@ class MqttSession:
         self._login = ""
 
     async def __aenter__(self) -> MqttSession:
+        if self._lease is not None:
+            self._lease.acquire()
         self._task = asyncio.create_task(self._run(), name=f"mqtt:{self._identifier}")
         return self
 
@@ -109,6 +148,8 @@ class MqttSession:
             except asyncio.CancelledError:
                 pass
         self.connected.clear()
+        if self._lease is not None:
+            self._lease.release()
 
     async def publish(
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
@@ -142,7 +183,12 @@ class MqttSession:
         return self._login or self._username
 
     async def _connect_once(self, host: str, port: int) -> None:
-        login = random_transient_username(self._username) if self._transient else self._username
+        if not self._transient:
+            login = self._username
+        elif self._lease is not None and self._lease.slot is not None:
+            login = transient_username(self._username, self._lease.slot)
+        else:
+            login = random_transient_username(self._username)
         self._login = login
         client = aiomqtt.Client(
             host,
