@@ -58,7 +58,7 @@ from protos import mesh_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from sync.envelope import Opened
-from sync.mqtt import SOCKET_OPTIONS
+from sync.mqtt import SOCKET_OPTIONS, transient_username
 from worlds import ports
 
 SCRIPT = Path(__file__).resolve()
@@ -265,9 +265,9 @@ class RawLoop:
             client = aiomqtt.Client(
                 "127.0.0.1",
                 self.port,
-                username="hub",
+                username=transient_username("hub", 0),
                 password=self.home.broker_password,
-                identifier=f"bench-raw-{secrets.token_hex(3)}",
+                identifier=transient_username("hub", 0),
                 timeout=5.0,
                 socket_options=SOCKET_OPTIONS,
             )
@@ -325,9 +325,9 @@ async def echo_main(home_path: Path, port: int) -> int:
     async with aiomqtt.Client(
         "127.0.0.1",
         port,
-        username="hub",
+        username=transient_username("hub", 1),
         password=home.broker_password,
-        identifier=f"bench-echo-{secrets.token_hex(3)}",
+        identifier=transient_username("hub", 1),
         timeout=5.0,
         socket_options=SOCKET_OPTIONS,
     ) as client:

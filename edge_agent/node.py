@@ -155,6 +155,8 @@ class DeviceNode:
                 username=b.mqtt_username,
                 password=b.mqtt_password,
                 identifier=f"{b.device_id}-{'edge' if edge else 'say-' + secrets.token_hex(3)}",
+                transient=not edge,  # `yimi say` must not take over the edge daemon's session
+                slot_locks=b.state_dir,  # nor another `yimi say`'s
                 subscriptions=[topics.inbox(b.home_id, b.device_id), topics.mesh(b.home_id)],
                 on_message=self._on_message,
                 on_connect=self._on_connect,
@@ -212,12 +214,14 @@ class DeviceNode:
     def _will(self) -> aiomqtt.Will:
         self.session_id = secrets.token_hex(8)
         topic = topics.presence(self.bundle.home_id, self.bundle.device_id)
-        return aiomqtt.Will(topic, self._presence_envelope(mesh_pb2.OFFLINE), qos=1, retain=True)
+        # Not retained: the hub's broker refuses retained messages (``retain_available
+        # false``); the hub's persistent session queues presence while it is down.
+        return aiomqtt.Will(topic, self._presence_envelope(mesh_pb2.OFFLINE), qos=1)
 
     async def _publish_presence(self, state: int) -> None:
         assert self.mqtt is not None
         topic = topics.presence(self.bundle.home_id, self.bundle.device_id)
-        await self.mqtt.publish(topic, self._presence_envelope(state), qos=1, retain=True)
+        await self.mqtt.publish(topic, self._presence_envelope(state), qos=1)
 
     async def _on_connect(self, client: aiomqtt.Client) -> None:
         self._relinked.set()

@@ -3,14 +3,28 @@
 :class:`MqttSession` is an async context manager that owns its connection task. Each
 connection gets a fresh last will (so the will can carry a fresh signed envelope) and runs
 ``on_connect`` as a task of that connection; message handlers never take the loop down.
+
+The hub's broker binds the client id to the login (``use_username_as_clientid``,
+:mod:`hub.mesh.broker`): whatever id a client sends, its session is its username's, so one
+device cannot take over (and disconnect) the hub's or another device's session. The one
+long-lived session of a node (the hub, a device's ``edge run``) logs in as the node itself;
+short-lived clients of the same node (``yimi say``, tools, tests) log in as one of its
+:data:`TRANSIENT_SLOTS` transient logins (:func:`transient_username`, same password, same
+ACL), so they never take over the node's own session; the one a process holds by a lock file
+(:class:`SlotLease`, in the bundle's state folder) so that they do not take over each other's
+either (without a free slot or a lock folder: a random slot per connection).
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
+import secrets
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 from types import TracebackType
 
 import aiomqtt
@@ -25,6 +39,50 @@ Target = tuple[str, int]
 SOCKET_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 """No Nagle: with it, a small publish waits for the ACK of the previous small packet, which
 the peer delays (~40 ms) — every hop of a round trip stalled. The broker sets it too."""
+TRANSIENT_SLOTS = 8
+"""transient logins per broker account (the broker writes them all, same hash and ACL)"""
+TRANSIENT_SEPARATOR = ".t"
+
+
+def transient_username(username: str, slot: int) -> str:
+    """The ``slot``-th transient login of ``username`` (e.g. ``hub.t3``)."""
+    if not 0 <= slot < TRANSIENT_SLOTS:
+        raise ValueError(f"transient slot {slot} is not in 0..{TRANSIENT_SLOTS - 1}")
+    return f"{username}{TRANSIENT_SEPARATOR}{slot}"
+
+
+def random_transient_username(username: str) -> str:
+    return transient_username(username, secrets.randbelow(TRANSIENT_SLOTS))
+
+
+class SlotLease:
+    """One transient slot held by this process: an exclusive ``flock`` on
+    ``<folder>/mqtt-slot-<k>.lock`` (released when the process ends, however it ends), so
+    concurrent clients of one node on one machine never share a login."""
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = folder
+        self._fd: int | None = None
+        self.slot: int | None = None
+
+    def acquire(self) -> int | None:
+        """The first free slot, now held; ``None`` when every slot is held."""
+        for slot in range(TRANSIENT_SLOTS):
+            path = self._folder / f"mqtt-slot-{slot}.lock"
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(fd)
+                continue
+            self._fd, self.slot = fd, slot
+            return slot
+        return None
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # drops the lock
+        self._fd = self.slot = None
 
 
 class MqttSession:
@@ -42,7 +100,14 @@ class MqttSession:
         clean_session: bool = True,
         backoff: Backoff | None = None,
         keepalive: int = 15,
+        transient: bool = False,
+        slot_locks: Path | None = None,
     ) -> None:
+        """``identifier`` names the session in logs and tasks; the client id sent to the
+        broker is the login (see the module doc). ``transient``: log in as a transient
+        login of ``username`` (a short-lived client that must not take over the node's own
+        session): the slot held in ``slot_locks`` (a :class:`SlotLease`), else a random
+        one on every connection."""
         self._target = target
         self._username = username
         self._password = password
@@ -54,14 +119,19 @@ class MqttSession:
         self._clean_session = clean_session
         self._backoff = backoff or Backoff(initial=0.2, cap=5.0)
         self._keepalive = keepalive
+        self._transient = transient
+        self._lease = SlotLease(slot_locks) if transient and slot_locks is not None else None
         self._client: aiomqtt.Client | None = None
         self._task: asyncio.Task[None] | None = None
         self.connected = asyncio.Event()
         self.connections = 0
         """successful connections so far (1 + reconnects)"""
         self.last_error: str = ""
+        self._login = ""
 
     async def __aenter__(self) -> MqttSession:
+        if self._lease is not None:
+            self._lease.acquire()
         self._task = asyncio.create_task(self._run(), name=f"mqtt:{self._identifier}")
         return self
 
@@ -78,6 +148,8 @@ class MqttSession:
             except asyncio.CancelledError:
                 pass
         self.connected.clear()
+        if self._lease is not None:
+            self._lease.release()
 
     async def publish(
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
@@ -105,13 +177,25 @@ class MqttSession:
                 self._client = None
             await asyncio.sleep(self._backoff.next_delay())
 
+    @property
+    def login(self) -> str:
+        """The username (and so client id) of the current or last connection."""
+        return self._login or self._username
+
     async def _connect_once(self, host: str, port: int) -> None:
+        if not self._transient:
+            login = self._username
+        elif self._lease is not None and self._lease.slot is not None:
+            login = transient_username(self._username, self._lease.slot)
+        else:
+            login = random_transient_username(self._username)
+        self._login = login
         client = aiomqtt.Client(
             host,
             port,
-            username=self._username,
+            username=login,
             password=self._password,
-            identifier=self._identifier,
+            identifier=login,
             will=self._will() if self._will else None,
             clean_session=self._clean_session,
             keepalive=self._keepalive,

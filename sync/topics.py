@@ -2,7 +2,7 @@
 
 ``yimi/<home>/dev/<device>/up``        device → hub envelopes
 ``yimi/<home>/dev/<device>/in``        hub → device envelopes
-``yimi/<home>/dev/<device>/presence``  retained presence (last will: offline)
+``yimi/<home>/dev/<device>/presence``  presence (last will: offline; not retained)
 ``yimi/<home>/dev/<device>/sync``      the device's live CRDT updates (group-sealed)
 ``yimi/<home>/mesh``                   hub → every device (sealed with the group key):
                                        revocations, live CRDT updates

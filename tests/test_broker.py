@@ -19,9 +19,10 @@ import pytest
 
 from hub.errors import HubError
 from hub.mesh import broker as broker_module
-from hub.mesh.broker import Broker, BrokerAccount
+from hub.mesh.broker import MAX_PACKET_BYTES, Broker, BrokerAccount
 from provisioning.credentials import mosquitto_hash, new_password
 from sync import topics
+from sync.mqtt import transient_username
 from tests.waiting import poll
 from worlds import ports
 
@@ -231,6 +232,136 @@ async def test_device_cannot_read_another_devices_inbox(tmp_path: Path, port: in
             (topics.mesh(HOME), b"broadcast"),
             (topics.inbox(HOME, DEV_A), b"for-a"),
         ]
+
+
+# -- limits against a hostile device (issue 15) ---------------------------------------------
+
+
+async def test_a_client_id_is_its_login_so_a_device_cannot_take_over_another_session(
+    tmp_path: Path, port: int
+) -> None:
+    """A connecting with the hub's and B's client ids gets a session of its own login: the
+    hub and B stay connected (a takeover would end their message streams) and still talk."""
+    async with (
+        running(tmp_path / "broker", port) as broker,
+        mqtt(port, HUB, identifier=HUB) as hub,
+        mqtt(port, DEV_B, identifier=DEV_B) as dev_b,
+    ):
+        await hub.subscribe(f"yimi/{HOME}/#", qos=1)
+        await dev_b.subscribe(topics.inbox(HOME, DEV_B), qos=1)
+        for stolen in (HUB, DEV_B, f"hub-{HOME}", f"{DEV_B}-edge"):
+            async with mqtt(port, DEV_A, identifier=stolen) as attacker:
+                await attacker.publish(topics.uplink(HOME, DEV_A), stolen.encode(), qos=1)
+        await dev_b.publish(topics.uplink(HOME, DEV_B), b"b still here", qos=1)
+        got = await collect_until(hub, b"b still here")
+        assert [payload for _, payload in got] == [
+            HUB.encode(),
+            DEV_B.encode(),
+            f"hub-{HOME}".encode(),
+            f"{DEV_B}-edge".encode(),
+            b"b still here",
+        ]
+        await hub.publish(topics.inbox(HOME, DEV_B), b"hub still here", qos=1)
+        assert await collect_until(dev_b, b"hub still here") == [
+            (topics.inbox(HOME, DEV_B), b"hub still here")
+        ]
+        log = broker.log_path.read_text()
+    assert "already connected, closing old connection" not in log, log
+    assert log.count(f" as {DEV_A} (") == 4, log  # the attacker's ids were replaced by its login
+
+
+async def test_transient_logins_share_the_account_and_not_the_session(
+    tmp_path: Path, port: int
+) -> None:
+    """``a.t3`` logs in with A's password and A's ACL, beside A's own session; a revoked
+    account's transient logins are gone too."""
+    a_transient = transient_username(DEV_A, 3)
+    async with (
+        running(tmp_path / "broker", port) as broker,
+        mqtt(port, HUB) as hub,
+        mqtt(port, DEV_A) as dev_a,
+        mqtt(port, a_transient, PASSWORDS[DEV_A]) as say,
+    ):
+        await hub.subscribe(f"yimi/{HOME}/#", qos=1)
+        await dev_a.subscribe(topics.inbox(HOME, DEV_A), qos=1)
+        await say.publish(topics.uplink(HOME, DEV_B), b"forged", qos=1)  # A's ACL applies
+        await say.publish(topics.uplink(HOME, DEV_A), b"from say", qos=1)
+        assert await collect_until(hub, b"from say") == [(topics.uplink(HOME, DEV_A), b"from say")]
+        await hub.publish(topics.inbox(HOME, DEV_A), b"to a", qos=1)
+        assert await collect_until(dev_a, b"to a") == [(topics.inbox(HOME, DEV_A), b"to a")]
+        assert not await connects(port, transient_username(DEV_B, 0), PASSWORDS[DEV_A])
+        await broker.update_accounts([account(HUB, "hub"), account(DEV_B)])
+        await poll(lambda: "a1b2c3d4e5f60718.t3" not in broker.passwd_path.read_text(), DEADLINE)
+    async with running(tmp_path / "broker2", port, [account(HUB, "hub"), account(DEV_B)]):
+        assert not await connects(port, a_transient, PASSWORDS[DEV_A])
+        assert await connects(port, transient_username(DEV_B, 0), PASSWORDS[DEV_B])
+
+
+async def dropped_after(port: int, topic: str, payload: bytes, *, retain: bool = False) -> None:
+    """Publish as A (QoS 0), then read until the broker drops the connection (MqttError)."""
+    async with mqtt(port, DEV_A) as c:
+        await c.subscribe(topics.inbox(HOME, DEV_A), qos=1)
+        await c.publish(topic, payload, qos=0, retain=retain)
+        async with asyncio.timeout(DEADLINE):
+            async for _ in c.messages:
+                pass
+
+
+async def test_retained_messages_are_refused_and_never_stored(tmp_path: Path, port: int) -> None:
+    """A retained publish drops the publisher's connection, a will with the retain flag is
+    refused at CONNECT; a new subscriber to that topic gets the next live message first."""
+    topic = f"{topics.device_root(HOME, DEV_A)}/notes"
+    async with running(tmp_path / "broker", port) as broker:
+        with pytest.raises(aiomqtt.MqttError):
+            await dropped_after(port, topic, b"kept forever?", retain=True)
+        # MQTT 5 (a 3.1.1 client gets no CONNACK, only a closed socket: its timeout)
+        will = aiomqtt.Will(topic, b"will", qos=1, retain=True)
+        with pytest.raises(aiomqtt.MqttCodeError, match=r"(?i)retain not supported"):
+            async with mqtt(port, DEV_A, will=will, protocol=aiomqtt.ProtocolVersion.V5):
+                pass
+        async with (
+            mqtt(port, DEV_A) as sub,
+            mqtt(port, transient_username(DEV_A, 0), PASSWORDS[DEV_A]) as pub,
+        ):
+            await sub.subscribe(topic, qos=1)
+            await pub.publish(topic, b"live", qos=1)
+            assert await collect_until(sub, b"live") == [(topic, b"live")]
+        assert not await connects(port, DEV_A, "wrong-password")
+        await poll(lambda: broker.log_path.read_text().count("not authorised") == 1, DEADLINE)
+        assert broker.refusals() == {
+            "broker.refused.protocol": 1,  # the retained publish
+            "broker.refused.retain": 1,  # the will
+            "broker.refused.login": 1,
+        }
+        assert broker.refusals() == {}  # counted once
+
+
+async def test_an_oversize_packet_drops_the_connection(tmp_path: Path, port: int) -> None:
+    async with running(tmp_path / "broker", port) as broker, mqtt(port, HUB) as hub:
+        await hub.subscribe(f"yimi/{HOME}/#", qos=1)
+
+        with pytest.raises(aiomqtt.MqttError):
+            await dropped_after(port, topics.uplink(HOME, DEV_A), bytes(MAX_PACKET_BYTES))
+        async with mqtt(port, DEV_A) as c:
+            await c.publish(topics.uplink(HOME, DEV_A), b"small", qos=1)
+        assert await collect_until(hub, b"small") == [(topics.uplink(HOME, DEV_A), b"small")]
+        assert "disconnected due to oversize packet" in broker.log_path.read_text()
+        assert broker.refusals() == {"broker.refused.oversize": 1}
+
+
+def test_the_config_carries_every_limit(tmp_path: Path) -> None:
+    conf = make_broker(tmp_path, 1883)._render_config().splitlines()
+    for line in (
+        "retain_available false",
+        f"max_packet_size {MAX_PACKET_BYTES}",
+        "max_queued_messages 1000",
+        f"max_queued_bytes {16 * 1024 * 1024}",
+        "max_inflight_messages 20",
+        f"max_inflight_bytes {4 * 1024 * 1024}",
+    ):
+        assert line in conf, line
+    # a listener setting: after the listener line (before it, mosquitto opens port 1883 too)
+    assert conf.index("use_username_as_clientid true") > conf.index(f"listener 1883 {LOOPBACK}")
 
 
 # -- supervision -----------------------------------------------------------------------------

@@ -13,10 +13,10 @@ not counted or stored never reached it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import re
-import secrets
 import shutil
 import signal
 import socket
@@ -49,6 +49,7 @@ from sync.envelope import (
     Sealer,
     random_id,
 )
+from sync.mqtt import TRANSIENT_SLOTS, transient_username
 from sync.replicas import ReplicaSet
 from tests.mesh_harness import Mesh, Proc, mosquitto_pids
 from tests.waiting import poll_sync
@@ -125,13 +126,20 @@ def flip(data: bytes, *, in_signature: bool) -> bytes:
 
 
 # ---------------------------------------------------------------- mqtt
+_slots = itertools.count()
+
+
 def client(mesh: Mesh, username: str, password: str, **kw: object) -> aiomqtt.Client:
+    """A client logged in as one of ``username``'s transient logins (the broker makes the
+    login the client id: the node's own login would take over the hub's or the device's
+    own session); successive clients get successive slots."""
+    login = transient_username(username, next(_slots) % TRANSIENT_SLOTS)
     return aiomqtt.Client(
         "127.0.0.1",
         mesh.mqtt_port,
-        username=username,
+        username=login,
         password=password,
-        identifier=f"test-{username}-{secrets.token_hex(3)}",
+        identifier=login,
         timeout=5,
         **kw,  # type: ignore[arg-type]
     )

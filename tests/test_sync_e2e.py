@@ -34,6 +34,7 @@ from sync import documents as docs
 from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import Sealer
+from sync.mqtt import random_transient_username
 from sync.replicas import ReplicaSet
 from sync.replication import CATCHUP_ENV
 from tests.mesh_harness import Mesh, Proc, mosquitto_pids
@@ -403,7 +404,7 @@ def publish(mesh: Mesh, username: str, password: str, items: list[tuple[str, byt
         async with aiomqtt.Client(
             "127.0.0.1",
             mesh.mqtt_port,
-            username=username,
+            username=random_transient_username(username),  # not the node's own session
             password=password,
             identifier=f"test-{secrets.token_hex(4)}",
             timeout=5,

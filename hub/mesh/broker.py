@@ -15,6 +15,24 @@ files and sends ``SIGHUP``: mosquitto reloads them in place and disconnects clie
 account was removed. On exit the broker gets ``SIGTERM`` (it saves its persistence
 database, so queued QoS 1 messages survive), then ``SIGKILL`` after 5 s.
 
+Limits against a hostile device (issue 15; every one is a line of ``mosquitto.conf``):
+
+- ``use_username_as_clientid true``: a client's id is its login, whatever it sends, so a
+  device cannot take over (disconnect) the hub's or another device's session. Each account
+  is written with :data:`sync.mqtt.TRANSIENT_SLOTS` extra logins (``<name>.t<k>``, same
+  hash, same ACL) for a node's short-lived clients (``yimi say``), see :mod:`sync.mqtt`.
+- ``retain_available false``: nobody stores retained messages on the hub's broker (the hub
+  publishes none; presence is not retained). A retained publish, or a last will with the
+  retain flag, makes the broker drop that connection; nothing is stored.
+- ``max_packet_size`` (:data:`MAX_PACKET_BYTES`): a larger packet drops the connection.
+- ``max_queued_messages`` / ``max_queued_bytes`` (:data:`MAX_QUEUED_MESSAGES`,
+  :data:`MAX_QUEUED_BYTES`): per client, what waits for a slow or offline session; QoS 1
+  messages beyond are dropped by the broker (the sender's outbox retries).
+- ``max_inflight_messages`` / ``max_inflight_bytes``: per client, unacknowledged outgoing
+  QoS 1 messages.
+- Mosquitto has no per-client publish rate: the hub counts each device's uplink messages
+  itself and drops those over a rate before any cryptography (:mod:`hub.mesh.ratelimit`).
+
 Note on the ACL file: ``topic`` lines before the first ``user`` line apply only to
 *anonymous* clients in mosquitto 2.0 (checked against 2.0.11), so every grant here is
 written under an explicit ``user`` line.
@@ -33,6 +51,7 @@ import re
 import shutil
 import signal
 import socket
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +60,7 @@ from types import TracebackType
 from hub.errors import HubError
 from sync import topics
 from sync.backoff import Backoff
+from sync.mqtt import TRANSIENT_SLOTS, transient_username
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +78,32 @@ STABLE_RUN = 30.0
 POLL_INTERVAL = 0.02
 LOG_TAIL_LINES = 6
 LOG_ROTATE_BYTES = 4 * 1024 * 1024
+LOG_SCAN_BYTES = 1024 * 1024
+"""at most this much new log is scanned for refusals per call"""
 AUTOSAVE_INTERVAL = 10
 """Seconds between persistence saves, bounding what a crash (not a stop) can lose."""
 
 PR_SET_PDEATHSIG = 1
+
+REFUSALS = (
+    ("disconnected due to oversize packet", "broker.refused.oversize"),
+    ("retain not supported", "broker.refused.retain"),  # a will with the retain flag
+    # a retained publish (mosquitto 2.0.11 logs no reason for it), or another protocol error
+    (": Unknown error.", "broker.refused.protocol"),
+    ("not authorised", "broker.refused.login"),
+)
+"""(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
+
+MAX_PACKET_BYTES = 512 * 1024
+"""The largest MQTT packet (topic + payload + headers): twice the hub's envelope limit
+(:data:`sync.envelope.MAX_ENVELOPE_BYTES`), so an oversize envelope still reaches the hub and
+is counted, and a larger one never costs the hub anything."""
+MAX_QUEUED_MESSAGES = 1000
+MAX_QUEUED_BYTES = 16 * 1024 * 1024
+"""Per client: at most this many QoS 1 messages / bytes wait beyond those in flight."""
+MAX_INFLIGHT_MESSAGES = 20
+MAX_INFLIGHT_BYTES = 4 * 1024 * 1024
+"""Per client: outgoing QoS 1 messages not yet acknowledged."""
 
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _HOME_RE = re.compile(r"[0-9a-fA-F]{1,128}")
@@ -121,6 +163,7 @@ class Broker:
         self._lock = asyncio.Lock()
         self._stack: contextlib.AsyncExitStack | None = None
         self._supervisor: asyncio.Task[None] | None = None
+        self._refusal_offset = 0
 
     # -- paths -------------------------------------------------------------------------
 
@@ -266,17 +309,27 @@ class Broker:
             "log_type notice",
             "log_type information",
             "connection_messages true",
-            "max_packet_size 524288",
-            "max_queued_messages 10000",
+            # issue 15: see the module doc
+            "retain_available false",
+            f"max_packet_size {MAX_PACKET_BYTES}",
+            f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+            f"max_queued_bytes {MAX_QUEUED_BYTES}",
+            f"max_inflight_messages {MAX_INFLIGHT_MESSAGES}",
+            f"max_inflight_bytes {MAX_INFLIGHT_BYTES}",
             # No Nagle on client sockets: otherwise each small message can wait ~40 ms for
             # the delayed ACK of the previous one (clients set TCP_NODELAY too, sync/mqtt.py).
             "set_tcp_nodelay true",
             f"listener {self.port} {self.host}",
+            # A listener setting: before the first 'listener' line it would open the
+            # default listener on 1883.
+            "use_username_as_clientid true",
         ]
         return "\n".join(lines) + "\n"
 
     def _render_passwd(self) -> str:
-        return "".join(f"{a.username}:{a.password_hash}\n" for a in self._accounts)
+        return "".join(
+            f"{login}:{a.password_hash}\n" for a in self._accounts for login in logins(a)
+        )
 
     def _render_acl(self) -> str:
         home = self.home_id
@@ -286,14 +339,37 @@ class Broker:
             "# clients only, and anonymous clients are refused.",
         ]
         for a in self._accounts:
-            out.append("")
-            out.append(f"user {a.username}")
-            if a.role == "hub":
-                out.append(f"topic readwrite {topics.ROOT}/{home}/#")
-            else:
-                out.append(f"topic readwrite {topics.device_root(home, a.username)}/#")
-                out.append(f"topic read {topics.mesh(home)}")
+            for login in logins(a):
+                out.append("")
+                out.append(f"user {login}")
+                if a.role == "hub":
+                    out.append(f"topic readwrite {topics.ROOT}/{home}/#")
+                else:
+                    out.append(f"topic readwrite {topics.device_root(home, a.username)}/#")
+                    out.append(f"topic read {topics.mesh(home)}")
         return "\n".join(out) + "\n"
+
+    def refusals(self) -> Counter[str]:
+        """What the broker refused since the last call (or since it started), counted by
+        :data:`REFUSALS` from new complete lines of its log."""
+        found: Counter[str] = Counter()
+        try:
+            with self.log_path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                if size < self._refusal_offset:  # rotated
+                    self._refusal_offset = 0
+                f.seek(max(self._refusal_offset, size - LOG_SCAN_BYTES))
+                data = f.read()
+        except OSError:
+            return found
+        end = data.rfind(b"\n") + 1
+        self._refusal_offset = size - len(data) + end
+        for line in data[:end].decode("utf-8", "replace").splitlines():
+            for fragment, name in REFUSALS:
+                if fragment in line:
+                    found[name] += 1
+                    break
+        return found
 
     def _log_tail(self, offset: int = 0) -> str:
         """The last lines mosquitto wrote since ``offset``, as one line."""
@@ -323,6 +399,8 @@ class Broker:
             self._check_port_free()
             self._rotate_log()
             offset = _file_size(self.log_path)
+            if self.restarts == 0 or offset < self._refusal_offset:  # not older runs' lines
+                self._refusal_offset = offset
             proc = await self._spawn()
             try:
                 await self._wait_listening(proc, offset)
@@ -475,12 +553,21 @@ class Broker:
 # -- helpers -------------------------------------------------------------------------------
 
 
+def logins(account: BrokerAccount) -> tuple[str, ...]:
+    """Every login of ``account``: its username, then its transient logins."""
+    return (
+        account.username,
+        *(transient_username(account.username, k) for k in range(TRANSIENT_SLOTS)),
+    )
+
+
 def _checked(accounts: Sequence[BrokerAccount]) -> tuple[BrokerAccount, ...]:
     seen: set[str] = set()
     for a in accounts:
-        if a.username in seen:
-            raise ValueError(f"duplicate broker username {a.username!r}")
-        seen.add(a.username)
+        for login in logins(a):
+            if login in seen:
+                raise ValueError(f"duplicate broker username {login!r}")
+            seen.add(login)
     return tuple(accounts)
 
 

@@ -520,6 +520,8 @@ class HubDaemon:
 
     # ------------------------------------------------------------------ stats
     def _flush_drops(self) -> None:
+        if self.broker is not None:  # what only the broker saw (issue 15)
+            self.port.drops.update(self.broker.refusals())
         self.port.flush(self.store.add_counts)
 
     async def _flush_stats(self) -> None:

@@ -31,6 +31,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from hub.errors import HubError
+from hub.mesh.ratelimit import PublishRate
 from hub.timeline import ReplayState
 from protos import mesh_pb2
 from protos.clock import now_ms
@@ -75,6 +76,8 @@ class MeshPort:
         self.last_seen: dict[str, int] = {}
         """device → ms of its last accepted message, not yet written to hub.db"""
         self.replay = ReplayGuard()
+        self.rate = PublishRate()
+        """per-device publish rate on MQTT (:mod:`hub.mesh.ratelimit`)"""
         for sender, highest, seen in replay_windows:
             self.replay.restore(sender, highest, seen)
         self.group_keys = home_keys(home.path, home.group_key)
@@ -221,6 +224,9 @@ class MeshPort:
         what the message changes; a presence's is, in its own lane); ``None`` when it is
         dropped or an expected repeat — a refused message never moves a replay window."""
         device = topics.device_of(topic)
+        if not self.rate.admit(device or "?", len(payload)):  # before any cryptography
+            self.count("rejected.rate_limited")
+            return None
         is_presence = topic.endswith("/presence")
         if is_presence:
             if not payload:  # a cleared retained message
