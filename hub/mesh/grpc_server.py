@@ -5,7 +5,8 @@ What a call may cost the hub is bounded before it is read (:class:`RpcLimits`):
 
 - every message is at most :data:`MAX_MESSAGE_BYTES` (the transport refuses a larger one
   from its length prefix, without buffering it); ``Identify`` and ``Pair`` at most
-  :attr:`RpcLimits.small_bytes`;
+  :attr:`RpcLimits.small_bytes`. Every method is served as a stream (a unary call is one
+  message on the wire), so a call takes its slot before anything of it is read;
 - ``Sync`` and ``Enrol`` stream one envelope in chunks, after the call's metadata proved its
   sender (:func:`sync.hub_rpc.rpc_auth`: an enrolled, unrevoked device's signature over the
   method, the size and SHA-256 of the envelope, and a recent time). The hub checks it before
@@ -30,7 +31,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from hub.errors import HubError
-from protos import mesh_pb2, mesh_pb2_grpc
+from protos import mesh_pb2
 from protos.clock import now_ms
 from protos.codec import IDENTIFY_CONTEXT, RPC_AUTH_CONTEXT, parse, signing_input
 from provisioning.errors import ProvisioningError
@@ -119,7 +120,9 @@ class _Slots:
             del self._per_peer[peer]
 
 
-class HubService(mesh_pb2_grpc.HubServicer):
+class HubService:
+    """The ``Hub`` service; :meth:`handler` registers it on a server."""
+
     def __init__(
         self,
         home: Home,
@@ -158,12 +161,14 @@ class HubService(mesh_pb2_grpc.HubServicer):
         return grpc.method_handlers_generic_handler(
             SERVICE,
             {
-                "Identify": grpc.unary_unary_rpc_method_handler(
+                # served as streams (a unary call is one message on the wire): the call slot
+                # is taken before its request is read, and an oversize one is counted
+                "Identify": grpc.stream_unary_rpc_method_handler(
                     self.Identify,
                     request_deserializer=_bounded(mesh_pb2.IdentifyRequest, small),
                     response_serializer=mesh_pb2.IdentifyResponse.SerializeToString,
                 ),
-                "Pair": grpc.unary_unary_rpc_method_handler(
+                "Pair": grpc.stream_unary_rpc_method_handler(
                     self.Pair,
                     request_deserializer=_bounded(mesh_pb2.PairRequest, small),
                     response_serializer=mesh_pb2.PairResponse.SerializeToString,
@@ -186,25 +191,41 @@ class HubService(mesh_pb2_grpc.HubServicer):
         log.warning("gRPC %s from %s refused: %s %s", method, context.peer(), exc.reason, exc)
         await context.abort(exc.status, f"grpc.{exc.reason}|{exc}")
 
-    async def _small(self, method: str, request: object, context: grpc.aio.ServicerContext) -> str:
-        """Take a call slot for a small request; the peer address (give the slot back)."""
+    async def _one(
+        self,
+        method: str,
+        requests: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext,
+    ) -> tuple[str, Any]:
+        """Take a call slot, then read a small call's one request; the peer address (give
+        the slot back) and the request. The transport ends the stream without a message
+        when the request was over :data:`MAX_MESSAGE_BYTES`."""
         peer = context.peer().rsplit(":", 1)[0]
         try:
-            if isinstance(request, _Oversize):
-                raise Refused(
-                    "oversize",
-                    grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"{request.size} bytes over {self.limits.small_bytes}",
-                )
             self._slots.take(peer)
         except Refused as exc:
             await self._refuse(context, method, exc)
-        return peer
+        try:
+            request = await anext(aiter(requests), None)
+            if request is None or isinstance(request, _Oversize):
+                size = f"{request.size} bytes" if request else "no request"
+                raise Refused(
+                    "oversize",
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"{size} (limit {self.limits.small_bytes})",
+                )
+        except Refused as exc:
+            self._slots.give(peer)
+            await self._refuse(context, method, exc)
+        except BaseException:
+            self._slots.give(peer)
+            raise
+        return peer, request
 
     async def Identify(
-        self, request: mesh_pb2.IdentifyRequest, context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[mesh_pb2.IdentifyRequest], context: grpc.aio.ServicerContext
     ) -> mesh_pb2.IdentifyResponse:
-        peer = await self._small("Identify", request, context)
+        peer, request = await self._one("Identify", requests, context)
         try:
             if not 16 <= len(request.nonce) <= 64:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "nonce must be 16..64 bytes")
@@ -223,9 +244,9 @@ class HubService(mesh_pb2_grpc.HubServicer):
             self._slots.give(peer)
 
     async def Pair(
-        self, request: mesh_pb2.PairRequest, context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[mesh_pb2.PairRequest], context: grpc.aio.ServicerContext
     ) -> mesh_pb2.PairResponse:
-        peer = await self._small("Pair", request, context)
+        peer, request = await self._one("Pair", requests, context)
         try:
             async with self._pair_lock:
                 try:
