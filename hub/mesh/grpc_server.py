@@ -186,9 +186,11 @@ class HubService:
             },
         )
 
-    async def _refuse(self, context: grpc.aio.ServicerContext, method: str, exc: Refused) -> None:
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext, method: str, peer: str, exc: Refused
+    ) -> None:
         self._count(f"rejected.grpc.{exc.reason}")
-        log.warning("gRPC %s from %s refused: %s %s", method, context.peer(), exc.reason, exc)
+        log.warning("gRPC %s from %s refused: %s %s", method, peer, exc.reason, exc)
         await context.abort(exc.status, f"grpc.{exc.reason}|{exc}")
 
     async def _one(
@@ -204,7 +206,7 @@ class HubService:
         try:
             self._slots.take(peer)
         except Refused as exc:
-            await self._refuse(context, method, exc)
+            await self._refuse(context, method, peer, exc)
         try:
             request = await anext(aiter(requests), None)
             if request is None or isinstance(request, _Oversize):
@@ -216,7 +218,7 @@ class HubService:
                 )
         except Refused as exc:
             self._slots.give(peer)
-            await self._refuse(context, method, exc)
+            await self._refuse(context, method, peer, exc)
         except BaseException:
             self._slots.give(peer)
             raise
@@ -292,7 +294,7 @@ class HubService:
         try:
             self._slots.take(peer)
         except Refused as exc:
-            await self._refuse(context, method, exc)
+            await self._refuse(context, method, peer, exc)
         reserved = 0
         try:
             auth = self._authenticate(method, limit, context)
@@ -302,7 +304,7 @@ class HubService:
             self._reserved += reserved
             data = await self._read(auth, requests)
         except Refused as exc:
-            await self._refuse(context, method, exc)
+            await self._refuse(context, method, peer, exc)
         finally:
             self._reserved -= reserved
             self._slots.give(peer)
