@@ -3,7 +3,9 @@
 An envelope goes up as a stream of chunks of at most :data:`CHUNK_BYTES`, after the call's
 metadata proved who sends it (:func:`rpc_auth`: the sender's signature over the method, the
 envelope's size and SHA-256): the hub refuses an unauthenticated call before it reads any
-of the body, so no single large message is ever buffered on its side.
+of the body, so no single large message is ever buffered on its side. The device sends the
+chunks only once the hub's initial metadata said it accepted the call
+(:data:`ACCEPTED_METADATA`), so a refusal (busy, unauthenticated) arrives as itself.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ CHUNK_BYTES = 256 * 1024
 """bytes: the largest chunk of an envelope streamed to the hub"""
 AUTH_METADATA = "yimi-auth-bin"
 """the metadata key of a streamed call's :class:`~protos.mesh_pb2.SignedRpcAuth`"""
+ACCEPTED_METADATA = "yimi-accepted"
+"""the initial metadata key by which the hub tells it will read the envelope"""
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_RPC_BYTES),
     ("grpc.max_send_message_length", CHUNK_BYTES + 1024),
@@ -59,10 +63,14 @@ async def envelope_call(
     authenticated as ``sealer``'s node; the answer's envelope bytes. Raises
     :class:`grpc.aio.AioRpcError` as the call does."""
     stub = mesh_pb2_grpc.HubStub(channel)
-    call = stub.Sync if method == "Sync" else stub.Enrol
-    response = await call(
-        chunks(envelope), timeout=timeout, metadata=rpc_auth(sealer, method, envelope)
-    )
+    start = stub.Sync if method == "Sync" else stub.Enrol
+    call = start(timeout=timeout, metadata=rpc_auth(sealer, method, envelope))
+    # nothing of the envelope goes before the hub accepted the call (a refusal comes alone)
+    if any(key == ACCEPTED_METADATA for key, _ in await call.initial_metadata()):
+        async for chunk in chunks(envelope):
+            await call.write(chunk)
+        await call.done_writing()
+    response = await call
     return bytes(response.data)
 
 

@@ -16,13 +16,20 @@ import grpc
 import pytest
 from nacl.signing import SigningKey
 
-from hub.mesh.grpc_server import MAX_MESSAGE_BYTES, HubService, RpcLimits
+from hub.mesh.grpc_server import MAX_MESSAGE_BYTES, HubService, RpcLimits, make_server
 from hub.mesh.port import MeshPort
 from protos import mesh_pb2, mesh_pb2_grpc, sync_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from sync.envelope import HUB, Opened, Opener, Peer, ReplayGuard, Sealer
-from sync.hub_rpc import CHANNEL_OPTIONS, CHUNK_BYTES, chunks, rpc_auth, sync_exchange
+from sync.hub_rpc import (
+    CHANNEL_OPTIONS,
+    CHUNK_BYTES,
+    chunks,
+    envelope_call,
+    rpc_auth,
+    sync_exchange,
+)
 from tests.waiting import poll
 
 BIG_SEND = [("grpc.max_send_message_length", 80 * 1024 * 1024)]
@@ -80,8 +87,7 @@ async def serve(
         count=lambda name: counts.update([name]),
         limits=limits,
     )
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES)])
-    server.add_generic_rpc_handlers([service.handler()])
+    server = make_server(service)
     bound = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     counter = itertools.count(1)
@@ -172,9 +178,7 @@ def test_unauthenticated_forged_and_oversize_calls_are_refused_and_counted(run: 
                 "forged": hub.Sync(chunks(data), metadata=rpc_auth(stranger, "Sync", data)),
                 "for Enrol": hub.Sync(chunks(data), metadata=rpc_auth(w.sealer, "Enrol", data)),
                 "garbage auth": hub.Sync(chunks(data), metadata=(("yimi-auth-bin", b"\xff"),)),
-                "announces 65 MiB": hub.Sync(
-                    chunks(data), metadata=rpc_auth(w.sealer, "Sync", bytes(65 << 20))
-                ),
+                "65 MiB": envelope_call(ch, "Sync", bytes(65 << 20), w.sealer, 10),
                 "not what it announced": hub.Sync(
                     chunks(data + b"!"), metadata=rpc_auth(w.sealer, "Sync", data + b"?")
                 ),
@@ -192,7 +196,7 @@ def test_unauthenticated_forged_and_oversize_calls_are_refused_and_counted(run: 
                 "forged": unauth,
                 "for Enrol": unauth,
                 "garbage auth": unauth,
-                "announces 65 MiB": exhausted,
+                "65 MiB": exhausted,
                 "not what it announced": grpc.StatusCode.INVALID_ARGUMENT,
                 "identify 5 KiB": exhausted,
                 "identify 20 MiB": exhausted,
@@ -241,7 +245,7 @@ def test_calls_are_capped_per_peer_and_the_budget_bounds_what_is_announced(run: 
             assert await asyncio.gather(*slow) == [grpc.StatusCode.OK] * 2
             # over the budget: refused from what it announces, before reading
             big = sync_request(w, os.urandom(2 * 1024 * 1024))
-            code = await code_of(hub.Sync(chunks(big), metadata=rpc_auth(w.sealer, "Sync", big)))
+            code = await code_of(envelope_call(ch, "Sync", big, w.sealer, 10))
             assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
 
     w = run(body, calls_per_peer=2, budget_bytes=1024 * 1024)

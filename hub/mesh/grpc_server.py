@@ -10,7 +10,8 @@ What a call may cost the hub is bounded before it is read (:class:`RpcLimits`):
 - ``Sync`` and ``Enrol`` stream one envelope in chunks, after the call's metadata proved its
   sender (:func:`sync.hub_rpc.rpc_auth`: an enrolled, unrevoked device's signature over the
   method, the size and SHA-256 of the envelope, and a recent time). The hub checks it before
-  it reads any chunk, and reserves the announced size in a budget shared by every call;
+  it reads any chunk, reserves the announced size in a budget shared by every call, then
+  says so in its initial metadata (the device sends its chunks only then);
 - calls in progress are capped overall and per peer address;
 - the transport does not grow its receive windows (no BDP probing), so what it buffers of
   a call nobody has read yet stays at 64 KiB a stream.
@@ -40,7 +41,7 @@ from provisioning.errors import ProvisioningError
 from provisioning.home import Home
 from provisioning.pairing import PairingAuthority, encode_refusal
 from sync.envelope import Peer
-from sync.hub_rpc import AUTH_METADATA, CHUNK_BYTES
+from sync.hub_rpc import ACCEPTED_METADATA, AUTH_METADATA, CHUNK_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +305,7 @@ class HubService:
                 raise Refused("busy", grpc.StatusCode.RESOURCE_EXHAUSTED, "hub busy, try later")
             reserved = auth.size
             self._reserved += reserved
+            await context.send_initial_metadata(((ACCEPTED_METADATA, "1"),))
             data = await self._read(auth, requests)
         except Refused as exc:
             await self._refuse(context, method, peer, exc)
@@ -374,7 +376,8 @@ class HubService:
         return data
 
 
-async def start_server(service: HubService, host: str, port: int) -> grpc.aio.Server:
+def make_server(service: HubService) -> grpc.aio.Server:
+    """A server with the service and the transport's limits (not bound, not started)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -388,6 +391,11 @@ async def start_server(service: HubService, host: str, port: int) -> grpc.aio.Se
         maximum_concurrent_rpcs=2 * service.limits.calls,
     )
     server.add_generic_rpc_handlers([service.handler()])
+    return server
+
+
+async def start_server(service: HubService, host: str, port: int) -> grpc.aio.Server:
+    server = make_server(service)
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:
