@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
@@ -180,5 +181,8 @@ def test_oversize_unauthenticated_grpc_calls_in_parallel_leave_the_hub_bounded(
     assert after.returncode == 0 and after.stdout.strip(), after.stderr
     assert rejected(mesh) == expected
     assert rss_mb(hub.popen.pid) - baseline <= GROWTH_LIMIT_MB
+    status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
+    for name, value in expected.items():
+        assert re.search(rf"^\s+{re.escape(name)}\s+{value}$", status, re.M), status
     log = hub_log_is_clean(hub)
     assert log.count("refused: unauthenticated") == 6 and log.count("refused: oversize") == 2

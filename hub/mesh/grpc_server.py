@@ -34,6 +34,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 from hub.errors import HubError
+from hub.mesh.port import MAX_SYNC_BYTES
 from protos import mesh_pb2
 from protos.clock import now_ms
 from protos.codec import IDENTIFY_CONTEXT, RPC_AUTH_CONTEXT, parse, signing_input
@@ -61,8 +62,8 @@ MAX_AUTH_BYTES = 1024
 class RpcLimits:
     small_bytes: int = 4 * 1024
     """bytes: the largest ``Identify`` or ``Pair`` request"""
-    sync_bytes: int = 64 * 1024 * 1024
-    """bytes: the largest envelope streamed to ``Sync``"""
+    sync_bytes: int = MAX_SYNC_BYTES
+    """bytes: the largest envelope streamed to ``Sync`` (what the port opens)"""
     enrol_bytes: int = 4 * 1024 * 1024
     """bytes: the largest envelope streamed to ``Enrol`` (a segment is ~1 KiB)"""
     budget_bytes: int = 64 * 1024 * 1024
