@@ -251,3 +251,26 @@ def test_calls_are_capped_per_peer_and_the_budget_bounds_what_is_announced(run: 
     w = run(body, calls_per_peer=2, budget_bytes=1024 * 1024)
     assert w.counts == {"rejected.grpc.peer_busy": 1, "rejected.grpc.busy": 1}
     assert w.service._reserved == 0 and not w.service._slots._per_peer
+
+
+def test_a_revoked_sender_and_a_stale_authentication_are_refused_before_reading(
+    run: Runner,
+) -> None:
+    async def body(w: World) -> None:
+        data = sync_request(w, b"r" * 1000)
+        async with grpc.aio.insecure_channel(w.target, options=CHANNEL_OPTIONS) as ch:
+            auth = rpc_auth(w.sealer, "Sync", data)  # valid, used after the revocation
+            w.service.limits = replace(w.service.limits, clock_skew_ms=-1)  # every time is stale
+            assert await code_of(envelope_call(ch, "Sync", data, w.sealer, 10)) == (
+                grpc.StatusCode.UNAUTHENTICATED
+            )
+            w.service.limits = RpcLimits()
+            device = w.bundle.device_id
+            w.port.peers[device] = replace(w.port.peers[device], revoked=True)
+            hub = mesh_pb2_grpc.HubStub(ch)
+            assert await code_of(hub.Sync(chunks(data), metadata=auth)) == (
+                grpc.StatusCode.UNAUTHENTICATED
+            )
+
+    w = run(body)
+    assert w.counts == {"rejected.grpc.unauthenticated": 2}
