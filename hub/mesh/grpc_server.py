@@ -308,15 +308,15 @@ class HubService:
             self._reserved += reserved
             await context.send_initial_metadata(((ACCEPTED_METADATA, "1"),))
             data = await self._read(auth, requests)
+            try:  # reserved and in its slot until served: its bytes are held till then
+                answer = await serve(data)
+            except HubError as exc:
+                await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{exc.key}|{exc}")
         except Refused as exc:
             await self._refuse(context, method, peer, exc)
         finally:
             self._reserved -= reserved
             self._slots.give(peer)
-        try:
-            answer = await serve(data)
-        except HubError as exc:
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED, f"{exc.key}|{exc}")
         return mesh_pb2.EnvelopeBytes(data=answer)
 
     def _authenticate(
