@@ -13,7 +13,7 @@ unauthenticated requests, and ``yimi say`` latency meanwhile.
 
 It prints the RSS before, the peak during, and after (growth in MB; goal ≤ 64 MB, back
 within 10 s), the say latency medians with and without the flood (and their ratio), and
-the refusals the hub counted by reason (hub.db ``counters``). Run:
+the refusals the hub counted by reason (hub.db ``counters``, read once the hub stopped). Run:
 ``python -m bench.grpc_flood [--mib 60] [--says 5]``.
 """
 
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
         hub.start()
         print(f"hub up (pid {hub.pid}) on grpc {grpc_port}", flush=True)
         res = asyncio.run(run_bench(hub, bundle, args))
+        for w in hub.stop():  # the hub flushes its counters as it stops
+            print(f"warning: {w}", file=sys.stderr)
         report(res, home.path, args)
     except KeyboardInterrupt:
         status = 130
