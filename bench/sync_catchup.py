@@ -666,8 +666,10 @@ class ByteCounter:
         self.nbytes = 0
         self._real = node_module.sync_exchange
 
-    async def exchange(self, host: str, port: int, envelope: bytes, timeout: float = 30.0) -> bytes:
-        answer = await self._real(host, port, envelope, timeout)
+    async def exchange(
+        self, host: str, port: int, envelope: bytes, sealer: Sealer, timeout: float = 30.0
+    ) -> bytes:
+        answer = await self._real(host, port, envelope, sealer, timeout)
         self.nbytes += len(envelope) + len(answer)
         return answer
 

@@ -451,7 +451,8 @@ class DeviceNode:
         data = self.sealer.seal(
             mesh_pb2.SYNC_REQUEST, request, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
         )
-        answer = self.sync_opener.open(await sync_exchange(address.host, address.grpc_port, data))
+        raw = await sync_exchange(address.host, address.grpc_port, data, self.sealer)
+        answer = self.sync_opener.open(raw)
         if isinstance(answer, Dropped) or not isinstance(answer.payload, sync_pb2.SyncResponse):
             reason = answer.reason.value if isinstance(answer, Dropped) else "wrong kind"
             raise SyncError("hub.unreachable", target=address.host, reason=f"sync answer {reason}")

@@ -36,12 +36,12 @@ from edge_agent.errors import EdgeError
 from edge_agent.port import Handlers
 from models import voiceprint as vp
 from models.errors import ModelError
-from protos import mesh_pb2, mesh_pb2_grpc, voice_pb2
+from protos import mesh_pb2, voice_pb2
 from protos.clock import now_ms
 from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opened
 from sync.errors import SyncError
-from sync.hub_rpc import CHANNEL_OPTIONS
+from sync.hub_rpc import CHANNEL_OPTIONS, envelope_call
 
 log = logging.getLogger(__name__)
 
@@ -278,9 +278,7 @@ async def enrol_exchange(
     target = f"{host}:{port}"
     try:
         async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
-            response = await mesh_pb2_grpc.HubStub(channel).Enrol(
-                mesh_pb2.EnvelopeBytes(data=data), timeout=timeout
-            )
+            response = await envelope_call(channel, "Enrol", data, sealer, timeout)
     except grpc.aio.AioRpcError as exc:
         details = exc.details() or ""
         if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
@@ -296,7 +294,7 @@ async def enrol_exchange(
         replay=ReplayGuard(),
         group_key=bundle.group_key,
     )
-    answer = opener.open(bytes(response.data))
+    answer = opener.open(response)
     if isinstance(answer, Dropped) or not isinstance(answer.payload, voice_pb2.VoiceEnrolResult):
         why = answer.reason.value if isinstance(answer, Dropped) else "wrong kind"
         raise EdgeError("voice.refused", reason=f"unreadable answer ({why})")

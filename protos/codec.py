@@ -11,6 +11,7 @@ M = TypeVar("M", bound=Message)
 ENVELOPE_CONTEXT = b"yimi.envelope.v1"
 CERTIFICATE_CONTEXT = b"yimi.certificate.v1"
 IDENTIFY_CONTEXT = b"yimi.identify.v1"
+RPC_AUTH_CONTEXT = b"yimi.rpc-auth.v1"
 # the contexts of what an owner's phone signs (card answers, unlock leases, payment options)
 # are in protos.signed, with the one signing and verifying helper
 

@@ -337,3 +337,27 @@ class EnvelopeBytes(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     def __init__(self, data: _Optional[bytes] = ...) -> None: ...
+
+class RpcAuth(_message.Message):
+    __slots__ = ("home_id", "sender", "method", "size", "sha256", "time_ms")
+    HOME_ID_FIELD_NUMBER: _ClassVar[int]
+    SENDER_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    home_id: str
+    sender: str
+    method: str
+    size: int
+    sha256: bytes
+    time_ms: int
+    def __init__(self, home_id: _Optional[str] = ..., sender: _Optional[str] = ..., method: _Optional[str] = ..., size: _Optional[int] = ..., sha256: _Optional[bytes] = ..., time_ms: _Optional[int] = ...) -> None: ...
+
+class SignedRpcAuth(_message.Message):
+    __slots__ = ("body", "signature")
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    body: bytes
+    signature: bytes
+    def __init__(self, body: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...

@@ -44,12 +44,12 @@ class HubStub:
                 request_serializer=protos_dot_mesh__pb2.PairRequest.SerializeToString,
                 response_deserializer=protos_dot_mesh__pb2.PairResponse.FromString,
                 _registered_method=True)
-        self.Sync = channel.unary_unary(
+        self.Sync = channel.stream_unary(
                 '/yimi.mesh.v1.Hub/Sync',
                 request_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
                 response_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
                 _registered_method=True)
-        self.Enrol = channel.unary_unary(
+        self.Enrol = channel.stream_unary(
                 '/yimi.mesh.v1.Hub/Enrol',
                 request_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
                 response_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
@@ -73,15 +73,17 @@ class HubServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Sync(self, request, context):
+    def Sync(self, request_iterator, context):
         """Catch-up of CRDT replicas: a SYNC_REQUEST envelope in, a SYNC_RESPONSE envelope out.
+        Authenticated first (metadata "yimi-auth-bin"), then streamed in chunks.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Enrol(self, request, context):
+    def Enrol(self, request_iterator, context):
         """Voiceprint enrolment: a VOICE_ENROL envelope in, a VOICE_ENROL_RESULT envelope out.
+        Authenticated and streamed as Sync.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,12 +102,12 @@ def add_HubServicer_to_server(servicer, server):
                     request_deserializer=protos_dot_mesh__pb2.PairRequest.FromString,
                     response_serializer=protos_dot_mesh__pb2.PairResponse.SerializeToString,
             ),
-            'Sync': grpc.unary_unary_rpc_method_handler(
+            'Sync': grpc.stream_unary_rpc_method_handler(
                     servicer.Sync,
                     request_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
                     response_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
             ),
-            'Enrol': grpc.unary_unary_rpc_method_handler(
+            'Enrol': grpc.stream_unary_rpc_method_handler(
                     servicer.Enrol,
                     request_deserializer=protos_dot_mesh__pb2.EnvelopeBytes.FromString,
                     response_serializer=protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
@@ -176,7 +178,7 @@ class Hub:
             _registered_method=True)
 
     @staticmethod
-    def Sync(request,
+    def Sync(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -186,8 +188,8 @@ class Hub:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/yimi.mesh.v1.Hub/Sync',
             protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,
@@ -203,7 +205,7 @@ class Hub:
             _registered_method=True)
 
     @staticmethod
-    def Enrol(request,
+    def Enrol(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -213,8 +215,8 @@ class Hub:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
+        return grpc.experimental.stream_unary(
+            request_iterator,
             target,
             '/yimi.mesh.v1.Hub/Enrol',
             protos_dot_mesh__pb2.EnvelopeBytes.SerializeToString,

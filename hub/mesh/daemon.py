@@ -225,6 +225,8 @@ class HubDaemon:
             version=VERSION,
             on_enrolled=self._refresh_registry,
             on_sync=self._serve_sync,
+            lookup=self.port.peers.get,
+            count=self.port.count,
             on_enrol=self.voiceprints.serve_enrol,
         )
         self.grpc = await start_server(service, opts.bind, opts.grpc_port)
