@@ -425,6 +425,9 @@ class Seen:
     """utterance id → text on the hub's timeline"""
     said: dict[str, list[str]] = field(default_factory=dict)
     """device name → reply texts shown (and spoken) there"""
+    typed: dict[str, list[str]] = field(default_factory=dict)
+    """device name → replies ``yimi say`` printed there (the demo narrates them itself; the
+    device's daemon may show the same reply too, and that is not told twice)"""
     notices: dict[str, list[str]] = field(default_factory=dict)
     """device name → other lines the device showed (card notices, activity)"""
     cards: dict[str, Card] = field(default_factory=dict)
@@ -556,6 +559,8 @@ class Watcher:
             if text.startswith("hub: "):
                 reply = text[len("hub: ") :]
                 seen.said.setdefault(device, []).append(reply)
+                if reply in seen.typed.get(device, []):
+                    return
                 speaks = device == "glasses"
                 demo.say(device, f'{"says" if speaks else "shows"}: "{clip(reply)}"')
             else:
@@ -1107,8 +1112,11 @@ class Demo:
             sentence,
             timeout=self.step_timeout + 10,
         )
-        self.watch.poll()
-        reply = done.stdout.strip()
+        # other lines are earlier turns' replies: "(update) …", "(queued earlier) …"
+        ours = [x for x in done.stdout.splitlines() if x.strip() and not x.startswith("(")]
+        reply = ours[-1].strip() if ours else ""
+        self.watch.seen.typed.setdefault("mac", []).append(reply)
+        self.watch.poll()  # the gate and the receipt of the turn
         self.say("mac", f'shows the reply: "{clip(reply)}"')
         if not CJK.search(reply):
             raise StepFailed(f"the reply to {sentence!r} on the mac is not in Chinese: {reply!r}")

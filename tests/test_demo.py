@@ -118,6 +118,8 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
     line(r"receipt +memory\.recall succeeded")
     line(r'mac +shows the reply: "关于不吃什么，我记得：.*I don\'t eat cilantro')
     line(r"recalled across languages")
+    told = [x for x in lines if re.search(r"^ +mac +shows.*关于不吃什么", x)]
+    assert len(told) == 1, out  # `yimi say` and the mac's daemon both had it: told once
     line(r'owner +types on the mac: "把牛奶加到购物清单"')
     line(r"receipt +lists\.add_item succeeded")
     line(r'mac +shows the reply: "已把牛奶加到购物清单')
