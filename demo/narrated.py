@@ -14,7 +14,10 @@ The demo then
 4. answers the e-mail's confirmation card on the phone (``yimi approve``, signed with the
    phone's device key), checks that the local SMTP server received the mail and that the
    outcome reached the glasses;
-5. prints the mac's replica of the timeline (``yimi timeline --bundle MAC``) and checks it
+5. types one exchange in Chinese on the mac (``yimi say --bundle MAC``): "我不吃什么？" — the
+   hub recalls the English "I don't eat cilantro" from step 1 across languages and answers
+   in Chinese — and "把牛奶加到购物清单" (milk onto the shopping list);
+6. prints the mac's replica of the timeline (``yimi timeline --bundle MAC``) and checks it
    holds the same entries as the hub's.
 
 Every line printed comes from what the processes did: their logs, the hub's timeline
@@ -79,6 +82,12 @@ ENROL_TAKES = (
 """the owner speaking on different occasions (small pitch and speed changes)"""
 REMEMBER = "Yimi, remember I don't eat cilantro."
 EMAIL = "Yimi, e-mail the meeting notes to my colleague."
+RECALL_ZH = "我不吃什么？"
+"""typed in Chinese on the mac: recalls the English fact of step 1 across languages"""
+LIST_ZH = "把牛奶加到购物清单"
+LIST_ITEM_ZH = "牛奶"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+"""a Chinese character (the reply must be in Chinese)"""
 COLLEAGUE = {
     "name": "Dana Reyes",
     "email": "dana.reyes@colleague.test",
@@ -416,6 +425,9 @@ class Seen:
     """utterance id → text on the hub's timeline"""
     said: dict[str, list[str]] = field(default_factory=dict)
     """device name → reply texts shown (and spoken) there"""
+    typed: dict[str, list[str]] = field(default_factory=dict)
+    """device name → replies ``yimi say`` printed there (the demo narrates them itself; the
+    device's daemon may show the same reply too, and that is not told twice)"""
     notices: dict[str, list[str]] = field(default_factory=dict)
     """device name → other lines the device showed (card notices, activity)"""
     cards: dict[str, Card] = field(default_factory=dict)
@@ -547,6 +559,8 @@ class Watcher:
             if text.startswith("hub: "):
                 reply = text[len("hub: ") :]
                 seen.said.setdefault(device, []).append(reply)
+                if reply in seen.typed.get(device, []):
+                    return
                 speaks = device == "glasses"
                 demo.say(device, f'{"says" if speaks else "shows"}: "{clip(reply)}"')
             else:
@@ -795,6 +809,7 @@ class Demo:
         self.start_glasses()
         self.remember()
         self.email()
+        self.chinese()
         self.timeline_on_mac()
 
     def setup(self) -> None:
@@ -1073,8 +1088,42 @@ class Demo:
                 raise StepFailed(f"the mail's body is not the meeting notes: {mail.body!r}")
             self._reply("glasses", said, "the outcome", r"sent")
 
+    def chinese(self) -> None:
+        with self.step("3. In Chinese, typed on the mac (yimi say --bundle MAC)"):
+            reply = self._typed_zh(RECALL_ZH)
+            if "cilantro" not in reply.lower():
+                raise StepFailed(f'the reply {reply!r} does not recall "I don\'t eat cilantro"')
+            self.say("", "(recalled across languages: the fact was remembered in English)")
+            reply = self._typed_zh(LIST_ZH)
+            if LIST_ITEM_ZH not in reply:
+                raise StepFailed(f"the reply {reply!r} does not name {LIST_ITEM_ZH}")
+
+    def _typed_zh(self, sentence: str) -> str:
+        """The owner types ``sentence`` on the mac; the hub's reply there, in Chinese."""
+        self.say("owner", f'types on the mac: "{sentence}"')
+        done = self.yimi(
+            "say",
+            "--bundle",
+            str(self.bundles["mac"]),
+            "--hub",
+            self.hub_target,
+            "--timeout",
+            f"{self.step_timeout:g}",
+            sentence,
+            timeout=self.step_timeout + 10,
+        )
+        # other lines are earlier turns' replies: "(update) …", "(queued earlier) …"
+        ours = [x for x in done.stdout.splitlines() if x.strip() and not x.startswith("(")]
+        reply = ours[-1].strip() if ours else ""
+        self.watch.seen.typed.setdefault("mac", []).append(reply)
+        self.watch.poll()  # the gate and the receipt of the turn
+        self.say("mac", f'shows the reply: "{clip(reply)}"')
+        if not CJK.search(reply):
+            raise StepFailed(f"the reply to {sentence!r} on the mac is not in Chinese: {reply!r}")
+        return reply
+
     def timeline_on_mac(self) -> None:
-        with self.step("3. The same timeline on the mac (yimi timeline --bundle MAC)"):
+        with self.step("4. The same timeline on the mac (yimi timeline --bundle MAC)"):
             hub_rows = {
                 (int(seq), str(text))
                 for seq, text in self.hub_query("SELECT seq, text FROM timeline")

@@ -112,8 +112,21 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
     line(r"receipt +messaging\.send_email succeeded \[email\.sent")
     line(r"activity +on every device's timeline: .*done: messaging\.send_email succeeded")
     line(r"glasses +says: \"Sent the e-mail to dana\.reyes@colleague\.test")
-    # 3: the mac's replica is the hub's timeline; the end
+    # 3: in Chinese, typed on the mac: the English fact of step 1 recalled, a list item added
+    line(r'owner +types on the mac: "我不吃什么？"')
+    line(r"gate +memory\.recall: effect observe → allowed")
+    line(r"receipt +memory\.recall succeeded")
+    line(r'mac +shows the reply: "关于不吃什么，我记得：.*I don\'t eat cilantro')
+    line(r"recalled across languages")
+    told = [x for x in lines if re.search(r"^ +mac +shows.*关于不吃什么", x)]
+    assert len(told) == 1, out  # `yimi say` and the mac's daemon both had it: told once
+    line(r'owner +types on the mac: "把牛奶加到购物清单"')
+    line(r"receipt +lists\.add_item succeeded")
+    line(r'mac +shows the reply: "已把牛奶加到购物清单')
+    # 4: the mac's replica is the hub's timeline; the end
     line(r"^ +\d+ +hub +.* +reply +Sent the e-mail to dana\.reyes@colleague")
+    line(r"^ +\d+ +mac +.* +utterance +我不吃什么？")
+    line(r"^ +\d+ +hub +.* +reply +已把牛奶加到购物清单")
     line(r"mac +holds the same \d+ entries as the hub")
     line(r"demo finished in [\d.]+ s: every step passed; .* none left behind")
     # the order a person reads it in
@@ -124,6 +137,10 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
         "approves card",
         "SMTP server received",
         "Sent the e-mail to dana",
+        'types on the mac: "我不吃什么？"',
+        "关于不吃什么，我记得",
+        'types on the mac: "把牛奶加到购物清单"',
+        'shows the reply: "已把牛奶加到购物清单',
         "holds the same",
     ]
     at = [out.index(x) for x in order]
