@@ -43,6 +43,8 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.WAKE_DECISION: HUB_ONLY,
     mesh_pb2.VOICE_ENROL_RESULT: HUB_ONLY,
     mesh_pb2.VOICEPRINT: HUB_ONLY,
+    mesh_pb2.GROUP_KEY: HUB_ONLY,
+    mesh_pb2.AUDIT_HEAD: None,  # a witness's highest head: the hub only compares it with its log
 }
 """envelope kind → the scope the sender's certificate must carry (a kind not here: refused)"""
 

@@ -37,7 +37,6 @@ from typing import Any
 from hub.archive.archive import Archive, NewObject
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
-from hub.brain.intents import detect_language
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
@@ -71,7 +70,7 @@ def brain_turn(adm: Admitted, meta: TurnMeta, sources: Sequence[ContextSource]) 
         turn_id=adm.utterance_id,
         sources=sources,
         voice=meta.is_voice,
-        language=meta.language or ("" if meta.is_voice else detect_language(adm.text)),
+        language=meta.language,  # "" for a typed turn: Turn.lang reads the script
     )
 
 
