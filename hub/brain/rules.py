@@ -360,7 +360,11 @@ class RuleBrain(Brain):
         )
         if r.status != "succeeded":
             return _said(r, "", "act.recall", lang)
-        texts = [str(e.fields["text"]) for e in r.effects if e.fields.get("text")]
+        texts = [
+            str(e.fields["text"]).removeprefix("owner: ")  # the owner's own facts: "owner: …"
+            for e in r.effects
+            if e.fields.get("text")
+        ]
         hidden = len(r.effects) - len(texts)
         if not texts and not hidden:
             return say("recall.none", lang, query=query)

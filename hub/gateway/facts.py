@@ -59,6 +59,8 @@ def _num(v: float | int | str) -> str:
 # keys). Chinese facts are written as Chinese sentences; names and ids stay as they are.
 EffectTemplate = Callable[[Effect, str], tuple[str, str, tuple[str, ...]]]
 LANGS = ("en", "zh")
+BOOKKEEPING = frozenset({"version"})
+"""units of values that are the package's bookkeeping (a record's version), never said"""
 _ZH_STATES = {
     "on": "开着",
     "off": "关着",
@@ -311,7 +313,7 @@ def facts_of(r: Receipt, lang: str = "en") -> list[Fact]:
             text, voice, keys = EFFECT_TEMPLATES.get(e.kind, _generic_effect)(e, lang)
             out.append(Fact(_fact_id(e.kind, [e.target, e.fields]), e.kind, text, voice, keys))
     for v in r.values:
-        if v.flagged or isinstance(v.value, str):
+        if v.flagged or isinstance(v.value, str) or normal_unit(v.unit or "") in BOOKKEEPING:
             continue
         unit = normal_unit(v.unit or "")
         if zh:
