@@ -180,6 +180,7 @@ def test_oversize_unauthenticated_grpc_calls_in_parallel_leave_the_hub_bounded(
     after = mesh.say(phone, "what time is it")
     assert after.returncode == 0 and after.stdout.strip(), after.stderr
     # the random catch-up body is refused as a document update, and counted as one
+    wait_counts(mesh, {**expected, "rejected.sync_update": 1})
     assert rejected(mesh) == {**expected, "rejected.sync_update": 1}
     assert rss_mb(hub.popen.pid) - baseline <= GROWTH_LIMIT_MB
     status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
