@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hardware.espeak import Voice
 from hardware.pcm import Samples
 from hub.mesh.daemon import HubDaemon
 from tests.mesh_harness import Mesh
-from hardware.espeak import Voice
 from tests.speech import OTHERS, OWNER, chinese_clip, concat, say, silence, with_noise, write_wav
 from tests.test_turns_mesh import hub_up, queue_voice, reply_text, turn_id
 from tests.test_voice_e2e import edge_once, enrol_owner, voice_turns
