@@ -41,7 +41,7 @@ from hub.mesh.daemon import HubDaemon
 from tests.mesh_harness import Mesh
 from tests.speech import OTHERS, OWNER, chinese_clip, concat, say, silence, with_noise, write_wav
 from tests.test_turns_mesh import hub_up, queue_voice, reply_text, turn_id
-from tests.test_voice_e2e import edge_once, enrol_owner, voice_turns
+from tests.test_voice_e2e import edge_once, enrol_owner
 from tests.waiting import poll
 from worlds.fakes import MqttHomeWorld, SmtpWorld
 
@@ -110,6 +110,13 @@ def is_chinese(text: str, *content: str) -> bool:
 
 def is_english(text: str) -> bool:
     return latin(text) > 0 and cjk(text) == 0
+
+
+def voice_turns(mesh: Mesh) -> list[tuple[str, str, dict[str, object]]]:
+    """(utterance id, text, meta) of the voice utterances on the hub's timeline."""
+    rows = mesh.hub_query("SELECT id, text, meta FROM timeline WHERE kind='utterance' ORDER BY seq")
+    turns = [(str(i), str(t), json.loads(str(m))) for i, t, m in rows]
+    return [t for t in turns if t[2].get("source") == "voice"]
 
 
 def receipts(hub: HubDaemon, task_id: str) -> list[tuple[str, str, str]]:
@@ -246,12 +253,13 @@ def owner_wav(path: Path) -> Path:
 
 
 def guest_wav(path: Path) -> Path:
-    """A guest (another espeak-ng voice) asks for a private memory. A file of its own: the
-    device does not wake while its last request is still being answered, and an edge run
-    reads a file much faster than it is spoken."""
-    audio = concat(
-        silence(1.0), woken(GUEST, say("What do you remember about cilantro?", GUEST)), silence(2.5)
-    )
+    """A guest (another espeak-ng voice) asks for a private memory, twice, seconds apart.
+    A file of its own: the device does not wake while its last request is still being
+    answered, and an edge run reads a file much faster than it is spoken. Twice: the
+    default "Yimi" templates rate every espeak-ng guest voice just over their line (0.94
+    against 0.93), and now and then the wake misses one of them."""
+    ask = woken(GUEST, say("What do you remember about cilantro?", GUEST))
+    audio = concat(silence(1.0), ask, silence(6.0), ask, silence(2.5))
     return write_wav(path, with_noise(audio, snr_db=30.0))
 
 
@@ -276,8 +284,8 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
             )
             assert code == 0, output
         turns = voice_turns(mesh)
-        assert len(turns) == 3, turns
-        (_, bread, owner), (_, heard, zh), (_, asked, guest) = turns
+        assert 3 <= len(turns) <= 4, turns
+        (_, bread, owner), (zh_id, heard, zh), *guests = turns
 
         # the owner's English request: on the list
         assert "bread" in bread.lower(), bread
@@ -294,16 +302,18 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
         assert "bread" in out.lower(), out
 
         # the guest: no private memory, the memory tool refused
-        assert "what do you remember" in asked.lower(), asked  # "cilantro": "Cientron"
-        assert guest["scope"] == "guest", guest
-        answer = reply_text(mesh, turn_id(mesh, asked))
-        assert "I may not" in answer and "eat cilantro" not in answer, answer
+        for uid, asked, guest in guests:
+            assert "what do you remember" in asked.lower(), asked  # "cilantro": "Kilaidra"
+            assert guest["scope"] == "guest", guest
+            answer = reply_text(mesh, uid)
+            assert "I may not" in answer and "eat cilantro" not in answer, answer
+            assert "only the owner" in answer and "memory" not in answer, answer
         assert "recall" in rejected_tools(hub)
 
         # Chinese heard as Chinese, answered in Chinese
         assert zh["language"] == "zh", (heard, zh)
         assert cjk(heard) >= 2, heard
-        answer = reply_text(mesh, turn_id(mesh, heard))
+        answer = reply_text(mesh, zh_id)
         assert is_chinese(answer), (heard, answer)
         # a greeting is no request Yimi knows: the honest answer, in Chinese (the clip is
         # another person's voice, so the turn is a guest's; the answer is the same for all)
