@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sys
 from pathlib import Path
 
 import pytest
@@ -39,6 +42,7 @@ from hardware.espeak import Voice
 from hardware.pcm import Samples
 from hub.mesh.daemon import HubDaemon
 from tests.mesh_harness import Mesh
+from tests.mesh_harness import env as harness_env
 from tests.speech import OTHERS, OWNER, chinese_clip, concat, say, silence, with_noise, write_wav
 from tests.test_turns_mesh import hub_up, queue_voice, reply_text, turn_id
 from tests.test_voice_e2e import edge_once, enrol_owner
@@ -83,13 +87,36 @@ def prepare(mesh: Mesh, *, home_mqtt: tuple[str, int] | None, smtp: SmtpWorld | 
     (mesh.home / "packages.yaml").write_text(yaml.safe_dump(packages))
 
 
-async def typed(mesh: Mesh, bundle: Path, words: str) -> str:
-    """``yimi say WORDS`` from ``bundle``: the reply the device printed."""
-    r = await asyncio.to_thread(
-        mesh.say, bundle, words, "--hub", mesh.hub_target, "--timeout", "60"
+async def typed(mesh: Mesh, bundle: Path, words: str, timeout: float = 30) -> str:
+    """``yimi say WORDS`` from ``bundle``: the reply the device printed. Its own process
+    group, killed if it outlives ``--timeout`` by far (a hung ``yimi say`` fails the test
+    by name instead of holding it)."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "cli",
+        "say",
+        "--bundle",
+        str(bundle),
+        "--hub",
+        mesh.hub_target,
+        "--timeout",
+        str(timeout),
+        words,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**harness_env(), **mesh.env},
+        cwd=mesh.root,
+        start_new_session=True,
     )
-    assert r.returncode == 0, (words, r.stdout, r.stderr)
-    return r.stdout
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout + 30)
+    except TimeoutError:
+        os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        raise AssertionError(f"yimi say {words!r} did not end within {timeout + 30:g} s") from None
+    assert proc.returncode == 0, (words, out.decode(), err.decode())
+    return out.decode()
 
 
 def cjk(text: str) -> int:
