@@ -55,6 +55,10 @@ REPLIES: Templates = {
     },
     "said.failed": {"en": "I could not {what}: {why}.", "zh": "我没能{what}：{why}。"},
     "refused": {"en": "refused", "zh": "被拒绝"},
+    "refused.scope": {
+        "en": "only the owner's own voice or devices can do that",
+        "zh": "只有主人本人的声音或设备才能这样做",
+    },
     # what an action is, for the sentences above
     "act.remember": {"en": "remember that", "zh": "记住这件事"},
     "act.recall": {"en": "look that up", "zh": "查这件事"},

@@ -76,6 +76,8 @@ LEVELS = {
 NOTE_WORDS = ("note", "notes", "minutes", "笔记", "纪要", "记录", "会议记录")
 """a thing to send naming one of these is read from the ``notes`` source"""
 LIST_DOMAINS = ("light", "switch", "fan")
+SCOPE_REFUSAL = "scope "
+"""how the gateway's scope refusal begins ("scope 'guest' may not use memory.recall")"""
 """what "turn on the kitchen" switches when no domain is named (lights first)"""
 
 
@@ -643,12 +645,21 @@ def _said(r: Receipt, success: str, act: str, lang: str, **fields: Any) -> str:
     if r.status == "waiting":
         return say("said.waiting", lang, what=what)
     if r.status == "rejected":
-        return say("said.rejected", lang, what=what, why=r.error or say("refused", lang))
+        return say("said.rejected", lang, what=what, why=_why_rejected(r, lang))
     if r.status == "partial":
         return say("said.partial", lang, what=what)
     if r.status == "unknown":
         return say("said.unknown", lang, what=what)
     return say("said.failed", lang, what=what, why=r.error or r.status)
+
+
+def _why_rejected(r: Receipt, lang: str) -> str:
+    """Why the gateway refused, for the person: a scope refusal (the gateway's own fixed
+    reason, :meth:`hub.gateway.Gateway._decide`) in the turn's language, naming no tool;
+    any other reason as the gateway gave it."""
+    if r.error.startswith(SCOPE_REFUSAL) and " may not use " in r.error:
+        return say("refused.scope", lang)
+    return r.error or say("refused", lang)
 
 
 async def _fetch(sources: Iterable[ContextSource], name: str, query: str) -> list[Snippet]:

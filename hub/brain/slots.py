@@ -138,7 +138,10 @@ AREA_NAMES: dict[str, tuple[str, ...]] = {
 
 
 def _area_names(area: str, given: Sequence[str] = ()) -> tuple[str, ...]:
-    return tuple(dict.fromkeys([*given, area.replace("_", " "), *AREA_NAMES.get(area, ())]))
+    """``given``, the area id spoken, and its Chinese names: an id as Home Assistant's
+    ``suggested_area`` gives it ("Kitchen", "Living room") finds them too."""
+    key = "_".join(area.casefold().replace("-", " ").split())
+    return tuple(dict.fromkeys([*given, area.replace("_", " "), *AREA_NAMES.get(key, ())]))
 
 
 @dataclass
