@@ -34,3 +34,26 @@ def mesh(tmp_path: Path) -> Iterator[Mesh]:
     finally:
         m.close()
         assert mosquitto_pids(str(tmp_path)) == [], "a mosquitto was left behind"
+
+
+def _dump_tasks(signum: int, frame: object) -> None:
+    """SIGUSR1: print every asyncio task's stack to stderr (to see where a test hangs)."""
+    import asyncio
+    import sys
+
+    loop = asyncio._get_running_loop()
+    if loop is None:
+        print("no running event loop", file=sys.stderr)
+        return
+    for task in asyncio.all_tasks(loop):
+        print(f"--- {task!r}", file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+    sys.stderr.flush()
+
+
+try:
+    import signal as _signal
+
+    _signal.signal(_signal.SIGUSR1, _dump_tasks)
+except (ValueError, OSError):  # not the main thread
+    pass

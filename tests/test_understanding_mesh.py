@@ -254,7 +254,7 @@ async def test_typed_turns_in_english_and_chinese(mesh: Mesh) -> None:
             assert gw is not None
             assert smtp.messages() == [] and gw.consent.pending() == []
             assert rejected_tools(hub) >= {"send_email", "recall"}
-            mesh.stop(edge)
+            await asyncio.to_thread(mesh.stop, edge)  # the hub runs in this loop
         guests = [
             (json.loads(str(m))["scope"], json.loads(str(m))["source"])
             for (m,) in mesh.hub_query(
