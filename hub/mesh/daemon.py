@@ -380,11 +380,12 @@ class HubDaemon:
 
     async def _refresh_registry(self) -> None:
         newly_revoked = self._load_registry()
-        if self.broker is not None:
-            await self.broker.update_accounts(self._accounts())
         for device_id in sorted(newly_revoked):
             log.warning("device %s revoked: its messages are now refused", device_id)
+            # told first, while it is still on the broker: the account update below cuts it off
             await self._broadcast_revocation(device_id)
+        if self.broker is not None:
+            await self.broker.update_accounts(self._accounts())
         if newly_revoked:
             await self._check_group_key()
 
