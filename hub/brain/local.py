@@ -10,34 +10,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hub.brain.base import ReplyChunk, Turn
+from hub.brain.intents.engine import HA_INTENTS
 from hub.brain.llm_texts import lang
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine, Match
 
-LOCAL_TOOL_INTENTS = frozenset(
-    {
-        "HassTurnOn",
-        "HassTurnOff",
-        "HassLightSet",
-        "HassSetPosition",
-        "HassSetVolume",
-        "HassGetState",
-        "HassStartTimer",
-        "HassCancelTimer",
-        "HassPauseTimer",
-        "HassUnpauseTimer",
-        "HassTimerStatus",
-        "HassShoppingListAddItem",
-        "HassListAddItem",
-        "HassShoppingListCompleteItem",
-        "HassGetCurrentTime",
-        "HassGetCurrentDate",
-        "YimiRecall",
-        "YimiTimeline",
-        "YimiListRead",
-    }
-)
+LOCAL_TOOL_INTENTS = (HA_INTENTS - {"HassNevermind"}) | {
+    "YimiRecall",
+    "YimiTimeline",
+    "YimiListRead",
+}
 """intents a model may run with ``brain__run_intent``. Not: payments (an order, "pay it",
 undo — a payment intent comes only from the owner's own words), sending a message,
 remembering or forgetting (the model's words are not the owner's), help, never mind"""

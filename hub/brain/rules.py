@@ -351,8 +351,9 @@ class RuleBrain(Brain):
         return text
 
     # ------------------------------------------------------------------ memory
-    async def _recall(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
-        r = await self.core.step(
+    async def _lookup(self, task: TaskRecord, query: str, asked: bool) -> Receipt:
+        """``memory.recall`` of ``query``, one persisted step (recall and forget both start so)."""
+        return await self.core.step(
             task,
             "recall",
             "memory",
@@ -360,6 +361,9 @@ class RuleBrain(Brain):
             {"query": query, "owner_requested": asked},
             lookup=True,
         )
+
+    async def _recall(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
+        r = await self._lookup(task, query, asked)
         if r.status != "succeeded":
             return _said(r, "", "act.recall", lang)
         texts = [
@@ -377,14 +381,7 @@ class RuleBrain(Brain):
         return found + extra
 
     async def _forget(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
-        r = await self.core.step(
-            task,
-            "recall",
-            "memory",
-            "recall",
-            {"query": query, "owner_requested": asked},
-            lookup=True,
-        )
+        r = await self._lookup(task, query, asked)
         if r.status != "succeeded":
             return _said(r, "", "act.forget", lang)
         hits = [e for e in r.effects if e.fields.get("id")]
