@@ -30,6 +30,7 @@ from sync.hub_rpc import (
     rpc_auth,
     sync_exchange,
 )
+from tests.test_mesh_port import loaded_port
 from tests.waiting import poll
 
 BIG_SEND = [("grpc.max_send_message_length", 80 * 1024 * 1024)]
@@ -51,12 +52,7 @@ async def serve(
 ) -> World:
     home = Home.init(tmp_path / "home")
     bundle = flash(home, profile_name="phone", name="fone", out=tmp_path / "fone")
-    port = MeshPort(home, replay_windows=(), counter_path=tmp_path / "counter.db")
-    registry = home.registry()
-    try:
-        port.load(registry.devices())
-    finally:
-        registry.close()
+    port = loaded_port(home, tmp_path)
     counts: Counter[str] = Counter()
 
     async def on_sync(data: bytes) -> bytes:

@@ -20,16 +20,22 @@ from sync import topics
 from sync.envelope import HUB, Opened, Opener, Peer, ReplayGuard, Sealer
 
 
-@pytest.fixture
-def world(tmp_path: Path) -> Iterator[tuple[Home, MeshPort, Bundle, Sealer]]:
-    home = Home.init(tmp_path / "home")
-    bundle = flash(home, profile_name="glasses", name="specs", out=tmp_path / "specs")
+def loaded_port(home: Home, tmp_path: Path) -> MeshPort:
+    """A mesh port of ``home`` holding its registry's devices as peers (no MQTT session)."""
     port = MeshPort(home, replay_windows=(), counter_path=tmp_path / "counter.db")
     registry = home.registry()
     try:
         port.load(registry.devices())
     finally:
         registry.close()
+    return port
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[Home, MeshPort, Bundle, Sealer]]:
+    home = Home.init(tmp_path / "home")
+    bundle = flash(home, profile_name="glasses", name="specs", out=tmp_path / "specs")
+    port = loaded_port(home, tmp_path)
     counter = itertools.count(1)
     yield home, port, bundle, Sealer.for_device(bundle, lambda: next(counter))
     port.close()
