@@ -31,6 +31,7 @@ import aiomqtt
 
 from sync.backoff import Backoff
 from sync.errors import SyncError
+from sync.tasks import stop_tasks
 
 log = logging.getLogger(__name__)
 
@@ -142,11 +143,9 @@ class MqttSession:
         tb: TracebackType | None,
     ) -> None:
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+            await stop_tasks([self._task], f"mqtt {self._identifier}")
+            if self._task.done() and not self._task.cancelled() and self._task.exception():
+                log.warning("mqtt %s ended: %s", self._identifier, self._task.exception())
         self.connected.clear()
         if self._lease is not None:
             self._lease.release()

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -55,7 +55,7 @@ from sync.errors import SyncError
 from sync.mqtt import MqttSession
 from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
-from sync.tasks import TaskOwner
+from sync.tasks import STOP_TIMEOUT_S, Bounded, TaskOwner, within
 
 log = logging.getLogger(__name__)
 
@@ -210,12 +210,16 @@ class HubDaemon:
             log.warning("%s was readable by others: now owner-only", path)
         self._load_registry()
         self.broker = await self._stack.enter_async_context(
-            Broker(
-                home.path / "broker",
-                home_id=home.home_id,
-                host=opts.bind,
-                port=opts.mqtt_port,
-                accounts=self._accounts(),
+            Bounded(
+                Broker(
+                    home.path / "broker",
+                    home_id=home.home_id,
+                    host=opts.bind,
+                    port=opts.mqtt_port,
+                    accounts=self._accounts(),
+                ),
+                "the broker",
+                limit=2 * STOP_TIMEOUT_S,  # it kills mosquitto itself after its own wait
             )
         )
         service = HubService(
@@ -230,7 +234,7 @@ class HubDaemon:
             on_enrol=self.voiceprints.serve_enrol,
         )
         self.grpc = await start_server(service, opts.bind, opts.grpc_port)
-        self._stack.push_async_callback(self.grpc.stop, 1.0)
+        self._stack.push_async_callback(within, "the gRPC server", self.grpc.stop, 1.0)
         if opts.advertise:
             self._advertise(
                 discovery.HubAdvertiser(
@@ -248,28 +252,35 @@ class HubDaemon:
             return host, opts.mqtt_port
 
         self.mqtt = await self._stack.enter_async_context(
-            MqttSession(
-                target=target,
-                username=HUB,
-                password=home.broker_password,
-                identifier=f"hub-{home.home_id}",
-                subscriptions=[
-                    topics.all_uplinks(home.home_id),
-                    topics.all_presence(home.home_id),
-                    topics.all_sync(home.home_id),
-                ],
-                on_message=self._on_message,
-                clean_session=False,
+            Bounded(
+                MqttSession(
+                    target=target,
+                    username=HUB,
+                    password=home.broker_password,
+                    identifier=f"hub-{home.home_id}",
+                    subscriptions=[
+                        topics.all_uplinks(home.home_id),
+                        topics.all_presence(home.home_id),
+                        topics.all_sync(home.home_id),
+                    ],
+                    on_message=self._on_message,
+                    clean_session=False,
+                ),
+                "the hub's MQTT session",
             )
         )
         self.port.mqtt = self.mqtt
         self._stack.callback(self._detach)
-        await self._stack.enter_async_context(self.sync)
-        await self._stack.enter_async_context(self.consent)
-        await self._stack.enter_async_context(self.turns)
-        await self._stack.enter_async_context(self.voiceprints)
-        await self._stack.enter_async_context(self.wake)
-        await self._stack.enter_async_context(self.hearing)
+        parts: tuple[tuple[AbstractAsyncContextManager[object], str], ...] = (
+            (self.sync, "replication"),
+            (self.consent, "consent and the gateway"),
+            (self.turns, "turns"),
+            (self.voiceprints, "voiceprints"),
+            (self.wake, "the wake arbiter"),
+            (self.hearing, "hearing"),
+        )
+        for part, what in parts:
+            await self._stack.enter_async_context(Bounded(part, what))
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -314,7 +325,7 @@ class HubDaemon:
             await asyncio.gather(registering, return_exceptions=True)
             await advertiser.close()  # nothing to do unless it was registered
 
-        self._stack.push_async_callback(withdraw)
+        self._stack.push_async_callback(within, "the mDNS advert", withdraw)
 
     async def __aexit__(
         self,
