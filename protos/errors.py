@@ -316,6 +316,14 @@ MESSAGES: dict[str, str] = {
     "edge.no_reply": (
         "{count} voice request(s) got no reply within {seconds} s; they stay in the outbox"
     ),
+    # Wyoming (hub/voice/wyoming.py, edge_agent/satellite.py)
+    "wyoming.config": "home.yaml 'wyoming': {reason}",
+    "wyoming.stopping": "the Wyoming server is stopping",
+    "wyoming.satellite_address": "--wyoming-satellite {value!r}: give HOST:PORT",
+    "wyoming.satellite_unreachable": "the Wyoming satellite at {target} is unreachable: {reason}",
+    "wyoming.not_satellite": (
+        "{target} answered describe without a satellite: it is not a wyoming-satellite"
+    ),
 }
 
 
