@@ -165,8 +165,9 @@ async def test_home_assistant_gets_a_transcript_and_a_reply(mesh: Mesh) -> None:
 
 
 # ---------------------------------------------------------------------- satellite
-def start_satellite(mesh: Mesh, port: int, mic_raw: Path, snd_raw: Path) -> Proc:
-    """The unmodified ``wyoming-satellite``: mic and speaker are commands on files."""
+def start_satellite(mesh: Mesh, port: int, mic_raw: Path, cue: Path, snd_raw: Path) -> Proc:
+    """The unmodified ``wyoming-satellite``: mic and speaker are commands on files (the mic
+    speaks ``mic_raw`` once ``cue`` exists)."""
     log = mesh.root / "satellite.log"
     fh = log.open("wb")
     import subprocess
@@ -182,7 +183,7 @@ def start_satellite(mesh: Mesh, port: int, mic_raw: Path, snd_raw: Path) -> Proc
             f"tcp://127.0.0.1:{port}",
             "--no-zeroconf",
             "--mic-command",
-            f"{shlex.quote(sys.executable)} {shlex.quote(str(MIC))} {shlex.quote(str(mic_raw))}",
+            shlex.join([sys.executable, str(MIC), str(mic_raw), str(cue)]),
             "--snd-command",
             f"sh -c {shlex.quote('cat >> ' + shlex.quote(str(snd_raw)))}",
             "--debug",
@@ -215,7 +216,8 @@ def test_satellite_request_reaches_the_timeline_and_the_reply_is_played(
     mic_raw.write_bytes(speech.tobytes())
     snd_raw = tmp_path / "snd.raw"
     sat_port = ports.port()
-    start_satellite(mesh, sat_port, mic_raw, snd_raw)
+    cue = tmp_path / "speak-now"
+    start_satellite(mesh, sat_port, mic_raw, cue, snd_raw)
     edge = mesh.spawn(
         "edge-satellite",
         "edge",
@@ -227,6 +229,14 @@ def test_satellite_request_reaches_the_timeline_and_the_reply_is_played(
         "--wyoming-satellite",
         f"127.0.0.1:{sat_port}",
     )
+    poll_sync(
+        lambda: (
+            "streaming" in edge.text() and "connected to hub" in edge.text() or not edge.alive()
+        ),
+        60,
+        "the edge daemon streaming from the satellite",
+    )
+    cue.touch()  # the person speaks to the satellite now
 
     def turn() -> list[tuple[object, ...]]:
         assert edge.alive(), edge.text()
