@@ -231,7 +231,7 @@ def test_satellite_request_reaches_the_timeline_and_the_reply_is_played(
     )
     poll_sync(
         lambda: (
-            "streaming" in edge.text() and "connected to hub" in edge.text() or not edge.alive()
+            ("streaming" in edge.text() and "connected to hub" in edge.text()) or not edge.alive()
         ),
         60,
         "the edge daemon streaming from the satellite",
