@@ -14,7 +14,8 @@ then :meth:`~SatelliteLink.play` waits for the audio's own length (plus a margin
 and says so once in the log.
 
 Every byte from the satellite is read by :mod:`sync.wyoming` (bounded, never raising); the
-connection's reader is a task the link owns.
+connection's reader is a task the link owns; when the satellite goes away the link connects
+again with backoff (an ESP32 reboots), and a reply played meanwhile is shown, not spoken.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import AsyncIterator
 from types import TracebackType
 
@@ -32,6 +34,7 @@ from edge_agent.errors import EdgeError
 from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from protos.clock import now_ms
 from sync import wyoming as wy
+from sync.backoff import Backoff
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -41,6 +44,8 @@ DESCRIBE_TIMEOUT_S = 10.0
 PLAYED_MARGIN_S = 2.0
 """seconds beyond the audio's length to wait for ``played``"""
 PLAY_CHUNK_SAMPLES = 1024
+STEADY_S = 5.0
+"""a connection that lasted this long resets the reconnection backoff"""
 MAX_QUEUED_FRAMES = 30 * 1000 // FRAME_MS
 """frames held for the pipeline (30 s); beyond that the oldest are dropped"""
 _TARGET = re.compile(r"^\[?(?P<host>[^\[\]]+?)\]?:(?P<port>\d{1,5})$")
@@ -73,9 +78,17 @@ class SatelliteLink:
         self._told_no_played = False
         self.dropped_frames = 0
         self.played_events = 0
+        self.connections = 0
+        self._connected = False
 
     # -------------------------------------------------------------- lifecycle
     async def __aenter__(self) -> SatelliteLink:
+        await self._connect()  # an unreachable satellite fails the start
+        await self._tasks.__aenter__()
+        self._tasks.spawn(self._run(), "reader")
+        return self
+
+    async def _connect(self) -> None:
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):
                 self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
@@ -89,10 +102,30 @@ class SatelliteLink:
         except BaseException:
             self._close_writer()
             raise
-        await self._tasks.__aenter__()
-        self._tasks.spawn(self._read(), "reader")
+        self.connections += 1
+        self._connected = True
         log.info("wyoming satellite %r at %s: streaming", self.name, self.target)
-        return self
+
+    async def _run(self) -> None:
+        """Read the satellite; when it goes away (a reboot, the network), connect again with
+        backoff — the pipeline's frames go on from where they were."""
+        backoff = Backoff(initial=0.5, cap=15.0)
+        try:
+            while True:
+                if self._reader is not None:
+                    began = time.monotonic()
+                    await self._read()
+                    if time.monotonic() - began > STEADY_S:
+                        backoff.reset()
+                self._close_writer()
+                self._reader = None
+                await asyncio.sleep(backoff.next_delay())
+                try:
+                    await self._connect()
+                except EdgeError as exc:
+                    log.info("%s", exc)
+        finally:
+            self._frames.put_nowait(None)
 
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
@@ -132,7 +165,7 @@ class SatelliteLink:
             ) from None
 
     async def _send(self, event: Event) -> None:
-        if self._writer is None:
+        if self._writer is None or self._writer.is_closing():
             raise EdgeError(
                 "wyoming.satellite_unreachable", target=self.target, reason="not connected"
             )
@@ -146,6 +179,7 @@ class SatelliteLink:
     # -------------------------------------------------------------- microphone
     async def _read(self) -> None:
         assert self._reader is not None
+        self._pending = np.zeros(0, dtype=np.int16)
         try:
             while True:
                 raw = await wy.read_event(self._reader)
@@ -167,13 +201,16 @@ class SatelliteLink:
         except (ConnectionError, OSError) as exc:
             log.warning("wyoming satellite at %s: %s", self.target, exc)
         finally:
-            self._frames.put_nowait(None)
+            self._connected = False
+            self._played.set()  # a reply being played ends with the connection
 
     def _hear(self, chunk: wy.AudioChunk) -> None:
         samples = wy.to_pcm16k(chunk.fmt, chunk.audio)
         if samples is None or samples.size == 0:
             return
         if not self._clock_ms:
+            self._clock_ms = now_ms()
+        elif self._clock_ms < now_ms() - 2_000:  # back after a gap: the clock resumes now
             self._clock_ms = now_ms()
         self._pending = np.concatenate([self._pending, samples])
         while len(self._pending) >= FRAME_SAMPLES:
@@ -188,7 +225,8 @@ class SatelliteLink:
             self._frames.put_nowait(frame)
 
     async def frames(self) -> AsyncIterator[Frame]:
-        """The satellite's microphone as 32 ms frames, until the connection ends."""
+        """The satellite's microphone as 32 ms frames, across reconnections, until the link
+        is closed."""
         while True:
             frame = await self._frames.get()
             if frame is None:
@@ -217,6 +255,12 @@ class SatelliteLink:
             try:
                 async with asyncio.timeout(length_s + PLAYED_MARGIN_S):
                     await self._played.wait()
+                if not self._connected:
+                    raise EdgeError(
+                        "wyoming.satellite_unreachable",
+                        target=self.target,
+                        reason="the connection ended while it played",
+                    )
                 how = "its played event"
             except TimeoutError:
                 how = "no played event: waited the audio's length"

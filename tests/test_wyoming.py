@@ -266,10 +266,14 @@ class FakeSatellite:
     """A satellite served by the real wyoming library: streams ``seconds`` of audio on
     run-satellite, says played after each reply (unless ``plays`` is False)."""
 
-    def __init__(self, *, satellite: bool = True, seconds: float = 1.0) -> None:
+    def __init__(
+        self, *, satellite: bool = True, seconds: float = 1.0, hang_up_first: bool = False
+    ) -> None:
         self.satellite = satellite
         self.seconds = seconds
         self.received = 0
+        self.hang_up = hang_up_first
+        self.streams = 0
 
     def handler(self, reader: Any, writer: Any) -> Any:
         from wyoming.audio import AudioChunk
@@ -289,6 +293,10 @@ class FakeSatellite:
                     for i in range(0, len(pcm), 2048):
                         chunk = AudioChunk(16000, 2, 1, pcm[i : i + 2048])
                         await self.write_event(chunk.event())
+                    fake.streams += 1
+                    if fake.hang_up:  # the satellite reboots
+                        fake.hang_up = False
+                        return False
                 elif event.type == "audio-chunk":
                     fake.received += len(event.payload or b"")
                 elif event.type == "audio-stop":
@@ -320,6 +328,25 @@ async def test_satellite_link_hears_the_stream_and_waits_for_played() -> None:
             assert time.monotonic() - t0 < 2.5, "played came at once: no waiting the length"
             assert link.played_events == 1 and not link.playing
             await poll(lambda: fake.received == samples.nbytes, 5, "the satellite got the reply")
+    finally:
+        await server.stop()
+
+
+async def test_satellite_link_connects_again_when_the_satellite_goes_away() -> None:
+    from wyoming.server import AsyncTcpServer
+
+    fake = FakeSatellite(seconds=0.5, hang_up_first=True)
+    server = AsyncTcpServer("127.0.0.1", 0)
+    await server.start(fake.handler)
+    try:
+        async with SatelliteLink("127.0.0.1", _port_of(server)) as link:
+            count = 0
+            async with asyncio.timeout(10):
+                async for _ in link.frames():
+                    count += 1
+                    if count == 2 * (500 // 32):  # both streams heard
+                        break
+            assert link.connections == 2 and fake.streams == 2
     finally:
         await server.stop()
 
