@@ -20,19 +20,20 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     bundle = Bundle.load(args.bundle)
     voice = None
     if args.wyoming_satellite is not None:
-        if args.audio is not None or args.out or args.realtime or args.audio_start_ms is not None:
+        if (
+            args.audio is not None
+            or args.out
+            or args.realtime
+            or args.audio_start_ms is not None
+            or args.once
+        ):
             print(
-                "yimi: --wyoming-satellite is the microphone and speaker: no --audio, --out, "
-                "--realtime or --audio-start-ms",
+                "yimi: --wyoming-satellite is the microphone and speaker (a live stream): "
+                "no --audio, --out, --realtime, --audio-start-ms or --once",
                 file=sys.stderr,
             )
             return EXIT_USAGE
-        voice = VoiceOptions(
-            audio="",
-            satellite=args.wyoming_satellite,
-            once=args.once,
-            timeout=args.timeout,
-        )
+        voice = VoiceOptions(audio="", satellite=args.wyoming_satellite)
     elif args.audio is not None:
         voice = VoiceOptions(
             audio=args.audio,

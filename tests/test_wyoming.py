@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from edge_agent.errors import EdgeError
 from edge_agent.satellite import SatelliteLink, parse_target
+from hub.brain.replies import say
 from hub.errors import HubError
 from hub.voice.wyoming import (
     Services,
@@ -378,3 +379,23 @@ def test_satellite_target() -> None:
     for bad in ("host", "host:0", "host:99999", ":1"):
         with pytest.raises(EdgeError):
             parse_target(bad)
+
+
+async def test_a_failed_turn_is_told_in_the_person_s_language() -> None:
+    from wyoming.asr import Transcript
+    from wyoming.client import AsyncTcpClient
+
+    services = stand_in_services()
+
+    async def broken(address: str, text: str, language: str) -> str:
+        raise RuntimeError("the brain fell over")
+
+    services.handle = broken
+    async with WyomingServer(services, host="127.0.0.1", port=0, advertise=False) as s:
+        async with AsyncTcpClient("127.0.0.1", s.port) as client:
+            await client.write_event(Transcript(text="开灯").event())
+            event = await _next(client, "not-handled")
+            assert event.data["text"] == say("wyoming.turn_failed", "zh")
+            await client.write_event(Transcript(text="lights on", language="en").event())
+            event = await _next(client, "not-handled")
+            assert event.data["text"] == say("wyoming.turn_failed", "en")

@@ -46,6 +46,7 @@ import numpy as np
 from wyoming.event import Event, async_write_event
 
 from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
+from hub.brain.replies import say
 from hub.errors import HubError
 from hub.turns.admission import Inbound, TurnMeta
 from models.asr import Transcript
@@ -207,7 +208,11 @@ class WyomingTurns:
         try:
             await self._admit(Inbound(opened, None), text, meta)
             log.info("wyoming turn %s from %s (%s, %s)", utt.id, address, who.scope, who.reason)
-            return await asyncio.wait_for(done, REPLY_TIMEOUT_S)
+            try:
+                return await asyncio.wait_for(done, REPLY_TIMEOUT_S)
+            except TimeoutError:  # the reply goes on the timeline when it comes
+                log.info("wyoming turn %s: no reply within %.0f s", utt.id, REPLY_TIMEOUT_S)
+                return say("wyoming.reply_late", language, seconds=round(REPLY_TIMEOUT_S))
         finally:
             self._waiting.pop(utt.id, None)
 
@@ -438,9 +443,12 @@ class _Connection:
             return
         try:
             reply = await self.server.services.handle(self.address, req.text, req.language)
-        except Exception as exc:
-            log.warning("wyoming %s: turn not answered: %s", self.address, exc)
-            await self.send(Event("not-handled", {"text": str(exc)[:200]}))
+        except Exception:  # the person hears the hub's words, the connection stays
+            from hardware.tts import language_of  # (numpy/soxr: only when needed)
+
+            log.exception("wyoming %s: turn failed", self.address)
+            text = say("wyoming.turn_failed", req.language or language_of(req.text))
+            await self.send(Event("not-handled", {"text": text}))
             return
         await self.send(Event("handled", {"text": reply}))
 
