@@ -112,11 +112,17 @@ async def stream(client: object, samples: object) -> None:
 async def test_home_assistant_gets_a_transcript_and_a_reply(mesh: Mesh) -> None:
     from wyoming.asr import Transcribe, Transcript
     from wyoming.client import AsyncTcpClient
+    from wyoming.event import async_read_event, async_write_event
     from wyoming.handle import Handled
     from wyoming.info import Describe, Info
     from wyoming.tts import Synthesize
     from wyoming.wake import Detect
 
+    from provisioning.bundle import Bundle
+
+    kitchen = Bundle.load(mesh.add_device("kitchen")).device_id
+    # a second Home Assistant (on 127.0.0.2) the operator mapped to the kitchen device
+    mesh.configure(wyoming={"clients": {"127.0.0.2": kitchen}})
     serve_wyoming(mesh, ports.port())
     host, port = await discover()
     speech = with_noise(concat(silence(0.5), say("Yimi, what time is it?", OWNER), silence(1.0)))
@@ -153,15 +159,29 @@ async def test_home_assistant_gets_a_transcript_and_a_reply(mesh: Mesh) -> None:
             got += len(event.payload or b"")  # type: ignore[attr-defined]
         assert got > 16_000, got  # at least half a second of speech
 
+    # the mapped instance: that device's turn, owner_uncertain at most (no voiceprint)
+    reader, writer = await asyncio.open_connection(host, port, local_addr=("127.0.0.2", 0))
+    try:
+        await async_write_event(Transcript(text="What time is it?").event(), writer)
+        async with asyncio.timeout(30):
+            while (event := await async_read_event(reader)) is not None:
+                if event.type in ("handled", "not-handled"):
+                    break
+        assert event is not None and event.type == "handled", event
+    finally:
+        writer.close()
+
     rows = mesh.hub_query(
         "SELECT device, text, meta FROM timeline WHERE kind = 'utterance' ORDER BY seq"
     )
-    assert len(rows) == 1, rows
-    device, text, meta = rows[0]
-    assert device == "wyoming:127.0.0.1" and text == "What time is it?", rows
-    assert '"scope": "guest"' in str(meta), meta
-    (reply,) = mesh.hub_query("SELECT device, text FROM replies")
-    assert reply == ("wyoming:127.0.0.1", handled.text), reply
+    assert [(r[0], r[1]) for r in rows] == [
+        ("wyoming:127.0.0.1", "What time is it?"),
+        (f"wyoming:{kitchen}", "What time is it?"),
+    ], rows
+    assert '"scope": "guest"' in str(rows[0][2]), rows[0]
+    assert '"scope": "owner_uncertain"' in str(rows[1][2]), rows[1]
+    replies = mesh.hub_query("SELECT device, text FROM replies ORDER BY reply_seq")
+    assert replies[0] == ("wyoming:127.0.0.1", handled.text), replies
 
 
 # ---------------------------------------------------------------------- satellite
