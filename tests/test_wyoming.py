@@ -399,3 +399,31 @@ async def test_a_failed_turn_is_told_in_the_person_s_language() -> None:
             await client.write_event(Transcript(text="lights on", language="en").event())
             event = await _next(client, "not-handled")
             assert event.data["text"] == say("wyoming.turn_failed", "en")
+
+
+class LoudSpotter:
+    """Fires on the first frame that is not silent."""
+
+    def feed(self, frame: Any) -> Any:
+        return type("Hit", (), {"end_ms": frame.start_ms})() if frame.samples.any() else None
+
+    def reset(self) -> None:
+        pass
+
+
+async def test_a_wake_word_stream_is_heard_however_long_it_runs() -> None:
+    from wyoming.audio import AudioChunk, AudioStart
+    from wyoming.client import AsyncTcpClient
+    from wyoming.wake import Detect
+
+    services = stand_in_services()
+    services.wake = LoudSpotter
+    async with WyomingServer(services, host="127.0.0.1", port=0, advertise=False) as s:
+        async with AsyncTcpClient("127.0.0.1", s.port) as client:
+            await client.write_event(Detect().event())
+            await client.write_event(AudioStart(16000, 2, 1).event())
+            for _ in range(65):  # longer than a transcription may be
+                await client.write_event(AudioChunk(16000, 2, 1, bytes(32000)).event())
+            loud = np.full(1024, 3000, dtype="<i2").tobytes()
+            await client.write_event(AudioChunk(16000, 2, 1, loud).event())
+            assert (await _next(client, "detection")).data["name"] == "yimi"

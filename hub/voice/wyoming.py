@@ -67,7 +67,8 @@ SOURCE = "wyoming"
 DEVICE_PREFIX = "wyoming:"
 """timeline device of such a turn: ``wyoming:<mapped device id>`` or ``wyoming:<address>``"""
 MAX_AUDIO_S = 60
-"""seconds of audio one transcription or wake request may bring"""
+"""seconds of audio one transcription keeps (a wake word stream is heard however long it
+runs: Home Assistant streams until the word comes)"""
 REPLY_TIMEOUT_S = 30.0
 """seconds the handle service waits for the brain's final reply"""
 TTS_CHUNK_SAMPLES = 1024
@@ -367,8 +368,14 @@ class _Connection:
     async def _detect(self, _: wy.Detect) -> None:
         self.mode = "detect"
         self._clear()
-        self.spotter = await self.server.wake_spotter()
+        if self.spotter is None:  # this connection's own detector (it keeps state)
+            self.spotter = await self.server.acquire_spotter()
         self.spotter.reset()
+
+    def close(self) -> None:
+        spotter, self.spotter = self.spotter, None
+        if spotter is not None:
+            self.server.release_spotter(spotter)
 
     def _clear(self) -> None:
         self.audio, self.audio_samples, self.detected = [], 0, False
@@ -385,12 +392,13 @@ class _Connection:
         samples = wy.to_pcm16k(req.fmt, req.audio)
         if samples is None or not self.mode:
             return
-        if self.audio_samples + len(samples) > MAX_AUDIO_S * SAMPLE_RATE:
-            return  # beyond the cap: the first MAX_AUDIO_S seconds are heard
-        self.audio_samples += len(samples)
         if self.mode == "transcribe":
+            if self.audio_samples + len(samples) > MAX_AUDIO_S * SAMPLE_RATE:
+                return  # beyond the cap: the first MAX_AUDIO_S seconds are heard
+            self.audio_samples += len(samples)
             self.audio.append(samples)
             return
+        # wake word: a stream of any length, heard frame by frame (nothing kept)
         if self.detected or self.spotter is None:
             return
         self.pending = np.concatenate([self.pending, samples])
@@ -485,7 +493,7 @@ class WyomingServer:
         self._server: asyncio.Server | None = None
         self._tasks = TaskOwner("wyoming")
         self._connections: set[asyncio.Task[Any]] = set()
-        self._spotter: WakeSpotter | None = None
+        self._idle_spotters: list[WakeSpotter] = []
         self._wake_lock = asyncio.Lock()
         self._pool: Any = None
 
@@ -525,12 +533,16 @@ class WyomingServer:
             raise HubError("wyoming.stopping")
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
-    async def wake_spotter(self) -> WakeSpotter:
+    async def acquire_spotter(self) -> WakeSpotter:
+        """A wake detector for one connection (an idle one, else a new one)."""
         async with self._wake_lock:
-            if self._spotter is None:
-                self._spotter = await self.in_worker(self.services.wake)
-            assert self._spotter is not None
-            return self._spotter
+            if self._idle_spotters:
+                return self._idle_spotters.pop()
+            spotter: WakeSpotter = await self.in_worker(self.services.wake)
+            return spotter
+
+    def release_spotter(self, spotter: WakeSpotter) -> None:
+        self._idle_spotters.append(spotter)
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -541,8 +553,9 @@ class WyomingServer:
             return
         self._connections.add(task)
         log.info("wyoming connection from %s", address)
+        conn = _Connection(self, writer, address)
         try:
-            await _Connection(self, writer, address).run(reader)
+            await conn.run(reader)
         except (ConnectionError, OSError) as exc:
             log.info("wyoming %s: connection lost: %s", address, exc)
         except asyncio.CancelledError:
@@ -550,6 +563,7 @@ class WyomingServer:
         except Exception:
             log.exception("wyoming %s: connection failed", address)
         finally:
+            conn.close()
             self._connections.discard(task)
             writer.close()
 
