@@ -19,7 +19,22 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     setup_logging(args.verbose)
     bundle = Bundle.load(args.bundle)
     voice = None
-    if args.audio is not None:
+    if args.wyoming_satellite is not None:
+        if (
+            args.audio is not None
+            or args.out
+            or args.realtime
+            or args.audio_start_ms is not None
+            or args.once
+        ):
+            print(
+                "yimi: --wyoming-satellite is the microphone and speaker (a live stream): "
+                "no --audio, --out, --realtime, --audio-start-ms or --once",
+                file=sys.stderr,
+            )
+            return EXIT_USAGE
+        voice = VoiceOptions(audio="", satellite=args.wyoming_satellite)
+    elif args.audio is not None:
         voice = VoiceOptions(
             audio=args.audio,
             out=args.out,
@@ -52,6 +67,12 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--hub", help="HOST:PORT of the hub's gRPC (default: zeroconf)")
     sp.add_argument(
         "--audio", help="hear: mic, mic:DEVICE, - (raw s16le 16 kHz mono on stdin) or a file"
+    )
+    sp.add_argument(
+        "--wyoming-satellite",
+        metavar="HOST:PORT",
+        help="hear and speak through a wyoming-satellite (connects to it as Home Assistant "
+        "would; Yimi's wake word, VAD and voiceprint run here)",
     )
     sp.add_argument("--out", help="speak replies into: speaker, speaker:DEVICE, null or a WAV file")
     sp.add_argument("--realtime", action="store_true", help="pace a file like a microphone")

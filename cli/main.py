@@ -27,6 +27,7 @@ from cli import (
     timeline,
     voice,
     wake,
+    wyoming,
 )
 from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler
 from demo import narrated
@@ -59,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_commands(sub, command)
     memory_sub = memory.add_commands(sub, command)
     recall.add_search_command(memory_sub, command)
-    for group in (pay, models, brain, voice, wake, narrated):
+    for group in (pay, models, brain, voice, wake, wyoming, narrated):
         group.add_commands(sub, command)
     return p
 

@@ -23,6 +23,7 @@ import sys
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
+from typing import Any
 
 from edge_agent.errors import EdgeError
 from edge_agent.node import DeviceNode, NodeOptions
@@ -44,7 +45,7 @@ CONNECT_TIMEOUT_S = 10.0
 @dataclass(frozen=True)
 class VoiceOptions:
     audio: str
-    """``mic``, ``mic:DEVICE``, ``-`` or a file"""
+    """``mic``, ``mic:DEVICE``, ``-`` or a file ("" with ``satellite``)"""
     out: str | None = None
     """``speaker``, ``null`` or a WAV file; default: ``speaker`` on devices with one"""
     realtime: bool = False
@@ -52,6 +53,9 @@ class VoiceOptions:
     once: bool = False
     timeout: float = 60.0
     """``--once``: seconds to wait for the replies after the audio ended"""
+    satellite: str | None = None
+    """``HOST:PORT`` of a wyoming-satellite: its microphone and speaker are this device's
+    (:mod:`edge_agent.satellite`)"""
 
 
 class NodeUplink:
@@ -100,23 +104,31 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
     profile = bundle.profile
     if not profile.has("capture_audio"):
         raise EdgeError("edge.no_capture", profile=profile.name)
-    speaks = profile.has("speaker")
+    satellite = None
+    if voice.satellite is not None:  # the satellite's microphone and speaker
+        from edge_agent.satellite import SatelliteLink, parse_target
+
+        satellite = SatelliteLink(*parse_target(voice.satellite))
+    speaks = satellite is not None or profile.has("speaker")
     out = voice.out if voice.out is not None else ("speaker" if speaks else None)
-    source = open_source(voice.audio, realtime=voice.realtime, start_ms=voice.start_ms)
+    source: Any = satellite
+    if satellite is None:
+        source = open_source(voice.audio, realtime=voice.realtime, start_ms=voice.start_ms)
     ears = await asyncio.to_thread(load_ears, bundle, _progress)
     async with AsyncExitStack() as stack:
-        live = voice.audio.startswith("mic")
+        live = satellite is not None or voice.audio.startswith("mic")
         if not live:  # a missing or unreadable file fails now, not after connecting
             await stack.enter_async_context(source)
-        sink = None
-        if out is not None and speaks:
+        sink: Any = satellite
+        if satellite is None and out is not None and speaks:
             sink = await stack.enter_async_context(open_sink(out, realtime=voice.realtime))
+        heard_from = f"wyoming-satellite:{voice.satellite}" if satellite else voice.audio
         device = DeviceVoice(
             device_id=bundle.device_id,
             name=bundle.name,
             channel=profile.channel or bundle.name,
             speaks=speaks,
-            source=voice.audio,
+            source=heard_from,
         )
 
         async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
@@ -134,7 +146,7 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
                 await node.mqtt.connected.wait()
         except TimeoutError:
             log.warning("hub not reachable yet: requests will wait in the outbox")
-        log.info("edge agent %s (%s) hearing %s", bundle.name, bundle.device_id, voice.audio)
+        log.info("edge agent %s (%s) hearing %s", bundle.name, bundle.device_id, heard_from)
         if live:
             await stack.enter_async_context(source)
         if voice.realtime and voice.start_ms is not None:

@@ -316,6 +316,18 @@ MESSAGES: dict[str, str] = {
     "edge.no_reply": (
         "{count} voice request(s) got no reply within {seconds} s; they stay in the outbox"
     ),
+    # Wyoming (hub/voice/wyoming.py, edge_agent/satellite.py)
+    "wyoming.config": "home.yaml 'wyoming': {reason}",
+    "wyoming.stopping": "the Wyoming server is stopping",
+    "wyoming.turn_failed": "something went wrong on the hub; please ask again",
+    "wyoming.reply_late": (
+        "the answer is taking longer than {seconds} s; it will be on the timeline when it is ready"
+    ),
+    "wyoming.satellite_address": "--wyoming-satellite {value!r}: give HOST:PORT",
+    "wyoming.satellite_unreachable": "the Wyoming satellite at {target} is unreachable: {reason}",
+    "wyoming.not_satellite": (
+        "{target} answered describe without a satellite: it is not a wyoming-satellite"
+    ),
 }
 
 

@@ -17,6 +17,15 @@ REPLIES: Templates = {
     "report.no_tool": {"en": "No tool was used for this job.", "zh": "这项工作没有用到任何工具。"},
     "already": {"en": "(already answered)", "zh": "（已经回答过了）"},
     "nevermind": {"en": "OK.", "zh": "好的。"},
+    # the hub's own words to a Wyoming peer (hub/voice/wyoming.py), spoken by Home Assistant
+    "wyoming.reply_late": {
+        "en": "This is taking longer than {seconds} seconds; the answer will be on your timeline.",
+        "zh": "这需要超过 {seconds} 秒，答复会出现在你的时间线上。",
+    },
+    "wyoming.turn_failed": {
+        "en": "Something went wrong on the hub; please ask again.",
+        "zh": "中枢出了点问题，请再说一遍。",
+    },
     "help": {
         "en": "Here is what I can do: remember something for you and tell you what I remember "
         "(or forget it); e-mail a contact; turn devices on or off, dim lights, set blinds and "

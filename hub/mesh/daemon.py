@@ -17,9 +17,10 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import aiomqtt
 import grpc
@@ -41,6 +42,13 @@ from hub.turns.delivery import Delivery
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
+from hub.voice.wyoming import (
+    Services,
+    WyomingServer,
+    WyomingSettings,
+    WyomingTurns,
+    is_wyoming_device,
+)
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -81,6 +89,9 @@ class HubOptions:
     bind: str = "0.0.0.0"
     """address the broker and gRPC listen on"""
     advertise: bool = True
+    wyoming_port: int | None = None
+    """serve Home Assistant's Wyoming protocol on this port (``yimi wyoming serve``; 0: any
+    free port); ``None``: only if home.yaml has ``wyoming:``"""
 
 
 class HubDaemon:
@@ -115,7 +126,7 @@ class HubDaemon:
         """the capability gateway and its cards (``self.consent.gateway``)"""
         self.delivery = Delivery(
             self.store,
-            send=port.send,
+            send=self._send_reply,
             publish=self._publish_entries,
             commit=port.commit,
             gateway=self._gateway,
@@ -168,6 +179,19 @@ class HubDaemon:
             providers=lambda: ProviderStore.for_home(home),
         )
         """voice utterances: audio pieces, transcription, scope, then admission"""
+        self.wyoming_settings = WyomingSettings.from_config(home.config)
+        if options.wyoming_port is not None:
+            self.wyoming_settings = replace(
+                self.wyoming_settings or WyomingSettings(), port=options.wyoming_port
+            )
+        self.wyoming_turns = WyomingTurns(
+            admit=self.admission.admit,
+            clients=self.wyoming_settings.clients if self.wyoming_settings else {},
+            enrolled=self._enrolled,
+            ack=self._ack_wyoming,
+        )
+        """turns from Home Assistant's Wyoming handle service (guest unless mapped)"""
+        self.wyoming: WyomingServer | None = None
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self.delivery.on_ack,
@@ -192,6 +216,56 @@ class HubDaemon:
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
+
+    async def _send_reply(
+        self, device: str, kind: int, message: Message, trace_id: str | None
+    ) -> object:
+        """Delivery's send: replies to a Wyoming peer go back on its connection, the rest
+        on the mesh."""
+        if is_wyoming_device(device) and isinstance(message, mesh_pb2.Reply):
+            await self.wyoming_turns.on_reply(device, message)
+            return None
+        return await self.port.send(device, kind, message, trace_id)
+
+    def _enrolled(self, device: str) -> bool:
+        peer = self.port.peers.get(device)
+        return peer is not None and not peer.revoked
+
+    def _ack_wyoming(self, reply: mesh_pb2.Reply, device: str) -> None:
+        """A reply handed to the Wyoming peer counts as rendered there."""
+        self.store.record_chunk_delivery(reply.id, device, "rendered", now_ms(), None, reply.chunk)
+
+    def _wyoming_server(self, settings: WyomingSettings) -> WyomingServer:
+        home = self.home
+        speaker: list[Any] = []
+
+        def speak(text: str) -> Any:
+            if not speaker:
+                from hardware.tts import Speaker
+
+                speaker.append(Speaker.default())
+            return speaker[0](text)
+
+        def wake() -> Any:
+            from models.wake import detector_for
+
+            return detector_for(home.path)
+
+        services = Services(
+            transcribe=self.hearing.transcribe,
+            speak=speak,
+            wake=wake,
+            handle=self.wyoming_turns.turn,
+            asr_model=self.hearing.settings.model or "whisper",
+        )
+        return WyomingServer(
+            services,
+            host=self.options.bind,
+            port=settings.port,
+            name=settings.name,
+            advertise=self.options.advertise,
+            addresses=advertise_addresses(self.options.bind),
+        )
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> HubDaemon:
@@ -281,6 +355,10 @@ class HubDaemon:
         )
         for part, what in parts:
             await self._stack.enter_async_context(Bounded(part, what))
+        if self.wyoming_settings is not None:
+            self.wyoming = await self._stack.enter_async_context(
+                Bounded(self._wyoming_server(self.wyoming_settings), "the Wyoming server")
+            )
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")

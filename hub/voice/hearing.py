@@ -835,6 +835,12 @@ class Hearing:
             channel=utt.channel, source=AUDIO_SOURCE, counter=opened.counter, voice=facts
         )
 
+    async def transcribe(self, samples: Samples) -> Transcript:
+        """What ``samples`` (16 kHz mono) say, by the recogniser of the next utterance, in
+        the voice worker (the Wyoming speech-to-text service: no turn, no archive)."""
+        result: Transcript = await self._in_worker(self._transcribe, samples)
+        return result
+
     # -------------------------------------------------------------- workers
     async def _in_worker(self, fn: Callable[..., Any], *args: Any) -> Any:
         if self._pool is None:
