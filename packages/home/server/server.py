@@ -1,12 +1,13 @@
 """home: smart-home devices over MQTT in the Home Assistant MQTT-discovery convention.
 
 Devices announce themselves with retained JSON configs on
-``<prefix>/<component>/<object_id>/config`` (``name``, ``state_topic``, ``command_topic``,
-``unit_of_measurement``, ``payload_on``/``payload_off``, ``device.suggested_area``; for
-lights ``brightness_command_topic``/``brightness_state_topic``/``brightness_scale``, for
-covers ``set_position_topic``/``position_topic``, for a speaker's volume a ``number``; see
-``common.py``); states arrive on their state topics. ``set_state`` publishes to the
-command topics and waits for the device to report the new state and levels: only then is
+``<prefix>/<component>/[<node_id>/]<object_id>/config`` or, device-based, on
+``<prefix>/device/<object_id>/config`` (abbreviated or not, with ``~``; ``hass.py``); an
+empty retained config removes what its topic announced. What each component reads and
+takes is in ``common.py``; states arrive on their state topics (one topic may feed several
+entities: Zigbee2MQTT's and Tasmota's JSON states), availability on its topics.
+
+``set_state`` publishes to the command topics and waits for the device to report the new state and levels: only then is
 the effect ``verified`` (otherwise ``not_verified`` — the gateway then reports ``unknown``
 and asks for ``get_state`` first). A call the device cannot take (a level out of 0..100,
 a brightness for a cover, a state for a lock) fails before anything is published. Locks
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -31,8 +31,10 @@ from typing import Any
 import aiomqtt
 from mcp.server.mcpserver import MCPServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.home
+from packages.home import hass
+from packages.home.common import (
+    MAX_READING,
     Entity,
     commands,
     configured_areas,
@@ -46,43 +48,82 @@ from common import (
 
 PREFIX = os.environ.get("YIMI_DISCOVERY_PREFIX", "homeassistant")
 SETTLE_S = 1.0
-MAX_CONFIG = 16 * 1024
 MAX_TOPICS = 10_000
+MAX_ENTITIES = 2_000
 
 
 class Home:
+    """The home as discovery announced it: entities by id, what each config topic announced,
+    and which entity reads which topic."""
+
     def __init__(self) -> None:
         self.entities: dict[str, Entity] = {}
-        self.by_topic: dict[str, tuple[Entity, str]] = {}
-        """reading topic → (entity, role)"""
+        self.by_key: dict[str, str] = {}
+        """discovery key → entity id"""
+        self.announced: dict[str, set[str]] = {}
+        """config topic → the discovery keys it announced"""
+        self.by_topic: dict[str, list[tuple[Entity, str]]] = {}
+        """reading topic → (entity, role) of every entity reading it"""
         self.last_payload: dict[str, str] = {}
         self.areas = configured_areas()
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
 
+    # ---------------------------------------------------------------- discovery
     def discovered(self, topic: str, payload: bytes) -> None:
-        parts = topic.split("/")
-        if len(parts) != 4 or len(payload) > MAX_CONFIG:
-            return
-        try:
-            cfg = json.loads(payload) if payload else None
-        except ValueError:
-            return
-        _, component, object_id, _ = parts
-        key = f"{component}.{object_id}"
-        if not isinstance(cfg, dict):
-            self.entities.pop(key, None)
-            return
-        e = entity_from_config(component, object_id, cfg, self.areas)
-        for t, role in e.reading_topics.items():
+        a = hass.decode(PREFIX, topic, payload)
+        if a is None:
+            return  # not a config Home Assistant would take: nothing changes
+        keys = {d.key for d in a.entities}
+        for gone in self.announced.get(topic, set()) - keys:
+            self._remove(gone)
+        for d in a.entities:
+            self._add(d)
+        if keys:
+            self.announced[topic] = keys
+        else:
+            self.announced.pop(topic, None)
+        self._index()
+
+    def _remove(self, key: str) -> None:
+        entity_id = self.by_key.pop(key, None)
+        if entity_id is not None:
+            self.entities.pop(entity_id, None)
+
+    def _add(self, d: hass.Discovery) -> None:
+        name = hass.friendly_name(d)
+        uid = d.config.get("unique_id")
+        if uid not in (None, "") and any(
+            e.unique_id == str(uid) and e.key != d.key for e in self.entities.values()
+        ):
+            return  # a second config with the same unique_id is ignored (as in HA)
+        entity_id = self.by_key.get(d.key)
+        if entity_id is None:
+            if len(self.entities) >= MAX_ENTITIES:
+                return
+            base = f"{d.component}.{hass.entity_slug(d, name)}"
+            entity_id, n = base, 1
+            while entity_id in self.entities:
+                n += 1
+                entity_id = f"{base}_{n}"
+        object_id = entity_id.split(".", 1)[1]
+        e = entity_from_config(d.component, object_id, d.config, self.areas, name=name, key=d.key)
+        for t, role in e.readings():
             # the last reading on the topic (a state may arrive before its config; a config
             # seen again keeps what the device said meanwhile)
             if t in self.last_payload:
-                e.report(role, self.last_payload[t])
-            self.by_topic[t] = (e, role)
-        self.entities[key] = e
+                e.report(role, self.last_payload[t], t)
+        self.by_key[d.key] = entity_id
+        self.entities[entity_id] = e
 
+    def _index(self) -> None:
+        self.by_topic = {}
+        for e in self.entities.values():
+            for t, role in e.readings():
+                self.by_topic.setdefault(t, []).append((e, role))
+
+    # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
         host = os.environ.get("YIMI_MQTT_HOST", "127.0.0.1")
         port = int(os.environ.get("YIMI_MQTT_PORT", "1883"))
@@ -96,7 +137,7 @@ class Home:
                     timeout=5,
                 ) as client:
                     self.client = client
-                    await client.subscribe(f"{PREFIX}/+/+/config", qos=1)
+                    await client.subscribe(f"{PREFIX}/#", qos=1)
                     await client.subscribe("#", qos=1)
                     self.connected.set()
                     async for msg in client.messages:
@@ -110,19 +151,16 @@ class Home:
         if topic.startswith(PREFIX + "/") and topic.endswith("/config"):
             self.discovered(topic, payload)
         else:
-            if len(payload) > 1024:
+            if len(payload) > MAX_READING:
                 return
-            text = payload.decode(errors="replace").strip()
-            found = self.by_topic.get(topic)
-            if found or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
+            text = payload.decode(errors="replace")
+            readers = self.by_topic.get(topic)
+            if readers or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
                 self.last_payload[topic] = text
-            if found is None:
+            if not readers:
                 return
-            reporter, role = found
-            current = self.entities.get(reporter.entity_id)
-            if current is None or id(current) != id(reporter):
-                return  # the config changed since: a stale mapping
-            current.report(role, text)
+            for e, role in readers:
+                e.report(role, text, topic)
         async with self.changed:
             self.changed.notify_all()
 
@@ -188,19 +226,25 @@ async def set_state(
     brightness: int | None = None,
     position: int | None = None,
     volume: int | None = None,
+    temperature: float | None = None,
 ) -> dict[str, Any]:
     """Switch a light, switch or fan "on"/"off"; set a dimmable light's brightness (0-100 %,
     0 is off); open/close a cover ("open"/"closed") or set its position (0 closed .. 100
-    open); set a speaker's volume (0-100 %). Locks and sensors are read-only."""
+    open); set a speaker's volume (0-100 %); set a thermostat's temperature (its setpoint,
+    in its unit). Locks and sensors are read-only."""
     e = await HOME.entity(entity)
     if e is None:
         return receipt("failed", error=("NOT_FOUND", f"no device {entity}"))
-    w = wanted(e, state, brightness, position, volume)
+    w = wanted(e, state, brightness, position, volume, temperature)
     if isinstance(w, tuple):
         return receipt("failed", error=w)
+    messages = commands(e, w)
+    if any(payload is None for _, payload in messages):
+        why = f"{entity}: its command template gives no payload: nothing was sent"
+        return receipt("failed", error=("BAD_TEMPLATE", why))
     if HOME.client is None:
         return receipt("failed", error=("DISCONNECTED", "no connection to the MQTT broker"))
-    for topic, payload in commands(e, w):
+    for topic, payload in messages:
         await HOME.client.publish(topic, payload, qos=1)
     timeout = float(os.environ.get("YIMI_CONFIRM_TIMEOUT", "3"))
     confirmed = False
