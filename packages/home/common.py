@@ -336,7 +336,7 @@ class Entity:
             value = payload.strip() if tpl is None else render(tpl, payload)
             if value:
                 _REPORTS.get(role, Entity._report_state)(self, value)
-        except Exception:  # noqa: BLE001 — an untrusted payload never breaks the entity
+        except Exception:  # an untrusted payload never breaks the entity
             return
 
     def _report_availability(self, topic: str, payload: str) -> None:
@@ -582,7 +582,9 @@ def _level(name: str, value: object) -> int | str:
     return int(value)
 
 
-def _wanted_setpoint(e: Entity, state: str, temperature: object, levels: bool) -> Wanted | tuple[str, str]:
+def _wanted_setpoint(
+    e: Entity, state: str, temperature: object, levels: bool
+) -> Wanted | tuple[str, str]:
     entity = e.entity_id
     if state.strip():
         return "BAD_STATE", f"{entity}: give its temperature (a setpoint), not a state"
@@ -594,7 +596,10 @@ def _wanted_setpoint(e: Entity, state: str, temperature: object, levels: bool) -
         return "BAD_VALUE", f"{entity}: give a temperature from {low:g} to {high:g} {unit}"
     t = float(temperature)
     if not math.isfinite(t) or not low <= t <= high:
-        return "BAD_VALUE", f"{entity}: temperature must be from {low:g} to {high:g} {unit}, got {temperature!r}"
+        return (
+            "BAD_VALUE",
+            f"{entity}: temperature must be from {low:g} to {high:g} {unit}, got {temperature!r}",
+        )
     return Wanted(temperature=t)
 
 
@@ -616,8 +621,8 @@ def wanted(
     if not e.available:
         return "UNAVAILABLE", f"{e.name} is offline (unavailable): nothing was sent"
     if e.component == "climate":
-        levels = any(v is not None for v in (brightness, position, volume))
-        return _wanted_setpoint(e, state or "", temperature, levels)
+        other = any(v is not None for v in (brightness, position, volume))
+        return _wanted_setpoint(e, state or "", temperature, other)
     if temperature is not None:
         return "BAD_VALUE", f"{entity} has no temperature: it is not a thermostat"
     levels: dict[str, int] = {}
@@ -673,7 +678,13 @@ def _templated(e: Entity, key: str, value: Any, **variables: Any) -> str | None:
     when the template gives nothing"""
     tpl = e.config.get(key)
     if not isinstance(tpl, str) or not tpl:
-        return value if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+        return (
+            value
+            if isinstance(value, str)
+            else f"{value:g}"
+            if isinstance(value, float)
+            else str(value)
+        )
     return render_value(tpl, value, **variables) or None
 
 

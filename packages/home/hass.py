@@ -259,7 +259,7 @@ def decode(prefix: str, topic: str, payload: bytes) -> Announcement | None:
     component) — then nothing changes."""
     try:
         return _decode(prefix, topic, payload)
-    except Exception:  # noqa: BLE001 — untrusted input: ignore what cannot be read
+    except Exception:  # untrusted input: ignore what cannot be read
         return None
 
 
@@ -277,8 +277,9 @@ def _decode(prefix: str, topic: str, payload: bytes) -> Announcement | None:
         return None
     cfg = expand(cfg)
     if component != "device":
-        return Announcement(topic, (Discovery(_key(component, node, obj), component, node, obj,
-                                              replace_base(cfg)),))
+        return Announcement(
+            topic, (Discovery(_key(component, node, obj), component, node, obj, replace_base(cfg)),)
+        )
     components = cfg.get("components")
     if not isinstance(components, dict):
         return None
@@ -293,8 +294,13 @@ def _decode(prefix: str, topic: str, payload: bytes) -> Announcement | None:
             continue  # unhandled, or removed (its platform only)
         merged = replace_base({**shared, **own})
         found.append(
-            Discovery(_key(str(platform), node, obj, str(cid)), str(platform), _key(node, obj),
-                      str(cid), merged)
+            Discovery(
+                _key(str(platform), node, obj, str(cid)),
+                str(platform),
+                _key(node, obj),
+                str(cid),
+                merged,
+            )
         )
     return Announcement(topic, tuple(found))
 

@@ -7,11 +7,12 @@ empty retained config removes what its topic announced. What each component read
 takes is in ``common.py``; states arrive on their state topics (one topic may feed several
 entities: Zigbee2MQTT's and Tasmota's JSON states), availability on its topics.
 
-``set_state`` publishes to the command topics and waits for the device to report the new state and levels: only then is
-the effect ``verified`` (otherwise ``not_verified`` — the gateway then reports ``unknown``
-and asks for ``get_state`` first). A call the device cannot take (a level out of 0..100,
-a brightness for a cover, a state for a lock) fails before anything is published. Locks
-are read-only: no command is ever published to a lock.
+``set_state`` publishes to the command topics and waits for the device to report the new
+state and levels: only then is the effect ``verified`` (otherwise ``not_verified`` — the
+gateway then reports ``unknown`` and asks for ``get_state`` first). A call the device
+cannot take (a level out of 0..100, a brightness for a cover, a state for a lock, any
+command to an unavailable device) fails before anything is published. Locks are
+read-only: no command is ever published to a lock.
 
 Environment: ``YIMI_MQTT_HOST``, ``YIMI_MQTT_PORT``, ``YIMI_MQTT_USER``, ``MQTT_PASSWORD``,
 ``YIMI_DISCOVERY_PREFIX`` (default ``homeassistant``), ``YIMI_CONFIRM_TIMEOUT`` (s),
@@ -32,96 +33,30 @@ import aiomqtt
 from mcp.server.mcpserver import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.home
-from packages.home import hass
 from packages.home.common import (
-    MAX_READING,
     Entity,
     commands,
     configured_areas,
-    entity_from_config,
     listing,
     observation,
     receipt,
     set_receipt,
     wanted,
 )
+from packages.home.registry import Registry
 
 PREFIX = os.environ.get("YIMI_DISCOVERY_PREFIX", "homeassistant")
 SETTLE_S = 1.0
-MAX_TOPICS = 10_000
-MAX_ENTITIES = 2_000
 
 
-class Home:
-    """The home as discovery announced it: entities by id, what each config topic announced,
-    and which entity reads which topic."""
+class Home(Registry):
+    """The registry (``registry.py``) fed from the broker."""
 
     def __init__(self) -> None:
-        self.entities: dict[str, Entity] = {}
-        self.by_key: dict[str, str] = {}
-        """discovery key → entity id"""
-        self.announced: dict[str, set[str]] = {}
-        """config topic → the discovery keys it announced"""
-        self.by_topic: dict[str, list[tuple[Entity, str]]] = {}
-        """reading topic → (entity, role) of every entity reading it"""
-        self.last_payload: dict[str, str] = {}
-        self.areas = configured_areas()
+        super().__init__(PREFIX, configured_areas())
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
-
-    # ---------------------------------------------------------------- discovery
-    def discovered(self, topic: str, payload: bytes) -> None:
-        a = hass.decode(PREFIX, topic, payload)
-        if a is None:
-            return  # not a config Home Assistant would take: nothing changes
-        keys = {d.key for d in a.entities}
-        for gone in self.announced.get(topic, set()) - keys:
-            self._remove(gone)
-        for d in a.entities:
-            self._add(d)
-        if keys:
-            self.announced[topic] = keys
-        else:
-            self.announced.pop(topic, None)
-        self._index()
-
-    def _remove(self, key: str) -> None:
-        entity_id = self.by_key.pop(key, None)
-        if entity_id is not None:
-            self.entities.pop(entity_id, None)
-
-    def _add(self, d: hass.Discovery) -> None:
-        name = hass.friendly_name(d)
-        uid = d.config.get("unique_id")
-        if uid not in (None, "") and any(
-            e.unique_id == str(uid) and e.key != d.key for e in self.entities.values()
-        ):
-            return  # a second config with the same unique_id is ignored (as in HA)
-        entity_id = self.by_key.get(d.key)
-        if entity_id is None:
-            if len(self.entities) >= MAX_ENTITIES:
-                return
-            base = f"{d.component}.{hass.entity_slug(d, name)}"
-            entity_id, n = base, 1
-            while entity_id in self.entities:
-                n += 1
-                entity_id = f"{base}_{n}"
-        object_id = entity_id.split(".", 1)[1]
-        e = entity_from_config(d.component, object_id, d.config, self.areas, name=name, key=d.key)
-        for t, role in e.readings():
-            # the last reading on the topic (a state may arrive before its config; a config
-            # seen again keeps what the device said meanwhile)
-            if t in self.last_payload:
-                e.report(role, self.last_payload[t], t)
-        self.by_key[d.key] = entity_id
-        self.entities[entity_id] = e
-
-    def _index(self) -> None:
-        self.by_topic = {}
-        for e in self.entities.values():
-            for t, role in e.readings():
-                self.by_topic.setdefault(t, []).append((e, role))
 
     # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
@@ -148,21 +83,9 @@ class Home:
                 await asyncio.sleep(1.0)
 
     async def on_message(self, topic: str, payload: bytes) -> None:
-        if topic.startswith(PREFIX + "/") and topic.endswith("/config"):
-            self.discovered(topic, payload)
-        else:
-            if len(payload) > MAX_READING:
-                return
-            text = payload.decode(errors="replace")
-            readers = self.by_topic.get(topic)
-            if readers or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
-                self.last_payload[topic] = text
-            if not readers:
-                return
-            for e, role in readers:
-                e.report(role, text, topic)
-        async with self.changed:
-            self.changed.notify_all()
+        if self.take(topic, payload):
+            async with self.changed:
+                self.changed.notify_all()
 
     async def entity(self, entity_id: str) -> Entity | None:
         """The entity, once discovered and reporting (waits up to ``SETTLE_S`` after start)."""
