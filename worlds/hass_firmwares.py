@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 from collections.abc import Callable
@@ -116,8 +117,8 @@ class Zigbee2Mqtt(Firmware):
 
     def __post_init__(self) -> None:
         for dev in self.devices:
-            self.answers[f"{self.base}/{dev}/set"] = lambda p, d=dev: self._set(d, p)
-            self.answers[f"{self.base}/{dev}/set/state"] = lambda p, d=dev: self._set(d, p)
+            self.answers[f"{self.base}/{dev}/set"] = functools.partial(self._set, dev)
+            self.answers[f"{self.base}/{dev}/set/state"] = functools.partial(self._set, dev)
         thermostat = f"{self.base}/TS0601_thermostat/set/current_heating_setpoint"
         self.answers[thermostat] = self._setpoint
 
@@ -600,7 +601,7 @@ class MqttDiscoverable(Firmware):
     def __post_init__(self) -> None:
         for name, dev in (("Garden pump", None), ("Heater", "Greenhouse")):
             topic = f"hmd/{self._topic('switch', name, dev)}/command"
-            self.answers[topic] = lambda p, n=name: self._switch(n, p)
+            self.answers[topic] = functools.partial(self._switch, name)
 
     def _switch(self, name: str, payload: str) -> None:
         if payload not in ("ON", "OFF"):

@@ -274,15 +274,16 @@ class Entity:
         out = []
         cfg = self.config
         if isinstance(cfg.get("availability_topic"), str) and cfg["availability_topic"]:
-            out.append(self._availability(cfg["availability_topic"], cfg))
-        for a in cfg.get("availability") or []:
+            template = cfg.get("availability_template")
+            out.append(self._availability(cfg["availability_topic"], cfg, template))
+        listed = cfg.get("availability")
+        for a in listed if isinstance(listed, list) else []:
             if isinstance(a, dict) and isinstance(a.get("topic"), str) and a["topic"]:
-                out.append(self._availability(a["topic"], a))
+                out.append(self._availability(a["topic"], a, a.get("value_template")))
         return out
 
     @staticmethod
-    def _availability(topic: str, cfg: dict[str, Any]) -> Availability:
-        tpl = cfg.get("availability_template", cfg.get("value_template"))
+    def _availability(topic: str, cfg: dict[str, Any], tpl: Any) -> Availability:
         return Availability(
             topic,
             tpl if isinstance(tpl, str) and tpl else None,

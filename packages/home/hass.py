@@ -209,6 +209,8 @@ def expand(cfg: dict[str, Any]) -> dict[str, Any]:
         avail = [avail]
     if isinstance(avail, list):
         out["availability"] = [_expand(a, ABBREVIATIONS) for a in avail if isinstance(a, dict)]
+    else:
+        out.pop("availability", None)  # neither an entry nor a list: none
     return out
 
 

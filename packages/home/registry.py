@@ -4,9 +4,12 @@ it from the broker, tests feed it directly). Never raises on what a message hold
 
 from __future__ import annotations
 
+import logging
+
 from packages.home import hass
 from packages.home.common import MAX_READING, Entity, entity_from_config
 
+log = logging.getLogger(__name__)
 MAX_TOPICS = 10_000
 """topics whose last payload is kept for entities announced later"""
 MAX_ENTITIES = 2_000
@@ -28,7 +31,10 @@ class Registry:
     def take(self, topic: str, payload: bytes) -> bool:
         """Take one message; whether it changed what an entity says."""
         if topic.startswith(self.prefix + "/") and topic.endswith("/config"):
-            self.discovered(topic, payload)
+            try:
+                self.discovered(topic, payload)
+            except Exception:  # a config no rule foresaw: it changes nothing more
+                log.warning("discovery config on %s not taken", topic, exc_info=True)
             return True
         if len(payload) > MAX_READING:
             return False

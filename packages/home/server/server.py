@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,10 @@ class Home(Registry):
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
+        self.settled = asyncio.Event()
+        """the broker has sent every retained message since connecting (our marker, published
+        after subscribing, came back after them)"""
+        self.marker = f"yimi/home-sync/{uuid.uuid4().hex}"
 
     # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
@@ -72,9 +77,11 @@ class Home(Registry):
                     timeout=5,
                 ) as client:
                     self.client = client
+                    self.settled.clear()
                     await client.subscribe(f"{PREFIX}/#", qos=1)
                     await client.subscribe("#", qos=1)
                     self.connected.set()
+                    await client.publish(self.marker, b"", qos=1)
                     async for msg in client.messages:
                         await self.on_message(msg.topic.value, bytes(msg.payload or b""))
             except aiomqtt.MqttError:
@@ -83,23 +90,21 @@ class Home(Registry):
                 await asyncio.sleep(1.0)
 
     async def on_message(self, topic: str, payload: bytes) -> None:
+        if topic == self.marker:
+            self.settled.set()
+            return
         if self.take(topic, payload):
             async with self.changed:
                 self.changed.notify_all()
 
     async def entity(self, entity_id: str) -> Entity | None:
-        """The entity, once discovered and reporting (waits up to ``SETTLE_S`` after start)."""
-
-        def known() -> bool:
-            e = self.entities.get(entity_id)
-            return e is not None and e.reported
-
-        if not known():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(SETTLE_S):
-                    await self.connected.wait()
-                    async with self.changed:
-                        await self.changed.wait_for(known)
+        """The entity, once the retained messages are in (a config arriving later is waited
+        for: up to ``SETTLE_S`` in all)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SETTLE_S):
+                await self.settled.wait()
+                async with self.changed:
+                    await self.changed.wait_for(lambda: entity_id in self.entities)
         return self.entities.get(entity_id)
 
 
@@ -125,10 +130,9 @@ async def list_devices() -> dict[str, Any]:
     """Every discovered device: one device.state effect each with name, domain, area, state,
     brightness/position/volume (0-100 %) where the device has them, and features; sensors
     also as values with their units."""
-    with contextlib.suppress(TimeoutError):
+    with contextlib.suppress(TimeoutError):  # the retained configs and states first
         async with asyncio.timeout(SETTLE_S):
-            await HOME.connected.wait()
-    await asyncio.sleep(0.2)  # let retained discovery configs arrive after connecting
+            await HOME.settled.wait()
     return listing(list(HOME.entities.values()))
 
 
