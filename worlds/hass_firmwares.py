@@ -704,7 +704,6 @@ class DeviceDiscovery(Firmware):
                 "unit_of_measurement": "°C",
                 "value_template": "{{ value_json.temperature}}",
                 "unique_id": "temp01ae_t",
-                "name": "Temperature",
             },
             "some_unique_id2": {
                 "p": "sensor",
@@ -712,7 +711,6 @@ class DeviceDiscovery(Firmware):
                 "unit_of_measurement": "%",
                 "value_template": "{{ value_json.humidity}}",
                 "unique_id": "temp01ae_h",
-                "name": "Humidity",
             },
             "bedroom_plug": {
                 "p": "switch",

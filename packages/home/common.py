@@ -400,12 +400,6 @@ class Entity:
     def _report_mode(self, value: str) -> None:
         self.state = value.lower()
 
-    @property
-    def reported(self) -> bool:
-        """it has reported something, or it has nothing to report on"""
-        said = (self.state, self.position_raw, self.current_temperature_raw)
-        return any(x is not None for x in said) or not self.readings()
-
     # ---------------------------------------------------------------- what it says
     @property
     def brightness(self) -> int | None:

@@ -16,8 +16,8 @@ be read is ignored, as Home Assistant ignores it).
 - **Removal**: an empty (retained) payload on a config topic removes what it announced.
 - **Names**: ``name: null`` (or ``""``, as ESPHome sends for an entity without its own name)
   names the entity after its device; a name is shown after its device's name ("Hall sensor
-  Temperature") unless it already begins with it; no name at all: the device's name, else
-  the object id.
+  Temperature") unless it already begins with it; no name at all: its device class
+  ("Bedroom Humidity"), else the device's name, else the object id.
 - **Entity ids**: ``<component>.<slug>``, the slug from ``default_entity_id`` or
   ``object_id`` when given, else the topic's object id (no node id), else the name (with a
   node id), else ``<node_id>_<object_id>``.
@@ -325,6 +325,9 @@ def friendly_name(d: Discovery) -> str:
     dname = str(dname).strip() if isinstance(dname, str | int | float) and dname != "" else ""
     raw = d.config.get("name", ...)
     name = "" if raw is None or raw is ... else str(raw).strip()
+    device_class = d.config.get("device_class")
+    if raw is ... and isinstance(device_class, str) and device_class and dname:
+        name = device_class.replace("_", " ").capitalize()  # unnamed: its class names it
     if not name:
         return dname or d.object_id
     if dname and not name.lower().startswith(dname.lower()):
