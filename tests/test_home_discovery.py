@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hub.brain.slots import devices_of
+from hub.brain.slots import LiveSlots, devices_of
 from hub.gateway import ToolCall
 from hub.gateway.facts import facts_of
 from hub.gateway.receipts import Receipt, parse_receipt
@@ -454,6 +454,17 @@ async def test_real_publishers_devices_found_switched_and_read(tmp_path: Path) -
         slots = {d.entity: d for d in devices_of(listed)}
         assert slots["light.kitchen_bulb"].area == "Kitchen"
         assert slots["sensor.bedroom_humidity"].area == "Bedroom"
+        # the intent engine's slot lists: these devices and areas, by name
+        live = LiveSlots(gw)
+        pump = await live.recognize("turn on the garden pump")
+        assert pump is not None and pump.intent == "HassTurnOn", pump
+        assert pump.slots["name"] == "switch.garden_pump"
+        fan = await live.recognize("turn off the living room node ceiling fan")
+        assert fan is not None and fan.slots["name"] == "fan.living_room_node_ceiling_fan", fan
+        kitchen = await live.recognize("打开厨房的灯")  # Kitchen: YIMI_AREAS named it
+        assert kitchen is not None and kitchen.slots.get("area") == "Kitchen", kitchen
+        bedroom = await live.recognize("what is the bedroom humidity")
+        assert bedroom is not None and bedroom.slots.get("name") == "sensor.bedroom_humidity"
 
         # switched: each verified by the device's own report
         for entity, args, state in (
