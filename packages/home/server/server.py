@@ -59,14 +59,16 @@ class Home(Registry):
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
         self.settled = asyncio.Event()
-        """the broker has sent every retained message since connecting (our marker, published
-        after subscribing, came back after them)"""
+        """the broker has sent every retained message since connecting (our marker, an empty
+        message on ``yimi/home-sync/<random>`` published after subscribing, came back after
+        them)"""
         self.marker = f"yimi/home-sync/{uuid.uuid4().hex}"
 
     # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
         host = os.environ.get("YIMI_MQTT_HOST", "127.0.0.1")
         port = int(os.environ.get("YIMI_MQTT_PORT", "1883"))
+        fallback: asyncio.TimerHandle | None = None
         while True:
             try:
                 async with aiomqtt.Client(
@@ -82,12 +84,17 @@ class Home(Registry):
                     await client.subscribe("#", qos=1)
                     self.connected.set()
                     await client.publish(self.marker, b"", qos=1)
+                    # a broker whose ACL drops the marker: settled after SETTLE_S anyway
+                    fallback = asyncio.get_running_loop().call_later(SETTLE_S, self.settled.set)
                     async for msg in client.messages:
                         await self.on_message(msg.topic.value, bytes(msg.payload or b""))
             except aiomqtt.MqttError:
                 self.client = None
                 self.connected.clear()
                 await asyncio.sleep(1.0)
+            finally:
+                if fallback is not None:
+                    fallback.cancel()
 
     async def on_message(self, topic: str, payload: bytes) -> None:
         if topic == self.marker:
