@@ -144,7 +144,7 @@ def test_names_and_entity_ids_as_each_publisher_gives_them() -> None:
 
 
 def test_states_read_through_templates_and_payloads() -> None:
-    r = fed(Zigbee2Mqtt(), EspHome(), MqttDiscoverable(), DeviceDiscovery())
+    r = fed(Zigbee2Mqtt(), EspHome(), MqttDiscoverable(retain=True), DeviceDiscovery())
     e = r.entities
     assert e["binary_sensor.front_door_contact"].readable_state() == "off"  # contact: true
     assert e["lock.front_lock"].readable_state() == "locked"  # state_locked LOCK
@@ -451,6 +451,7 @@ async def test_real_publishers_devices_found_switched_and_read(tmp_path: Path) -
         # Tasmota's tele states are not retained: online, but no state yet
         assert seen["light.b3c4d5_li_1"]["state"] == UNKNOWN
         assert seen["switch.e1f2a3_rl_1"]["state"] == UNKNOWN
+        assert seen["sensor.greenhouse_humidity"]["state"] == UNKNOWN  # nor ha-mqtt-discoverable's
         slots = {d.entity: d for d in devices_of(listed)}
         assert slots["light.kitchen_bulb"].area == "Kitchen"
         assert slots["sensor.bedroom_humidity"].area == "Bedroom"
@@ -546,3 +547,99 @@ async def test_real_publishers_devices_found_switched_and_read(tmp_path: Path) -
 
 async def _is(value: Any, want: str) -> bool:
     return await value == want
+
+
+@pytest.mark.slow
+async def test_the_real_ha_mqtt_discoverable_library_with_and_without_a_device(
+    tmp_path: Path,
+) -> None:
+    """The library itself (``ha-mqtt-discoverable``, paho in its own thread) publishes; its
+    switch callbacks obey as its README shows. Its states are not retained: until it says
+    one, a switch is ``unknown``."""
+    pytest.importorskip("ha_mqtt_discoverable")
+    from ha_mqtt_discoverable import DeviceInfo, Settings
+    from ha_mqtt_discoverable.sensors import (
+        BinarySensor,
+        BinarySensorInfo,
+        Sensor,
+        SensorInfo,
+        Switch,
+        SwitchInfo,
+    )
+
+    made: list[Any] = []
+    async with Mosquitto() as broker:
+        mqtt = Settings.MQTT(host=broker.host, port=broker.port)
+
+        def switch(info: SwitchInfo) -> Switch:
+            def obey(client: Any, user_data: Any, message: Any) -> None:
+                on = message.payload.decode() == "ON"
+                s.on() if on else s.off()
+
+            s = Switch(Settings(mqtt=mqtt, entity=info), obey)
+            made.append(s)
+            return s
+
+        try:
+            shed = DeviceInfo(name="Shed", identifiers="shed-01", suggested_area="Garden")
+            pump = switch(SwitchInfo(name="Water pump"))  # no device: 3-level topic
+            lamp = switch(SwitchInfo(name="Lamp", device=shed, unique_id="shed_lamp"))
+            temp = Sensor(
+                Settings(
+                    mqtt=mqtt,
+                    entity=SensorInfo(
+                        name="Temperature",
+                        device=shed,
+                        unique_id="shed_t",
+                        unit_of_measurement="°C",
+                        device_class="temperature",
+                    ),
+                )
+            )
+            door = BinarySensor(
+                Settings(
+                    mqtt=mqtt,
+                    entity=BinarySensorInfo(
+                        name="Door", device=shed, unique_id="shed_door", device_class="door"
+                    ),
+                )
+            )
+            made += [temp, door]
+            for entity in (pump, lamp):
+                entity.write_config()
+            temp.set_state(12.5)  # writes its config first
+            door.off()
+            async with gateway(
+                tmp_path,
+                "home",
+                env={
+                    "YIMI_MQTT_HOST": broker.host,
+                    "YIMI_MQTT_PORT": str(broker.port),
+                    "YIMI_CONFIRM_TIMEOUT": "3",
+                },
+            ) as gw:
+                listed = await gw.call(call("home", "list_devices", {}, "h1", "th1"), OWNER)
+                seen = by_target(listed)
+                assert seen["switch.water_pump"]["state"] == UNKNOWN, seen
+                assert seen["switch.shed_lamp"] | {"state": "?"} == {
+                    "name": "Shed Lamp",
+                    "domain": "switch",
+                    "area": "Garden",
+                    "state": "?",
+                    "features": ["on_off"],
+                }
+                assert {"sensor.shed_temperature", "binary_sensor.shed_door"} <= set(seen)
+                for entity in ("switch.water_pump", "switch.shed_lamp"):
+                    r = await gw.call(asked(entity, state="on"), OWNER)
+                    assert r.status == "succeeded" and r.effects[0].state == "verified", r
+                temp.set_state(13.0)
+
+                async def temperature() -> Any:
+                    r = await gw.call(reading("sensor.shed_temperature"), OWNER)
+                    return values(r).get("Shed Temperature") == (13.0, "°C")
+
+                await poll(temperature, 10, "the shed's temperature")
+        finally:
+            for entity in made:
+                entity.mqtt_client.disconnect()
+                entity.mqtt_client.loop_stop()

@@ -22,7 +22,8 @@ that answer commands as the firmware does.
 - :class:`MqttDiscoverable` — the ``ha-mqtt-discoverable`` library: full keys plus its own
   ``component`` key, ``hmd/<component>/[<device>/]<name>/state|command|attributes``,
   ``homeassistant/<component>/[<device>/]<name>/config`` (names cleaned to
-  ``[A-Za-z0-9_-]``), with and without a device.
+  ``[A-Za-z0-9_-]``), with and without a device; its states go out unretained (the
+  library's default).
 - :class:`DeviceDiscovery` — Home Assistant's device-based discovery
   (``homeassistant/device/<id>/config``, ``dev``, ``o``, ``cmps`` with ``p``, options shared
   from the root, ``~``).
@@ -593,6 +594,7 @@ class MqttDiscoverable(Firmware):
     )
     door: str = "off"
     humidity: str = "81.5"
+    retain: bool = False
 
     def _topic(self, component: str, name: str, device: str | None) -> str:
         dev = f"/{_clean(device)}" if device else ""
@@ -658,19 +660,21 @@ class MqttDiscoverable(Firmware):
         ]
 
     def states(self) -> list[Message]:
+        """its states, unretained: ``Discoverable(retain=False)`` is the library's default"""
+        r = self.retain
         return [
             (
                 f"hmd/{self._topic('switch', 'Garden pump', None)}/state",
                 self.switches["Garden pump"],
-                True,
+                r,
             ),
             (
                 f"hmd/{self._topic('switch', 'Heater', 'Greenhouse')}/state",
                 self.switches["Heater"],
-                True,
+                r,
             ),
-            (f"hmd/{self._topic('binary_sensor', 'Door', 'Greenhouse')}/state", self.door, True),
-            (f"hmd/{self._topic('sensor', 'Humidity', 'Greenhouse')}/state", self.humidity, True),
+            (f"hmd/{self._topic('binary_sensor', 'Door', 'Greenhouse')}/state", self.door, r),
+            (f"hmd/{self._topic('sensor', 'Humidity', 'Greenhouse')}/state", self.humidity, r),
         ]
 
 
