@@ -28,7 +28,7 @@ from hub.gateway.facts import facts_of
 from hub.gateway.receipts import Receipt, parse_receipt
 from packages.home import hass
 from packages.home.common import UNKNOWN, commands, entity_from_config, listing, wanted
-from packages.home.registry import Registry
+from packages.home.registry import MAX_CACHED, MAX_TOPICS, Registry
 from packages.home.templates import render, render_value
 from tests.gateway_kit import OWNER, call, gateway
 from tests.waiting import poll
@@ -381,6 +381,10 @@ def test_a_huge_payload_is_not_read() -> None:
     assert r.entities["switch.kettle_plug"].readable_state() == "off"
     big = json.dumps({"name": "x", "pad": "y" * 70_000}).encode()
     assert hass.decode("homeassistant", "homeassistant/switch/x/config", big) is None
+    # what nothing reads yet is kept for a later config, within bounds
+    for i in range(MAX_TOPICS + 50):
+        r.take(f"noise/{i}", b"z" * 1000)
+    assert len(r.last_payload) <= MAX_TOPICS + 20 and r.cached <= MAX_CACHED
 
 
 # ---------------------------------------------------------------- end to end

@@ -12,6 +12,8 @@ from packages.home.common import MAX_READING, Entity, entity_from_config
 log = logging.getLogger(__name__)
 MAX_TOPICS = 10_000
 """topics whose last payload is kept for entities announced later"""
+MAX_CACHED = 8 * 1024 * 1024
+"""characters of payloads kept for topics no entity reads yet"""
 MAX_ENTITIES = 2_000
 
 
@@ -27,6 +29,8 @@ class Registry:
         self.by_topic: dict[str, list[tuple[Entity, str]]] = {}
         """reading topic → (entity, role) of every entity reading it"""
         self.last_payload: dict[str, str] = {}
+        self.cached = 0
+        """characters held in :attr:`last_payload`"""
 
     def take(self, topic: str, payload: bytes) -> bool:
         """Take one message; whether it changed what an entity says."""
@@ -40,11 +44,22 @@ class Registry:
             return False
         text = payload.decode(errors="replace")
         readers = self.by_topic.get(topic)
-        if readers or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
-            self.last_payload[topic] = text
+        self._keep(topic, text, bool(readers))
         for e, role in readers or ():
             e.report(role, text, topic)
         return bool(readers)
+
+    def _keep(self, topic: str, text: str, read: bool) -> None:
+        """the topic's last payload, for an entity announced later (bounded: a topic no
+        entity reads is kept only within :data:`MAX_TOPICS` and :data:`MAX_CACHED`)"""
+        old = self.last_payload.get(topic)
+        grown = len(text) - (len(old) if old is not None else 0)
+        if not read and old is None and len(self.last_payload) >= MAX_TOPICS:
+            return
+        if not read and self.cached + grown > MAX_CACHED:
+            return
+        self.last_payload[topic] = text
+        self.cached += grown
 
     # ---------------------------------------------------------------- discovery
     def discovered(self, topic: str, payload: bytes) -> None:
