@@ -673,13 +673,7 @@ def _templated(e: Entity, key: str, value: Any, **variables: Any) -> str | None:
     when the template gives nothing"""
     tpl = e.config.get(key)
     if not isinstance(tpl, str) or not tpl:
-        return (
-            value
-            if isinstance(value, str)
-            else f"{value:g}"
-            if isinstance(value, float)
-            else str(value)
-        )
+        return f"{value:g}" if isinstance(value, float) else str(value)
     return render_value(tpl, value, **variables) or None
 
 
