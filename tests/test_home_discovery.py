@@ -179,6 +179,10 @@ def test_availability_latest_all_and_any() -> None:
     r.take("zigbee2mqtt/Kettle plug/availability", b'{"state":"offline"}')
     got = wanted(plug, "on")
     assert isinstance(got, tuple) and got[0] == "UNAVAILABLE"
+    offline = parse_receipt(listing([plug]))
+    assert offline is not None and offline.effects[0].fields["state"] == "unavailable"
+    assert "Kettle plug is unavailable (offline)." in {f.text for f in facts_of(offline)}
+    assert "Kettle plug现在离线（不可用）。" in {f.text for f in facts_of(offline, lang="zh")}
     lamp = r.entities["light.b3c4d5_li_1"]  # Tasmota's LWT, latest
     r.take("tele/tasmota_B3C4D5/LWT", b"Online")
     assert lamp.available and lamp.readable_state() is None
