@@ -124,9 +124,10 @@ def _obey(e: Entity, w: Wanted) -> None:
 
 @mcp.tool()
 def list_devices() -> dict[str, Any]:
-    """Every discovered device: one device.state effect each with name, domain, area, state,
-    brightness/position/volume (0-100 %) where the device has them, and features; sensors
-    also as values with their units."""
+    """Every discovered device: one device.state effect each with name, domain, area, state
+    ("unknown" until it reports one, "unavailable" when offline), brightness/position/volume
+    (0-100 %) and a thermostat's temperatures where the device has them, and features;
+    sensors and thermostats also as values with their units."""
     return listing(list(ENTITIES.values()))
 
 
