@@ -302,7 +302,7 @@ keys = st.sampled_from(
 configs = st.dictionaries(keys, json_values | st.text(max_size=30), max_size=10)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(
         [
@@ -334,7 +334,7 @@ def test_decoding_untrusted_configs_never_raises(
         listing([e])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(
     st.sampled_from(
         ["light", "switch", "fan", "cover", "lock", "climate", "sensor", "binary_sensor", "number"]
