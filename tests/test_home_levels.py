@@ -172,7 +172,8 @@ def lamp(scale: int = 255) -> Entity:
 def test_levels_convert_to_each_devices_scale() -> None:
     e = lamp(scale=100)
     w = wanted(e, "", brightness=40)
-    assert w == Wanted("on", 40) and commands(e, w) == [("l/set", "ON"), ("l/b/set", "40")]
+    # Home Assistant's default on_command_type (last): the level, then on
+    assert w == Wanted("on", 40) and commands(e, w) == [("l/b/set", "40"), ("l/set", "ON")]
     e.report("state", "ON")
     e.report("brightness", "39")  # within a point of rounding
     assert w.met_by(e) and e.area == "Den"

@@ -251,6 +251,7 @@ class FakeHomeDevices:
             cfg["brightness_command_topic"] = f"{base}/brightness/set"
             cfg["brightness_state_topic"] = f"{base}/brightness"
             cfg["brightness_scale"] = d.get("brightness_scale", 255)
+            cfg["on_command_type"] = "first"  # on, then the level (HA's default is last)
             listens[cfg["brightness_command_topic"]] = ("brightness", cfg["brightness_state_topic"])
         if d["component"] == "cover" and "position" in d:
             cfg["set_position_topic"] = f"{base}/position/set"

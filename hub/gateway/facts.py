@@ -68,7 +68,18 @@ _ZH_STATES = {
     "unlocked": "没锁",
     "open": "开着",
     "closed": "关着",
+    "jammed": "卡住了",
+    "unavailable": "离线",
 }
+_NO_STATE = {
+    "unknown": ("{name}: state unknown.", "{name}: state unknown.", "{name}状态未知。"),
+    "unavailable": (
+        "{name} is unavailable (offline).",
+        "{name} is offline.",
+        "{name}现在离线（不可用）。",
+    ),
+}
+"""device states that are not a reading: (text, voice, Chinese)"""
 
 
 def _zh(lang: str) -> bool:
@@ -105,6 +116,9 @@ def _levels(e: Effect) -> list[tuple[str, str, int]]:
 def _device_state(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", "unknown"))
+    if state in _NO_STATE:
+        text, voice, zh = (t.format(name=name) for t in _NO_STATE[state])
+        return (zh, zh, (name,)) if _zh(lang) else (text, voice, (name,))
     levels = _levels(e)
     if _zh(lang):
         zh = _ZH_STATES.get(state.lower(), state)
@@ -122,6 +136,20 @@ def _device_state(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...
 def _device_set(e: Effect, lang: str = "en") -> tuple[str, str, tuple[str, ...]]:
     name = str(e.fields.get("name") or e.target)
     state = str(e.fields.get("state", ""))
+    setpoint = e.fields.get("target_temperature")
+    if isinstance(setpoint, int | float) and not isinstance(setpoint, bool):
+        unit = str(e.fields.get("unit") or "°C")
+        if _zh(lang):
+            return (
+                f"已把{name}设到{_num(setpoint)}{unit}。",
+                f"{name}：{_num(setpoint)}度。",
+                (name,),
+            )
+        return (
+            f"Set {name} to {_num(setpoint)} {unit}.",
+            f"{name}: {_num(setpoint)} degrees.",
+            (name,),
+        )
     levels = _levels(e)
     if _zh(lang):
         if levels:

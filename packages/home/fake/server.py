@@ -16,9 +16,17 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import Entity, Wanted, entity_from_config, listing, observation, receipt, set_receipt
-from common import wanted as wanted_of
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.home
+from packages.home.common import (
+    Entity,
+    Wanted,
+    entity_from_config,
+    listing,
+    observation,
+    receipt,
+    set_receipt,
+)
+from packages.home.common import wanted as wanted_of
 
 
 def _entity(component: str, object_id: str, cfg: dict[str, Any], **readings: str) -> Entity:
@@ -116,9 +124,10 @@ def _obey(e: Entity, w: Wanted) -> None:
 
 @mcp.tool()
 def list_devices() -> dict[str, Any]:
-    """Every discovered device: one device.state effect each with name, domain, area, state,
-    brightness/position/volume (0-100 %) where the device has them, and features; sensors
-    also as values with their units."""
+    """Every discovered device: one device.state effect each with name, domain, area, state
+    ("unknown" until it reports one, "unavailable" when offline), brightness/position/volume
+    (0-100 %) and a thermostat's temperatures where the device has them, and features;
+    sensors and thermostats also as values with their units."""
     return listing(list(ENTITIES.values()))
 
 
@@ -139,14 +148,16 @@ def set_state(
     brightness: int | None = None,
     position: int | None = None,
     volume: int | None = None,
+    temperature: float | None = None,
 ) -> dict[str, Any]:
     """Switch a light, switch or fan "on"/"off"; set a dimmable light's brightness (0-100 %,
     0 is off); open/close a cover ("open"/"closed") or set its position (0 closed .. 100
-    open); set a speaker's volume (0-100 %). Locks and sensors are read-only."""
+    open); set a speaker's volume (0-100 %); set a thermostat's temperature (its setpoint,
+    in its unit). Locks and sensors are read-only."""
     e = ENTITIES.get(entity)
     if e is None:
         return receipt("failed", error=("NOT_FOUND", f"no device {entity}"))
-    w = wanted_of(e, state, brightness, position, volume)
+    w = wanted_of(e, state, brightness, position, volume, temperature)
     if isinstance(w, tuple):
         return receipt("failed", error=w)
     _obey(e, w)

@@ -1,16 +1,18 @@
 """home: smart-home devices over MQTT in the Home Assistant MQTT-discovery convention.
 
 Devices announce themselves with retained JSON configs on
-``<prefix>/<component>/<object_id>/config`` (``name``, ``state_topic``, ``command_topic``,
-``unit_of_measurement``, ``payload_on``/``payload_off``, ``device.suggested_area``; for
-lights ``brightness_command_topic``/``brightness_state_topic``/``brightness_scale``, for
-covers ``set_position_topic``/``position_topic``, for a speaker's volume a ``number``; see
-``common.py``); states arrive on their state topics. ``set_state`` publishes to the
-command topics and waits for the device to report the new state and levels: only then is
-the effect ``verified`` (otherwise ``not_verified`` — the gateway then reports ``unknown``
-and asks for ``get_state`` first). A call the device cannot take (a level out of 0..100,
-a brightness for a cover, a state for a lock) fails before anything is published. Locks
-are read-only: no command is ever published to a lock.
+``<prefix>/<component>/[<node_id>/]<object_id>/config`` or, device-based, on
+``<prefix>/device/<object_id>/config`` (abbreviated or not, with ``~``; ``hass.py``); an
+empty retained config removes what its topic announced. What each component reads and
+takes is in ``common.py``; states arrive on their state topics (one topic may feed several
+entities: Zigbee2MQTT's and Tasmota's JSON states), availability on its topics.
+
+``set_state`` publishes to the command topics and waits for the device to report the new
+state and levels: only then is the effect ``verified`` (otherwise ``not_verified`` — the
+gateway then reports ``unknown`` and asks for ``get_state`` first). A call the device
+cannot take (a level out of 0..100, a brightness for a cover, a state for a lock, any
+command to an unavailable device) fails before anything is published. Locks are
+read-only: no command is ever published to a lock.
 
 Environment: ``YIMI_MQTT_HOST``, ``YIMI_MQTT_PORT``, ``YIMI_MQTT_USER``, ``MQTT_PASSWORD``,
 ``YIMI_DISCOVERY_PREFIX`` (default ``homeassistant``), ``YIMI_CONFIRM_TIMEOUT`` (s),
@@ -21,9 +23,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import sys
+import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -31,61 +33,42 @@ from typing import Any
 import aiomqtt
 from mcp.server.mcpserver import MCPServer
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import (
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.home
+from packages.home.common import (
     Entity,
     commands,
     configured_areas,
-    entity_from_config,
     listing,
     observation,
     receipt,
     set_receipt,
     wanted,
 )
+from packages.home.registry import Registry
 
 PREFIX = os.environ.get("YIMI_DISCOVERY_PREFIX", "homeassistant")
 SETTLE_S = 1.0
-MAX_CONFIG = 16 * 1024
-MAX_TOPICS = 10_000
 
 
-class Home:
+class Home(Registry):
+    """The registry (``registry.py``) fed from the broker."""
+
     def __init__(self) -> None:
-        self.entities: dict[str, Entity] = {}
-        self.by_topic: dict[str, tuple[Entity, str]] = {}
-        """reading topic → (entity, role)"""
-        self.last_payload: dict[str, str] = {}
-        self.areas = configured_areas()
+        super().__init__(PREFIX, configured_areas())
         self.client: aiomqtt.Client | None = None
         self.changed = asyncio.Condition()
         self.connected = asyncio.Event()
+        self.settled = asyncio.Event()
+        """the broker has sent every retained message since connecting (our marker, an empty
+        message on ``yimi/home-sync/<random>`` published after subscribing, came back after
+        them)"""
+        self.marker = f"yimi/home-sync/{uuid.uuid4().hex}"
 
-    def discovered(self, topic: str, payload: bytes) -> None:
-        parts = topic.split("/")
-        if len(parts) != 4 or len(payload) > MAX_CONFIG:
-            return
-        try:
-            cfg = json.loads(payload) if payload else None
-        except ValueError:
-            return
-        _, component, object_id, _ = parts
-        key = f"{component}.{object_id}"
-        if not isinstance(cfg, dict):
-            self.entities.pop(key, None)
-            return
-        e = entity_from_config(component, object_id, cfg, self.areas)
-        for t, role in e.reading_topics.items():
-            # the last reading on the topic (a state may arrive before its config; a config
-            # seen again keeps what the device said meanwhile)
-            if t in self.last_payload:
-                e.report(role, self.last_payload[t])
-            self.by_topic[t] = (e, role)
-        self.entities[key] = e
-
+    # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
         host = os.environ.get("YIMI_MQTT_HOST", "127.0.0.1")
         port = int(os.environ.get("YIMI_MQTT_PORT", "1883"))
+        fallback: asyncio.TimerHandle | None = None
         while True:
             try:
                 async with aiomqtt.Client(
@@ -96,49 +79,39 @@ class Home:
                     timeout=5,
                 ) as client:
                     self.client = client
-                    await client.subscribe(f"{PREFIX}/+/+/config", qos=1)
+                    self.settled.clear()
+                    await client.subscribe(f"{PREFIX}/#", qos=1)
                     await client.subscribe("#", qos=1)
                     self.connected.set()
+                    await client.publish(self.marker, b"", qos=1)
+                    # a broker whose ACL drops the marker: settled after SETTLE_S anyway
+                    fallback = asyncio.get_running_loop().call_later(SETTLE_S, self.settled.set)
                     async for msg in client.messages:
                         await self.on_message(msg.topic.value, bytes(msg.payload or b""))
             except aiomqtt.MqttError:
                 self.client = None
                 self.connected.clear()
                 await asyncio.sleep(1.0)
+            finally:
+                if fallback is not None:
+                    fallback.cancel()
 
     async def on_message(self, topic: str, payload: bytes) -> None:
-        if topic.startswith(PREFIX + "/") and topic.endswith("/config"):
-            self.discovered(topic, payload)
-        else:
-            if len(payload) > 1024:
-                return
-            text = payload.decode(errors="replace").strip()
-            found = self.by_topic.get(topic)
-            if found or topic in self.last_payload or len(self.last_payload) < MAX_TOPICS:
-                self.last_payload[topic] = text
-            if found is None:
-                return
-            reporter, role = found
-            current = self.entities.get(reporter.entity_id)
-            if current is None or id(current) != id(reporter):
-                return  # the config changed since: a stale mapping
-            current.report(role, text)
-        async with self.changed:
-            self.changed.notify_all()
+        if topic == self.marker:
+            self.settled.set()
+            return
+        if self.take(topic, payload):
+            async with self.changed:
+                self.changed.notify_all()
 
     async def entity(self, entity_id: str) -> Entity | None:
-        """The entity, once discovered and reporting (waits up to ``SETTLE_S`` after start)."""
-
-        def known() -> bool:
-            e = self.entities.get(entity_id)
-            return e is not None and e.reported
-
-        if not known():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(SETTLE_S):
-                    await self.connected.wait()
-                    async with self.changed:
-                        await self.changed.wait_for(known)
+        """The entity, once the retained messages are in (a config arriving later is waited
+        for: up to ``SETTLE_S`` in all)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SETTLE_S):
+                await self.settled.wait()
+                async with self.changed:
+                    await self.changed.wait_for(lambda: entity_id in self.entities)
         return self.entities.get(entity_id)
 
 
@@ -161,13 +134,13 @@ mcp = MCPServer("home", lifespan=lifespan)
 
 @mcp.tool()
 async def list_devices() -> dict[str, Any]:
-    """Every discovered device: one device.state effect each with name, domain, area, state,
-    brightness/position/volume (0-100 %) where the device has them, and features; sensors
-    also as values with their units."""
-    with contextlib.suppress(TimeoutError):
+    """Every discovered device: one device.state effect each with name, domain, area, state
+    ("unknown" until it reports one, "unavailable" when offline), brightness/position/volume
+    (0-100 %) and a thermostat's temperatures where the device has them, and features;
+    sensors and thermostats also as values with their units."""
+    with contextlib.suppress(TimeoutError):  # the retained configs and states first
         async with asyncio.timeout(SETTLE_S):
-            await HOME.connected.wait()
-    await asyncio.sleep(0.2)  # let retained discovery configs arrive after connecting
+            await HOME.settled.wait()
     return listing(list(HOME.entities.values()))
 
 
@@ -188,19 +161,25 @@ async def set_state(
     brightness: int | None = None,
     position: int | None = None,
     volume: int | None = None,
+    temperature: float | None = None,
 ) -> dict[str, Any]:
     """Switch a light, switch or fan "on"/"off"; set a dimmable light's brightness (0-100 %,
     0 is off); open/close a cover ("open"/"closed") or set its position (0 closed .. 100
-    open); set a speaker's volume (0-100 %). Locks and sensors are read-only."""
+    open); set a speaker's volume (0-100 %); set a thermostat's temperature (its setpoint,
+    in its unit). Locks and sensors are read-only."""
     e = await HOME.entity(entity)
     if e is None:
         return receipt("failed", error=("NOT_FOUND", f"no device {entity}"))
-    w = wanted(e, state, brightness, position, volume)
+    w = wanted(e, state, brightness, position, volume, temperature)
     if isinstance(w, tuple):
         return receipt("failed", error=w)
+    messages = commands(e, w)
+    if any(payload is None for _, payload in messages):
+        why = f"{entity}: its command template gives no payload: nothing was sent"
+        return receipt("failed", error=("BAD_TEMPLATE", why))
     if HOME.client is None:
         return receipt("failed", error=("DISCONNECTED", "no connection to the MQTT broker"))
-    for topic, payload in commands(e, w):
+    for topic, payload in messages:
         await HOME.client.publish(topic, payload, qos=1)
     timeout = float(os.environ.get("YIMI_CONFIRM_TIMEOUT", "3"))
     confirmed = False
