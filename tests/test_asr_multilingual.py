@@ -290,7 +290,8 @@ async def test_a_chinese_voice_turn_is_heard_as_chinese(
     (turn,) = daemon.turns
     assert turn.meta["language"] == "zh", turn.meta
     assert str(turn.meta["asr_model"]).startswith("faster-whisper:whisper-base@1.0.0")
-    assert turn.text.endswith(("好世界", "好事件")) and "米" not in turn.text, turn.text
+    # the words, wherever a machine's int8 kernels put a stray character (one gave "你好世界０")
+    assert any(w in turn.text for w in ("好世界", "好事件")) and "米" not in turn.text, turn.text
 
 
 def test_the_turns_language_reaches_the_brain() -> None:
