@@ -65,6 +65,20 @@ class ToolOutcome:
     elapsed_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class ServedTool:
+    """One tool as the server lists it: its input schema and MCP's annotations (hints the
+    server gives about itself, ``None`` when it says nothing)."""
+
+    name: str
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    open_world: bool | None = None
+
+
 @dataclass
 class _Server:
     key: tuple[str, str, str]
@@ -281,6 +295,10 @@ class PackageHost:
 
     async def list_tools(self, package: str) -> dict[str, dict[str, Any]]:
         """Tool name → input schema, as the package's server reports them."""
+        return {n: t.input_schema for n, t in (await self.served_tools(package)).items()}
+
+    async def served_tools(self, package: str) -> dict[str, ServedTool]:
+        """Every tool the package's server lists, with its annotations."""
         m = self.manifests.get(package)
         if m is None:
             raise CapabilityError("package.unknown", package=package)
@@ -289,7 +307,19 @@ class PackageHost:
             raise CapabilityError("package.start_failed", package=package, reason=s.failed)
         s.last_used = time.monotonic()
         listed = await s.client.list_tools()
-        return {t.name: dict(t.input_schema or {}) for t in listed.tools}
+        out: dict[str, ServedTool] = {}
+        for t in listed.tools:
+            a = t.annotations
+            out[t.name] = ServedTool(
+                name=t.name,
+                input_schema=dict(t.input_schema or {}),
+                description=t.description or "",
+                read_only=getattr(a, "read_only_hint", None),
+                destructive=getattr(a, "destructive_hint", None),
+                idempotent=getattr(a, "idempotent_hint", None),
+                open_world=getattr(a, "open_world_hint", None),
+            )
+        return out
 
     async def ended(self, package: str) -> None:
         """Return once no server of ``package`` is running (stopped or reclaimed)."""
