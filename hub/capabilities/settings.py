@@ -17,6 +17,7 @@ package that is not built in needs its ``path``.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,10 @@ from typing import Any
 import yaml
 
 from hub.capabilities.errors import CapabilityError
+from hub.capabilities.manifest import Manifest, load
 from storage.private import write_private
+
+log = logging.getLogger(__name__)
 
 BUILTIN_PACKAGES = Path(__file__).resolve().parent.parent.parent / "packages"
 SETTINGS_FILE = "packages.yaml"
@@ -142,3 +146,22 @@ def only(settings: dict[str, Any]) -> dict[str, Any]:
     for root in builtin_packages():
         out.setdefault(root.name, {"enabled": False})
     return out
+
+
+def load_enabled(home: Path) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
+    """(manifests, settings) of every enabled package — what the hub's gateway runs. A
+    package whose manifest does not load is left out and logged: one broken package must
+    not stop the hub."""
+    catalog: dict[str, Manifest] = {}
+    every = read_settings(home)
+    for name, s in every.items():
+        if not s.enabled:
+            log.info("package %s disabled in %s", name, SETTINGS_FILE)
+            continue
+        try:
+            m = load(s.root)
+        except Exception as exc:
+            log.error("package %s not loaded: %s", name, exc)
+            continue
+        catalog[m.name] = m
+    return catalog, {n: s.as_dict() for n, s in every.items() if s.enabled}

@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any
 from google.protobuf.message import Message
 from nacl.signing import SigningKey
 
-from hub.capabilities.manifest import Manifest, load
-from hub.capabilities.settings import read_settings
+from hub.capabilities.manifest import Manifest
+from hub.capabilities.settings import load_enabled
 from hub.gateway import open_gateway
 from hub.gateway.consent import Card
 from hub.gateway.executor_bridge import ExecutorBridge
@@ -118,19 +118,7 @@ class MeshConsent:
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
-        every = read_settings(self.home)
-        catalog: dict[str, Manifest] = {}
-        for name, s in every.items():
-            if not s.enabled:
-                log.info("package %s disabled in packages.yaml", name)
-                continue
-            try:
-                m = load(s.root)
-            except Exception as exc:  # one broken package must not stop the hub
-                log.error("package %s not loaded: %s", name, exc)
-                continue
-            catalog[m.name] = m
-        return catalog, {n: s.as_dict() for n, s in every.items() if s.enabled}
+        return load_enabled(self.home)
 
     async def __aenter__(self) -> MeshConsent:
         catalog, settings = self._catalog()
