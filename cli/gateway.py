@@ -81,13 +81,14 @@ def cmd_package_add(args: argparse.Namespace) -> int:
     from hub.capabilities.check import check_server, served_tools
     from hub.capabilities.errors import CapabilityError
     from hub.capabilities.manifest import load, parse
-    from hub.capabilities.settings import add_package
+    from hub.capabilities.settings import add_package, ensure_new
     from hub.capabilities.wrap import package_name, server_for, wrapper
     from storage.private import private_dir, write_private
 
     folder = Path(args.what).expanduser()
     if (folder / "plugin.json").is_file():
         m = load(folder)
+        ensure_new(args.home, m.name)
         result = asyncio.run(check_server(m))
         for p in result.problems:
             print(f"error: {p.text(_lang())}", file=sys.stderr)
@@ -99,6 +100,7 @@ def cmd_package_add(args: argparse.Namespace) -> int:
     else:
         server = server_for(args.what)
         name = args.name or package_name(server.distribution)
+        ensure_new(args.home, name)
         root = private_dir(args.home / "packages" / name)
         extra = tuple(args.arg or ())
         probe = parse(wrapper(name, server, _placeholder(), extra_args=extra), root)

@@ -21,12 +21,15 @@ from hub.capabilities.host import ServedTool
 from hub.capabilities.manifest import load, parse
 from hub.capabilities.settings import (
     BUILTIN_PACKAGES,
+    add_package,
     builtin_packages,
+    ensure_new,
     load_enabled,
     only,
     package_settings,
     read_settings,
 )
+from hub.capabilities.wrap import package_name, server_for
 from hub.gateway.receipts import MAX_OUTPUT, MCP_TOOL_ERROR, enforce, mcp_receipt
 from protos.errors import render
 from tests.gateway_kit import REPO
@@ -229,3 +232,19 @@ def test_every_new_error_key_has_chinese() -> None:
         assert key in MESSAGES, key
     fields = {"file": "f", "tool": "t", "served": "s", "offered": "o", "package": "p"}
     assert render("package.tool_extra", fields, lang="zh") != render("package.tool_extra", fields)
+
+
+def test_adding_a_configured_name_again_is_refused(tmp_path: Path) -> None:
+    add_package(tmp_path, "time", {"path": str(TIME)})
+    for name in ("time", "messaging"):
+        with pytest.raises(CapabilityError) as err:
+            ensure_new(tmp_path, name)
+        assert err.value.key == "package.exists"
+    assert yaml.safe_load((tmp_path / "packages.yaml").read_text()) == {"time": {"path": str(TIME)}}
+
+
+def test_a_server_that_is_not_installed_is_named() -> None:
+    with pytest.raises(CapabilityError) as err:
+        server_for("no-such-mcp-server")
+    assert "install the MCP server first (pip install no-such-mcp-server)" in str(err.value)
+    assert package_name("mcp-server-time") == "time" and package_name("mcp-git") == "git"

@@ -150,6 +150,13 @@ def test_package_check_refuses_a_misspelt_tool(tmp_path: Path) -> None:
     assert "'get_curent_time' is declared, but its server offers 'get_current_time'" in bad.stderr
 
 
+def test_package_test_passes_a_third_party_servers_contract() -> None:
+    out = yimi("package", "test", str(TIME))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "PASS [real] an unknown time zone is a failure the server reports" in out.stdout
+    assert out.stdout.strip().endswith(" 0 failed"), out.stdout
+
+
 def test_package_add_wraps_an_installed_server_and_list_shows_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
@@ -159,12 +166,12 @@ def test_package_add_wraps_an_installed_server_and_list_shows_it(tmp_path: Path)
     cap = wrapper["extensions"]["ai.yimi.capability"]
     assert (cap["receipts"], cap["maintainer"]) == ("mcp", "third_party")
     assert cap["tools"]["get_current_time"] == {"effect": "observe"}  # from readOnlyHint
-    again = yimi("package", "add", "mcp-server-time", "--home", str(home))
-    assert again.returncode == 1 and "already configured" in again.stderr
+    folder = yimi("package", "add", str(GIT), "--home", str(home))
+    assert folder.returncode == 0, folder.stderr
+    assert yaml.safe_load((home / "packages.yaml").read_text())["git"] == {"path": str(GIT)}
     listed = yimi("package", "list", "--home", str(home))
     assert listed.returncode == 0, listed.stderr
     assert "time 2026" in listed.stdout and "get_current_time: observe" in listed.stdout
+    assert "git_reset: delete" in listed.stdout
     for builtin in builtin_packages():
         assert f"\n{builtin.name} " in f"\n{listed.stdout}", listed.stdout
-    missing = yimi("package", "add", "no-such-mcp-server", "--home", str(home))
-    assert missing.returncode == 1 and "install the MCP server first" in missing.stderr

@@ -122,18 +122,28 @@ def package_settings(home: Path) -> dict[str, dict[str, Any]]:
     return {n: s.as_dict() for n, s in read_settings(home).items() if s.enabled}
 
 
+def _written(file: Path) -> dict[str, Any]:
+    if not file.exists():
+        return {}
+    loaded = yaml.safe_load(file.read_text()) or {}
+    if not isinstance(loaded, dict):
+        raise _refuse(file, "not a mapping of package names")
+    return loaded
+
+
+def ensure_new(home: Path, name: str) -> None:
+    """Refuse (``package.exists``) a name ``packages.yaml`` or the built-ins already use."""
+    file = Path(home) / SETTINGS_FILE
+    if name in _written(file) or (BUILTIN_PACKAGES / name / "plugin.json").exists():
+        raise CapabilityError("package.exists", name=name, path=file)
+
+
 def add_package(home: Path, name: str, entry: dict[str, Any]) -> Path:
     """Write ``entry`` for ``name`` into ``packages.yaml`` (other entries kept); returns the
     file. Refuses a name already configured."""
     file = Path(home) / SETTINGS_FILE
-    data: dict[str, Any] = {}
-    if file.exists():
-        loaded = yaml.safe_load(file.read_text()) or {}
-        if not isinstance(loaded, dict):
-            raise _refuse(file, "not a mapping of package names")
-        data = loaded
-    if name in data or (BUILTIN_PACKAGES / name / "plugin.json").exists():
-        raise CapabilityError("package.exists", name=name, path=file)
+    ensure_new(home, name)
+    data = _written(file)
     data[name] = entry
     write_private(file, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     return file
