@@ -234,13 +234,22 @@ def test_every_new_error_key_has_chinese() -> None:
     assert render("package.tool_extra", fields, lang="zh") != render("package.tool_extra", fields)
 
 
-def test_adding_a_configured_name_again_is_refused(tmp_path: Path) -> None:
+def test_adding_keeps_the_owners_file_and_a_name_is_added_once(tmp_path: Path) -> None:
+    (tmp_path / "packages.yaml").write_text("# my packages\nmac:\n  enabled: false\n")
     add_package(tmp_path, "time", {"path": str(TIME)})
+    text = (tmp_path / "packages.yaml").read_text()
+    assert text.startswith("# my packages\nmac:\n  enabled: false\n"), text
+    assert yaml.safe_load(text) == {"mac": {"enabled": False}, "time": {"path": str(TIME)}}
+    (tmp_path / "packages.yaml").write_text('{"memory": {}}')  # JSON, as the demo writes it
+    add_package(tmp_path, "time", {"path": str(TIME)})
+    assert yaml.safe_load((tmp_path / "packages.yaml").read_text()) == {
+        "memory": {},
+        "time": {"path": str(TIME)},
+    }
     for name in ("time", "messaging"):
         with pytest.raises(CapabilityError) as err:
             ensure_new(tmp_path, name)
         assert err.value.key == "package.exists"
-    assert yaml.safe_load((tmp_path / "packages.yaml").read_text()) == {"time": {"path": str(TIME)}}
 
 
 def test_a_server_that_is_not_installed_is_named() -> None:

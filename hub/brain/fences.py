@@ -31,7 +31,8 @@ FENCE_TAG = "untrusted"
 MAX_FENCED = 4000
 """characters of one fenced body (after escaping); the rest is cut with a marker"""
 MAX_RECEIPT_FENCED = MAX_OUTPUT + MAX_FENCED
-"""a receipt's fenced body: its lines and the tool's whole output (itself bounded by
+"""a receipt's fenced body when it shows the tool's own output (a plain MCP server's
+result): its lines and that output whole (itself bounded by
 :data:`hub.gateway.receipts.MAX_OUTPUT`)"""
 CUT = " …[cut]"
 _SOURCE_OK = re.compile(r"[^a-z0-9_.:/@+-]")
@@ -137,9 +138,9 @@ def render_receipt(r: Receipt, *, show_content: bool = True, withheld: str = "")
     if not show_content:
         head.append(f"content withheld: {withheld or 'not eligible for this model'}")
         return "\n".join(head)
-    return "\n".join(
-        [*head, fence(f"tool:{r.package}.{r.tool}", content, limit=MAX_RECEIPT_FENCED)]
-    )
+    shows_output = bool(r.output) and not _is_receipt_echo(r.output)
+    limit = MAX_RECEIPT_FENCED if shows_output else MAX_FENCED
+    return "\n".join([*head, fence(f"tool:{r.package}.{r.tool}", content, limit=limit)])
 
 
 def fence_all(items: Iterable[tuple[str, str]]) -> str:

@@ -145,7 +145,17 @@ def add_package(home: Path, name: str, entry: dict[str, Any]) -> Path:
     ensure_new(home, name)
     data = _written(file)
     data[name] = entry
-    write_private(file, yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    old = file.read_text() if file.exists() else ""
+    # appended, so the owner's comments and layout stay; a flow-style file (JSON) is rewritten
+    added = yaml.safe_dump({name: entry}, sort_keys=False, allow_unicode=True)
+    text = (old.rstrip("\n") + "\n" if old.strip() else "") + added
+    try:
+        appended_ok = yaml.safe_load(text) == data
+    except yaml.YAMLError:
+        appended_ok = False
+    if not appended_ok:
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+    write_private(file, text)
     return file
 
 
