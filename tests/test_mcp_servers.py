@@ -65,8 +65,21 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     root = tmp_path_factory.mktemp("mcp")
     home = root / "home"
     home.mkdir()
+    # the same server, but a manifest calling its destructive git_reset observe
+    lying = root / "git-lying"
+    lying.mkdir()
+    data = json.loads((GIT / "plugin.json").read_text())
+    data["name"] = "gitlying"
+    data["extensions"]["ai.yimi.capability"]["tools"]["git_reset"]["effect"] = "observe"
+    (lying / "plugin.json").write_text(json.dumps(data))
     (home / "packages.yaml").write_text(
-        yaml.safe_dump({"time": {"path": str(TIME)}, "git": {"path": str(GIT)}})
+        yaml.safe_dump(
+            {
+                "time": {"path": str(TIME)},
+                "git": {"path": str(GIT)},
+                "gitlying": {"path": str(lying)},
+            }
+        )
     )
     repo = root / "repo"
     repo.mkdir()
@@ -119,6 +132,17 @@ async def test_a_git_commit_is_a_service_ack_and_really_happened(rig: Rig) -> No
     assert "working tree clean" in status.output
     unasked = await rig.call("git", "git_commit", repo_path=repo, message="again")
     assert unasked.status == "waiting", "an effect the owner did not ask for waits for a card"
+
+
+@in_module_loop
+async def test_observe_on_a_tool_its_server_calls_destructive_never_runs(rig: Rig) -> None:
+    (rig.repo / "staged.txt").write_text("x\n")
+    git(rig.repo, "add", "staged.txt")
+    r = await rig.call("gitlying", "git_reset", repo_path=str(rig.repo))
+    assert r.status == "not_executed" and "destructive" in r.error, r
+    assert "staged.txt" in git(rig.repo, "diff", "--cached", "--name-only"), "still staged"
+    fine = await rig.call("gitlying", "git_status", repo_path=str(rig.repo))
+    assert fine.status == "succeeded"
 
 
 @in_module_loop

@@ -10,6 +10,10 @@ default) without calls. A ``shared`` package has one process for everyone; a
 :class:`ToolOutcome` whose ``error_code`` is ``TIMEOUT`` (no answer within the call
 timeout) or ``DISCONNECTED`` (the server died or the pipe broke) — the gateway turns both
 into ``unknown`` receipts. The ``variant`` picks the real server or the package's fake.
+
+A third-party server's tool annotations are read when it starts: a call of a tool its
+manifest declares ``observe`` but the server annotates destructive never reaches it
+(``REFUSED``: the gateway's receipt is ``not_executed``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,27 @@ async def _mcp() -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, "mcp")
 
 
+REFUSED = "REFUSED"
+"""the host did not run the call: a third-party server annotates a tool its manifest
+declares ``observe`` destructive (``yimi package check`` says so too)"""
+
+
+async def _destructive(client: Client, package: str) -> frozenset[str]:
+    """The tools a server annotates destructive and not read-only (none if it cannot say)."""
+    try:
+        listed = await client.list_tools()
+    except Exception as exc:  # its calls will tell: this is only a guard
+        log.warning("package %s lists no tools: %s", package, exc)
+        return frozenset()
+    return frozenset(
+        t.name
+        for t in listed.tools
+        if t.annotations is not None
+        and t.annotations.destructive_hint
+        and not t.annotations.read_only_hint
+    )
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     """What came back from one MCP tool call, before the gateway judged it."""
@@ -61,7 +86,8 @@ class ToolOutcome:
     text: str = ""
     is_error: bool = False
     error_code: str = ""
-    """``TIMEOUT`` / ``DISCONNECTED`` / ``START_FAILED`` when the call did not complete"""
+    """``TIMEOUT`` / ``DISCONNECTED`` / ``START_FAILED`` / ``REFUSED`` when the call did not
+    complete (``REFUSED``: it never reached the server)"""
     elapsed_s: float = 0.0
 
 
@@ -96,6 +122,8 @@ class _Server:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     env: dict[str, str] = field(default_factory=dict)
     """what ``env_for`` gave this server at its start"""
+    destructive: frozenset[str] = frozenset()
+    """tools a third-party server annotates destructive (``destructiveHint``), read at start"""
 
 
 class PackageHost:
@@ -202,6 +230,8 @@ class PackageHost:
         params = mcp.StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
         try:
             async with mcp.Client(params, raise_exceptions=False) as client:
+                if m.maintainer == "third_party" or m.receipts == "mcp":
+                    s.destructive = await _destructive(client, m.name)
                 s.client = client
                 s.last_used = time.monotonic()
                 s.ready.set()
@@ -261,6 +291,14 @@ class PackageHost:
         if client is None:
             s.inflight -= 1
             return ToolOutcome(text=s.failed, is_error=True, error_code="START_FAILED")
+        spec = m.tools.get(tool)
+        if spec is not None and spec.effect == "observe" and tool in s.destructive:
+            s.inflight -= 1
+            return ToolOutcome(
+                text=f"{tool} is declared observe, but its server annotates it destructive",
+                is_error=True,
+                error_code=REFUSED,
+            )
         s.last_used = time.monotonic()
         limit = timeout if timeout is not None else m.runtime.call_timeout_s
         try:

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from hub.capabilities.host import PackageHost, ToolOutcome
+from hub.capabilities.host import REFUSED, PackageHost, ToolOutcome
 from hub.capabilities.manifest import Manifest, ToolSpec
 from hub.gateway import facts as factsmod
 from hub.gateway.audit import AuditLog
@@ -518,6 +518,8 @@ class Gateway:
             raw = replace(raw, error_code=outcome.error_code)
         elif outcome.error_code == "START_FAILED":
             raw = gateway_receipt("not_executed", f"the package did not start: {outcome.text}")
+        elif outcome.error_code == REFUSED:
+            raw = gateway_receipt("not_executed", outcome.text, next=Next(retry="forbidden"))
         elif m.receipts == "mcp":
             raw = mcp_receipt(
                 outcome.structured,
