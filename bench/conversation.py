@@ -187,7 +187,9 @@ class World:
         )
         for name in ("glasses", "phone"):
             self.bundles[name] = flash(home, profile_name=name, name=name, out=self.root / name)
-        (self.home_path / "packages.yaml").write_text(json.dumps({"memory": {}}) + "\n")
+        from hub.capabilities.settings import only
+
+        (self.home_path / "packages.yaml").write_text(json.dumps(only({"memory": {}})) + "\n")
 
     def yimi(self, *args: str, timeout: float) -> str:
         done = subprocess.run(

@@ -2,7 +2,11 @@
 
 | command | what it does |
 |---|---|
-| ``yimi package check DIR`` | validate a package's manifest (fields named) and layout |
+| ``yimi package check DIR [--no-start]`` | validate a package's manifest (fields named) and
+  layout; start its server and compare its tools (missing, extra, renamed; annotations) |
+| ``yimi package add DIR|DIST --home H`` | add a package folder, or a wrapper for an installed
+  MCP server (a PyPI distribution), to ``H/packages.yaml`` |
+| ``yimi package list --home H`` | every package the hub runs (or not): tools and effects |
 | ``yimi package test DIR [--variant fake|real]`` | run ``tests/contract.yaml`` on fake and real |
 | ``yimi cards --bundle PHONE`` | the cards waiting for the owner (synced from the hub) |
 | ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
@@ -29,20 +33,113 @@ if TYPE_CHECKING:
     from sync.audit_head import SignedHead
 
 
+def _effect_text(t: Any) -> str:
+    return t.effect or (f"by {t.effect_arg}: " + ", ".join(f"{k}→{v}" for k, v in t.effect_values))
+
+
 def cmd_package_check(args: argparse.Namespace) -> int:
+    from hub.capabilities.check import check_server, hints
+    from hub.capabilities.errors import CapabilityError
     from hub.capabilities.manifest import check_layout, load
 
     m = load(args.dir)
-    print(f"ok: {m.name} {m.version} ({m.maintainer}), {len(m.tools)} tools:")
+    result = None if args.no_start else asyncio.run(check_server(m))
+    print(
+        f"ok: {m.name} {m.version} ({m.maintainer}, receipts {m.receipts}), {len(m.tools)} tools:"
+    )
+    suggested = {s.tool: s for s in result.suggestions} if result else {}
     for t in m.tools.values():
-        effect = t.effect or (
-            f"by {t.effect_arg}: " + ", ".join(f"{k}→{v}" for k, v in t.effect_values)
-        )
         extra = f", target {t.target}" if t.target else ""
         extra += f", retry {t.retry}" + (f", check with {t.check_with}" if t.check_with else "")
-        print(f"  {t.name}: {effect}{extra}")
-    for problem in check_layout(m):
-        print(f"warning: {problem}")
+        served = result.served.get(t.name) if result else None
+        if served is not None:
+            extra += f"; server: {hints(served)}"
+            s = suggested.get(t.name)
+            if s is not None and s.effect != t.effect:
+                extra += f"; suggested effect {s.effect} ({s.why})"
+        print(f"  {t.name}: {_effect_text(t)}{extra}")
+    if m.maintainer != "third_party":
+        for problem in check_layout(m):
+            print(f"warning: {problem}")
+    if result is None:
+        return EXIT_OK
+    for p in result.problems:
+        print(f"error: {p.text(_lang())}", file=sys.stderr)
+    if result.problems:
+        raise CapabilityError("package.check_failed", package=m.name, count=len(result.problems))
+    print(f"server: {len(result.served)} tools, as declared")
+    return EXIT_OK
+
+
+def _lang() -> str:
+    import os
+
+    return os.environ.get("YIMI_LANG", "en")
+
+
+def cmd_package_add(args: argparse.Namespace) -> int:
+    from hub.capabilities.check import check_server, served_tools
+    from hub.capabilities.errors import CapabilityError
+    from hub.capabilities.manifest import load, parse
+    from hub.capabilities.settings import add_package, ensure_new
+    from hub.capabilities.wrap import package_name, server_for, wrapper
+    from storage.private import private_dir, write_private
+
+    folder = Path(args.what).expanduser()
+    if (folder / "plugin.json").is_file():
+        m = load(folder)
+        ensure_new(args.home, m.name)
+        result = asyncio.run(check_server(m))
+        for p in result.problems:
+            print(f"error: {p.text(_lang())}", file=sys.stderr)
+        if result.problems:
+            raise CapabilityError(
+                "package.check_failed", package=m.name, count=len(result.problems)
+            )
+        entry: dict[str, Any] = {"path": str(m.root)}
+    else:
+        server = server_for(args.what)
+        name = args.name or package_name(server.distribution)
+        ensure_new(args.home, name)
+        root = private_dir(args.home / "packages" / name)
+        extra = tuple(args.arg or ())
+        probe = parse(wrapper(name, server, _placeholder(), extra_args=extra), root)
+        served = asyncio.run(served_tools(probe))
+        data = wrapper(name, server, served, extra_args=extra)
+        write_private(root / "plugin.json", json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        m = load(root)
+        entry = {"path": str(Path("packages") / name)}
+    file = add_package(args.home, m.name, entry)
+    print(f"added {m.name} ({m.maintainer}, receipts {m.receipts}) to {file}:")
+    for t in m.tools.values():
+        print(f"  {t.name}: {_effect_text(t)}")
+    if m.maintainer == "third_party":
+        print(f"review each tool's effect in {m.root / 'plugin.json'}; the hub uses it on start")
+    return EXIT_OK
+
+
+def _placeholder() -> dict[str, Any]:
+    from hub.capabilities.host import ServedTool
+
+    return {"placeholder": ServedTool("placeholder")}
+
+
+def cmd_package_list(args: argparse.Namespace) -> int:
+    from hub.capabilities.manifest import load
+    from hub.capabilities.settings import read_settings
+    from protos.errors import YimiError
+
+    for name, s in read_settings(args.home).items():
+        state = "enabled" if s.enabled else "disabled"
+        kind = "built-in" if s.builtin and not s.path else str(s.root)
+        try:
+            m = load(s.root)
+        except YimiError as exc:
+            print(f"{name}  {state}  {kind}  not loadable: {exc.text(_lang())}")
+            continue
+        print(f"{name} {m.version}  {state}  {m.maintainer}, receipts {m.receipts}  {kind}")
+        for t in m.tools.values():
+            print(f"  {t.name}: {_effect_text(t)}")
     return EXIT_OK
 
 
@@ -220,10 +317,24 @@ def cmd_executor(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any, command: Command) -> None:
     """Register the subcommands on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
-    pkg = sub.add_parser("package", help="capability packages: validate and test")
+    pkg = sub.add_parser("package", help="capability packages: check, test, add, list")
     pkg_sub = pkg.add_subparsers(dest="action", required=True)
-    sp = command(pkg_sub, "check", cmd_package_check, "validate a package folder's manifest")
+    sp = command(
+        pkg_sub, "check", cmd_package_check, "validate a package folder and compare its server"
+    )
     sp.add_argument("dir", type=Path)
+    sp.add_argument(
+        "--no-start", action="store_true", help="only the manifest: do not start the server"
+    )
+    sp = command(pkg_sub, "add", cmd_package_add, "add a package folder or an installed MCP server")
+    sp.add_argument("what", help="a package folder, or an installed distribution (PyPI name)")
+    sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument("--name", help="the package's name (default: from the distribution's)")
+    sp.add_argument(
+        "--arg", action="append", help="an argument for the server's command (repeatable)"
+    )
+    sp = command(pkg_sub, "list", cmd_package_list, "the hub's packages: tools and effects")
+    sp.add_argument("--home", type=Path, required=True)
     sp = command(pkg_sub, "test", cmd_package_test, "run a package's contract (fake and real)")
     sp.add_argument("dir", type=Path)
     sp.add_argument("--variant", action="append", choices=["fake", "real"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 from typing import Any
 
@@ -79,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return handler(args)
     except YimiError as exc:
-        print(f"yimi: {exc}", file=sys.stderr)
+        print(f"yimi: {exc.text(os.environ.get('YIMI_LANG', 'en'))}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130

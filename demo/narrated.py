@@ -854,7 +854,9 @@ class Demo:
                     }
                 },
             }
-            (self.home / "packages.yaml").write_text(json.dumps(packages, indent=2) + "\n")
+            from hub.capabilities.settings import only
+
+            (self.home / "packages.yaml").write_text(json.dumps(only(packages), indent=2) + "\n")
             self.say(
                 "mail",
                 f"local test SMTP server on 127.0.0.1:{self.smtp.port} (aiosmtpd) stands in "

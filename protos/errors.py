@@ -59,6 +59,30 @@ MESSAGES: dict[str, str] = {
     "package.unknown": "no capability package named {package!r}",
     "package.no_fake": "package {package} declares no fake server",
     "package.start_failed": "package {package} did not start: {reason}",
+    "package.tool_missing": (
+        "{file}: tool {tool!r} is declared, but its server does not offer it (it offers: {offered})"
+    ),
+    "package.tool_renamed": (
+        "{file}: tool {tool!r} is declared, but its server offers {served!r} instead: "
+        "misspelt or renamed?"
+    ),
+    "package.tool_extra": (
+        "{file}: its server offers tool {tool!r}, which is not declared: declare its effect"
+    ),
+    "package.observe_destructive": (
+        "{file}: tool {tool!r} is declared observe, but its server annotates it destructive "
+        "(destructiveHint): declare the effect it has"
+    ),
+    "package.check_failed": "package {package}: {count} problem(s) between its manifest and server",
+    "package.not_installed": (
+        "{name!r} is neither a package folder nor an installed Python distribution: "
+        "install the MCP server first (pip install {name})"
+    ),
+    "package.no_server": (
+        "the distribution {name} installs no console script to start an MCP server with"
+    ),
+    "package.exists": "a package named {name!r} is already configured in {path}",
+    "packages.invalid": "{path}: {reason}",
     "contract.missing": "no contract at {path}",
     "contract.invalid": "contract {path} is invalid: {reason}",
     "world.failed": "could not start the test {what}: {reason}",
@@ -331,6 +355,35 @@ MESSAGES: dict[str, str] = {
 }
 
 
+MESSAGES_ZH: dict[str, str] = {
+    # capabilities: wrapping third-party MCP servers (yimi package check / add / list)
+    "package.start_failed": "软件包 {package} 没能启动：{reason}",
+    "package.tool_missing": (
+        "{file}：声明了工具 {tool!r}，但它的服务器没有提供（提供的是：{offered}）"
+    ),
+    "package.tool_renamed": (
+        "{file}：声明了工具 {tool!r}，但它的服务器提供的是 {served!r}：拼错了还是改名了？"
+    ),
+    "package.tool_extra": "{file}：它的服务器提供了没有声明的工具 {tool!r}：请声明它的效果类别",
+    "package.observe_destructive": (
+        "{file}：工具 {tool!r} 声明为 observe（只读），但它的服务器标注它具有破坏性"
+        "（destructiveHint）：请声明它真实的效果类别"
+    ),
+    "package.check_failed": "软件包 {package}：清单和服务器之间有 {count} 个问题",
+    "package.not_installed": (
+        "{name!r} 既不是软件包文件夹，也不是已安装的 Python 发行包：请先安装这个 MCP 服务器"
+        "（pip install {name}）"
+    ),
+    "package.no_server": "发行包 {name} 没有安装可以启动 MCP 服务器的命令",
+    "package.exists": "{path} 里已经配置了名为 {name!r} 的软件包",
+    "packages.invalid": "{path}：{reason}",
+    "package.unknown": "没有名为 {package!r} 的能力软件包",
+    "manifest.missing": "{path} 里没有 plugin.json",
+    "manifest.invalid": "{file}：字段 {field}：{reason}",
+}
+"""Chinese texts, by the same keys (a key missing here renders in English)"""
+
+
 class YimiError(Exception):
     """Root of every user-facing error; ``key`` is stable, ``fields`` are structured."""
 
@@ -339,10 +392,15 @@ class YimiError(Exception):
         self.fields = fields
         super().__init__(render(key, fields))
 
+    def text(self, lang: str = "en") -> str:
+        """The error's text in ``lang`` (``en`` / ``zh``; English where no Chinese exists)."""
+        return render(self.key, self.fields, lang=lang)
 
-def render(key: str, fields: dict[str, Any]) -> str:
-    """The one-line text of ``key`` with ``fields``; unknown keys still render."""
-    template = MESSAGES.get(key)
+
+def render(key: str, fields: dict[str, Any], lang: str = "en") -> str:
+    """The one-line text of ``key`` with ``fields`` in ``lang`` (``zh``: Chinese where it
+    exists, else English); unknown keys still render."""
+    template = (MESSAGES_ZH.get(key) if lang.startswith("zh") else None) or MESSAGES.get(key)
     if template is None:
         return f"{key}: {fields}"
     try:

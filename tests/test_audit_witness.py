@@ -17,6 +17,7 @@ import pytest
 import yaml
 from nacl.signing import SigningKey
 
+from hub.capabilities.settings import only
 from hub.gateway.audit import AuditLog, verify
 from sync.audit_head import WITNESS_FILE, SignedHead, Witness
 from tests.mesh_harness import Mesh, env
@@ -151,7 +152,9 @@ async def test_attack_a_rolled_back_audit_pair_is_caught_by_the_phone(mesh: Mesh
     async with SmtpWorld() as smtp:
         (mesh.home / "packages.yaml").write_text(
             yaml.safe_dump(
-                {"messaging": {"config": {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port)}}}
+                only(
+                    {"messaging": {"config": {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port)}}}
+                )
             )
         )
         options = HubOptions(

@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 from hub.brain.agents import TOOL_BUDGET, PydanticBrain
+from hub.capabilities.settings import only
 from hub.gateway import Gateway
 from hub.mesh.daemon import HubDaemon
 from tests.fake_openai import FakeOpenAI, Reply, Request, Responder, calls, text
@@ -85,10 +86,14 @@ async def rig(mesh: Mesh, responder: Responder) -> AsyncIterator[Rig]:
         broker = world.broker
         (mesh.home / "packages.yaml").write_text(
             yaml.safe_dump(
-                {
-                    "memory": {},
-                    "home": {"config": {"MQTT_HOST": broker.host, "MQTT_PORT": str(broker.port)}},
-                }
+                only(
+                    {
+                        "memory": {},
+                        "home": {
+                            "config": {"MQTT_HOST": broker.host, "MQTT_PORT": str(broker.port)}
+                        },
+                    }
+                )
             )
         )
         _configure(mesh.home, fake.base_url)

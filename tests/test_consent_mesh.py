@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
+from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from provisioning.home import Home
@@ -46,7 +47,9 @@ async def test_card_to_phone_approve_deny_and_audit(mesh: Mesh) -> None:
     async with SmtpWorld() as smtp:
         (mesh.home / "packages.yaml").write_text(
             yaml.safe_dump(
-                {"messaging": {"config": {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port)}}}
+                only(
+                    {"messaging": {"config": {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port)}}}
+                )
             )
         )
         options = HubOptions(

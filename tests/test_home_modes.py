@@ -10,7 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
+from hub.capabilities.settings import only
 from storage.private import loose_modes, private_dir, private_file, write_private
 from tests.mesh_harness import Mesh
 from tests.waiting import poll_sync
@@ -41,7 +43,9 @@ def test_a_demo_like_session_leaves_nothing_readable(tmp_path: Path, loose_umask
         mesh.init()
         glasses = mesh.add_device("glasses", "glasses")
         phone = mesh.add_device("phone", "phone")
-        (mesh.home / "packages.yaml").write_text("memory: {}\nmessaging: {}\n")
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump(only({"memory": {}, "messaging": {}}))
+        )
         (mesh.home / "contacts.yaml").write_text(
             '[{"name": "Ann Lee", "email": "ann@example.org", "aliases": ["ann"]}]\n'
         )

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from provisioning.home import Home
@@ -29,7 +30,7 @@ async def test_mac_commands_and_reads_over_the_mesh(mesh: Mesh, tmp_path: Path) 
     (tmp_path / "secret.txt").write_text("not for you\n")
     (mac / "executor.yaml").write_text(yaml.safe_dump({"roots": [str(docs)]}))
     (mesh.home / "packages.yaml").write_text(
-        yaml.safe_dump({"mac": {"config": {"DEVICE": "mac1"}}})
+        yaml.safe_dump(only({"mac": {"config": {"DEVICE": "mac1"}}}))
     )
     options = HubOptions(
         mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False

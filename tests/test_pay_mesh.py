@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from hub.brain.base import Turn, collect
+from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from hub.payments import PaymentRequest, VoiceEvidence
@@ -30,7 +31,9 @@ def hub_using(mesh: Mesh, shop: SandboxShop) -> HubDaemon:
     """The mesh's hub, in this process on loopback, with the errands package pointed at
     ``shop``."""
     (mesh.home / "packages.yaml").write_text(
-        yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+        yaml.safe_dump(
+            only({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+        )
     )
     options = HubOptions(
         mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False

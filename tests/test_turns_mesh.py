@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from edge_agent.node import DeviceNode, NodeOptions
+from hub.capabilities.settings import only
 from hub.gateway.facts import fact_map
 from hub.mesh.daemon import HubDaemon, HubOptions
 from protos import mesh_pb2, voice_pb2
@@ -51,16 +52,18 @@ def prepare(mesh: Mesh, smtp: SmtpWorld) -> None:
     )
     (home / "packages.yaml").write_text(
         yaml.safe_dump(
-            {
-                "memory": {},
-                "messaging": {
-                    "config": {
-                        "SMTP_HOST": smtp.host,
-                        "SMTP_PORT": str(smtp.port),
-                        "SMTP_FROM": "assistant@home.test",
-                    }
-                },
-            }
+            only(
+                {
+                    "memory": {},
+                    "messaging": {
+                        "config": {
+                            "SMTP_HOST": smtp.host,
+                            "SMTP_PORT": str(smtp.port),
+                            "SMTP_FROM": "assistant@home.test",
+                        }
+                    },
+                }
+            )
         )
     )
     mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)

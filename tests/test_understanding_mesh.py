@@ -40,6 +40,7 @@ import yaml
 
 from hardware.espeak import Voice
 from hardware.pcm import Samples
+from hub.capabilities.settings import only
 from hub.mesh.daemon import HubDaemon
 from tests.mesh_harness import Mesh
 from tests.mesh_harness import env as harness_env
@@ -84,7 +85,7 @@ def prepare(mesh: Mesh, *, home_mqtt: tuple[str, int] | None, smtp: SmtpWorld | 
                 "SMTP_FROM": "assistant@home.test",
             }
         }
-    (mesh.home / "packages.yaml").write_text(yaml.safe_dump(packages))
+    (mesh.home / "packages.yaml").write_text(yaml.safe_dump(only(packages)))
 
 
 async def typed(mesh: Mesh, bundle: Path, words: str, timeout: float = 30) -> str:

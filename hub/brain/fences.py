@@ -25,11 +25,15 @@ import secrets
 from collections.abc import Iterable
 from typing import Any
 
-from hub.gateway.receipts import Receipt
+from hub.gateway.receipts import MAX_OUTPUT, Receipt
 
 FENCE_TAG = "untrusted"
 MAX_FENCED = 4000
 """characters of one fenced body (after escaping); the rest is cut with a marker"""
+MAX_RECEIPT_FENCED = MAX_OUTPUT + MAX_FENCED
+"""a receipt's fenced body when it shows the tool's own output (a plain MCP server's
+result): its lines and that output whole (itself bounded by
+:data:`hub.gateway.receipts.MAX_OUTPUT`)"""
 CUT = " …[cut]"
 _SOURCE_OK = re.compile(r"[^a-z0-9_.:/@+-]")
 _DROP = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
@@ -94,17 +98,19 @@ def receipt_content(r: Receipt) -> str:
     lines += [f"unknown: {u}" for u in r.unknowns]
     if r.error:
         lines.append(f"error: {r.error_code + ' ' if r.error_code else ''}{r.error}")
-    if r.output and not _is_json(r.output):  # the JSON echo of the receipt adds nothing
+    if r.output and not _is_receipt_echo(r.output):  # the receipt's JSON echo adds nothing
         lines.append(f"output: {r.output}")
     return "\n".join(lines)
 
 
-def _is_json(text: str) -> bool:
+def _is_receipt_echo(text: str) -> bool:
+    """Whether ``text`` is a receipt as JSON (a package's text echo of its structured
+    receipt); any other JSON — a plain MCP server's result — is what the model needs."""
     try:
-        json.loads(text)
-    except ValueError:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
         return False
-    return True
+    return isinstance(data, dict) and "receipt_version" in data
 
 
 def _short(v: Any, limit: int = 400) -> str:
@@ -132,7 +138,9 @@ def render_receipt(r: Receipt, *, show_content: bool = True, withheld: str = "")
     if not show_content:
         head.append(f"content withheld: {withheld or 'not eligible for this model'}")
         return "\n".join(head)
-    return "\n".join([*head, fence(f"tool:{r.package}.{r.tool}", content)])
+    shows_output = bool(r.output) and not _is_receipt_echo(r.output)
+    limit = MAX_RECEIPT_FENCED if shows_output else MAX_FENCED
+    return "\n".join([*head, fence(f"tool:{r.package}.{r.tool}", content, limit=limit)])
 
 
 def fence_all(items: Iterable[tuple[str, str]]) -> str:

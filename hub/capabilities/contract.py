@@ -2,7 +2,8 @@
 
 A contract lists cases; each case is a sequence of tool calls with expectations on the
 receipt the package returns (checked raw — it must be a valid receipt — and after the
-gateway's invariants)::
+gateway's invariants; for a plain MCP server, ``receipts: mcp``, on the receipt the gateway
+writes for it)::
 
     package: messaging
     needs: [smtp]                # outside-world fakes started for the real run
@@ -35,9 +36,9 @@ from typing import Any
 import yaml
 
 from hub.capabilities.errors import CapabilityError
-from hub.capabilities.host import PackageHost
-from hub.capabilities.manifest import Manifest, load
-from hub.gateway.receipts import Receipt, enforce, parse_receipt
+from hub.capabilities.host import PackageHost, ToolOutcome
+from hub.capabilities.manifest import Manifest, ToolSpec, load
+from hub.gateway.receipts import Receipt, enforce, mcp_receipt, parse_receipt
 
 Worlds = Mapping[str, Callable[[], Any]]
 """name → a factory of an async context manager whose value has ``env() -> dict[str, str]``"""
@@ -172,7 +173,11 @@ async def run_variant(
                     break
                 args = _substitute(dict(step.get("args") or {}), env)
                 outcome = await host.call(m.name, spec.name, args)
-                raw = parse_receipt(outcome.structured)
+                raw = (
+                    _mcp_receipt(spec, args, outcome)
+                    if m.receipts == "mcp"
+                    else parse_receipt(outcome.structured)
+                )
                 if raw is None:
                     detail = (
                         f"call {i + 1} ({spec.name}): not a valid receipt: {outcome.text[:200]}"
@@ -184,6 +189,23 @@ async def run_variant(
                     detail = f"call {i + 1} ({spec.name}): {problem}"
                     break
             report.results.append((variant, str(case.get("name", "?")), not detail, detail))
+
+
+def _mcp_receipt(spec: ToolSpec, args: dict[str, Any], outcome: ToolOutcome) -> Receipt | None:
+    """The receipt the gateway writes for a plain MCP server's result (``receipts: mcp``);
+    ``None`` when the call did not complete (no answer, a dead server)."""
+    if outcome.error_code:
+        return None
+    effect = spec.effect_for(args)
+    target = args.get(spec.target or "")
+    return mcp_receipt(
+        outcome.structured,
+        outcome.text,
+        is_error=outcome.is_error,
+        effect=effect or "",
+        tool=spec.name,
+        target=target if isinstance(target, str) else "",
+    )
 
 
 async def run_contract(

@@ -10,6 +10,10 @@ default) without calls. A ``shared`` package has one process for everyone; a
 :class:`ToolOutcome` whose ``error_code`` is ``TIMEOUT`` (no answer within the call
 timeout) or ``DISCONNECTED`` (the server died or the pipe broke) — the gateway turns both
 into ``unknown`` receipts. The ``variant`` picks the real server or the package's fake.
+
+A third-party server's tool annotations are read when it starts: a call of a tool its
+manifest declares ``observe`` but the server annotates destructive never reaches it
+(``REFUSED``: the gateway's receipt is ``not_executed``).
 """
 
 from __future__ import annotations
@@ -53,6 +57,27 @@ async def _mcp() -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, "mcp")
 
 
+REFUSED = "REFUSED"
+"""the host did not run the call: a third-party server annotates a tool its manifest
+declares ``observe`` destructive (``yimi package check`` says so too)"""
+
+
+async def _destructive(client: Client, package: str) -> frozenset[str]:
+    """The tools a server annotates destructive and not read-only (none if it cannot say)."""
+    try:
+        listed = await client.list_tools()
+    except Exception as exc:  # its calls will tell: this is only a guard
+        log.warning("package %s lists no tools: %s", package, exc)
+        return frozenset()
+    return frozenset(
+        t.name
+        for t in listed.tools
+        if t.annotations is not None
+        and t.annotations.destructive_hint
+        and not t.annotations.read_only_hint
+    )
+
+
 @dataclass(frozen=True)
 class ToolOutcome:
     """What came back from one MCP tool call, before the gateway judged it."""
@@ -61,8 +86,23 @@ class ToolOutcome:
     text: str = ""
     is_error: bool = False
     error_code: str = ""
-    """``TIMEOUT`` / ``DISCONNECTED`` / ``START_FAILED`` when the call did not complete"""
+    """``TIMEOUT`` / ``DISCONNECTED`` / ``START_FAILED`` / ``REFUSED`` when the call did not
+    complete (``REFUSED``: it never reached the server)"""
     elapsed_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class ServedTool:
+    """One tool as the server lists it: its input schema and MCP's annotations (hints the
+    server gives about itself, ``None`` when it says nothing)."""
+
+    name: str
+    input_schema: dict[str, Any] = field(default_factory=dict)
+    description: str = ""
+    read_only: bool | None = None
+    destructive: bool | None = None
+    idempotent: bool | None = None
+    open_world: bool | None = None
 
 
 @dataclass
@@ -82,6 +122,8 @@ class _Server:
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     env: dict[str, str] = field(default_factory=dict)
     """what ``env_for`` gave this server at its start"""
+    destructive: frozenset[str] = frozenset()
+    """tools a third-party server annotates destructive (``destructiveHint``), read at start"""
 
 
 class PackageHost:
@@ -188,6 +230,8 @@ class PackageHost:
         params = mcp.StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
         try:
             async with mcp.Client(params, raise_exceptions=False) as client:
+                if m.maintainer == "third_party" or m.receipts == "mcp":
+                    s.destructive = await _destructive(client, m.name)
                 s.client = client
                 s.last_used = time.monotonic()
                 s.ready.set()
@@ -247,6 +291,14 @@ class PackageHost:
         if client is None:
             s.inflight -= 1
             return ToolOutcome(text=s.failed, is_error=True, error_code="START_FAILED")
+        spec = m.tools.get(tool)
+        if spec is not None and spec.effect == "observe" and tool in s.destructive:
+            s.inflight -= 1
+            return ToolOutcome(
+                text=f"{tool} is declared observe, but its server annotates it destructive",
+                is_error=True,
+                error_code=REFUSED,
+            )
         s.last_used = time.monotonic()
         limit = timeout if timeout is not None else m.runtime.call_timeout_s
         try:
@@ -281,6 +333,10 @@ class PackageHost:
 
     async def list_tools(self, package: str) -> dict[str, dict[str, Any]]:
         """Tool name → input schema, as the package's server reports them."""
+        return {n: t.input_schema for n, t in (await self.served_tools(package)).items()}
+
+    async def served_tools(self, package: str) -> dict[str, ServedTool]:
+        """Every tool the package's server lists, with its annotations."""
         m = self.manifests.get(package)
         if m is None:
             raise CapabilityError("package.unknown", package=package)
@@ -289,7 +345,19 @@ class PackageHost:
             raise CapabilityError("package.start_failed", package=package, reason=s.failed)
         s.last_used = time.monotonic()
         listed = await s.client.list_tools()
-        return {t.name: dict(t.input_schema or {}) for t in listed.tools}
+        out: dict[str, ServedTool] = {}
+        for t in listed.tools:
+            a = t.annotations
+            out[t.name] = ServedTool(
+                name=t.name,
+                input_schema=dict(t.input_schema or {}),
+                description=t.description or "",
+                read_only=getattr(a, "read_only_hint", None),
+                destructive=getattr(a, "destructive_hint", None),
+                idempotent=getattr(a, "idempotent_hint", None),
+                open_world=getattr(a, "open_world_hint", None),
+            )
+        return out
 
     async def ended(self, package: str) -> None:
         """Return once no server of ``package`` is running (stopped or reclaimed)."""

@@ -12,8 +12,8 @@ from the top of ``plugin.json`` (``extensions.ai.yimi.capability.tools.send.effe
 
 Rules beyond the schema:
 - each tool declares exactly one of ``effect`` / ``effect_by_arg``;
-- a ``self``-maintained package may not declare ``spend`` or ``self_change``, not even in
-  one branch of ``effect_by_arg``;
+- a ``self``-maintained (or ``third_party``) package may not declare ``spend`` or
+  ``self_change``, not even in one branch of ``effect_by_arg``;
 - ``check_with`` names an ``observe`` tool of the same package; ``retry: after_check``
   needs ``check_with``;
 - ``target`` and ``effect_by_arg.arg`` are argument names (identifiers);
@@ -52,6 +52,10 @@ EFFECTS = (
 )
 SCOPES = ("owner", "owner_uncertain", "guest", "build", "care")
 SELF_FORBIDDEN = frozenset({"spend", "self_change"})
+RESTRICTED_MAINTAINERS = {"self": "a self-built", "third_party": "a third-party"}
+"""maintainers that may not declare :data:`SELF_FORBIDDEN` effects (how the refusal says it)"""
+RECEIPTS = ("yimi", "mcp")
+"""``yimi``: the tools return receipts; ``mcp``: a plain MCP server, the gateway writes them"""
 _ARG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _EXT_PATH = f"extensions.{EXTENSION}"
 
@@ -139,6 +143,8 @@ class Manifest:
     secrets: tuple[str, ...] = ()
     egress: tuple[str, ...] = ()
     config: tuple[str, ...] = ()
+    receipts: str = "yimi"
+    """``mcp``: the gateway builds each receipt from the plain MCP result"""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -243,11 +249,12 @@ def validate(data: Any, file: Path) -> None:
         effects = (
             [spec["effect"]] if "effect" in spec else list(spec["effect_by_arg"]["values"].values())
         )
-        if cap["maintainer"] == "self":
+        who = RESTRICTED_MAINTAINERS.get(cap["maintainer"])
+        if who is not None:
             bad = sorted(set(effects) & SELF_FORBIDDEN)
             if bad:
                 field_ = f"{where}.effect" if "effect" in spec else f"{where}.effect_by_arg.values"
-                raise _refuse(file, field_, f"a self-built package may not declare {bad[0]}")
+                raise _refuse(file, field_, f"{who} package may not declare {bad[0]}")
         if "effect_by_arg" in spec and not _ARG_RE.match(spec["effect_by_arg"]["arg"]):
             raise _refuse(file, f"{where}.effect_by_arg.arg", "not an argument name")
         if "target" in spec and not _ARG_RE.match(spec["target"]):
@@ -314,7 +321,7 @@ def parse(data: dict[str, Any], root: Path, file: Path | None = None) -> Manifes
         description=data.get("description", ""),
         maintainer=cap["maintainer"],
         schema_version=cap["schema_version"],
-        receipt_version=cap["receipt_version"],
+        receipt_version=cap.get("receipt_version", 1),
         runtime=runtime,
         servers=servers,
         scopes=tuple(cap["scopes"]),
@@ -322,6 +329,7 @@ def parse(data: dict[str, Any], root: Path, file: Path | None = None) -> Manifes
         secrets=tuple(cap.get("secrets", ())),
         egress=tuple(cap.get("egress", ())),
         config=tuple(cap.get("config", ())),
+        receipts=cap.get("receipts", "yimi"),
         raw=data,
     )
 

@@ -2,14 +2,17 @@
 and the executor bridge to devices with the executor role (the Mac).
 
 :class:`MeshConsent` is owned by the hub daemon (an async context manager). On enter it
-opens the hub's gateway (``HOME/gateway/``: ``gateway.db``, ``audit/``) over the packages
-named in ``HOME/packages.yaml`` (all built-in packages when the file is absent)::
+opens the hub's gateway (``HOME/gateway/``: ``gateway.db``, ``audit/``) over every
+built-in package and those ``HOME/packages.yaml`` adds, as it configures them; a built-in
+stops only when the file says ``enabled: false`` (:mod:`hub.capabilities.settings`)::
 
     messaging:                       # package name
       path: /opt/yimi/packages/messaging   # optional; default: the built-in package
       config: {SMTP_HOST: mail.example.org, SMTP_PORT: "587"}   # → YIMI_SMTP_HOST ...
     home:
       config: {MQTT_HOST: 127.0.0.1, MQTT_PORT: "1883"}
+    mac:
+      enabled: false
 
 Secrets live in ``HOME/keys/package-secrets.json`` (mode 0600; ``{"SMTP_PASSWORD": ...}``)
 and reach only the server of a package that declares the name — never model context.
@@ -45,11 +48,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from google.protobuf.message import Message
 from nacl.signing import SigningKey
 
-from hub.capabilities.manifest import Manifest, load
+from hub.capabilities.manifest import Manifest
+from hub.capabilities.settings import load_enabled
 from hub.gateway import open_gateway
 from hub.gateway.consent import Card
 from hub.gateway.executor_bridge import ExecutorBridge
@@ -70,23 +73,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-BUILTIN_PACKAGES = Path(__file__).resolve().parent.parent.parent / "packages"
 EXPIRY_SWEEP_S = 1.0
-
-
-def builtin_packages() -> list[Path]:
-    return sorted(p.parent for p in BUILTIN_PACKAGES.glob("*/plugin.json"))
-
-
-def package_settings(home: Path) -> dict[str, dict[str, Any]]:
-    """``HOME/packages.yaml`` (or every built-in package with no settings)."""
-    path = home / "packages.yaml"
-    if not path.exists():
-        return {p.name: {} for p in builtin_packages()}
-    data = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path} is not a mapping")
-    return {str(k): dict(v or {}) for k, v in data.items()}
 
 
 def package_secrets(home: Path) -> dict[str, str]:
@@ -131,19 +118,7 @@ class MeshConsent:
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
-        settings = package_settings(self.home)
-        catalog: dict[str, Manifest] = {}
-        for name, s in settings.items():
-            root = Path(s["path"]) if s.get("path") else BUILTIN_PACKAGES / name
-            if not root.is_absolute():
-                root = self.home / root
-            try:
-                m = load(root)
-            except Exception as exc:  # one broken package must not stop the hub
-                log.error("package %s not loaded: %s", name, exc)
-                continue
-            catalog[m.name] = m
-        return catalog, settings
+        return load_enabled(self.home)
 
     async def __aenter__(self) -> MeshConsent:
         catalog, settings = self._catalog()

@@ -29,7 +29,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from hub.capabilities.host import PackageHost, ToolOutcome
+from hub.capabilities.host import REFUSED, PackageHost, ToolOutcome
 from hub.capabilities.manifest import Manifest, ToolSpec
 from hub.gateway import facts as factsmod
 from hub.gateway.audit import AuditLog
@@ -44,6 +44,7 @@ from hub.gateway.receipts import (
     enforce,
     gateway_receipt,
     invalid,
+    mcp_receipt,
     parse_receipt,
 )
 from protos import consent_pb2
@@ -517,6 +518,17 @@ class Gateway:
             raw = replace(raw, error_code=outcome.error_code)
         elif outcome.error_code == "START_FAILED":
             raw = gateway_receipt("not_executed", f"the package did not start: {outcome.text}")
+        elif outcome.error_code == REFUSED:
+            raw = gateway_receipt("not_executed", outcome.text, next=Next(retry="forbidden"))
+        elif m.receipts == "mcp":
+            raw = mcp_receipt(
+                outcome.structured,
+                outcome.text,
+                is_error=outcome.is_error,
+                effect=decision.effect,
+                tool=spec.name,
+                target=decision.target,
+            )
         else:
             parsed = parse_receipt(outcome.structured)
             raw = (
@@ -529,7 +541,8 @@ class Gateway:
         if spec.long_running:
             revision = max(revision, raw.revision)
         r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
-        r = replace(self._stamp(r, call, decision, revision), output=outcome.text[:MAX_OUTPUT])
+        output = raw.output or outcome.text[:MAX_OUTPUT]
+        r = replace(self._stamp(r, call, decision, revision), output=output)
         stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id)
         if stored.status in ("unknown", "partial") and spec.check_with:
             self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)

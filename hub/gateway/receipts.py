@@ -22,6 +22,13 @@ A package's tool returns a receipt as its structured MCP result::
 5. anything that is not a valid receipt → ``unknown``.
 
 The package may tighten the retry rule of its manifest, never loosen it.
+
+A plain MCP server (manifest ``receipts: "mcp"``) returns no receipt: :func:`mcp_receipt`
+writes one from what the protocol does say, honestly — ``isError`` → ``failed`` with the
+server's text; otherwise ``succeeded``, with, for a tool whose effect is not ``observe``,
+one effect in state ``service_ack`` (the service said so; nothing was verified). The
+server's structured content (or its text) is kept whole for the model as ``output``, up to
+:data:`MAX_OUTPUT` characters.
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ VALUE_WITHOUT_UNIT = "value_without_unit"
 WROTE_REJECTED = "package_wrote_rejected"
 INVALID_RECEIPT = "invalid_receipt"
 UNCERTAIN_FAILURE = "uncertain_failure"
+MCP_TOOL_ERROR = "TOOL_ERROR"
+"""the error code of a plain MCP server's ``isError`` result"""
+OUTPUT_CUT = " …[cut at {n} characters]"
 
 
 @dataclass(frozen=True)
@@ -297,3 +307,43 @@ def invalid(reason: str) -> Receipt:
 def gateway_receipt(status: str, reason: str, **kw: Any) -> Receipt:
     """A receipt written by the gateway itself (``rejected``, ``waiting``, ``not_executed``...)."""
     return Receipt(status=status, error=reason[:MAX_TEXT], **kw)
+
+
+def bounded_output(text: str, limit: int = MAX_OUTPUT) -> str:
+    """``text`` whole when it fits in ``limit`` characters, else cut with a marker saying so."""
+    if len(text) <= limit:
+        return text
+    mark = OUTPUT_CUT.format(n=limit)
+    return text[: max(0, limit - len(mark))] + mark
+
+
+def mcp_output(structured: Any, text: str) -> str:
+    """What a plain MCP result says, for the model: its structured content as JSON (whole:
+    bounded by :data:`MAX_OUTPUT`, not cut short), else its text. Never raises."""
+    if structured is not None:
+        try:
+            return bounded_output(json.dumps(structured, ensure_ascii=False, default=str))
+        except (TypeError, ValueError, RecursionError):
+            pass
+    return bounded_output(text if isinstance(text, str) else "")
+
+
+def mcp_receipt(
+    structured: Any, text: str, *, is_error: bool, effect: str, tool: str, target: str = ""
+) -> Receipt:
+    """The receipt of a plain MCP result (see the module doc); never raises, never
+    ``verified``. ``effect`` is the call's effect class from the manifest."""
+    output = mcp_output(structured, text)
+    if is_error:
+        message = (text if isinstance(text, str) else "") or output or "the server gave no reason"
+        return Receipt(
+            status="failed", error_code=MCP_TOOL_ERROR, error=message[:MAX_TEXT], output=output
+        )
+    if effect == "observe":
+        return Receipt(status="succeeded", output=output)
+    kind = (tool or "tool")[:64]
+    return Receipt(
+        status="succeeded",
+        effects=(Effect(kind, "service_ack", (target or "")[:200]),),
+        output=output,
+    )
