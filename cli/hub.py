@@ -54,6 +54,7 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port or home.grpc_port,
         bind=args.bind,
         advertise=not args.no_advertise,
+        plaintext=args.plaintext,
     )
 
     async def serve() -> int:
@@ -119,6 +120,11 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--grpc-port", type=int)
     sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
     sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
+    sp.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
+    )
     sp = command(hub_sub, "status", cmd_hub_status, "devices, presence and message counts")
     sp.add_argument("--home", type=Path, required=True)
     sp = command(hub_sub, "pair-code", cmd_hub_pair_code, "print a one-time pairing code")

@@ -13,6 +13,9 @@ short-lived clients of the same node (``yimi say``, tools, tests) log in as one 
 ACL), so they never take over the node's own session; the one a process holds by a lock file
 (:class:`SlotLease`, in the bundle's state folder) so that they do not take over each other's
 either (without a free slot or a lock folder: a random slot per connection).
+
+Every session speaks TLS to the broker, verified against the home CA (``tls``, a
+:class:`~sync.tls.ClientTls`; plaintext only as that allows: to loopback, when asked).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import aiomqtt
 
 from sync.backoff import Backoff
 from sync.errors import SyncError
+from sync.tls import ClientTls, tls_refusal
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +99,7 @@ class MqttSession:
         identifier: str,
         subscriptions: Sequence[str],
         on_message: Callable[[aiomqtt.Message], Awaitable[None]],
+        tls: ClientTls,
         on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
         will: Callable[[], aiomqtt.Will | None] | None = None,
         clean_session: bool = True,
@@ -109,6 +114,7 @@ class MqttSession:
         session): the slot held in ``slot_locks`` (a :class:`SlotLease`), else a random
         one on every connection."""
         self._target = target
+        self._tls = tls
         self._username = username
         self._password = password
         self._identifier = identifier
@@ -171,7 +177,12 @@ class MqttSession:
                 raise
             except (aiomqtt.MqttError, SyncError, OSError) as exc:
                 self.last_error = str(exc)
-                log.info("mqtt %s: %s", self._identifier, exc)
+                if tls_refusal(self.last_error):
+                    refused = SyncError("hub.tls_untrusted", target="broker")
+                    self.last_error = str(refused)
+                    log.warning("mqtt %s: %s", self._identifier, refused)
+                else:
+                    log.info("mqtt %s: %s", self._identifier, exc)
             finally:
                 self.connected.clear()
                 self._client = None
@@ -202,6 +213,7 @@ class MqttSession:
             timeout=5.0,
             max_queued_outgoing_messages=10_000,
             socket_options=SOCKET_OPTIONS,
+            tls_context=self._tls.ssl_context(host),
         )
         async with client:
             for topic in self._subscriptions:
