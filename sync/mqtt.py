@@ -133,7 +133,11 @@ class MqttSession:
         self.connections = 0
         """successful connections so far (1 + reconnects)"""
         self.last_error: str = ""
+        self.refused = asyncio.Event()
+        """set once the hub reached was refused as not the pinned one (``refusal``)"""
+        self.refusal: SyncError | None = None
         self._login = ""
+        self._where = ""
 
     async def __aenter__(self) -> MqttSession:
         if self._lease is not None:
@@ -177,16 +181,24 @@ class MqttSession:
                 raise
             except (aiomqtt.MqttError, SyncError, OSError) as exc:
                 self.last_error = str(exc)
-                if tls_refusal(self.last_error):
-                    refused = SyncError("hub.tls_untrusted", target="broker")
-                    self.last_error = str(refused)
-                    log.warning("mqtt %s: %s", self._identifier, refused)
+                if isinstance(exc, SyncError) and exc.key == "hub.tls_untrusted":
+                    self._refuse(exc)
+                elif tls_refusal(self.last_error):
+                    self._refuse(SyncError("hub.tls_untrusted", target=f"broker {self._where}"))
                 else:
                     log.info("mqtt %s: %s", self._identifier, exc)
             finally:
                 self.connected.clear()
                 self._client = None
             await asyncio.sleep(self._backoff.next_delay())
+
+    def _refuse(self, exc: SyncError) -> None:
+        """The hub reached is not the pinned one: said once, kept trying (it may come)."""
+        self.last_error = str(exc)
+        if self.refusal is None:
+            log.warning("mqtt %s: %s", self._identifier, exc)
+        self.refusal = exc
+        self.refused.set()
 
     @property
     def login(self) -> str:
@@ -201,6 +213,7 @@ class MqttSession:
         else:
             login = random_transient_username(self._username)
         self._login = login
+        self._where = f"{host}:{port}"
         client = aiomqtt.Client(
             host,
             port,

@@ -98,6 +98,8 @@ class HubDaemon:
     each to the narrow callables it needs (no component gets the daemon)."""
 
     def __init__(self, home: Home, options: HubOptions) -> None:
+        if options.plaintext and not is_loopback(options.bind):  # before anything is opened
+            raise HubError("tls.plaintext_not_loopback", host=options.bind)
         self.home = home
         self.options = options
         self.store = HubStore(home.path / "hub.db")
@@ -226,7 +228,8 @@ class HubDaemon:
 
     async def _start(self) -> None:
         opts, home = self.options, self.home
-        self._check_options()
+        if opts.plaintext:
+            log.warning("TLS off (--plaintext): broker and gRPC are plaintext on %s", opts.bind)
         self.tls = home.tls(extra_names=advertise_addresses(opts.bind))
         client_tls = (
             ClientTls.plaintext(home.home_id)
