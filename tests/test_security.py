@@ -141,6 +141,7 @@ def client(mesh: Mesh, username: str, password: str, **kw: object) -> aiomqtt.Cl
         password=password,
         identifier=login,
         timeout=5,
+        tls_context=mesh.mqtt_tls(),
         **kw,  # type: ignore[arg-type]
     )
 
