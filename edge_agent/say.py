@@ -83,7 +83,9 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
             queue()
             return _queued(node, mine, node.mqtt.last_error or "not connected")
         if node.mqtt.refusal is not None and not node.mqtt.connected.is_set():
-            raise node.mqtt.refusal  # not our hub: nothing is queued for it
+            # not our hub (another home's TLS CA): kept for the real one, said at once
+            queue()
+            return _queued(node, mine, str(node.mqtt.refusal))
         queue()
         deadline = loop.time() + timeout
         try:
