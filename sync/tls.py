@@ -24,11 +24,18 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from provisioning.tls import PLAINTEXT_ENV, is_loopback, plaintext_requested, tls_name
+from provisioning.tls import (
+    PLAINTEXT_ENV,
+    ensure_ca,
+    is_loopback,
+    plaintext_requested,
+    tls_name,
+)
 from sync.errors import SyncError
 
 if TYPE_CHECKING:
     from provisioning.bundle import Bundle
+    from provisioning.home import Home
 
 __all__ = [
     "PLAINTEXT_ENV",
@@ -54,6 +61,11 @@ class ClientTls:
     @classmethod
     def pinned(cls, ca_pem: bytes, home_id: str) -> ClientTls:
         return cls(ca_pem, tls_name(home_id))
+
+    @classmethod
+    def for_home(cls, home: Home) -> ClientTls:
+        """The hub's own clients (and tools on the hub machine): pinned to the home's CA."""
+        return cls.pinned(ensure_ca(home.path, home.home_id), home.home_id)
 
     @classmethod
     def plaintext(cls, home_id: str) -> ClientTls:

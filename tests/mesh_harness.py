@@ -23,7 +23,7 @@ import grpc
 
 from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
-from provisioning.tls import CA_CERT_FILE
+from provisioning.home import Home
 from storage.sqlite import read_rows
 from sync.backoff import SCALE_ENV
 from sync.tls import ChannelOptions, ClientTls
@@ -39,11 +39,8 @@ cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconn
 
 
 def client_tls(home: Path) -> ClientTls:
-    """TLS pinned to the CA of the home in ``home`` (raw test and bench clients)."""
-    import yaml
-
-    home_id = str(yaml.safe_load((home / "home.yaml").read_text())["home_id"])
-    return ClientTls.pinned((home / CA_CERT_FILE).read_bytes(), home_id)
+    """TLS pinned to the CA of the home in ``home`` (raw test clients)."""
+    return ClientTls.for_home(Home.load(home))
 
 
 def env() -> dict[str, str]:
