@@ -18,6 +18,7 @@ from sync.locate import identify
 from sync.mqtt import transient_username
 from sync.tls import ClientTls
 from tests.mesh_harness import Mesh
+from tests.waiting import poll_sync
 
 pytestmark = pytest.mark.slow
 
@@ -39,6 +40,11 @@ def mqtt_login(mesh: Mesh, bundle: Bundle, context: ssl.SSLContext | None) -> No
             pass
 
     asyncio.run(run())
+
+
+def counters(mesh: Mesh) -> dict[str, int]:
+    rows = mesh.hub_query("SELECT name, value FROM counters")
+    return {str(name): int(str(value)) for name, value in rows}
 
 
 def test_devices_reach_their_hub_over_tls_and_refuse_another_homes(
@@ -67,6 +73,7 @@ def test_devices_reach_their_hub_over_tls_and_refuse_another_homes(
     strangers = Bundle.load(stranger)
     with pytest.raises(aiomqtt.MqttError, match=r"(?i)certificate verify failed"):
         mqtt_login(mesh, strangers, ClientTls.for_bundle(strangers).ssl_context())
+    poll_sync(lambda: counters(mesh).get("broker.refused.tls"), 10, "the refusal counted")
     # plaintext: refused off loopback, before anything starts
     r = mesh.yimi("hub", "run", "--home", str(mesh.home), "--bind", "0.0.0.0", "--plaintext")
     assert r.returncode == 1, (r.stdout, r.stderr)

@@ -96,6 +96,8 @@ REFUSALS = (
     # a retained publish (mosquitto 2.0.11 logs no reason for it), or another protocol error
     (": Unknown error.", "broker.refused.protocol"),
     ("not authorised", "broker.refused.login"),
+    # a TLS handshake that failed: a plaintext client, or one pinned to another home's CA
+    ("OpenSSL Error[", "broker.refused.tls"),
 )
 """(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
 
