@@ -75,6 +75,8 @@ class NodeOptions:
 
 class DeviceNode:
     def __init__(self, bundle: Bundle, options: NodeOptions, on_reply: ReplyHandler) -> None:
+        self.tls = ClientTls.for_bundle(bundle)  # before anything is opened: may refuse
+        """TLS to the hub, pinned to the bundle's home CA (:mod:`sync.tls`)"""
         self.bundle = bundle
         self.options = options
         self._on_reply = on_reply
@@ -96,8 +98,6 @@ class DeviceNode:
             group_keys=self.group_keys,
         )
         hub = bundle.hub
-        self.tls = ClientTls.for_bundle(bundle)
-        """TLS to the hub, pinned to the bundle's home CA (:mod:`sync.tls`)"""
         self.locator = HubLocator(
             pinned=bundle.pinned_fingerprint,
             home_id=bundle.home_id,
