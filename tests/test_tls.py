@@ -15,6 +15,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from edge_agent.node import DeviceNode, NodeOptions
 from hub.errors import HubError
 from hub.mesh import broker as broker_module
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
@@ -149,6 +150,9 @@ def test_bundles_pin_the_ca_and_old_bundles_are_told_to_re_pair(tmp_path: Path) 
         ClientTls.for_bundle(old)
     assert err2.value.key == "bundle.no_tls_ca"
     assert "re-pair" in str(err2.value) and "重新配对" in str(err2.value)
+    with pytest.raises(SyncError) as err3:  # what `yimi say` and `yimi edge run` make first
+        DeviceNode(old, NodeOptions(mode="say"), _no_reply)
+    assert err3.value.key == "bundle.no_tls_ca"
 
 
 def test_a_paired_bundle_pins_the_ca_the_call_ran_under(
@@ -265,6 +269,10 @@ async def test_mqtt_handshake_pins_the_home_ca(homes: tuple[Home, Home], tmp_pat
                 "127.0.0.1", port, username="hub", password=password, timeout=1
             ):
                 pass
+
+
+async def _no_reply(*_: object) -> None:
+    return None
 
 
 async def _nothing() -> None:
