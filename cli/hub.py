@@ -72,6 +72,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
     pid = hub_pid(args.home)
     print(f"hub: running (pid {pid})" if pid else "hub: not running")
     _print_group_key(args.home)
+    _print_tls(args.home)
     cmd_device_list(args)
     store = HubStore(args.home / "hub.db")
     try:
@@ -95,6 +96,17 @@ def _print_group_key(home: Path) -> None:
         return
     current = GroupKeys.load(path, legacy=b"").current
     print(f"mesh group key: epoch {current.number}, made {fmt_ms(current.made_ms)}")
+
+
+def _print_tls(home: Path) -> None:
+    from provisioning import tls
+
+    fingerprint, until = tls.status(home)
+    if not fingerprint:
+        print("TLS: no home CA yet (made at the hub's next start)")
+        return
+    leaves = f"leaves valid until {until:%Y-%m-%d}" if until else "no leaves yet"
+    print(f"TLS: home CA {fingerprint[:16]}…, {leaves} (renewed at start when near expiry)")
 
 
 def cmd_hub_pair_code(args: argparse.Namespace) -> int:

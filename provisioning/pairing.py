@@ -6,6 +6,10 @@ sends ``mac = BLAKE2b(key, "request" || details)`` with ``key = argon2id(secret,
 the hub answers with the grant and ``BLAKE2b(key, "grant" || grant)``, so each side proves
 knowledge of the code to the other, and a passive listener learns nothing it could test
 offline cheaply. Codes expire after 10 minutes and work once; the hub rate-limits failures.
+
+The call runs over TLS before the device knows the home's CA: it takes the certificate the
+hub presents, and the grant (authenticated by the code) names the CA — endorsed by the home
+key — that must have issued it (``pair.tls_mismatch`` otherwise); the bundle pins that CA.
 """
 
 from __future__ import annotations

@@ -313,6 +313,22 @@ def ensure_hub_tls(
     )
 
 
+def status(home_path: Path) -> tuple[str, dt.datetime | None]:
+    """(CA fingerprint, earliest expiry of the leaves) of a home, without making anything:
+    ("", None) before the CA exists."""
+    cert_path = home_path / CA_CERT_FILE
+    if not cert_path.exists():
+        return "", None
+    ends = []
+    for listener in LISTENERS:
+        leaf = home_path / LEAF_DIR / f"{listener}.pem"
+        try:
+            ends.append(x509.load_pem_x509_certificate(leaf.read_bytes()).not_valid_after_utc)
+        except (OSError, ValueError):
+            continue
+    return ca_fingerprint(cert_path.read_bytes()), min(ends, default=None)
+
+
 def server_leaf(host: str, port: int, timeout: float = 5.0) -> bytes:
     """The certificate (PEM) a TLS server at ``host:port`` presents, *not verified*: what a
     pairing device connects under before it has the CA (the grant then has to name the CA

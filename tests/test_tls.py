@@ -39,6 +39,7 @@ from provisioning.tls import (
     leaf_name,
     tls_name,
 )
+from provisioning.tls import status as tls_status
 from storage.private import loose_modes
 from sync.errors import SyncError
 from sync.locate import identify
@@ -96,6 +97,8 @@ def test_leaves_name_the_hub_and_are_reused_until_renewal(tmp_path: Path) -> Non
     again = home.tls(extra_names=["192.168.1.20"])
     assert {leaf: leaf.cert.read_bytes() for leaf in before} == before  # nothing reissued
     assert again.fingerprint == tls.fingerprint
+    fingerprint, until = tls_status(home.path)
+    assert fingerprint == tls.fingerprint and until is not None
 
     # a new advertised address: reissued, naming it
     moved = home.tls(extra_names=["10.0.0.7"])
