@@ -135,6 +135,16 @@ class HubTls:
     names: tuple[str, ...]
     """the leaves' subject alternative names"""
 
+    def server_context(self, leaf: Leaf | None = None) -> ssl.SSLContext:
+        """A server :class:`ssl.SSLContext` serving ``leaf`` (default: the web listener's),
+        TLS 1.2 or later — what an HTTPS server (aiohttp, uvicorn) takes. Clients trust the
+        home CA (:attr:`ca_pem`): a browser has it installed, a device pins it."""
+        leaf = leaf or self.web
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(leaf.cert, leaf.key)
+        return context
+
 
 def _utc(now: dt.datetime | None) -> dt.datetime:
     return now or dt.datetime.now(dt.UTC)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import shutil
+import ssl
 from pathlib import Path
 
 import aiomqtt
@@ -97,6 +98,7 @@ def test_leaves_name_the_hub_and_are_reused_until_renewal(tmp_path: Path) -> Non
     again = home.tls(extra_names=["192.168.1.20"])
     assert {leaf: leaf.cert.read_bytes() for leaf in before} == before  # nothing reissued
     assert again.fingerprint == tls.fingerprint
+    assert tls.server_context().minimum_version == ssl.TLSVersion.TLSv1_2  # the web listener's
     fingerprint, until = tls_status(home.path)
     assert fingerprint == tls.fingerprint and until is not None
 
