@@ -128,6 +128,8 @@ class HubLocator:
             try:
                 found = await identify(host, port, pinned=self.pinned, tls=self.tls)
             except SyncError as exc:
+                if exc.key == "tls.plaintext_not_loopback":
+                    raise
                 if exc.key == "hub.tls_untrusted":
                     untrusted = exc
                 if exc.key in ("hub.fingerprint_mismatch", "hub.tls_untrusted"):

@@ -46,6 +46,8 @@ the peer delays (~40 ms) — every hop of a round trip stalled. The broker sets 
 TRANSIENT_SLOTS = 8
 """transient logins per broker account (the broker writes them all, same hash and ACL)"""
 TRANSIENT_SEPARATOR = ".t"
+REFUSALS = frozenset({"hub.tls_untrusted", "tls.plaintext_not_loopback"})
+"""errors that retrying will not cure: the session says them once (``refused``)"""
 
 
 def transient_username(username: str, slot: int) -> str:
@@ -134,7 +136,7 @@ class MqttSession:
         """successful connections so far (1 + reconnects)"""
         self.last_error: str = ""
         self.refused = asyncio.Event()
-        """set once the hub reached was refused as not the pinned one (``refusal``)"""
+        """set once the connection was refused for a :data:`REFUSALS` reason (``refusal``)"""
         self.refusal: SyncError | None = None
         self._login = ""
         self._where = ""
@@ -181,7 +183,7 @@ class MqttSession:
                 raise
             except (aiomqtt.MqttError, SyncError, OSError) as exc:
                 self.last_error = str(exc)
-                if isinstance(exc, SyncError) and exc.key == "hub.tls_untrusted":
+                if isinstance(exc, SyncError) and exc.key in REFUSALS:
                     self._refuse(exc)
                 elif tls_refusal(self.last_error):
                     self._refuse(SyncError("hub.tls_untrusted", target=f"broker {self._where}"))
@@ -193,7 +195,8 @@ class MqttSession:
             await asyncio.sleep(self._backoff.next_delay())
 
     def _refuse(self, exc: SyncError) -> None:
-        """The hub reached is not the pinned one: said once, kept trying (it may come)."""
+        """The hub reached is not the pinned one (or plaintext was asked for off loopback):
+        said once, kept trying (the right hub may come)."""
         self.last_error = str(exc)
         if self.refusal is None:
             log.warning("mqtt %s: %s", self._identifier, exc)

@@ -286,3 +286,23 @@ async def _nothing() -> None:
 
 async def _echo(data: bytes) -> bytes:
     return data
+
+
+async def test_a_session_asked_for_plaintext_off_loopback_says_so_at_once() -> None:
+    async def target() -> tuple[str, int]:
+        return "192.0.2.1", 1883
+
+    async def ignore(_: aiomqtt.Message) -> None:
+        return None
+
+    async with MqttSession(
+        target=target,
+        username="hub",
+        password="x",
+        identifier="plain",
+        subscriptions=[],
+        on_message=ignore,
+        tls=ClientTls.plaintext("ab"),
+    ) as session:
+        await asyncio.wait_for(session.refused.wait(), 5)
+    assert session.refusal is not None and session.refusal.key == "tls.plaintext_not_loopback"
