@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
-from cryptography.exceptions import InvalidSignature
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -107,7 +107,13 @@ def check_endorsement(home_sign_pk: bytes, ca_pem: bytes, signature: bytes) -> N
             raise ValueError("not a P-256 key")
         if not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
             raise ValueError("not a CA certificate")
-    except (ValueError, TypeError, BadSignatureError, x509.ExtensionNotFound) as exc:
+    except (
+        ValueError,
+        TypeError,
+        BadSignatureError,
+        UnsupportedAlgorithm,
+        x509.ExtensionNotFound,
+    ) as exc:
         reason = "not endorsed by the home key" if isinstance(exc, BadSignatureError) else exc
         raise ProvisioningError("tls.ca_invalid", reason=reason) from None
 
@@ -283,7 +289,7 @@ def leaf_is_current(
         cert = x509.load_pem_x509_certificate(cert_pem)
         ca = x509.load_pem_x509_certificate(ca_pem)
         cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature):
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     renew_at = cert.not_valid_after_utc - dt.timedelta(days=RENEW_BEFORE_DAYS)
     return _utc(now) < renew_at and set(names) <= _names_of(cert)
@@ -354,7 +360,10 @@ def server_leaf(host: str, port: int, timeout: float = 5.0) -> bytes:
         der = tls.getpeercert(binary_form=True)
     if not der:
         raise OSError("the server presented no certificate")
-    return x509.load_der_x509_certificate(der).public_bytes(serialization.Encoding.PEM)
+    try:
+        return x509.load_der_x509_certificate(der).public_bytes(serialization.Encoding.PEM)
+    except ValueError:
+        raise OSError("the server's certificate is unreadable") from None
 
 
 def leaf_name(leaf_pem: bytes) -> str:
@@ -370,6 +379,6 @@ def issued_by(leaf_pem: bytes, ca_pem: bytes) -> bool:
         x509.load_pem_x509_certificate(leaf_pem).verify_directly_issued_by(
             x509.load_pem_x509_certificate(ca_pem)
         )
-    except (ValueError, TypeError, InvalidSignature):
+    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
         return False
     return True

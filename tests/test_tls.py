@@ -5,6 +5,7 @@ a client pinned to another home's CA."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime as dt
 import shutil
 import ssl
@@ -14,7 +15,10 @@ import aiomqtt
 import pytest
 import yaml
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.errors import HubError
@@ -306,3 +310,46 @@ async def test_a_session_asked_for_plaintext_off_loopback_says_so_at_once() -> N
     ) as session:
         await asyncio.wait_for(session.refused.wait(), 5)
     assert session.refusal is not None and session.refusal.key == "tls.plaintext_not_loopback"
+
+
+_PEM_HEAD = b"-----BEGIN CERTIFICATE-----\n"
+_PEM_TAIL = b"-----END CERTIFICATE-----\n"
+DER = serialization.Encoding.DER
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    junk=st.binary(max_size=600),
+    flips=st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 255)), max_size=4),
+    mutate=st.booleans(),
+    signature=st.binary(max_size=80),
+)
+def test_untrusted_certificates_never_raise_unexpectedly(
+    homes: tuple[Home, Home],
+    junk: bytes,
+    flips: list[tuple[int, int]],
+    mutate: bool,
+    signature: bytes,
+) -> None:
+    """What a hub (or someone in between) sends a pairing device: a CA certificate, its
+    endorsement and a leaf — junk or a damaged real certificate is refused with the one
+    error, never a traceback."""
+    ours, _ = homes
+    body = junk
+    real_der = x509.load_pem_x509_certificate(ours.tls().ca_pem).public_bytes(DER)
+    if mutate:  # the real CA, a few bytes changed
+        der = bytearray(real_der)
+        for at, xor in flips:
+            der[at % len(der)] ^= xor
+        body = bytes(der)
+    pem = _PEM_HEAD + base64.encodebytes(body) + _PEM_TAIL
+    real = endorse(ours.home_keys.sign, ours.tls().ca_pem)
+    for candidate, sig in ((pem, signature), (pem, real), (junk, signature)):
+        if body == real_der and sig == real and candidate == pem:
+            check_endorsement(ours.home_keys.sign_pk, candidate, sig)  # unchanged: valid
+            continue
+        with pytest.raises(ProvisioningError) as err:
+            check_endorsement(ours.home_keys.sign_pk, candidate, sig)
+        assert err.value.key == "tls.ca_invalid"
+        assert isinstance(issued_by(candidate, ours.tls().ca_pem), bool)
+        assert isinstance(issued_by(ours.tls().grpc.cert.read_bytes(), candidate), bool)
