@@ -335,15 +335,16 @@ def test_untrusted_certificates_never_raise_unexpectedly(
     endorsement and a leaf — junk or a damaged real certificate is refused with the one
     error, never a traceback."""
     ours, _ = homes
+    tls = ours.tls()
     body = junk
-    real_der = x509.load_pem_x509_certificate(ours.tls().ca_pem).public_bytes(DER)
+    real_der = x509.load_pem_x509_certificate(tls.ca_pem).public_bytes(DER)
     if mutate:  # the real CA, a few bytes changed
         der = bytearray(real_der)
         for at, xor in flips:
             der[at % len(der)] ^= xor
         body = bytes(der)
     pem = _PEM_HEAD + base64.encodebytes(body) + _PEM_TAIL
-    real = endorse(ours.home_keys.sign, ours.tls().ca_pem)
+    real = endorse(ours.home_keys.sign, tls.ca_pem)
     for candidate, sig in ((pem, signature), (pem, real), (junk, signature)):
         if body == real_der and sig == real and candidate == pem:
             check_endorsement(ours.home_keys.sign_pk, candidate, sig)  # unchanged: valid
@@ -351,5 +352,5 @@ def test_untrusted_certificates_never_raise_unexpectedly(
         with pytest.raises(ProvisioningError) as err:
             check_endorsement(ours.home_keys.sign_pk, candidate, sig)
         assert err.value.key == "tls.ca_invalid"
-        assert isinstance(issued_by(candidate, ours.tls().ca_pem), bool)
-        assert isinstance(issued_by(ours.tls().grpc.cert.read_bytes(), candidate), bool)
+        assert isinstance(issued_by(candidate, tls.ca_pem), bool)
+        assert isinstance(issued_by(tls.grpc.cert.read_bytes(), candidate), bool)
