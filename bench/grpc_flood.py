@@ -41,6 +41,7 @@ from provisioning.home import Home
 from storage.sqlite import read_rows
 from sync.envelope import Sealer
 from sync.hub_rpc import AUTH_METADATA, CHUNK_BYTES, rpc_auth
+from sync.tls import ClientTls
 from worlds import ports
 
 SAMPLE_S = 0.05
@@ -138,11 +139,13 @@ async def outcome(call: Awaitable[object]) -> str:
     return "OK"
 
 
-async def flood(target: str, body: bytes, forger: Sealer, stop: asyncio.Event) -> list[str]:
+async def flood(
+    tls: ClientTls, port: int, body: bytes, forger: Sealer, stop: asyncio.Event
+) -> list[str]:
     """Rounds of :data:`CONCURRENT` calls (one channel each) until ``stop``; every outcome."""
     outcomes: list[str] = []
     while not stop.is_set():
-        channels = [grpc.aio.insecure_channel(target, options=SEND_OPTIONS) for _ in range(8)]
+        channels = [tls.channel("127.0.0.1", port, SEND_OPTIONS) for _ in range(8)]
         try:
             calls = [flood_calls(ch, body, forger)[i]() for i, ch in enumerate(channels)]
             outcomes += await asyncio.gather(*map(outcome, calls))
@@ -184,7 +187,8 @@ async def run_bench(hub: HubProcess, bundle: Bundle, args: argparse.Namespace) -
         stop_flood = asyncio.Event()
         started = time.monotonic()
         cpu_hub, cpu_us = cpu_seconds(hub.pid), time.process_time()
-        flooding = asyncio.create_task(flood(hub.target, body, forger, stop_flood))
+        tls = ClientTls.for_bundle(bundle)
+        flooding = asyncio.create_task(flood(tls, hub.grpc_port, body, forger, stop_flood))
         try:
             await asyncio.sleep(1.0)  # the flood is under way before the says start
             res.flooded = await says(bundle.path, args.says, "flooded")

@@ -59,6 +59,7 @@ from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
 from sync.envelope import Opened
 from sync.mqtt import SOCKET_OPTIONS, transient_username
+from sync.tls import ClientTls
 from worlds import ports
 
 SCRIPT = Path(__file__).resolve()
@@ -270,6 +271,7 @@ class RawLoop:
                 identifier=transient_username("hub", 0),
                 timeout=5.0,
                 socket_options=SOCKET_OPTIONS,
+                tls_context=ClientTls.for_home(self.home).ssl_context(),
             )
             self._client = await self._stack.enter_async_context(client)
             await client.subscribe(self.pong, qos=1)
@@ -330,6 +332,7 @@ async def echo_main(home_path: Path, port: int) -> int:
         identifier=transient_username("hub", 1),
         timeout=5.0,
         socket_options=SOCKET_OPTIONS,
+        tls_context=ClientTls.for_home(home).ssl_context(),
     ) as client:
         await client.subscribe(ping, qos=1)
         print("ready", flush=True)

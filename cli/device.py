@@ -75,10 +75,11 @@ def cmd_device_pair(args: argparse.Namespace) -> int:
 
     host, port = parse_target(args.hub, 18884)
     attempt = PairAttempt.make(args.code, profile=args.profile, name=args.name)
-    response = asyncio.run(pair_over_grpc(f"{host}:{port}", attempt.request))
-    bundle = attempt.finish(response, out=args.out, hub_host=host)
+    response, leaf = asyncio.run(pair_over_grpc(host, port, attempt.request))
+    bundle = attempt.finish(response, out=args.out, hub_host=host, seen_leaf=leaf)
     print(f"paired: device {bundle.name} ({bundle.profile.name}) is {bundle.device_id}")
     print(f"hub fingerprint pinned: {bundle.pinned_fingerprint}")
+    print(f"hub TLS CA pinned: {bundle.tls_ca_fingerprint}")
     print(f"bundle written to {bundle.path}")
     return EXIT_OK
 

@@ -24,6 +24,7 @@ def cmd_home_init(args: argparse.Namespace) -> int:
     print(f"home id:          {home.home_id}")
     print(f"hub fingerprint:  {home.fingerprint}")
     print(f"                  ({short_fingerprint(home.fingerprint)})")
+    print(f"TLS CA (SHA-256): {home.tls().fingerprint}")
     print(f"home folder:      {home.path}")
     return EXIT_OK
 

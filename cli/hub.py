@@ -54,6 +54,7 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port or home.grpc_port,
         bind=args.bind,
         advertise=not args.no_advertise,
+        plaintext=args.plaintext,
     )
 
     async def serve() -> int:
@@ -71,6 +72,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
     pid = hub_pid(args.home)
     print(f"hub: running (pid {pid})" if pid else "hub: not running")
     _print_group_key(args.home)
+    _print_tls(args.home)
     cmd_device_list(args)
     store = HubStore(args.home / "hub.db")
     try:
@@ -96,6 +98,17 @@ def _print_group_key(home: Path) -> None:
     print(f"mesh group key: epoch {current.number}, made {fmt_ms(current.made_ms)}")
 
 
+def _print_tls(home: Path) -> None:
+    from provisioning import tls
+
+    fingerprint, until = tls.status(home)
+    if not fingerprint:
+        print("TLS: no home CA yet (made at the hub's next start)")
+        return
+    leaves = f"leaves valid until {until:%Y-%m-%d}" if until else "no leaves yet"
+    print(f"TLS: home CA {fingerprint[:16]}…, {leaves} (renewed at start when near expiry)")
+
+
 def cmd_hub_pair_code(args: argparse.Namespace) -> int:
     from provisioning.home import Home
     from provisioning.pairing import issue_code
@@ -119,6 +132,11 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--grpc-port", type=int)
     sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
     sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
+    sp.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
+    )
     sp = command(hub_sub, "status", cmd_hub_status, "devices, presence and message counts")
     sp.add_argument("--home", type=Path, required=True)
     sp = command(hub_sub, "pair-code", cmd_hub_pair_code, "print a one-time pairing code")

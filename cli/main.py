@@ -13,6 +13,10 @@ import os
 import sys
 from typing import Any
 
+# gRPC's core logs a refused TLS handshake at info level on stderr (a line per attempt):
+# the refusal is said once, as a YimiError (sync/tls.py)
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from cli import (
     archive,
     brain,

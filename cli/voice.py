@@ -55,11 +55,13 @@ def _voice_bundle(path: Path) -> Any:
 
 async def _hub_address(bundle: Any, hub: str | None) -> tuple[str, int]:
     from sync.locate import HubLocator
+    from sync.tls import ClientTls
 
     h = bundle.hub
     locator = HubLocator(
         pinned=bundle.pinned_fingerprint,
         home_id=bundle.home_id,
+        tls=ClientTls.for_bundle(bundle),
         explicit=hub,
         hint=(str(h.get("host") or ""), int(h.get("grpc_port") or 0)),
         cache=bundle.state_dir / "hub.json",

@@ -50,6 +50,7 @@ from sync.outbox import Outbox
 from sync.replicas import ReplicaSet
 from sync.replication import DeviceReplication
 from sync.tasks import TaskOwner
+from sync.tls import ClientTls
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,8 @@ class NodeOptions:
 
 class DeviceNode:
     def __init__(self, bundle: Bundle, options: NodeOptions, on_reply: ReplyHandler) -> None:
+        self.tls = ClientTls.for_bundle(bundle)  # before anything is opened: may refuse
+        """TLS to the hub, pinned to the bundle's home CA (:mod:`sync.tls`)"""
         self.bundle = bundle
         self.options = options
         self._on_reply = on_reply
@@ -98,6 +101,7 @@ class DeviceNode:
         self.locator = HubLocator(
             pinned=bundle.pinned_fingerprint,
             home_id=bundle.home_id,
+            tls=self.tls,
             explicit=options.hub,
             hint=(str(hub.get("host") or ""), int(hub.get("grpc_port") or 0)),
             cache=state / "hub.json",
@@ -159,6 +163,7 @@ class DeviceNode:
                 slot_locks=b.state_dir,  # nor another `yimi say`'s
                 subscriptions=[topics.inbox(b.home_id, b.device_id), topics.mesh(b.home_id)],
                 on_message=self._on_message,
+                tls=self.tls,
                 on_connect=self._on_connect,
                 will=self._will if edge else None,
                 clean_session=not edge,
@@ -451,7 +456,7 @@ class DeviceNode:
         data = self.sealer.seal(
             mesh_pb2.SYNC_REQUEST, request, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
         )
-        raw = await sync_exchange(address.host, address.grpc_port, data, self.sealer)
+        raw = await sync_exchange(address.host, address.grpc_port, data, self.sealer, self.tls)
         answer = self.sync_opener.open(raw)
         if isinstance(answer, Dropped) or not isinstance(answer.payload, sync_pb2.SyncResponse):
             reason = answer.reason.value if isinstance(answer, Dropped) else "wrong kind"

@@ -78,10 +78,14 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         try:
             # Subscribe before queueing: a running edge daemon may deliver the item.
             async with asyncio.timeout(min(timeout, CONNECT_TIMEOUT_S)):
-                await node.mqtt.connected.wait()
+                await first_of(node.mqtt.connected, node.mqtt.refused)
         except TimeoutError:
             queue()
             return _queued(node, mine, node.mqtt.last_error or "not connected")
+        if node.mqtt.refusal is not None and not node.mqtt.connected.is_set():
+            # not our hub (another home's TLS CA): kept for the real one, said at once
+            queue()
+            return _queued(node, mine, str(node.mqtt.refusal))
         queue()
         deadline = loop.time() + timeout
         try:
@@ -107,6 +111,17 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         except (TimeoutError, SyncError) as exc:
             log.info("replicas not brought up to date: %s", exc)
     return EXIT_OK
+
+
+async def first_of(*events: asyncio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    waits = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+        await asyncio.gather(*waits, return_exceptions=True)
 
 
 def _end(reply: mesh_pb2.Reply) -> str:

@@ -40,8 +40,8 @@ from protos import mesh_pb2, voice_pb2
 from protos.clock import now_ms
 from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opened
-from sync.errors import SyncError
 from sync.hub_rpc import CHANNEL_OPTIONS, envelope_call
+from sync.tls import ClientTls, rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -277,14 +277,13 @@ async def enrol_exchange(
     )
     target = f"{host}:{port}"
     try:
-        async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        async with ClientTls.for_bundle(bundle).channel(host, port, CHANNEL_OPTIONS) as channel:
             response = await envelope_call(channel, "Enrol", data, sealer, timeout)
     except grpc.aio.AioRpcError as exc:
         details = exc.details() or ""
         if exc.code() == grpc.StatusCode.PERMISSION_DENIED:
             raise EdgeError("voice.refused", reason=details.partition("|")[2] or details) from None
-        reason = details or exc.code().name.lower()
-        raise SyncError("hub.unreachable", target=target, reason=reason) from None
+        raise rpc_error(exc, target) from None
     hub_peer = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
     opener = Opener(
         home_id=bundle.home_id,

@@ -30,11 +30,31 @@ MESSAGES: dict[str, str] = {
     "pair.hub_unproven": "pairing refused: the hub could not prove it knows the code",
     "pair.refused": "pairing refused by the hub: {reason}",
     "pair.unreachable": "pairing failed: no hub answered at {target}: {reason}",
+    "pair.tls_mismatch": (
+        "pairing refused: the hub's TLS certificate is not the one its grant names "
+        "(someone in between?) / 配对被拒绝：中枢的 TLS 证书与其授权中的不符（可能有中间人）"
+    ),
+    "bundle.no_tls_ca": (
+        "the bundle in {path} pins no TLS certificate of its hub (it was made before TLS): "
+        "re-pair the device ('yimi device pair') or flash a new bundle ('yimi device add') / "
+        "设备包 {path} 没有固定中枢的 TLS 证书（它早于 TLS）：请重新配对或重新生成设备包"
+    ),
+    "tls.ca_invalid": "the home's TLS CA certificate is invalid: {reason}",
     "pair.code_format": "pairing code {code!r} is malformed; it looks like ABCD-EFGH-JKMN-PQRS",
     # sync / mesh
     "hub.not_found": "no hub with the pinned fingerprint {fingerprint} was found{where}",
     "hub.fingerprint_mismatch": (
         "refusing hub at {target}: its key fingerprint {got} is not the pinned {pinned}"
+    ),
+    "hub.tls_untrusted": (
+        "refusing hub at {target}: its TLS certificate was not issued by the home CA this "
+        "bundle pins (another home's hub?) / 拒绝 {target} 的中枢：其 TLS 证书不是本设备包"
+        "固定的家庭 CA 签发的（另一个家的中枢？）"
+    ),
+    "tls.plaintext_not_loopback": (
+        "plaintext refused on {host}: without TLS the mesh talks on 127.0.0.1 only "
+        "(drop --plaintext / YIMI_PLAINTEXT, or use 127.0.0.1) / 拒绝在 {host} 上使用明文："
+        "不加密时网格只在 127.0.0.1 上通信"
     ),
     "hub.unreachable": "hub at {target} is unreachable: {reason}",
     "outbox.full": "the outbox in {path} is full ({count} items); not queued",

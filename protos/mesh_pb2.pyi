@@ -305,7 +305,7 @@ class PairSecrets(_message.Message):
     def __init__(self, mqtt_username: _Optional[str] = ..., mqtt_password: _Optional[str] = ..., group_key: _Optional[bytes] = ..., group_epoch: _Optional[int] = ...) -> None: ...
 
 class PairGrant(_message.Message):
-    __slots__ = ("certificate", "home_id", "hub_sign_pk", "hub_box_pk", "mqtt_port", "grpc_port", "sealed_secrets", "home_sign_pk")
+    __slots__ = ("certificate", "home_id", "hub_sign_pk", "hub_box_pk", "mqtt_port", "grpc_port", "sealed_secrets", "home_sign_pk", "tls_ca_pem", "tls_ca_endorsement")
     CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     HOME_ID_FIELD_NUMBER: _ClassVar[int]
     HUB_SIGN_PK_FIELD_NUMBER: _ClassVar[int]
@@ -314,6 +314,8 @@ class PairGrant(_message.Message):
     GRPC_PORT_FIELD_NUMBER: _ClassVar[int]
     SEALED_SECRETS_FIELD_NUMBER: _ClassVar[int]
     HOME_SIGN_PK_FIELD_NUMBER: _ClassVar[int]
+    TLS_CA_PEM_FIELD_NUMBER: _ClassVar[int]
+    TLS_CA_ENDORSEMENT_FIELD_NUMBER: _ClassVar[int]
     certificate: SignedCertificate
     home_id: str
     hub_sign_pk: bytes
@@ -322,7 +324,9 @@ class PairGrant(_message.Message):
     grpc_port: int
     sealed_secrets: bytes
     home_sign_pk: bytes
-    def __init__(self, certificate: _Optional[_Union[SignedCertificate, _Mapping]] = ..., home_id: _Optional[str] = ..., hub_sign_pk: _Optional[bytes] = ..., hub_box_pk: _Optional[bytes] = ..., mqtt_port: _Optional[int] = ..., grpc_port: _Optional[int] = ..., sealed_secrets: _Optional[bytes] = ..., home_sign_pk: _Optional[bytes] = ...) -> None: ...
+    tls_ca_pem: bytes
+    tls_ca_endorsement: bytes
+    def __init__(self, certificate: _Optional[_Union[SignedCertificate, _Mapping]] = ..., home_id: _Optional[str] = ..., hub_sign_pk: _Optional[bytes] = ..., hub_box_pk: _Optional[bytes] = ..., mqtt_port: _Optional[int] = ..., grpc_port: _Optional[int] = ..., sealed_secrets: _Optional[bytes] = ..., home_sign_pk: _Optional[bytes] = ..., tls_ca_pem: _Optional[bytes] = ..., tls_ca_endorsement: _Optional[bytes] = ...) -> None: ...
 
 class PairResponse(_message.Message):
     __slots__ = ("grant", "mac")

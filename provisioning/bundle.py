@@ -8,11 +8,16 @@ Layout of ``BUNDLE``::
     secrets.json       broker password, mesh group key and its epoch 0600
     certificate.bin    the device certificate, signed by the home key
     profile.yaml       the device profile
+    hub-ca.pem         the home TLS CA the device verifies the hub against (its SHA-256
+                       and the home key's endorsement in bundle.yaml: ``hub.tls_ca_sha256``,
+                       ``hub.tls_ca_endorsement``; :mod:`provisioning.tls`)
     state/             created at run time: counter, outbox, replicas, newer group keys
                        (``group-keys.json``, see :mod:`provisioning.epochs`)
 
 ``yimi device add`` (flash: the hub machine makes the device keys) and ``yimi device pair``
 (the device makes its own keys and enrols with a one-time code) both end in :func:`write`.
+A bundle written before TLS has no ``hub-ca.pem`` (``tls_ca_pem`` is ``None``): it loads, but
+connecting refuses with ``bundle.no_tls_ca`` (:mod:`sync.tls`) — re-pair or re-flash it.
 """
 
 from __future__ import annotations
@@ -35,9 +40,11 @@ from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
 from provisioning.profiles import Profile, dump_profile, load_profile
 from provisioning.registry import DeviceRecord, check_name
+from provisioning.tls import ca_fingerprint, check_endorsement, endorse, ensure_ca
 from storage.private import private_dir, write_private
 
 BUNDLE_VERSION = 1
+CA_FILE = "hub-ca.pem"
 
 
 @dataclass
@@ -53,6 +60,8 @@ class Bundle:
     profile: Profile
     group_epoch: int = 0
     """the epoch of ``group_key`` (0 for a bundle written before the home rotated it)"""
+    tls_ca_pem: bytes | None = None
+    """the pinned home TLS CA (``None``: a bundle written before TLS)"""
 
     @property
     def home_id(self) -> str:
@@ -124,9 +133,33 @@ class Bundle:
                 cert,
                 profile,
                 int(secrets_.get("group_epoch", 0)),
+                _pinned_ca(path, config),
             )
         except (ValueError, KeyError, TypeError, OSError, yaml.YAMLError) as exc:
             raise ProvisioningError("bundle.corrupt", path=path, reason=exc) from None
+
+    @property
+    def tls_ca_fingerprint(self) -> str:
+        """SHA-256 of the pinned TLS CA ("" for a bundle written before TLS)."""
+        return str(self.config["hub"].get("tls_ca_sha256", ""))
+
+
+def _pinned_ca(path: Path, config: dict[str, Any]) -> bytes | None:
+    """The bundle's TLS CA, checked against its pinned SHA-256 and the home key's
+    endorsement; ``None`` when the bundle pins none."""
+    hub = config["hub"]
+    if "tls_ca_sha256" not in hub:
+        return None
+    pem = (path / CA_FILE).read_bytes()
+    if ca_fingerprint(pem) != hub["tls_ca_sha256"]:
+        raise ValueError(f"{CA_FILE} is not the pinned TLS CA")
+    try:
+        check_endorsement(
+            bytes.fromhex(config["home_sign_pk"]), pem, bytes.fromhex(hub["tls_ca_endorsement"])
+        )
+    except ProvisioningError as exc:
+        raise ValueError(str(exc)) from None
+    return pem
 
 
 def device_id_of(sign_pk: bytes) -> str:
@@ -199,6 +232,7 @@ def flash(
     finally:
         registry.close()
     current = home_keys(home.path, home.group_key).current
+    ca_pem = ensure_ca(home.path, home.home_id)
     return write(
         out,
         home_id=home.home_id,
@@ -214,6 +248,8 @@ def flash(
         group_key=current.key,
         group_epoch=current.number,
         profile=profile,
+        tls_ca_pem=ca_pem,
+        tls_ca_endorsement=endorse(home.home_keys.sign, ca_pem),
     )
 
 
@@ -232,11 +268,14 @@ def write(
     mqtt_password: str,
     group_key: bytes,
     profile: Profile,
+    tls_ca_pem: bytes,
+    tls_ca_endorsement: bytes,
     group_epoch: int = 0,
 ) -> Bundle:
     """Write a bundle folder (mode 0700; secrets 0600) and load it back."""
     _check_out(out)
     cert = certs.verify(certificate, home_sign_pk, home_id=home_id)
+    check_endorsement(home_sign_pk, tls_ca_pem, tls_ca_endorsement)
     private_dir(out)
     config = {
         "version": BUNDLE_VERSION,
@@ -253,6 +292,8 @@ def write(
             "host": hub_host,
             "grpc_port": grpc_port,
             "mqtt_port": mqtt_port,
+            "tls_ca_sha256": ca_fingerprint(tls_ca_pem),
+            "tls_ca_endorsement": tls_ca_endorsement.hex(),
         },
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
@@ -269,6 +310,7 @@ def write(
     )
     write_private(out / "certificate.bin", certificate)
     write_private(out / "profile.yaml", dump_profile(profile))
+    write_private(out / CA_FILE, tls_ca_pem)
     write_private(out / "bundle.yaml", yaml.safe_dump(config, sort_keys=False))
     return Bundle.load(out)
 

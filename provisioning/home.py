@@ -9,6 +9,10 @@ Layout of ``HOME``::
     keys/epochs.json     newer group key epochs, current + previous        0600
                          (:mod:`provisioning.epochs`; made by the hub)
     keys/broker.secret   the hub's own broker password                     0600
+    keys/tls-ca.key      home TLS CA key, ECDSA P-256 (:mod:`provisioning.tls`) 0600
+    keys/tls-ca.pem      home TLS CA certificate (pinned by every bundle)
+    tls/                 the hub's leaf certificates and keys: mqtt, grpc, web (renewed
+                         at hub start)
     registry.db          enrolled devices, revocations, pairing codes
     hub.db               timeline, deliveries, counters (the hub daemon's)
     voiceprints.db       voiceprint samples, centroids, lines (only rise), trust windows
@@ -25,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +39,7 @@ import yaml
 from provisioning.errors import ProvisioningError
 from provisioning.identity import NodeKeys, new_group_key, read_secret, write_secret
 from provisioning.registry import Registry
+from provisioning.tls import HubTls, ensure_ca, ensure_hub_tls
 from storage.private import private_dir, write_private
 
 HOME_VERSION = 1
@@ -74,6 +80,14 @@ class Home:
     def hub_host(self) -> str:
         return str(self.config.get("hub_host", ""))
 
+    def tls(self, extra_names: Iterable[str] = ()) -> HubTls:
+        """The home CA and the hub's leaf certificates (MQTT, gRPC, web), made or renewed
+        as needed, naming ``extra_names`` (advertised addresses) too — what the hub's
+        listeners serve (:func:`provisioning.tls.ensure_hub_tls`)."""
+        return ensure_hub_tls(
+            self.path, self.home_id, hub_host=self.hub_host, extra_names=extra_names
+        )
+
     def registry(self) -> Registry:
         return Registry(self.path / "registry.db")
 
@@ -92,7 +106,7 @@ class Home:
                 raise ProvisioningError("home.exists", path=path)
             # gateway/ (ledger, cards, first-send memory, audit signed by the old hub key),
             # package-state/ and run/ belong to the old identity; packages.yaml is kept
-            old = ("keys", "registry.db", "hub.db", "broker", "home.yaml", "gateway", "run")
+            old = ("keys", "tls", "registry.db", "hub.db", "broker", "home.yaml", "gateway", "run")
             for child in (*old, "package-state"):
                 target = path / child
                 if target.is_dir():
@@ -111,6 +125,7 @@ class Home:
 
         write_secret(keys / "broker.secret", new_password().encode())
         keys.chmod(0o700)
+        ensure_ca(path, home_id_of(home_keys.sign_pk))
         config = {
             "version": HOME_VERSION,
             "home_id": home_id_of(home_keys.sign_pk),

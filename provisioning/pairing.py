@@ -6,6 +6,10 @@ sends ``mac = BLAKE2b(key, "request" || details)`` with ``key = argon2id(secret,
 the hub answers with the grant and ``BLAKE2b(key, "grant" || grant)``, so each side proves
 knowledge of the code to the other, and a passive listener learns nothing it could test
 offline cheaply. Codes expire after 10 minutes and work once; the hub rate-limits failures.
+
+The call runs over TLS before the device knows the home's CA: it takes the certificate the
+hub presents, and the grant (authenticated by the code) names the CA — endorsed by the home
+key — that must have issued it (``pair.tls_mismatch`` otherwise); the bundle pins that CA.
 """
 
 from __future__ import annotations
@@ -34,6 +38,16 @@ from provisioning.home import Home, home_id_of
 from provisioning.identity import NodeKeys
 from provisioning.profiles import load_profile
 from provisioning.registry import check_name
+from provisioning.tls import (
+    check_endorsement,
+    endorse,
+    ensure_ca,
+    is_loopback,
+    issued_by,
+    leaf_name,
+    plaintext_requested,
+    server_leaf,
+)
 
 CODE_TTL_S = 600
 """seconds a pairing code stays valid"""
@@ -126,8 +140,17 @@ class PairAttempt:
         )
         return cls(keys, req, key)
 
-    def finish(self, response: mesh_pb2.PairResponse, *, out: Path, hub_host: str) -> Bundle:
-        """Check the hub's proof, open the grant, write the bundle."""
+    def finish(
+        self,
+        response: mesh_pb2.PairResponse,
+        *,
+        out: Path,
+        hub_host: str,
+        seen_leaf: bytes | None = None,
+    ) -> Bundle:
+        """Check the hub's proof, open the grant, write the bundle. ``seen_leaf``: the TLS
+        certificate the pairing call was made under (:func:`pair_over_grpc`), which the CA
+        the grant names must have issued (``None``: a plaintext call on loopback)."""
         if not hmac.compare_digest(response.mac, _mac(self.key, b"grant", response.grant)):
             raise ProvisioningError("pair.hub_unproven")
         grant = parse(mesh_pb2.PairGrant, response.grant, MAX_REQUEST_BYTES * 4)
@@ -137,6 +160,9 @@ class PairAttempt:
         cert = certs.verify(cert_bytes, grant.home_sign_pk, home_id=grant.home_id)
         if cert.sign_pk != self.keys.sign_pk:
             raise ProvisioningError("certificate.invalid", reason="issued for other keys")
+        check_endorsement(grant.home_sign_pk, grant.tls_ca_pem, grant.tls_ca_endorsement)
+        if seen_leaf is not None and not issued_by(seen_leaf, grant.tls_ca_pem):
+            raise ProvisioningError("pair.tls_mismatch")
         try:
             box = Box(self.keys.box, PublicKey(grant.hub_box_pk))
             secrets_ = parse(mesh_pb2.PairSecrets, bytes(box.decrypt(grant.sealed_secrets)), 4096)
@@ -146,6 +172,8 @@ class PairAttempt:
             raise ProvisioningError("pair.hub_unproven")
         return write(
             out,
+            tls_ca_pem=grant.tls_ca_pem,
+            tls_ca_endorsement=grant.tls_ca_endorsement,
             home_id=grant.home_id,
             home_sign_pk=grant.home_sign_pk,
             hub_sign_pk=grant.hub_sign_pk,
@@ -248,7 +276,10 @@ class PairingAuthority:
                 group_epoch=current.number,
             ).SerializeToString()
         )
+        ca_pem = ensure_ca(self.home.path, self.home.home_id)
         grant = mesh_pb2.PairGrant(
+            tls_ca_pem=ca_pem,
+            tls_ca_endorsement=endorse(self.home.home_keys.sign, ca_pem),
             certificate=mesh_pb2.SignedCertificate.FromString(record.certificate),
             home_id=self.home.home_id,
             hub_sign_pk=self.home.hub_keys.sign_pk,
@@ -281,16 +312,41 @@ def decode_refusal(details: str) -> ProvisioningError | None:
 
 
 async def pair_over_grpc(
-    target: str, request: mesh_pb2.PairRequest, timeout: float = 15.0
-) -> mesh_pb2.PairResponse:
-    """The enrolment call: send the pairing request to the hub's gRPC at ``target``."""
+    host: str, port: int, request: mesh_pb2.PairRequest, *, timeout: float = 15.0
+) -> tuple[mesh_pb2.PairResponse, bytes | None]:
+    """The enrolment call: send the pairing request to the hub's gRPC at ``host:port``; the
+    answer and the TLS certificate the call ran under (``None``: plaintext, on loopback
+    only, when :data:`provisioning.tls.PLAINTEXT_ENV` asks for it).
+
+    The device has no CA yet: it takes the certificate the hub presents (not verified) and
+    makes the call under it; :meth:`PairAttempt.finish` then checks that the CA the
+    code-authenticated grant names issued it (``pair.tls_mismatch`` otherwise)."""
+    import asyncio
+
     import grpc
 
     from protos import mesh_pb2_grpc
 
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    leaf: bytes | None = None
     try:
-        async with grpc.aio.insecure_channel(target) as channel:
-            return await mesh_pb2_grpc.HubStub(channel).Pair(request, timeout=timeout)
+        if plaintext_requested():
+            if not is_loopback(host):
+                raise ProvisioningError("tls.plaintext_not_loopback", host=host)
+            channel = grpc.aio.insecure_channel(target)
+        else:
+            leaf = await asyncio.wait_for(asyncio.to_thread(server_leaf, host, port), timeout)
+            # the CA is not known yet: the leaf is the root for this one call, asked for by
+            # its own stable name (whatever address the device dialled)
+            credentials = grpc.ssl_channel_credentials(root_certificates=leaf)
+            name = ("grpc.ssl_target_name_override", leaf_name(leaf))
+            channel = grpc.aio.secure_channel(target, credentials, options=[name])
+    except (OSError, TimeoutError) as exc:
+        raise ProvisioningError("pair.unreachable", target=target, reason=exc) from None
+    try:
+        async with channel:
+            response = await mesh_pb2_grpc.HubStub(channel).Pair(request, timeout=timeout)
+            return response, leaf
     except grpc.aio.AioRpcError as exc:
         refusal = decode_refusal(exc.details() or "")
         if refusal is not None:

@@ -20,6 +20,7 @@ from protos.clock import now_ms
 from protos.codec import RPC_AUTH_CONTEXT, signing_input
 from sync.envelope import Sealer
 from sync.errors import SyncError
+from sync.tls import ClientTls, rpc_error
 
 MAX_RPC_BYTES = 64 * 1024 * 1024
 """bytes: catch-up answers can be large (a snapshot for a device behind compaction)"""
@@ -75,14 +76,21 @@ async def envelope_call(
 
 
 async def sync_exchange(
-    host: str, port: int, envelope: bytes, sealer: Sealer, timeout: float = 30.0
+    host: str,
+    port: int,
+    envelope: bytes,
+    sealer: Sealer,
+    tls: ClientTls,
+    timeout: float = 30.0,
 ) -> bytes:
     """Send a SYNC_REQUEST envelope (sealed by ``sealer``); return the hub's SYNC_RESPONSE
     envelope bytes."""
     target = f"{host}:{port}"
     try:
-        async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
+        async with tls.channel(host, port, CHANNEL_OPTIONS) as channel:
             return await envelope_call(channel, "Sync", envelope, sealer, timeout)
     except grpc.aio.AioRpcError as exc:
-        reason = (exc.details() or exc.code().name).partition("|")[2] or exc.code().name.lower()
-        raise SyncError("hub.unreachable", target=target, reason=reason) from None
+        reason = (exc.details() or exc.code().name).partition("|")[2]
+        if reason:
+            raise SyncError("hub.unreachable", target=target, reason=reason) from None
+        raise rpc_error(exc, target) from None

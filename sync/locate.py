@@ -2,7 +2,9 @@
 
 Whatever the source, a hub is accepted only after it signs a fresh nonce with the key
 whose fingerprint the bundle pins (``Identify`` over gRPC); a hub with another key is
-refused with :class:`SyncError` ``hub.fingerprint_mismatch``.
+refused with :class:`SyncError` ``hub.fingerprint_mismatch``. The call itself runs over TLS
+verified against the bundle's pinned CA (:mod:`sync.tls`): a hub whose certificate another
+CA issued is refused before it is asked anything (``hub.tls_untrusted``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from provisioning.identity import fingerprint, short_fingerprint
 from storage.private import write_private
 from sync import discovery
 from sync.errors import SyncError
+from sync.tls import ClientTls, rpc_error
 
 log = logging.getLogger(__name__)
 
@@ -54,17 +57,22 @@ def parse_target(text: str, default_port: int) -> tuple[str, int]:
 
 
 async def identify(
-    host: str, grpc_port: int, *, pinned: str, timeout: float = IDENTIFY_TIMEOUT_S
+    host: str,
+    grpc_port: int,
+    *,
+    pinned: str,
+    tls: ClientTls,
+    timeout: float = IDENTIFY_TIMEOUT_S,
 ) -> HubAddress:
     """Ask the hub at ``host:grpc_port`` to prove its key; check it against ``pinned``."""
     target = f"{host}:{grpc_port}"
     nonce = secrets.token_bytes(32)
     try:
-        async with grpc.aio.insecure_channel(target) as channel:
+        async with tls.channel(host, grpc_port) as channel:
             stub = mesh_pb2_grpc.HubStub(channel)
             resp = await stub.Identify(mesh_pb2.IdentifyRequest(nonce=nonce), timeout=timeout)
     except grpc.aio.AioRpcError as exc:
-        raise SyncError("hub.unreachable", target=target, reason=exc.code().name.lower()) from None
+        raise rpc_error(exc, target) from None
     ident = parse(mesh_pb2.HubIdentity, resp.identity, 4096)
     if ident is None or ident.nonce != nonce:
         raise SyncError("hub.unreachable", target=target, reason="malformed identity")
@@ -98,12 +106,14 @@ class HubLocator:
         *,
         pinned: str,
         home_id: str,
+        tls: ClientTls,
         explicit: str | None,
         hint: tuple[str, int] | None,
         cache: Path,
         browse_timeout: float = 3.0,
     ) -> None:
         self.pinned = pinned
+        self.tls = tls
         self.home_id = home_id
         self.explicit = explicit
         self.hint = hint
@@ -113,11 +123,16 @@ class HubLocator:
 
     async def locate(self) -> HubAddress:
         errors: list[str] = []
+        untrusted: SyncError | None = None
         for host, port in self._candidates():
             try:
-                found = await identify(host, port, pinned=self.pinned)
+                found = await identify(host, port, pinned=self.pinned, tls=self.tls)
             except SyncError as exc:
-                if exc.key == "hub.fingerprint_mismatch":
+                if exc.key == "tls.plaintext_not_loopback":
+                    raise
+                if exc.key == "hub.tls_untrusted":
+                    untrusted = exc
+                if exc.key in ("hub.fingerprint_mismatch", "hub.tls_untrusted"):
                     log.warning("%s", exc)
                     if self.explicit:
                         raise
@@ -132,13 +147,17 @@ class HubLocator:
                 if ad.fingerprint != self.pinned:
                     continue
                 try:
-                    return self._remember(await identify(ad.host, ad.grpc_port, pinned=self.pinned))
+                    return self._remember(
+                        await identify(ad.host, ad.grpc_port, pinned=self.pinned, tls=self.tls)
+                    )
                 except SyncError as exc:
                     log.warning("%s", exc)
                     errors.append(str(exc))
         where = f" at {self.explicit}" if self.explicit else " (zeroconf and known addresses)"
         if errors:
             log.info("hub not found: %s", "; ".join(errors))
+        if untrusted is not None:  # the one hub we reached is not ours: say so
+            raise untrusted
         raise SyncError("hub.not_found", fingerprint=short_fingerprint(self.pinned), where=where)
 
     def _candidates(self) -> list[tuple[str, int]]:

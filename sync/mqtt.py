@@ -13,6 +13,9 @@ short-lived clients of the same node (``yimi say``, tools, tests) log in as one 
 ACL), so they never take over the node's own session; the one a process holds by a lock file
 (:class:`SlotLease`, in the bundle's state folder) so that they do not take over each other's
 either (without a free slot or a lock folder: a random slot per connection).
+
+Every session speaks TLS to the broker, verified against the home CA (``tls``, a
+:class:`~sync.tls.ClientTls`; plaintext only as that allows: to loopback, when asked).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import aiomqtt
 from sync.backoff import Backoff
 from sync.errors import SyncError
 from sync.tasks import stop_tasks
+from sync.tls import ClientTls, tls_refusal
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +47,8 @@ the peer delays (~40 ms) — every hop of a round trip stalled. The broker sets 
 TRANSIENT_SLOTS = 8
 """transient logins per broker account (the broker writes them all, same hash and ACL)"""
 TRANSIENT_SEPARATOR = ".t"
+REFUSALS = frozenset({"hub.tls_untrusted", "tls.plaintext_not_loopback"})
+"""errors that retrying will not cure: the session says them once (``refused``)"""
 
 
 def transient_username(username: str, slot: int) -> str:
@@ -96,6 +102,7 @@ class MqttSession:
         identifier: str,
         subscriptions: Sequence[str],
         on_message: Callable[[aiomqtt.Message], Awaitable[None]],
+        tls: ClientTls,
         on_connect: Callable[[aiomqtt.Client], Awaitable[None]] | None = None,
         will: Callable[[], aiomqtt.Will | None] | None = None,
         clean_session: bool = True,
@@ -110,6 +117,7 @@ class MqttSession:
         session): the slot held in ``slot_locks`` (a :class:`SlotLease`), else a random
         one on every connection."""
         self._target = target
+        self._tls = tls
         self._username = username
         self._password = password
         self._identifier = identifier
@@ -128,7 +136,11 @@ class MqttSession:
         self.connections = 0
         """successful connections so far (1 + reconnects)"""
         self.last_error: str = ""
+        self.refused = asyncio.Event()
+        """set once the connection was refused for a :data:`REFUSALS` reason (``refusal``)"""
+        self.refusal: SyncError | None = None
         self._login = ""
+        self._where = ""
 
     async def __aenter__(self) -> MqttSession:
         if self._lease is not None:
@@ -170,11 +182,25 @@ class MqttSession:
                 raise
             except (aiomqtt.MqttError, SyncError, OSError) as exc:
                 self.last_error = str(exc)
-                log.info("mqtt %s: %s", self._identifier, exc)
+                if isinstance(exc, SyncError) and exc.key in REFUSALS:
+                    self._refuse(exc)
+                elif tls_refusal(self.last_error):
+                    self._refuse(SyncError("hub.tls_untrusted", target=f"broker {self._where}"))
+                else:
+                    log.info("mqtt %s: %s", self._identifier, exc)
             finally:
                 self.connected.clear()
                 self._client = None
             await asyncio.sleep(self._backoff.next_delay())
+
+    def _refuse(self, exc: SyncError) -> None:
+        """The hub reached is not the pinned one (or plaintext was asked for off loopback):
+        said once, kept trying (the right hub may come)."""
+        self.last_error = str(exc)
+        if self.refusal is None:
+            log.warning("mqtt %s: %s", self._identifier, exc)
+        self.refusal = exc
+        self.refused.set()
 
     @property
     def login(self) -> str:
@@ -189,6 +215,7 @@ class MqttSession:
         else:
             login = random_transient_username(self._username)
         self._login = login
+        self._where = f"{host}:{port}"
         client = aiomqtt.Client(
             host,
             port,
@@ -201,6 +228,7 @@ class MqttSession:
             timeout=5.0,
             max_queued_outgoing_messages=10_000,
             socket_options=SOCKET_OPTIONS,
+            tls_context=self._tls.ssl_context(host),
         )
         async with client:
             for topic in self._subscriptions:

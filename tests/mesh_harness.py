@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import grpc
+
 from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids as mosquitto_pids  # re-exported for the tests
+from provisioning.home import Home
 from storage.sqlite import read_rows
 from sync.backoff import SCALE_ENV
+from sync.tls import ChannelOptions, ClientTls
 from tests.waiting import poll_sync
 from worlds import ports
 
@@ -31,6 +36,11 @@ HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
 BACKOFF_SCALE = "0.25"
 """Every daemon's reconnect/restart backoff, quartered (:mod:`sync.backoff`): the same doubling,
 cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconnect."""
+
+
+def client_tls(home: Path) -> ClientTls:
+    """TLS pinned to the CA of the home in ``home`` (raw test clients)."""
+    return ClientTls.for_home(Home.load(home))
 
 
 def env() -> dict[str, str]:
@@ -196,6 +206,19 @@ class Mesh:
                         pass
                     proc.popen.wait(timeout=10)
         self.procs.clear()
+
+    # ------------------------------------------------------------------ raw clients (TLS)
+    def client_tls(self) -> ClientTls:
+        """TLS pinned to this home's CA, as a device of it connects (for raw clients)."""
+        return client_tls(self.home)
+
+    def mqtt_tls(self) -> ssl.SSLContext | None:
+        """``tls_context`` for a raw ``aiomqtt.Client`` to this hub's broker."""
+        return self.client_tls().ssl_context()
+
+    def channel(self, options: ChannelOptions = ()) -> grpc.aio.Channel:
+        """A raw gRPC channel to this hub (TLS, pinned to its CA)."""
+        return self.client_tls().channel("127.0.0.1", self.grpc_port, options)
 
     # ------------------------------------------------------------------ reading state
     def hub_timeline(self) -> list[tuple[int, str, str, str]]:

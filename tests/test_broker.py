@@ -19,7 +19,7 @@ import pytest
 
 from hub.errors import HubError
 from hub.mesh import broker as broker_module
-from hub.mesh.broker import MAX_PACKET_BYTES, Broker, BrokerAccount
+from hub.mesh.broker import MAX_PACKET_BYTES, Broker, BrokerAccount, BrokerTls
 from provisioning.credentials import mosquitto_hash, new_password
 from sync import topics
 from sync.mqtt import transient_username
@@ -532,8 +532,14 @@ async def test_port_in_use_is_a_clear_error(tmp_path: Path, port: int) -> None:
 
 
 async def test_unbindable_host_is_a_clear_error(tmp_path: Path, port: int) -> None:
+    tls = BrokerTls(tmp_path / "ca.pem", tmp_path / "cert.pem", tmp_path / "key.pem")
     broker = Broker(
-        tmp_path / "broker", home_id=HOME, host="192.0.2.1", port=port, accounts=BASE_ACCOUNTS
+        tmp_path / "broker",
+        home_id=HOME,
+        host="192.0.2.1",
+        port=port,
+        accounts=BASE_ACCOUNTS,
+        tls=tls,  # plaintext is refused off loopback before anything else
     )
     with pytest.raises(HubError) as info:
         async with broker:

@@ -16,7 +16,13 @@ import grpc
 import pytest
 from nacl.signing import SigningKey
 
-from hub.mesh.grpc_server import MAX_MESSAGE_BYTES, HubService, RpcLimits, make_server
+from hub.mesh.grpc_server import (
+    MAX_MESSAGE_BYTES,
+    HubService,
+    RpcLimits,
+    make_server,
+    tls_credentials,
+)
 from hub.mesh.port import MeshPort
 from protos import mesh_pb2, mesh_pb2_grpc, sync_pb2
 from provisioning.bundle import Bundle, flash
@@ -30,6 +36,7 @@ from sync.hub_rpc import (
     rpc_auth,
     sync_exchange,
 )
+from sync.tls import ChannelOptions, ClientTls
 from tests.test_mesh_port import loaded_port
 from tests.waiting import poll
 
@@ -45,6 +52,11 @@ class World:
     counts: Counter[str]
     target: str
     service: HubService
+    tls: ClientTls
+    """the bundle's TLS, pinned to the home CA (the server speaks TLS as the hub's does)"""
+
+    def channel(self, options: ChannelOptions = ()) -> grpc.aio.Channel:
+        return self.tls.channel("127.0.0.1", int(self.target.rsplit(":", 1)[1]), options)
 
 
 async def serve(
@@ -84,7 +96,9 @@ async def serve(
         limits=limits,
     )
     server = make_server(service)
-    bound = server.add_insecure_port("127.0.0.1:0")
+    tls = home.tls()
+    credentials = tls_credentials(tls.grpc.cert.read_bytes(), tls.grpc.key.read_bytes(), tls.ca_pem)
+    bound = server.add_secure_port("127.0.0.1:0", credentials)
     await server.start()
     counter = itertools.count(1)
     world = World(
@@ -95,6 +109,7 @@ async def serve(
         counts,
         f"127.0.0.1:{bound}",
         service,
+        ClientTls.for_bundle(bundle),
     )
     try:
         await body(world)
@@ -128,7 +143,7 @@ def open_answer(w: World, data: bytes) -> sync_pb2.SyncResponse:
 
 async def exchange(w: World, data: bytes) -> bytes:
     host, port = w.target.split(":")
-    return await sync_exchange(host, int(port), data, w.sealer)
+    return await sync_exchange(host, int(port), data, w.sealer, w.tls)
 
 
 async def code_of(call: Awaitable[object]) -> grpc.StatusCode:
@@ -165,7 +180,7 @@ def test_unauthenticated_forged_and_oversize_calls_are_refused_and_counted(run: 
     async def body(w: World) -> None:
         data = sync_request(w, b"x" * 1000)
         stranger = replace(w.sealer, sign_key=SigningKey.generate())
-        async with grpc.aio.insecure_channel(w.target, options=BIG_SEND) as ch:
+        async with w.channel(BIG_SEND) as ch:
             hub = mesh_pb2_grpc.HubStub(ch)
             unary = ch.unary_unary("/yimi.mesh.v1.Hub/Sync", None, None)
             calls = {
@@ -201,7 +216,7 @@ def test_unauthenticated_forged_and_oversize_calls_are_refused_and_counted(run: 
             # still served: a legitimate Identify and Sync
             ok = await hub.Identify(mesh_pb2.IdentifyRequest(nonce=bytes(32)))
             assert ok.signature
-        assert open_answer(w, await sync_exchange(*w.target.split(":"), data, w.sealer)).applied  # type: ignore[call-arg, arg-type]
+        assert open_answer(w, await exchange(w, data)).applied
 
     w = run(body)
     assert w.counts == {
@@ -222,7 +237,7 @@ def test_calls_are_capped_per_peer_and_the_budget_bounds_what_is_announced(run: 
                 await release.wait()  # a slow sender: holds its slot
                 yield c
 
-        async with grpc.aio.insecure_channel(w.target, options=CHANNEL_OPTIONS) as ch:
+        async with w.channel(CHANNEL_OPTIONS) as ch:
             hub = mesh_pb2_grpc.HubStub(ch)
             slow = [
                 asyncio.ensure_future(
@@ -254,7 +269,7 @@ def test_a_revoked_sender_and_a_stale_authentication_are_refused_before_reading(
 ) -> None:
     async def body(w: World) -> None:
         data = sync_request(w, b"r" * 1000)
-        async with grpc.aio.insecure_channel(w.target, options=CHANNEL_OPTIONS) as ch:
+        async with w.channel(CHANNEL_OPTIONS) as ch:
             auth = rpc_auth(w.sealer, "Sync", data)  # valid, used after the revocation
             w.service.limits = replace(w.service.limits, clock_skew_ms=-1)  # every time is stale
             assert await code_of(envelope_call(ch, "Sync", data, w.sealer, 10)) == (

@@ -51,6 +51,7 @@ from provisioning.home import Home
 from sync import topics
 from sync.envelope import HUB, DropReason, Opened, Opener, Peer, ReplayGuard, Sealer
 from sync.mqtt import MqttSession
+from sync.tls import ClientTls
 from tests.brain_kit import configure, confirm_only
 from tests.fake_openai import FakeOpenAI, Reply, Request, text
 from tests.mesh_harness import Mesh
@@ -876,6 +877,7 @@ class RawDevice:
             identifier=f"{b.device_id}-raw",
             subscriptions=[topics.inbox(b.home_id, b.device_id)],
             on_message=self._on_message,
+            tls=ClientTls.for_bundle(b),
         )
 
     async def _on_message(self, message: Any) -> None:

@@ -141,6 +141,7 @@ def client(mesh: Mesh, username: str, password: str, **kw: object) -> aiomqtt.Cl
         password=password,
         identifier=login,
         timeout=5,
+        tls_context=mesh.mqtt_tls(),
         **kw,  # type: ignore[arg-type]
     )
 
@@ -394,9 +395,10 @@ def test_a_revoked_device_is_refused_within_one_second(mesh: Mesh) -> None:
 
 
 def test_a_rogue_hub_with_another_key_is_refused(mesh: Mesh, tmp_path: Path) -> None:
-    """A second home's hub (another key) on other ports: ``yimi say --hub <rogue>`` queues
-    (exit 3) saying why (``fingerprint``); ``yimi edge run --hub <rogue>`` logs the refusal
-    and never logs in to the rogue broker."""
+    """A second home's hub (another key, another TLS CA) on other ports: ``yimi say --hub
+    <rogue>`` queues (exit 3) at once, saying why (its TLS certificate is not from the pinned
+    CA); ``yimi edge run --hub <rogue>`` logs the refusal and never logs in to the rogue
+    broker."""
     bundle_dir = mesh.add_device("loyal", "phone")
     device = Bundle.load(bundle_dir).device_id
     rogue = Mesh(tmp_path / "rogue")
@@ -409,7 +411,8 @@ def test_a_rogue_hub_with_another_key_is_refused(mesh: Mesh, tmp_path: Path) -> 
         r = mesh.say(bundle_dir, "are you my hub", "--hub", target, "--timeout", "3")
         assert r.returncode == 3, (r.returncode, r.stdout, r.stderr)
         assert r.stdout == "", r.stdout
-        assert "fingerprint" in r.stderr and "refusing hub at " + target in r.stderr, r.stderr
+        assert "refusing hub at " + target in r.stderr, r.stderr
+        assert "TLS certificate" in r.stderr and "CERTIFICATE_VERIFY" not in r.stderr, r.stderr
         assert "queued" in r.stderr, r.stderr
         assert "Traceback" not in r.stderr, r.stderr
 

@@ -49,6 +49,7 @@ def client(
         password=bundle.mqtt_password,
         identifier=identifier or login,
         timeout=5,
+        tls_context=mesh.mqtt_tls(),
         **kw,  # type: ignore[arg-type]
     )
 

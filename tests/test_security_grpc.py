@@ -22,6 +22,7 @@ from protos import mesh_pb2, sync_pb2
 from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opener, Peer, ReplayGuard, Sealer
 from sync.hub_rpc import AUTH_METADATA, CHUNK_BYTES, rpc_auth, sync_exchange
+from sync.tls import ClientTls
 from tests.mesh_harness import Mesh
 from tests.test_security import hub_log_is_clean, rejected, shared_counter, wait_counts
 
@@ -124,7 +125,7 @@ def catch_up(bundle: Bundle, target: str, blob: bytes) -> sync_pb2.SyncResponse:
         mesh_pb2.SYNC_REQUEST, request, recipient=HUB, recipient_box_pk=bundle.hub_box_pk
     )
     host, port = target.split(":")
-    answer = asyncio.run(sync_exchange(host, int(port), data, sealer))
+    answer = asyncio.run(sync_exchange(host, int(port), data, sealer, ClientTls.for_bundle(bundle)))
     hub = Peer(HUB, bundle.hub_sign_pk, bundle.hub_box_pk)
     opened = Opener(
         home_id=bundle.home_id,
@@ -158,7 +159,7 @@ def test_oversize_unauthenticated_grpc_calls_in_parallel_leave_the_hub_bounded(
 
     async def flood() -> list[grpc.StatusCode]:
         options = [("grpc.max_send_message_length", -1)]
-        channels = [grpc.aio.insecure_channel(mesh.hub_target, options=options) for _ in range(8)]
+        channels = [mesh.channel(options) for _ in range(8)]
         try:
             return await asyncio.gather(*map(refused, attack(channels, body, forger)))
         finally:

@@ -408,6 +408,7 @@ def publish(mesh: Mesh, username: str, password: str, items: list[tuple[str, byt
             password=password,
             identifier=f"test-{secrets.token_hex(4)}",
             timeout=5,
+            tls_context=mesh.mqtt_tls(),
         ) as c:
             for topic, payload in items:
                 await c.publish(topic, payload, qos=1)
@@ -428,6 +429,7 @@ def login_refused(mesh: Mesh, bundle: Bundle) -> bool:
             password=bundle.mqtt_password,
             identifier=f"probe-{secrets.token_hex(3)}",
             timeout=5,
+            tls_context=mesh.mqtt_tls(),
         ):
             pass
 

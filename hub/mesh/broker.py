@@ -33,6 +33,10 @@ Limits against a hostile device (issue 15; every one is a line of ``mosquitto.co
 - Mosquitto has no per-client publish rate: the hub counts each device's uplink messages
   itself and drops those over a rate before any cryptography (:mod:`hub.mesh.ratelimit`).
 
+TLS (issue 15): the listener serves ``tls`` (:class:`BrokerTls`: the home CA and the MQTT
+leaf of :mod:`provisioning.tls`; TLS 1.2 or later). Without it the listener is plaintext,
+which only a loopback ``host`` may be (``tls.plaintext_not_loopback`` otherwise).
+
 Note on the ACL file: ``topic`` lines before the first ``user`` line apply only to
 *anonymous* clients in mosquitto 2.0 (checked against 2.0.11), so every grant here is
 written under an explicit ``user`` line.
@@ -58,6 +62,7 @@ from pathlib import Path
 from types import TracebackType
 
 from hub.errors import HubError
+from provisioning.tls import is_loopback
 from sync import topics
 from sync.backoff import Backoff
 from sync.mqtt import TRANSIENT_SLOTS, transient_username
@@ -91,6 +96,8 @@ REFUSALS = (
     # a retained publish (mosquitto 2.0.11 logs no reason for it), or another protocol error
     (": Unknown error.", "broker.refused.protocol"),
     ("not authorised", "broker.refused.login"),
+    # a TLS handshake that failed: a plaintext client, or one pinned to another home's CA
+    ("OpenSSL Error[", "broker.refused.tls"),
 )
 """(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
 
@@ -108,6 +115,15 @@ MAX_INFLIGHT_BYTES = 4 * 1024 * 1024
 _NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _HOME_RE = re.compile(r"[0-9a-fA-F]{1,128}")
 _HASH_RE = re.compile(r"\$[67]\$[0-9]+\$[A-Za-z0-9+/]+=*\$[A-Za-z0-9+/]+=*")
+
+
+@dataclass(frozen=True)
+class BrokerTls:
+    """The files a TLS listener serves (PEM)."""
+
+    cafile: Path
+    certfile: Path
+    keyfile: Path
 
 
 @dataclass(frozen=True)
@@ -140,6 +156,7 @@ class Broker:
         host: str = "127.0.0.1",
         port: int,
         accounts: Sequence[BrokerAccount],
+        tls: BrokerTls | None = None,
     ) -> None:
         if not _HOME_RE.fullmatch(home_id):
             raise ValueError(f"home id {home_id!r} is not hex")
@@ -147,6 +164,9 @@ class Broker:
             raise ValueError(f"port {port} is out of range")
         if not host or any(c.isspace() for c in host):
             raise ValueError(f"host {host!r} is invalid")
+        if tls is None and not is_loopback(host):
+            raise HubError("tls.plaintext_not_loopback", host=host)
+        self.tls = tls
         self.workdir = Path(workdir).absolute()
         if "\n" in str(self.workdir) or "\r" in str(self.workdir):
             raise ValueError("the broker work directory path must not contain line breaks")
@@ -324,6 +344,16 @@ class Broker:
             # default listener on 1883.
             "use_username_as_clientid true",
         ]
+        if self.tls is not None:
+            for name, path in (
+                ("cafile", self.tls.cafile),
+                ("certfile", self.tls.certfile),
+                ("keyfile", self.tls.keyfile),
+            ):
+                if "\n" in str(path) or "\r" in str(path):
+                    raise ValueError("TLS file paths must not contain line breaks")
+                lines.append(f"{name} {Path(path).absolute()}")
+            lines.append("tls_version tlsv1.2")
         return "\n".join(lines) + "\n"
 
     def _render_passwd(self) -> str:

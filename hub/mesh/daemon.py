@@ -8,6 +8,10 @@ gateway on the mesh (:mod:`hub.gateway.courier`). It is an async context manager
 everything it starts: the mosquitto process, the gRPC server, the advertisement, the MQTT
 session and its named tasks; leaving it stops them all. Incoming envelopes go through one
 table of handlers by kind; every drop is counted by reason and logged.
+
+Both listeners speak TLS with the home CA's leaves, made or renewed at every start
+(:func:`provisioning.tls.ensure_hub_tls`; ``self.tls`` also holds the web listener's);
+:attr:`HubOptions.plaintext` turns TLS off on 127.0.0.1 only.
 """
 
 from __future__ import annotations
@@ -28,10 +32,11 @@ from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
 from hub.brain.providers import ProviderStore
+from hub.errors import HubError
 from hub.gateway import Gateway
 from hub.gateway.courier import MeshConsent
-from hub.mesh.broker import Broker, BrokerAccount
-from hub.mesh.grpc_server import HubService, start_server
+from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
+from hub.mesh.grpc_server import HubService, start_server, tls_credentials
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
@@ -55,6 +60,7 @@ from provisioning.credentials import mosquitto_hash
 from provisioning.epochs import rotation_days
 from provisioning.home import Home
 from provisioning.registry import Registry
+from provisioning.tls import HubTls, is_loopback
 from storage.private import tighten_top, write_private
 from sync import discovery, topics
 from sync import documents as docs
@@ -64,6 +70,7 @@ from sync.mqtt import MqttSession
 from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
 from sync.tasks import STOP_TIMEOUT_S, Bounded, TaskOwner, within
+from sync.tls import ClientTls
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +99,9 @@ class HubOptions:
     wyoming_port: int | None = None
     """serve Home Assistant's Wyoming protocol on this port (``yimi wyoming serve``; 0: any
     free port); ``None``: only if home.yaml has ``wyoming:``"""
+    plaintext: bool = False
+    """no TLS on the broker and gRPC (debugging): only with ``bind`` 127.0.0.1, refused
+    (``tls.plaintext_not_loopback``) on any other"""
 
 
 class HubDaemon:
@@ -99,6 +109,8 @@ class HubDaemon:
     each to the narrow callables it needs (no component gets the daemon)."""
 
     def __init__(self, home: Home, options: HubOptions) -> None:
+        if options.plaintext and not is_loopback(options.bind):  # before anything is opened
+            raise HubError("tls.plaintext_not_loopback", host=options.bind)
         self.home = home
         self.options = options
         self.store = HubStore(home.path / "hub.db")
@@ -208,6 +220,8 @@ class HubDaemon:
         self.broker: Broker | None = None
         self.mqtt: MqttSession | None = None
         self.grpc: grpc.aio.Server | None = None
+        self.tls: HubTls
+        """the home CA and the listeners' leaves (set at start)"""
         self._registry_version = -1
         self._last_revoked_ms = 0
         """ms of the latest revocation in the registry (a newer one than the current group
@@ -277,8 +291,25 @@ class HubDaemon:
             raise
         return self
 
+    def _check_options(self) -> None:
+        opts = self.options
+        if opts.plaintext and not is_loopback(opts.bind):
+            raise HubError("tls.plaintext_not_loopback", host=opts.bind)
+        if opts.plaintext:
+            log.warning(
+                "TLS off (--plaintext): the broker and gRPC serve plaintext on %s", opts.bind
+            )
+
     async def _start(self) -> None:
         opts, home = self.options, self.home
+        if opts.plaintext:
+            log.warning("TLS off (--plaintext): broker and gRPC are plaintext on %s", opts.bind)
+        self.tls = home.tls(extra_names=advertise_addresses(opts.bind))
+        client_tls = (
+            ClientTls.plaintext(home.home_id)
+            if opts.plaintext
+            else ClientTls.pinned(self.tls.ca_pem, home.home_id)
+        )
         self.store.mark_all_offline()
         for path in tighten_top(home.path):  # files the owner wrote with a loose umask
             log.warning("%s was readable by others: now owner-only", path)
@@ -291,6 +322,9 @@ class HubDaemon:
                     host=opts.bind,
                     port=opts.mqtt_port,
                     accounts=self._accounts(),
+                    tls=None
+                    if opts.plaintext
+                    else BrokerTls(self.tls.ca_path, self.tls.mqtt.cert, self.tls.mqtt.key),
                 ),
                 "the broker",
                 limit=2 * STOP_TIMEOUT_S,  # it kills mosquitto itself after its own wait
@@ -307,7 +341,13 @@ class HubDaemon:
             count=self.port.count,
             on_enrol=self.voiceprints.serve_enrol,
         )
-        self.grpc = await start_server(service, opts.bind, opts.grpc_port)
+        credentials = None
+        if not opts.plaintext:
+            leaf = self.tls.grpc
+            credentials = tls_credentials(
+                leaf.cert.read_bytes(), leaf.key.read_bytes(), self.tls.ca_pem
+            )
+        self.grpc = await start_server(service, opts.bind, opts.grpc_port, credentials)
         self._stack.push_async_callback(within, "the gRPC server", self.grpc.stop, 1.0)
         if opts.advertise:
             self._advertise(
@@ -338,6 +378,7 @@ class HubDaemon:
                         topics.all_sync(home.home_id),
                     ],
                     on_message=self._on_message,
+                    tls=client_tls,
                     clean_session=False,
                 ),
                 "the hub's MQTT session",
@@ -376,13 +417,14 @@ class HubDaemon:
         await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
         self.ready.set()
         log.info(
-            "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
+            "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s, %s",
             home.home_id,
             opts.bind,
             opts.mqtt_port,
             opts.bind,
             opts.grpc_port,
             home.fingerprint,
+            "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}",
         )
 
     def _advertise(self, advertiser: discovery.HubAdvertiser) -> None:

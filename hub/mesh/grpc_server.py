@@ -17,6 +17,9 @@ What a call may cost the hub is bounded before it is read (:class:`RpcLimits`):
   a call nobody has read yet stays at 64 KiB a stream.
 
 Every refusal is counted (``rejected.grpc.<reason>``) and logged on one line.
+
+The server speaks TLS (:func:`tls_credentials`: the gRPC leaf of :mod:`provisioning.tls`,
+chained to the home CA); plaintext only on a loopback address.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from protos.codec import IDENTIFY_CONTEXT, RPC_AUTH_CONTEXT, parse, signing_inpu
 from provisioning.errors import ProvisioningError
 from provisioning.home import Home
 from provisioning.pairing import PairingAuthority, encode_refusal
+from provisioning.tls import is_loopback
 from sync.envelope import Peer
 from sync.hub_rpc import ACCEPTED_METADATA, AUTH_METADATA, CHUNK_BYTES
 
@@ -377,6 +381,12 @@ class HubService:
         return data
 
 
+def tls_credentials(cert: bytes, key: bytes, ca: bytes) -> grpc.ServerCredentials:
+    """The hub's gRPC TLS: its leaf ``cert`` and ``key``, sent with the CA ``ca`` as the
+    chain (PEM)."""
+    return grpc.ssl_server_credentials([(key, cert + ca)])
+
+
 def make_server(service: HubService) -> grpc.aio.Server:
     """A server with the service and the transport's limits (not bound, not started)."""
     server = grpc.aio.server(
@@ -395,10 +405,20 @@ def make_server(service: HubService) -> grpc.aio.Server:
     return server
 
 
-async def start_server(service: HubService, host: str, port: int) -> grpc.aio.Server:
+async def start_server(
+    service: HubService, host: str, port: int, credentials: grpc.ServerCredentials | None
+) -> grpc.aio.Server:
+    """The server, bound and started: TLS with ``credentials`` (see :func:`tls_credentials`);
+    ``None`` (plaintext) only on a loopback ``host``."""
+    if credentials is None and not is_loopback(host):
+        raise HubError("tls.plaintext_not_loopback", host=host)
     server = make_server(service)
     try:
-        bound = server.add_insecure_port(f"{host}:{port}")
+        address = f"{host}:{port}"
+        if credentials is None:
+            bound = server.add_insecure_port(address)
+        else:
+            bound = server.add_secure_port(address, credentials)
     except RuntimeError:
         bound = 0
     if bound == 0:
