@@ -45,6 +45,7 @@ def hub_is_up(log_text: str) -> bool:
 
 def cmd_hub_run(args: argparse.Namespace) -> int:
     from hub.mesh.daemon import HubDaemon, HubOptions
+    from hub.web.options import WebTls
     from provisioning.home import Home
 
     setup_logging(args.verbose)
@@ -54,6 +55,8 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         grpc_port=args.grpc_port or home.grpc_port,
         bind=args.bind,
         advertise=not args.no_advertise,
+        web_port=args.web_port,
+        web_tls=WebTls(args.web_cert, args.web_key) if args.web_cert and args.web_key else None,
     )
 
     async def serve() -> int:
@@ -119,6 +122,11 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("--grpc-port", type=int)
     sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
     sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
+    sp.add_argument(
+        "--web-port", type=int, help="serve the phone companion and dashboard pages on this port"
+    )
+    sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
+    sp.add_argument("--web-key", type=Path, help="the pages' HTTPS key (PEM)")
     sp = command(hub_sub, "status", cmd_hub_status, "devices, presence and message counts")
     sp.add_argument("--home", type=Path, required=True)
     sp = command(hub_sub, "pair-code", cmd_hub_pair_code, "print a one-time pairing code")

@@ -20,6 +20,7 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 import aiomqtt
 import grpc
@@ -41,6 +42,7 @@ from hub.turns.delivery import Delivery
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
+from hub.web.options import WebTls
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -56,6 +58,9 @@ from sync.mqtt import MqttSession
 from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
 from sync.tasks import TaskOwner
+
+if TYPE_CHECKING:
+    from hub.web.app import WebApp
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +86,13 @@ class HubOptions:
     bind: str = "0.0.0.0"
     """address the broker and gRPC listen on"""
     advertise: bool = True
+    web_port: int | None = None
+    """port of the phone companion and dashboard pages (``None``: no web pages)"""
+    web_tls: WebTls | None = None
+    """the pages' HTTPS certificate; without one they are served on 127.0.0.1 only"""
+    web_origins: tuple[str, ...] = ()
+    """origins the pages are opened at (WebAuthn checks them); default: the loopback ones
+    without TLS, ``https://ADDRESS:PORT`` of each advertised address with it"""
 
 
 class HubDaemon:
@@ -189,6 +201,8 @@ class HubDaemon:
         """ms of the latest revocation in the registry (a newer one than the current group
         key epoch makes a new epoch)"""
         self._hub_hash = mosquitto_hash(home.broker_password)
+        self.web: WebApp | None = None
+        """the companion and dashboard pages, when ``options.web_port`` is set"""
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
@@ -270,6 +284,8 @@ class HubDaemon:
         await self._stack.enter_async_context(self.voiceprints)
         await self._stack.enter_async_context(self.wake)
         await self._stack.enter_async_context(self.hearing)
+        if opts.web_port is not None:
+            await self._start_web(opts.web_port)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -294,6 +310,39 @@ class HubDaemon:
             opts.bind,
             opts.grpc_port,
             home.fingerprint,
+        )
+
+    async def _start_web(self, port: int) -> None:
+        """The companion and dashboard pages, owned like the other servers."""
+        from hub.web.app import HubLink, WebApp
+        from hub.web.server import LOOPBACK, WebServer
+        from hub.web.sessions import Passkeys
+        from provisioning.pairing import PairingAuthority
+
+        opts, home = self.options, self.home
+        passkeys = Passkeys(home.path / "web.db")
+        self._stack.callback(passkeys.close)
+        if opts.web_origins:
+            origins = opts.web_origins
+        elif opts.web_tls is None:
+            origins = (f"http://localhost:{port}", f"http://{LOOPBACK}:{port}")
+        else:
+            hosts = [*advertise_addresses(opts.bind), "localhost"]
+            origins = tuple(f"https://{h}:{port}" for h in hosts)
+        link = HubLink(
+            store=self.store,
+            devices=self.registry.devices,
+            pairing=PairingAuthority(home, mqtt_port=opts.mqtt_port, grpc_port=opts.grpc_port),
+            typed=self.admission.typed_on_page,
+            gateway=self._gateway,
+            answer=self.consent.answer,
+            count=self.port.count,
+            passkeys=passkeys,
+            origins=origins,
+        )
+        self.web = WebApp(link)
+        await self._stack.enter_async_context(
+            WebServer(self.web.app, host=opts.bind, port=port, tls=opts.web_tls)
         )
 
     def _advertise(self, advertiser: discovery.HubAdvertiser) -> None:
@@ -380,6 +429,8 @@ class HubDaemon:
 
     async def _refresh_registry(self) -> None:
         newly_revoked = self._load_registry()
+        if self.web is not None and newly_revoked:
+            self.web.state.revoked(sorted(newly_revoked))
         for device_id in sorted(newly_revoked):
             log.warning("device %s revoked: its messages are now refused", device_id)
             # told first, while it is still on the broker: the account update below cuts it off
@@ -497,6 +548,8 @@ class HubDaemon:
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
+        if self.web is not None:
+            self.web.state.pulse()
 
     async def _on_sync_update(self, opened: Opened) -> None:
         update = opened.payload

@@ -1,0 +1,209 @@
+// The phone companion: pairing, chat, timeline and cards (JavaScript modules, no build step).
+import { loadTexts, applyTexts, switchLanguage, t, refusal } from "/static/i18n.js";
+import {
+  ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard,
+} from "/static/device.js";
+
+const $ = (id) => document.getElementById(id);
+let device = null;
+let events = null;
+let newestSeq = 0;
+let oldestSeq = 0;
+let cards = [];
+const shown = new Set(); // seq of every entry on the page (refreshes may overlap)
+
+function status(text) { $("status").textContent = text; }
+
+function show(view) {
+  for (const el of document.querySelectorAll(".view")) el.hidden = el.id !== `view-${view}`;
+  for (const b of document.querySelectorAll("nav button")) {
+    b.classList.toggle("active", b.dataset.view === view);
+  }
+}
+
+function entryItem(e) {
+  const li = document.createElement("li");
+  li.className = `entry ${e.kind}`;
+  li.dataset.seq = e.seq;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = `#${e.seq} ${e.device}`;
+  const text = document.createElement("span");
+  text.className = "text";
+  text.textContent = e.text;
+  li.append(who, text);
+  return li;
+}
+
+async function refreshChat() {
+  const { entries } = await api(`/api/timeline?after=${newestSeq}`);
+  for (const e of entries) {
+    if (shown.has(e.seq)) continue;
+    shown.add(e.seq);
+    newestSeq = Math.max(newestSeq, e.seq);
+    if (e.kind === "utterance" || e.kind === "reply") $("chat-log").append(entryItem(e));
+    $("timeline-log").append(entryItem(e));
+    if (!oldestSeq || e.seq < oldestSeq) oldestSeq = e.seq;
+  }
+  if (entries.length) $("chat-log").lastElementChild?.scrollIntoView({ block: "end" });
+}
+
+async function firstPage() {
+  const { entries } = await api("/api/timeline?before=0");
+  for (const e of entries) {
+    if (shown.has(e.seq)) continue;
+    shown.add(e.seq);
+    if (e.kind === "utterance" || e.kind === "reply") $("chat-log").append(entryItem(e));
+    $("timeline-log").append(entryItem(e));
+  }
+  if (entries.length) {
+    oldestSeq = entries[0].seq;
+    newestSeq = entries[entries.length - 1].seq;
+  }
+}
+
+async function olderPage() {
+  if (oldestSeq <= 1) return;
+  const { entries } = await api(`/api/timeline?before=${oldestSeq}`);
+  const log = $("timeline-log");
+  for (const e of entries.reverse()) {
+    if (!shown.has(e.seq)) log.prepend(entryItem(e));
+    shown.add(e.seq);
+  }
+  if (entries.length) oldestSeq = Math.min(...entries.map((e) => e.seq));
+}
+
+function cardItem(card) {
+  const li = document.createElement("li");
+  li.className = "card" + (card.payment ? " payment" : "");
+  li.dataset.card = card.card_id;
+  const expires = new Date(card.expires_ms).toLocaleTimeString();
+  li.innerHTML = `<h3></h3><dl>
+    <dt>${t("cards.effect")}</dt><dd class="effect"></dd>
+    <dt>${t("cards.target")}</dt><dd class="target"></dd>
+    <dt>${t("cards.expires")}</dt><dd class="expires"></dd></dl>
+    <pre class="preview"></pre>
+    ${card.payment ? `<p class="verify">${t("cards.verify")}</p>` : ""}
+    <div class="actions"><button class="approve">${t("cards.approve")}</button>
+    <button class="deny">${t("cards.deny")}</button></div>`;
+  li.querySelector("h3").textContent = card.title;
+  li.querySelector(".effect").textContent = card.effect;
+  li.querySelector(".target").textContent = card.target;
+  li.querySelector(".expires").textContent = expires;
+  li.querySelector(".preview").textContent = card.preview;
+  li.querySelector(".approve").onclick = () => answer(card, "approve");
+  li.querySelector(".deny").onclick = () => answer(card, "deny");
+  return li;
+}
+
+async function refreshCards() {
+  ({ cards } = await api("/api/cards"));
+  const list = $("cards-list");
+  list.replaceChildren(...cards.map(cardItem));
+  $("cards-empty").hidden = cards.length > 0;
+  $("cards-count").textContent =
+    cards.length ? ` (${cards.length})` : "";
+}
+
+async function answer(card, decision) {
+  const out = $("card-outcome");
+  out.textContent = "…";
+  try {
+    const r = await answerCard(device, card, decision);
+    const words = r.outcome === "refused"
+      ? t("outcome.refused", { reason: r.reason })
+      : t(`outcome.${r.outcome}`);
+    out.textContent = r.uvFailed ? `${t("outcome.uv_failed")} — ${words}` : words;
+    out.dataset.outcome = r.outcome;
+  } catch (err) {
+    out.textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+    out.dataset.outcome = "error";
+  }
+  await refreshCards();
+}
+
+async function refresh() {
+  await Promise.all([refreshChat(), refreshCards()]);
+}
+
+function signedOut() {
+  if (events) events.close();
+  events = null;
+  $("app").hidden = true;
+  $("pairing").hidden = false;
+  document.body.dataset.state = "signed-out";
+  status(t("session.out"));
+}
+
+function listen() {
+  events = new EventSource("/api/events");
+  events.addEventListener("changed", () => refresh().catch(onError));
+  events.addEventListener("logout", async () => {
+    events.close();
+    events = null;
+    // an expired session signs in again with the key; a revoked device cannot
+    try { await signIn(device); listen(); } catch { signedOut(); }
+  });
+}
+
+function onError(err) {
+  if (err instanceof ApiError && err.status === 401) signedOut();
+  else status(err instanceof ApiError ? refusal(err.body) : String(err));
+}
+
+async function start() {
+  status(t("session.signing"));
+  const me = await signIn(device);
+  const who = await api("/api/me");
+  document.body.dataset.passkey = who.passkey ? "yes" : "no";
+  if (!who.passkey) {
+    // the phone's biometric for payments: registered once, without holding up the pages
+    registerPasskey()
+      .then(() => { document.body.dataset.passkey = "yes"; })
+      .catch((err) => console.warn("no passkey", err));
+  }
+  status(t("pair.done", { name: me.name }));
+  $("pairing").hidden = true;
+  $("app").hidden = false;
+  document.body.dataset.state = "signed-in";
+  await firstPage();
+  await refreshCards();
+  listen();
+}
+
+async function main() {
+  await loadTexts();
+  applyTexts();
+  $("lang").onclick = async () => {
+    await switchLanguage();
+    await refreshCards();
+  };
+  for (const b of document.querySelectorAll("nav button")) b.onclick = () => show(b.dataset.view);
+  $("timeline-older").onclick = () => olderPage().catch(onError);
+  show("chat");
+  $("pair-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    try {
+      device = await pair($("pair-code").value, $("pair-name").value.trim());
+      await start();
+    } catch (err) {
+      status(err instanceof ApiError ? refusal(err.body) : String(err));
+    }
+  };
+  $("chat-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const text = $("chat-input").value.trim();
+    if (!text) return;
+    $("chat-input").value = "";
+    try { await api("/api/say", { text }); await refreshChat(); } catch (err) { onError(err); }
+  };
+  device = await loadDevice();
+  if (!device) {
+    $("pairing").hidden = false;
+    document.body.dataset.state = "unpaired";
+    return;
+  }
+  try { await start(); } catch (err) { onError(err); if (!device) signedOut(); }
+}
+
+main();

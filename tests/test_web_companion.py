@@ -1,0 +1,378 @@
+"""The phone companion and dashboard in a real browser: Debian's chromium driven by
+Playwright (no browser download), against the hub in this process (its real mosquitto,
+gRPC, gateway, brain and the web pages on their own port).
+
+- a browser pairs as a ``phone`` with a one-time code (its WebCrypto Ed25519 key), types a
+  request and sees the reply; approves the first-send e-mail card → the local SMTP server
+  gets the mail exactly once; a second card is denied, a third expires; revoking the
+  browser logs it out;
+- a payment card approved through a virtual WebAuthn authenticator with user verification
+  is paid once; without user verification it is refused and nothing is paid; the dashboard
+  lists the devices and the refusal counters.
+
+Each test saves phone (390×844) and desktop screenshots under its tmp dir.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hub.gateway import CallContext, ToolCall
+from hub.mesh.daemon import HubDaemon, HubOptions
+from hub.payments import PaymentRequest, VoiceEvidence
+from packages.errands.sandbox import SandboxShop
+from provisioning.home import Home
+from tests.mesh_harness import Mesh
+from tests.pay_kit import now_ms
+from tests.waiting import poll
+from worlds import ports
+from worlds.fakes import SmtpWorld
+
+pytestmark = pytest.mark.slow
+
+playwright_api = pytest.importorskip("playwright.async_api")
+CHROMIUM = "/usr/bin/chromium"
+if not os.path.exists(CHROMIUM):
+    pytest.skip("Debian's chromium is not installed (scripts/setup)", allow_module_level=True)
+
+PHONE = {"width": 390, "height": 844}
+DESKTOP = {"width": 1280, "height": 800}
+WAIT_MS = 15_000
+"""every browser wait's deadline"""
+MAIL = "e-mail the meeting notes to my colleague"
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+
+
+# ---------------------------------------------------------------- helpers
+def chromium_pids(marker: str) -> list[int]:
+    """Processes whose command line carries ``marker`` (this test's browser)."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmd:
+            found.append(int(pid))
+    return found
+
+
+@dataclass
+class Browser:
+    phone: object
+    """the phone-sized page (``playwright.async_api.Page``)"""
+    context: object
+    cdp: object
+    authenticator: str
+    shots: Path
+
+    async def shot(self, page: object, name: str) -> Path:
+        path = self.shots / f"{name}.png"
+        await page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+        return path
+
+
+@asynccontextmanager
+async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
+    """Chromium (headless, phone viewport) with a virtual platform authenticator that does
+    user verification; closed, with every process of it, on the way out."""
+    marker = f"--yimi-test={uuid.uuid4().hex}"
+    shots = tmp_path / "screenshots"
+    shots.mkdir(exist_ok=True)
+    async with playwright_api.async_playwright() as pw:
+        b = await pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", marker], headless=True
+        )
+        try:
+            context = await b.new_context(
+                viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True
+            )
+            context.set_default_timeout(WAIT_MS)
+            console = (shots / "console.log").open("a")
+            context.on("console", lambda m: console.write(f"{m.type}: {m.text}\n"))
+            context.on("weberror", lambda e: console.write(f"error: {e.error}\n"))
+            page = await context.new_page()
+            cdp = await context.new_cdp_session(page)
+            await cdp.send("WebAuthn.enable")
+            added = await cdp.send(
+                "WebAuthn.addVirtualAuthenticator",
+                {
+                    "options": {
+                        "protocol": "ctap2",
+                        "transport": "internal",
+                        "hasResidentKey": True,
+                        "hasUserVerification": True,
+                        "isUserVerified": True,
+                        "automaticPresenceSimulation": True,
+                    }
+                },
+            )
+            yield Browser(page, context, cdp, added["authenticatorId"], shots)
+        finally:
+            await b.close()
+            console.close()
+    await poll(lambda: not chromium_pids(marker), 10, "chromium to exit")
+
+
+@asynccontextmanager
+async def hub_up(mesh: Mesh, web_port: int) -> AsyncIterator[HubDaemon]:
+    options = HubOptions(
+        mqtt_port=mesh.mqtt_port,
+        grpc_port=mesh.grpc_port,
+        bind="127.0.0.1",
+        advertise=False,
+        web_port=web_port,
+    )
+    async with HubDaemon(Home.load(mesh.home), options) as hub:
+        await asyncio.wait_for(hub.turns.started.wait(), 60)
+        yield hub
+
+
+async def pair_browser(mesh: Mesh, br: Browser, url: str, name: str = "browser-phone") -> None:
+    code = (await asyncio.to_thread(mesh.yimi, "hub", "pair-code", "--home", str(mesh.home)))
+    page = br.phone
+    await page.goto(url)  # type: ignore[attr-defined]
+    await page.wait_for_selector("body[data-state=unpaired]")  # type: ignore[attr-defined]
+    await page.fill("#pair-code", code.stdout.strip())  # type: ignore[attr-defined]
+    await page.fill("#pair-name", name)  # type: ignore[attr-defined]
+    await page.click("#pair-submit")  # type: ignore[attr-defined]
+    await page.wait_for_selector("body[data-state=signed-in]")  # type: ignore[attr-defined]
+
+
+def enrolled(mesh: Mesh, name: str) -> tuple[str, str]:
+    rows = mesh.hub_query("SELECT 1")  # hub.db is there
+    assert rows
+    from storage.sqlite import read_rows
+
+    (row,) = read_rows(
+        mesh.home / "registry.db", "SELECT profile, enrolled_by FROM devices WHERE name=?", name
+    )
+    return str(row[0]), str(row[1])
+
+
+def keep_for_readme(path: Path, name: str) -> None:
+    if os.environ.get("YIMI_DOCS_SHOTS"):
+        DOCS.mkdir(exist_ok=True)
+        (DOCS / name).write_bytes(path.read_bytes())
+
+
+def prepare_mail(mesh: Mesh, smtp: SmtpWorld) -> None:
+    home = mesh.home
+    (home / "contacts.yaml").write_text(
+        yaml.safe_dump(
+            [
+                {"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]},
+                {"name": "Sam Lee", "email": "sam@example.org", "aliases": ["brother"]},
+                {"name": "Kim Lee", "email": "kim@example.org", "aliases": ["sister"]},
+            ]
+        )
+    )
+    (home / "packages.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "memory": {},
+                "messaging": {
+                    "config": {
+                        "SMTP_HOST": smtp.host,
+                        "SMTP_PORT": str(smtp.port),
+                        "SMTP_FROM": "assistant@home.test",
+                    }
+                },
+            }
+        )
+    )
+    mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
+
+
+async def say_in_browser(page: object, words: str) -> None:
+    await page.fill("#chat-input", words)  # type: ignore[attr-defined]
+    await page.click("#chat-send")  # type: ignore[attr-defined]
+
+
+async def answer_card(page: object, title_part: str, button: str) -> str:
+    """Click ``button`` (approve | deny) on the card whose title has ``title_part``; the
+    outcome the page shows."""
+    await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
+    card = page.locator(".card", has_text=title_part)  # type: ignore[attr-defined]
+    await card.wait_for()
+    await page.evaluate("document.getElementById('card-outcome').removeAttribute('data-outcome')")  # type: ignore[attr-defined]
+    await card.locator(f"button.{button}").click()
+    await page.wait_for_selector("#card-outcome[data-outcome]")  # type: ignore[attr-defined]
+    text = await page.text_content("#card-outcome")  # type: ignore[attr-defined]
+    return text or ""
+
+
+# ---------------------------------------------------------------- e-mail cards
+async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: Mesh) -> None:
+    web_port = ports.port()
+    url = f"http://localhost:{web_port}/"
+    async with SmtpWorld() as smtp:
+        prepare_mail(mesh, smtp)
+        async with hub_up(mesh, web_port) as hub, browser(mesh.root) as br:
+            page = br.phone
+            await pair_browser(mesh, br, url)
+            assert enrolled(mesh, "browser-phone") == ("phone", "pair-web")
+            key = await page.evaluate(  # type: ignore[attr-defined]
+                """async () => { const r = indexedDB.open('yimi-device');
+                  await new Promise(ok => r.onsuccess = ok);
+                  const d = await new Promise(ok => { const q = r.result.transaction('device')
+                    .objectStore('device').get('self'); q.onsuccess = () => ok(q.result); });
+                  return [d.sign.type, d.sign.extractable, d.sign.algorithm.name]; }"""
+            )
+            assert key == ["private", False, "Ed25519"], key
+
+            # a typed request as this device; the reply arrives live
+            await say_in_browser(page, MAIL)
+            reply = page.locator("#chat-log .entry.reply", has_text="need your approval")  # type: ignore[attr-defined]
+            await reply.wait_for()
+            rows = mesh.hub_query("SELECT device FROM timeline WHERE text=?", MAIL)
+            assert len(rows) == 1
+            assert smtp.messages() == []
+            shot = await br.shot(page, "companion-chat-phone")
+            keep_for_readme(shot, "companion-chat.png")
+
+            # the first-send card, approved by a signature made in the browser
+            await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
+            await page.locator(".card", has_text="dana@example.org").wait_for()  # type: ignore[attr-defined]
+            shot = await br.shot(page, "companion-card-phone")
+            keep_for_readme(shot, "companion-card.png")
+            outcome = await answer_card(page, "dana@example.org", "approve")
+            assert "Approved" in outcome, outcome
+            await poll(lambda: smtp.messages(), 20, "the e-mail at the SMTP server")
+            await page.locator("#chat-log .entry.reply", has_text="Sent the e-mail").wait_for(state="attached")  # type: ignore[attr-defined]
+            (mail,) = smtp.messages()
+            assert mail.recipients == ["dana@example.org"]
+
+            # a second card, denied: nothing sent
+            await page.click('nav [data-view="chat"]')  # type: ignore[attr-defined]
+            await say_in_browser(page, "e-mail the meeting notes to my brother")
+            outcome = await answer_card(page, "sam@example.org", "deny")
+            assert "Denied" in outcome, outcome
+
+            # a third card expires before it is answered: refused, cancelled
+            await page.click('nav [data-view="chat"]')  # type: ignore[attr-defined]
+            await say_in_browser(page, "e-mail the meeting notes to my sister")
+            await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
+            await page.locator(".card", has_text="kim@example.org").wait_for()  # type: ignore[attr-defined]
+            gw = hub.consent.gateway
+            assert gw is not None
+            (card,) = [c for c in gw.consent.pending() if "kim@" in c.target]
+            gw.consent.db.execute(
+                "UPDATE cards SET expires_ms=? WHERE card_id=?", (now_ms() - 1, card.card_id)
+            )
+            outcome = await answer_card(page, "kim@example.org", "approve")
+            assert "expired" in outcome, outcome
+            assert [m.recipients for m in smtp.messages()] == [["dana@example.org"]]
+            shot = await br.shot(page, "companion-refused-phone")
+
+            # the timeline, paged, as a desktop browser sees it
+            await page.set_viewport_size(DESKTOP)  # type: ignore[attr-defined]
+            await page.click('nav [data-view="timeline"]')  # type: ignore[attr-defined]
+            await br.shot(page, "companion-timeline-desktop")
+            await page.set_viewport_size(PHONE)  # type: ignore[attr-defined]
+
+            # revoked: its session ends and the page is signed out within a second or so
+            await asyncio.to_thread(
+                mesh.yimi, "device", "revoke", "browser-phone", "--home", str(mesh.home)
+            )
+            revoked = time.monotonic()
+            await page.wait_for_selector("body[data-state=signed-out]", timeout=5000)  # type: ignore[attr-defined]
+            assert time.monotonic() - revoked < 2.0
+            status = await page.evaluate("fetch('/api/me').then(r => r.status)")  # type: ignore[attr-defined]
+            assert status == 401
+            await br.shot(page, "companion-revoked-phone")
+    assert [m.recipients for m in smtp.messages()] == [["dana@example.org"]]
+
+
+# ---------------------------------------------------------------- payments and dashboard
+CTX = CallContext(owner="owner", scope="owner", trace_id="trace-lunch")
+
+
+async def checkout(hub: HubDaemon, task: str) -> str:
+    """A payment intent for ``task`` and its checkout: the payment card's id."""
+    gw, pay = hub.consent.gateway, hub.consent.payments
+    assert gw is not None and pay is not None
+    specs = next(r for r in hub.registry.devices() if r.name == "specs")
+    voice = VoiceEvidence(specs.device_id, f"u-{task}", "verified", "voiceprint", now_ms())
+    request = PaymentRequest("owner_voice", f"u-{task}", specs.device_id, "order lunch", voice)
+    pay.open_intent(CTX, request, task_id=task, description="lunch", budget="30")
+    r = await gw.call(
+        ToolCall(
+            "errands",
+            "add_to_cart",
+            {"shop": "lotus-kitchen", "item_id": "noodles", "quantity": 2, "cart_id": ""},
+            f"{task}-a",
+            task,
+        ),
+        CTX,
+    )
+    cart = str(r.effects[0].fields["cart_id"])
+    r = await gw.call(
+        ToolCall("errands", "go_to_checkout", {"cart_id": cart}, f"{task}-co", task), CTX
+    )
+    assert r.status == "waiting" and r.card_id, r
+    return r.card_id
+
+
+async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: Mesh) -> None:
+    mesh.add_device("specs", "glasses")
+    web_port = ports.port()
+    url = f"http://localhost:{web_port}/"
+    async with SandboxShop(pay_timeout=2.0) as shop:
+        (mesh.home / "packages.yaml").write_text(
+            yaml.safe_dump(
+                {"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}}
+            )
+        )
+        async with hub_up(mesh, web_port) as hub, browser(mesh.root) as br:
+            page = br.phone
+            await pair_browser(mesh, br, url)
+            await checkout(hub, "t1")
+            outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
+            assert "Approved" in outcome, outcome
+            await poll(lambda: shop.charges(), 20, "the charge")
+            assert [c["amount_minor"] for c in shop.charges()] == [2500]
+            shot = await br.shot(page, "companion-paid-phone")
+
+            # the same phone without user verification: refused, nothing more is paid
+            await br.cdp.send(  # type: ignore[attr-defined]
+                "WebAuthn.setUserVerified",
+                {"authenticatorId": br.authenticator, "isUserVerified": False},
+            )
+            card_id = await checkout(hub, "t2")
+            outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
+            assert "User verification failed" in outcome and "locked" in outcome, outcome
+            gw = hub.consent.gateway
+            assert gw is not None
+            assert gw.consent.card(card_id).state == "pending"  # type: ignore[union-attr]
+            assert len(shop.charges()) == 1
+            shot = await br.shot(page, "companion-refused-pay-phone")
+            keep_for_readme(shot, "companion-payment-refused.png")
+
+            # the dashboard on a desktop-sized page of the same browser: devices, refusals
+            desk = await br.context.new_page()  # type: ignore[attr-defined]
+            await desk.set_viewport_size(DESKTOP)
+            await desk.goto(url + "dashboard")
+            await desk.wait_for_selector("body[data-state=shown]")
+            await desk.locator('tr[data-device="browser-phone"]').wait_for()
+            await desk.locator('tr[data-device="specs"]').wait_for()
+            refused = desk.locator('tr[data-counter="rejected.web_user_verification"]')
+            await refused.wait_for()
+            assert (await refused.locator("td.num").text_content()) == "1"
+            shot = await br.shot(desk, "dashboard-desktop")
+            keep_for_readme(shot, "dashboard.png")
+            await desk.set_viewport_size(PHONE)
+            await br.shot(desk, "dashboard-phone")
+    assert len(shop.charges()) == 1
