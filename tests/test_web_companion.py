@@ -149,6 +149,7 @@ async def pair_browser(mesh: Mesh, br: Browser, url: str, name: str = "browser-p
     await page.fill("#pair-name", name)  # type: ignore[attr-defined]
     await page.click("#pair-submit")  # type: ignore[attr-defined]
     await page.wait_for_selector("body[data-state=signed-in]")  # type: ignore[attr-defined]
+    await page.wait_for_selector("body[data-passkey=yes]", state="attached")  # type: ignore[attr-defined]
 
 
 def enrolled(mesh: Mesh, name: str) -> tuple[str, str]:
@@ -237,8 +238,18 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             await say_in_browser(page, MAIL)
             reply = page.locator("#chat-log .entry.reply", has_text="need your approval")  # type: ignore[attr-defined]
             await reply.wait_for()
-            rows = mesh.hub_query("SELECT device FROM timeline WHERE text=?", MAIL)
-            assert len(rows) == 1
+            ((device,),) = mesh.hub_query("SELECT device FROM timeline WHERE text=?", MAIL)
+            # shown on the page: ACKed "rendered" by this device
+            await poll(
+                lambda: mesh.hub_query(
+                    "SELECT state FROM deliveries WHERE device=?", device
+                ),
+                10,
+                "the reply ACKed rendered",
+            )
+            assert mesh.hub_query("SELECT state FROM deliveries WHERE device=?", device) == [
+                ("rendered",)
+            ]
             assert smtp.messages() == []
             shot = await br.shot(page, "companion-chat-phone")
             keep_for_readme(shot, "companion-chat.png")

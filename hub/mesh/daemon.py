@@ -336,6 +336,7 @@ class HubDaemon:
             typed=self.admission.typed_on_page,
             gateway=self._gateway,
             answer=self.consent.answer,
+            rendered=self.delivery.rendered_on_page,
             count=self.port.count,
             passkeys=passkeys,
             origins=origins,

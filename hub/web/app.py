@@ -61,6 +61,8 @@ CHANNEL = "web"
 
 TypedFn = Callable[[Opened, Sequence[str]], Awaitable[bool]]
 AnswerFn = Callable[[consent_pb2.Approval, DeviceRecord, str], Awaitable[Answer]]
+RenderedFn = Callable[[str, str], Awaitable[bool]]
+"""(device id, reply id): the page showed the reply"""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,7 @@ class HubLink:
     typed: TypedFn
     gateway: Callable[[], Gateway | None]
     answer: AnswerFn
+    rendered: RenderedFn
     count: Callable[[str], None]
     passkeys: Passkeys
     origins: tuple[str, ...]
@@ -176,6 +179,7 @@ class WebApp:
             Route("/api/passkey", self.passkey_register, methods=["POST"]),
             Route("/api/say", self.say, methods=["POST"]),
             Route("/api/timeline", self.timeline),
+            Route("/api/rendered", self.rendered, methods=["POST"]),
             Route("/api/cards", self.cards),
             Route("/api/cards/{card_id}/verify", self.verify_options),
             Route("/api/cards/{card_id}/prepare", self.prepare, methods=["POST"]),
@@ -218,6 +222,7 @@ class WebApp:
         if rec is None or rec.revoked:
             self.state.sessions.end_device(s.device_id)
             raise WebError("web.device_revoked", 401)
+        self.state.sessions.seen(rec.device_id)
         return s, rec
 
     def gateway(self) -> Gateway:
@@ -441,6 +446,19 @@ class WebApp:
             }
         )
 
+    async def rendered(self, request: Request) -> Response:
+        """The page showed these replies (ACKed ``rendered``: their facts count as said)."""
+        self._check_origin(request)
+        _, rec = self.session(request)
+        data = await body_json(request)
+        ids = data.get("reply_ids")
+        if not isinstance(ids, list) or len(ids) > PAGE_LIMIT:
+            raise WebError("web.bad_request", reason="reply_ids")
+        acked = [
+            i for i in ids if isinstance(i, str) and await self.link.rendered(rec.device_id, i)
+        ]
+        return JSONResponse({"acked": acked})
+
     # ------------------------------------------------------------ cards
     async def cards(self, request: Request) -> Response:
         self.session(request)
@@ -529,19 +547,25 @@ class WebApp:
     async def dashboard(self, request: Request) -> Response:
         s, _ = self.session(request)
         presence = self.link.store.presence()
-        web_ids = {x.device_id for x in self.link.devices() if x.enrolled_by == "pair-web"}
+        sessions = self.state.sessions
+        online = sessions.online()
         devices = []
         for r in self.link.devices():
             p = presence.get(r.device_id)
-            state = "revoked" if r.revoked else (p.state if p else "never")
+            state = p.state if p else "never"
+            if r.revoked:
+                state = "revoked"
+            elif r.device_id in online:
+                state = "online"
+            seen = max(p.last_seen_ms if p else 0, sessions.last_seen_ms.get(r.device_id, 0))
             devices.append(
                 {
                     "name": r.name,
                     "device_id": r.device_id,
                     "profile": r.profile,
                     "state": state,
-                    "last_seen_ms": p.last_seen_ms if p else 0,
-                    "web": r.device_id in web_ids,
+                    "last_seen_ms": seen,
+                    "web": r.enrolled_by == "pair-web",
                     "this": r.device_id == s.device_id,
                 }
             )

@@ -47,6 +47,9 @@ class Sessions:
 
     _challenges: dict[str, float] = field(default_factory=dict)
     _sessions: dict[str, Session] = field(default_factory=dict)
+    last_seen_ms: dict[str, int] = field(default_factory=dict)
+    """device id → when a request of one of its sessions last came (the dashboard's presence
+    of a browser device)"""
 
     def challenge(self) -> str:
         now = time.monotonic()
@@ -76,6 +79,14 @@ class Sessions:
             del self._sessions[token]
             return None
         return s
+
+    def seen(self, device_id: str) -> None:
+        self.last_seen_ms[device_id] = int(time.time() * 1000)
+
+    def online(self) -> set[str]:
+        """Devices with an open session."""
+        now = time.monotonic()
+        return {s.device_id for s in self._sessions.values() if s.expires > now}
 
     def end_device(self, device_id: str) -> int:
         """End every session of ``device_id``; returns how many there were."""

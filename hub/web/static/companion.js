@@ -35,8 +35,15 @@ function entryItem(e) {
   return li;
 }
 
+async function rendered(entries) {
+  // the replies this page shows are ACKed "rendered" (the hub ignores those not sent here)
+  const ids = entries.filter((e) => e.kind === "reply").map((e) => e.id);
+  if (ids.length) await api("/api/rendered", { reply_ids: ids });
+}
+
 async function refreshChat() {
   const { entries } = await api(`/api/timeline?after=${newestSeq}`);
+  rendered(entries).catch(onError);
   for (const e of entries) {
     if (shown.has(e.seq)) continue;
     shown.add(e.seq);
@@ -50,6 +57,7 @@ async function refreshChat() {
 
 async function firstPage() {
   const { entries } = await api("/api/timeline?before=0");
+  rendered(entries).catch(onError);
   for (const e of entries) {
     if (shown.has(e.seq)) continue;
     shown.add(e.seq);
