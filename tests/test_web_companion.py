@@ -41,12 +41,14 @@ from worlds.fakes import SmtpWorld
 pytestmark = pytest.mark.slow
 
 playwright_api = pytest.importorskip("playwright.async_api")
+from playwright.async_api import BrowserContext, CDPSession, Page, ViewportSize  # noqa: E402
+
 CHROMIUM = "/usr/bin/chromium"
 if not os.path.exists(CHROMIUM):
     pytest.skip("Debian's chromium is not installed (scripts/setup)", allow_module_level=True)
 
-PHONE = {"width": 390, "height": 844}
-DESKTOP = {"width": 1280, "height": 800}
+PHONE = ViewportSize(width=390, height=844)
+DESKTOP = ViewportSize(width=1280, height=800)
 WAIT_MS = 15_000
 """every browser wait's deadline"""
 MAIL = "e-mail the meeting notes to my colleague"
@@ -71,16 +73,16 @@ def chromium_pids(marker: str) -> list[int]:
 
 @dataclass
 class Browser:
-    phone: object
-    """the phone-sized page (``playwright.async_api.Page``)"""
-    context: object
-    cdp: object
+    phone: Page
+    """the phone-sized page"""
+    context: BrowserContext
+    cdp: CDPSession
     authenticator: str
     shots: Path
 
-    async def shot(self, page: object, name: str) -> Path:
+    async def shot(self, page: Page, name: str) -> Path:
         path = self.shots / f"{name}.png"
-        await page.screenshot(path=str(path), full_page=True)  # type: ignore[attr-defined]
+        await page.screenshot(path=str(path), full_page=True)
         return path
 
 
@@ -141,15 +143,15 @@ async def hub_up(mesh: Mesh, web_port: int) -> AsyncIterator[HubDaemon]:
 
 
 async def pair_browser(mesh: Mesh, br: Browser, url: str, name: str = "browser-phone") -> None:
-    code = (await asyncio.to_thread(mesh.yimi, "hub", "pair-code", "--home", str(mesh.home)))
+    code = await asyncio.to_thread(mesh.yimi, "hub", "pair-code", "--home", str(mesh.home))
     page = br.phone
-    await page.goto(url)  # type: ignore[attr-defined]
-    await page.wait_for_selector("body[data-state=unpaired]")  # type: ignore[attr-defined]
-    await page.fill("#pair-code", code.stdout.strip())  # type: ignore[attr-defined]
-    await page.fill("#pair-name", name)  # type: ignore[attr-defined]
-    await page.click("#pair-submit")  # type: ignore[attr-defined]
-    await page.wait_for_selector("body[data-state=signed-in]")  # type: ignore[attr-defined]
-    await page.wait_for_selector("body[data-passkey=yes]", state="attached")  # type: ignore[attr-defined]
+    await page.goto(url)
+    await page.wait_for_selector("body[data-state=unpaired]")
+    await page.fill("#pair-code", code.stdout.strip())
+    await page.fill("#pair-name", name)
+    await page.click("#pair-submit")
+    await page.wait_for_selector("body[data-state=signed-in]")
+    await page.wait_for_selector("body[data-passkey=yes]", state="attached")
 
 
 def enrolled(mesh: Mesh, name: str) -> tuple[str, str]:
@@ -197,21 +199,21 @@ def prepare_mail(mesh: Mesh, smtp: SmtpWorld) -> None:
     mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
 
 
-async def say_in_browser(page: object, words: str) -> None:
-    await page.fill("#chat-input", words)  # type: ignore[attr-defined]
-    await page.click("#chat-send")  # type: ignore[attr-defined]
+async def say_in_browser(page: Page, words: str) -> None:
+    await page.fill("#chat-input", words)
+    await page.click("#chat-send")
 
 
-async def answer_card(page: object, title_part: str, button: str) -> str:
+async def answer_card(page: Page, title_part: str, button: str) -> str:
     """Click ``button`` (approve | deny) on the card whose title has ``title_part``; the
     outcome the page shows."""
-    await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
-    card = page.locator(".card", has_text=title_part)  # type: ignore[attr-defined]
+    await page.click('nav [data-view="cards"]')
+    card = page.locator(".card", has_text=title_part)
     await card.wait_for()
-    await page.evaluate("document.getElementById('card-outcome').removeAttribute('data-outcome')")  # type: ignore[attr-defined]
+    await page.evaluate("document.getElementById('card-outcome').removeAttribute('data-outcome')")
     await card.locator(f"button.{button}").click()
-    await page.wait_for_selector("#card-outcome[data-outcome]")  # type: ignore[attr-defined]
-    text = await page.text_content("#card-outcome")  # type: ignore[attr-defined]
+    await page.wait_for_selector("#card-outcome[data-outcome]")
+    text = await page.text_content("#card-outcome")
     return text or ""
 
 
@@ -225,7 +227,7 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             page = br.phone
             await pair_browser(mesh, br, url)
             assert enrolled(mesh, "browser-phone") == ("phone", "pair-web")
-            key = await page.evaluate(  # type: ignore[attr-defined]
+            key = await page.evaluate(
                 """async () => { const r = indexedDB.open('yimi-device');
                   await new Promise(ok => r.onsuccess = ok);
                   const d = await new Promise(ok => { const q = r.result.transaction('device')
@@ -236,14 +238,12 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
 
             # a typed request as this device; the reply arrives live
             await say_in_browser(page, MAIL)
-            reply = page.locator("#chat-log .entry.reply", has_text="need your approval")  # type: ignore[attr-defined]
+            reply = page.locator("#chat-log .entry.reply", has_text="need your approval")
             await reply.wait_for()
             ((device,),) = mesh.hub_query("SELECT device FROM timeline WHERE text=?", MAIL)
             # shown on the page: ACKed "rendered" by this device
             await poll(
-                lambda: mesh.hub_query(
-                    "SELECT state FROM deliveries WHERE device=?", device
-                ),
+                lambda: mesh.hub_query("SELECT state FROM deliveries WHERE device=?", device),
                 10,
                 "the reply ACKed rendered",
             )
@@ -255,28 +255,30 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             keep_for_readme(shot, "companion-chat.png")
 
             # the first-send card, approved by a signature made in the browser
-            await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
-            await page.locator(".card", has_text="dana@example.org").wait_for()  # type: ignore[attr-defined]
+            await page.click('nav [data-view="cards"]')
+            await page.locator(".card", has_text="dana@example.org").wait_for()
             shot = await br.shot(page, "companion-card-phone")
             keep_for_readme(shot, "companion-card.png")
             outcome = await answer_card(page, "dana@example.org", "approve")
             assert "Approved" in outcome, outcome
             await poll(lambda: smtp.messages(), 20, "the e-mail at the SMTP server")
-            await page.locator("#chat-log .entry.reply", has_text="Sent the e-mail").wait_for(state="attached")  # type: ignore[attr-defined]
+            await page.locator("#chat-log .entry.reply", has_text="Sent the e-mail").wait_for(
+                state="attached"
+            )
             (mail,) = smtp.messages()
             assert mail.recipients == ["dana@example.org"]
 
             # a second card, denied: nothing sent
-            await page.click('nav [data-view="chat"]')  # type: ignore[attr-defined]
+            await page.click('nav [data-view="chat"]')
             await say_in_browser(page, "e-mail the meeting notes to my brother")
             outcome = await answer_card(page, "sam@example.org", "deny")
             assert "Denied" in outcome, outcome
 
             # a third card expires before it is answered: refused, cancelled
-            await page.click('nav [data-view="chat"]')  # type: ignore[attr-defined]
+            await page.click('nav [data-view="chat"]')
             await say_in_browser(page, "e-mail the meeting notes to my sister")
-            await page.click('nav [data-view="cards"]')  # type: ignore[attr-defined]
-            await page.locator(".card", has_text="kim@example.org").wait_for()  # type: ignore[attr-defined]
+            await page.click('nav [data-view="cards"]')
+            await page.locator(".card", has_text="kim@example.org").wait_for()
             gw = hub.consent.gateway
             assert gw is not None
             (card,) = [c for c in gw.consent.pending() if "kim@" in c.target]
@@ -289,19 +291,19 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             shot = await br.shot(page, "companion-refused-phone")
 
             # the timeline, paged, as a desktop browser sees it
-            await page.set_viewport_size(DESKTOP)  # type: ignore[attr-defined]
-            await page.click('nav [data-view="timeline"]')  # type: ignore[attr-defined]
+            await page.set_viewport_size(DESKTOP)
+            await page.click('nav [data-view="timeline"]')
             await br.shot(page, "companion-timeline-desktop")
-            await page.set_viewport_size(PHONE)  # type: ignore[attr-defined]
+            await page.set_viewport_size(PHONE)
 
             # revoked: its session ends and the page is signed out within a second or so
             await asyncio.to_thread(
                 mesh.yimi, "device", "revoke", "browser-phone", "--home", str(mesh.home)
             )
             revoked = time.monotonic()
-            await page.wait_for_selector("body[data-state=signed-out]", timeout=5000)  # type: ignore[attr-defined]
+            await page.wait_for_selector("body[data-state=signed-out]", timeout=5000)
             assert time.monotonic() - revoked < 2.0
-            status = await page.evaluate("fetch('/api/me').then(r => r.status)")  # type: ignore[attr-defined]
+            status = await page.evaluate("fetch('/api/me').then(r => r.status)")
             assert status == 401
             await br.shot(page, "companion-revoked-phone")
     assert [m.recipients for m in smtp.messages()] == [["dana@example.org"]]
@@ -343,9 +345,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
     url = f"http://localhost:{web_port}/"
     async with SandboxShop(pay_timeout=2.0) as shop:
         (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump(
-                {"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}}
-            )
+            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
         )
         async with hub_up(mesh, web_port) as hub, browser(mesh.root) as br:
             page = br.phone
@@ -358,7 +358,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
             shot = await br.shot(page, "companion-paid-phone")
 
             # the same phone without user verification: refused, nothing more is paid
-            await br.cdp.send(  # type: ignore[attr-defined]
+            await br.cdp.send(
                 "WebAuthn.setUserVerified",
                 {"authenticatorId": br.authenticator, "isUserVerified": False},
             )
@@ -373,7 +373,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
             keep_for_readme(shot, "companion-payment-refused.png")
 
             # the dashboard on a desktop-sized page of the same browser: devices, refusals
-            desk = await br.context.new_page()  # type: ignore[attr-defined]
+            desk = await br.context.new_page()
             await desk.set_viewport_size(DESKTOP)
             await desk.goto(url + "dashboard")
             await desk.wait_for_selector("body[data-state=shown]")

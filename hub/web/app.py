@@ -31,7 +31,7 @@ from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from webauthn.helpers import structs
 
@@ -169,7 +169,7 @@ class WebApp:
     def __init__(self, link: HubLink) -> None:
         self.state = WebState(link)
         self.link = link
-        api: list[Route] = [
+        api: list[BaseRoute] = [
             Route("/api/challenge", self.challenge),
             Route("/api/pair", self.pair, methods=["POST"]),
             Route("/api/session", self.open_session, methods=["POST"]),
@@ -275,7 +275,9 @@ class WebApp:
         s = self.state.sessions.open(challenge, field_hex(data, "signature"), rec)
         if s is None or rec is None:
             self.link.count("rejected.web_session")
-            key = "web.device_revoked" if rec is not None and rec.revoked else "web.signature_invalid"
+            key = (
+                "web.device_revoked" if rec is not None and rec.revoked else "web.signature_invalid"
+            )
             raise WebError(key, 401)
         resp = JSONResponse({"device_id": rec.device_id, "name": rec.name})
         resp.set_cookie(
@@ -298,7 +300,12 @@ class WebApp:
         _, rec = self.session(request)
         has_key = self.link.passkeys.get(rec.device_id) is not None
         return JSONResponse(
-            {"device_id": rec.device_id, "name": rec.name, "profile": rec.profile, "passkey": has_key}
+            {
+                "device_id": rec.device_id,
+                "name": rec.name,
+                "profile": rec.profile,
+                "passkey": has_key,
+            }
         )
 
     # ------------------------------------------------------------ passkeys (WebAuthn)

@@ -78,7 +78,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "web.gateway_down": ("The capability gateway is not running", "能力网关未运行"),
     "web.utter_refused": ("This device may not make requests", "此设备不能发出请求"),
-    "pair.code_invalid": ("The code is wrong, expired or already used", "配对码错误、已过期或已使用"),
+    "pair.code_invalid": (
+        "The code is wrong, expired or already used",
+        "配对码错误、已过期或已使用",
+    ),
     "pair.rate_limited": ("Too many attempts: try again later", "尝试次数过多：请稍后再试"),
     "device.exists": ("A device with this name exists", "已有同名设备"),
     "device.name_invalid": ("Use 1-32 of a-z, 0-9, '-', '_'", "请使用 1-32 个 a-z、0-9、'-'、'_'"),
