@@ -384,6 +384,10 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
             assert (await refused.locator("td.num").text_content()) == "1"
             shot = await br.shot(desk, "dashboard-desktop")
             keep_for_readme(shot, "dashboard.png")
+            # the same page in Chinese (the switch is kept in the browser)
+            await desk.click("#lang")
+            await desk.locator("h2", has_text="设备").wait_for()
+            await br.shot(desk, "dashboard-zh-desktop")
             await desk.set_viewport_size(PHONE)
-            await br.shot(desk, "dashboard-phone")
+            await br.shot(desk, "dashboard-zh-phone")
     assert len(shop.charges()) == 1

@@ -40,7 +40,6 @@ TEXTS: dict[str, tuple[str, str]] = {
     "cards.effect": ("Effect", "效果"),
     "cards.target": ("Target", "对象"),
     "cards.expires": ("Expires", "过期时间"),
-    "cards.pay": ("Pay {amount} to {payee}?", "向 {payee} 支付 {amount}？"),
     "cards.verify": (
         "Confirm with your fingerprint, face or PIN",
         "请用指纹、面容或 PIN 确认",
