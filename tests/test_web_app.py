@@ -80,7 +80,7 @@ def test_a_session_needs_the_device_key_over_a_live_challenge_used_once() -> Non
     assert s.open(c, signature(key, c), record(key)) is None  # the challenge is spent
     c = s.challenge()
     assert s.open(c, signature(key, c), record(key, revoked=True)) is None
-    assert s.end_device("d1") == 1 and s.get(opened.token) is None
+    assert s.end_device("d1") == [opened.token] and s.get(opened.token) is None
 
 
 @given(st.text(max_size=80), st.binary(max_size=80))
@@ -250,6 +250,19 @@ def test_any_request_body_is_refused_never_a_server_error(hub: Hub, path: str, b
     status, _, out = asyncio.run(call(hub.app, "POST", path, body))
     assert 400 <= status < 500, (status, out)
     assert json.loads(out)["error"] in texts.TEXTS
+
+
+def test_the_timeline_is_paged_newest_first(hub: Hub) -> None:
+    store = hub.app.link.store
+    for i in range(5):
+        store.append_entry(
+            f"e{i}", device="d1", kind="memo", text=f"entry {i}", ts_ms=1000 + i, trace_id="",
+            meta={},
+        )  # fmt: skip
+    newest = store.entries_before(0, 2)
+    assert [e.text for e in newest] == ["entry 3", "entry 4"]
+    older = store.entries_before(newest[0].seq, 2)
+    assert [e.text for e in older] == ["entry 1", "entry 2"]
 
 
 def test_the_pages_and_texts_are_served(hub: Hub) -> None:

@@ -302,7 +302,9 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             )
             revoked = time.monotonic()
             await page.wait_for_selector("body[data-state=signed-out]", timeout=5000)
-            assert time.monotonic() - revoked < 2.0
+            took = time.monotonic() - revoked
+            print(f"signed out {took:.2f} s after the revocation")
+            assert took < 1.0, took  # registry poll 0.2 s + event stream check 0.25 s
             status = await page.evaluate("fetch('/api/me').then(r => r.status)")
             assert status == 401
             await br.shot(page, "companion-revoked-phone")

@@ -23,7 +23,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import webauthn
@@ -58,6 +58,9 @@ MAX_BODY = 16_384
 LOCK_SENSOR = "webauthn"
 """the ``lock_sensor`` a browser's payment answer names: WebAuthn user verification"""
 CHANNEL = "web"
+MAX_PENDING = 1024
+"""prepared answers or WebAuthn challenges kept at most (over every session)"""
+T = TypeVar("T")
 
 TypedFn = Callable[[Opened, Sequence[str]], Awaitable[bool]]
 AnswerFn = Callable[[consent_pb2.Approval, DeviceRecord, str], Awaitable[Answer]]
@@ -113,7 +116,22 @@ class WebState:
         for d in device_ids:
             if self.sessions.end_device(d):
                 log.warning("web sessions of revoked device %s ended", d)
+        self.prune()
         self.pulse()
+
+    def prune(self) -> None:
+        """Forget prepared answers and WebAuthn challenges of sessions that ended."""
+        live = self.sessions.live
+        self.prepared = {k: v for k, v in self.prepared.items() if live(k[0])}
+        self.webauthn_challenges = {k: v for k, v in self.webauthn_challenges.items() if live(k[0])}
+
+    def keep(self, table: dict[tuple[str, str], T], key: tuple[str, str], value: T) -> None:
+        """Store a per-session value (a table past :data:`MAX_PENDING` is pruned first)."""
+        if len(table) >= MAX_PENDING:
+            self.prune()
+            while len(table) >= MAX_PENDING:
+                del table[next(iter(table))]
+        table[key] = value
 
 
 # ---------------------------------------------------------------- helpers
@@ -328,7 +346,7 @@ class WebApp:
                 resident_key=structs.ResidentKeyRequirement.DISCOURAGED,
             ),
         )
-        self.state.webauthn_challenges[(s.token, "register")] = options.challenge
+        self.state.keep(self.state.webauthn_challenges, (s.token, "register"), options.challenge)
         return Response(webauthn.options_to_json(options), media_type="application/json")
 
     async def passkey_register(self, request: Request) -> Response:
@@ -375,7 +393,9 @@ class WebApp:
             user_verification=structs.UserVerificationRequirement.REQUIRED,
         )
         card_id = request.path_params["card_id"]
-        self.state.webauthn_challenges[(s.token, f"card:{card_id}")] = options.challenge
+        self.state.keep(
+            self.state.webauthn_challenges, (s.token, f"card:{card_id}"), options.challenge
+        )
         return Response(webauthn.options_to_json(options), media_type="application/json")
 
     def _user_verified(
@@ -505,7 +525,7 @@ class WebApp:
             unlocked=unlocked,
             lock_sensor=sensor,
         ).SerializeToString()
-        self.state.prepared[(s.token, card_id)] = Prepared(body, card_id)
+        self.state.keep(self.state.prepared, (s.token, card_id), Prepared(body, card_id))
         return JSONResponse(
             {"body": body.hex(), "action_hash": card.action_hash.hex(), "verified": unlocked}
         )

@@ -88,12 +88,15 @@ class Sessions:
         now = time.monotonic()
         return {s.device_id for s in self._sessions.values() if s.expires > now}
 
-    def end_device(self, device_id: str) -> int:
-        """End every session of ``device_id``; returns how many there were."""
+    def end_device(self, device_id: str) -> list[str]:
+        """End every session of ``device_id``; returns their tokens."""
         ended = [t for t, s in self._sessions.items() if s.device_id == device_id]
         for t in ended:
             del self._sessions[t]
-        return len(ended)
+        return ended
+
+    def live(self, token: str) -> bool:
+        return self.get(token) is not None
 
     def end(self, token: str) -> None:
         self._sessions.pop(token, None)
