@@ -8,8 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
+import urllib.request
 from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +26,14 @@ pytest.importorskip("webauthn")
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.app import STATIC, HubLink, WebApp
+from hub.web.options import WebTls
+from hub.web.server import WebServer
 from hub.web.sessions import COOKIE, SESSION_CONTEXT, Passkeys, Sessions
 from protos.codec import signing_input
 from provisioning.home import Home
 from provisioning.pairing import PairingAuthority, issue_code
 from provisioning.registry import DeviceRecord, Registry
+from worlds import ports
 
 ORIGIN = "http://localhost:8080"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -270,3 +276,90 @@ def test_the_pages_and_texts_are_served(hub: Hub) -> None:
         status, _, out = asyncio.run(call(hub.app, "GET", path))
         assert status == 200, path
     assert json.loads(out)["texts"]["nav.cards"] == "确认卡片"
+
+
+# ---------------------------------------------------------------- HTTPS
+def self_signed(folder: Path) -> WebTls:
+    """A throwaway P-256 certificate for localhost (the hub's real one comes from the home's
+    TLS CA)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    tls = WebTls(folder / "web.crt", folder / "web.key")
+    tls.certfile.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    tls.keyfile.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return tls
+
+
+async def test_over_https_the_session_cookie_is_secure(hub: Hub, tmp_path: Path) -> None:
+    tls = self_signed(tmp_path)
+    port = ports.port()
+    code, _ = issue_code(hub.home)
+    key = SigningKey.generate()
+    context = ssl.create_default_context(cafile=str(tls.certfile))
+
+    def request(path: str, body: dict[str, Any] | None = None) -> tuple[int, str, bytes]:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(
+            f"https://localhost:{port}{path}", data, {"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(req, context=context, timeout=5) as r:
+            return r.status, r.headers.get("set-cookie") or "", r.read()
+
+    async with WebServer(hub.app.app, host="127.0.0.1", port=port, tls=tls) as server:
+        assert server.scheme == "https"
+        box = bytes(PrivateKey.generate().public_key).hex()
+        _, _, out = await asyncio.to_thread(
+            request,
+            "/api/pair",
+            {"code": code, "name": "tls-phone", "sign_pk": bytes(key.verify_key).hex(),
+             "box_pk": box},
+        )  # fmt: skip
+        device = json.loads(out)["device_id"]
+        _, _, out = await asyncio.to_thread(request, "/api/challenge")
+        challenge = json.loads(out)["challenge"]
+        sig = signature(key, challenge).hex()
+        status, cookie, _ = await asyncio.to_thread(
+            request,
+            "/api/session",
+            {"device_id": device, "challenge": challenge, "signature": sig},
+        )
+        assert status == 200
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+
+
+async def test_without_tls_the_pages_stay_on_loopback(hub: Hub) -> None:
+    port = ports.port()
+    async with WebServer(hub.app.app, host="0.0.0.0", port=port) as server:
+        assert (server.host, server.scheme) == ("127.0.0.1", "http")
+        status, _ = await asyncio.to_thread(urlopen_status, f"http://127.0.0.1:{port}/texts.json")
+        assert status == 200
+
+
+def urlopen_status(url: str) -> tuple[int, bytes]:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status, r.read()
