@@ -52,6 +52,7 @@ DESKTOP = ViewportSize(width=1280, height=800)
 WAIT_MS = 15_000
 """every browser wait's deadline"""
 MAIL = "e-mail the meeting notes to my colleague"
+OFFLINE_WORDS = "what time is it"
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
 
@@ -163,6 +164,10 @@ def enrolled(mesh: Mesh, name: str) -> tuple[str, str]:
         mesh.home / "registry.db", "SELECT profile, enrolled_by FROM devices WHERE name=?", name
     )
     return str(row[0]), str(row[1])
+
+
+def utterances(mesh: Mesh, words: str) -> int:
+    return len(mesh.hub_query("SELECT 1 FROM timeline WHERE kind='utterance' AND text=?", words))
 
 
 def keep_for_readme(path: Path, name: str) -> None:
@@ -295,6 +300,33 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
             await page.click('nav [data-view="timeline"]')
             await br.shot(page, "companion-timeline-desktop")
             await page.set_viewport_size(PHONE)
+
+            # offline: the typed message waits in the outbox; a reload shows the service
+            # worker's page with the timeline this phone has; back online it is sent once
+            await br.context.set_offline(True)
+            await page.click('nav [data-view="chat"]')
+            await say_in_browser(page, OFFLINE_WORDS)
+            queued = page.locator("#chat-log .pending", has_text=OFFLINE_WORDS)
+            await queued.wait_for()
+            queued_id = await queued.get_attribute("data-pending")
+            await page.reload()
+            await page.wait_for_selector("body[data-state=offline]")
+            await page.locator("#chat-log .entry.reply", has_text="Sent the e-mail").wait_for()
+            await queued.wait_for()
+            await br.shot(page, "companion-offline-phone")
+            assert utterances(mesh, OFFLINE_WORDS) == 0
+            await br.context.set_offline(False)
+            await page.wait_for_selector("body[data-state=signed-in]")
+            await queued.wait_for(state="detached")
+            sent = page.locator("#chat-log .entry.utterance", has_text=OFFLINE_WORDS)
+            await sent.wait_for()
+            again = await page.evaluate(
+                """id => fetch('/api/say', {method: 'POST', headers: {'Content-Type':
+                'application/json'}, body: JSON.stringify({text: 'x', id})}).then(r => r.status)""",
+                queued_id,
+            )
+            assert again == 200  # the same id again: a repeat, not a second turn
+            assert utterances(mesh, OFFLINE_WORDS) == 1
 
             # revoked: its session ends and the page is signed out within a second or so
             await asyncio.to_thread(

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -58,6 +59,9 @@ MAX_BODY = 16_384
 LOCK_SENSOR = "webauthn"
 """the ``lock_sensor`` a browser's payment answer names: WebAuthn user verification"""
 CHANNEL = "web"
+CLIENT_ID = re.compile(r"[0-9a-f]{32}")
+"""the id a page gives a typed message (kept in its outbox while offline: sending it again
+is a repeat, never a second turn)"""
 MAX_PENDING = 1024
 """prepared answers or WebAuthn challenges kept at most (over every session)"""
 T = TypeVar("T")
@@ -207,6 +211,7 @@ class WebApp:
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
+            Route("/sw.js", self.service_worker),
             Mount("/static", StaticFiles(directory=STATIC)),
         ]
         self.app = Starlette(routes=api, exception_handlers={WebError: self._refused})
@@ -223,6 +228,13 @@ class WebApp:
             return FileResponse(STATIC / name, headers={"Cache-Control": "no-store"})
 
         return serve
+
+    @staticmethod
+    async def service_worker(request: Request) -> Response:
+        """The service worker, served at the root so its scope is every page."""
+        return FileResponse(
+            STATIC / "sw.js", media_type="text/javascript", headers={"Cache-Control": "no-cache"}
+        )
 
     def _check_origin(self, request: Request) -> None:
         origin = request.headers.get("origin")
@@ -430,11 +442,15 @@ class WebApp:
         _, rec = self.session(request)
         data = await body_json(request)
         text = field_str(data, "text", 4000).strip()
-        if not text:
-            raise WebError("web.bad_request", reason="text")
+        client_id = data.get("id", uuid.uuid4().hex)
+        if not text or not isinstance(client_id, str) or not CLIENT_ID.fullmatch(client_id):
+            raise WebError("web.bad_request", reason="text or id")
         now = now_ms()
+        typed_ms = data.get("typed_ms")
+        if not isinstance(typed_ms, int) or isinstance(typed_ms, bool) or not 0 < typed_ms <= now:
+            typed_ms = now
         utt = mesh_pb2.Utterance(
-            id=f"web-{uuid.uuid4().hex}", text=text, channel=CHANNEL, source="typed", started_ms=now
+            id=f"web-{client_id}", text=text, channel=CHANNEL, source="typed", started_ms=typed_ms
         )
         opened = Opened(rec.device_id, 0, now, mesh_pb2.UTTERANCE, HUB, new_trace_id(), utt)
         if not await self.link.typed(opened, rec.scopes):

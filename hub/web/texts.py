@@ -31,6 +31,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     # chat and timeline
     "chat.placeholder": ("Type a request", "输入请求"),
     "chat.send": ("Send", "发送"),
+    "chat.pending": ("waiting to be sent", "等待发送"),
+    "offline": (
+        "Offline: the timeline this phone has; typed messages are sent on reconnect",
+        "离线：显示本机已有的时间线；输入的消息将在重新连接后发送",
+    ),
     "timeline.older": ("Older", "更早"),
     "timeline.empty": ("Nothing yet", "暂无内容"),
     # cards

@@ -2,6 +2,7 @@
 import { loadTexts, applyTexts, switchLanguage, t, refusal } from "/static/i18n.js";
 import {
   ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard,
+  outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
 
 const $ = (id) => document.getElementById(id);
@@ -10,6 +11,7 @@ let events = null;
 let newestSeq = 0;
 let oldestSeq = 0;
 let cards = [];
+const RETRY_MS = 1000;
 const shown = new Set(); // seq of every entry on the page (refreshes may overlap)
 
 function status(text) { $("status").textContent = text; }
@@ -41,33 +43,31 @@ async function rendered(entries) {
   if (ids.length) await api("/api/rendered", { reply_ids: ids });
 }
 
-async function refreshChat() {
-  const { entries } = await api(`/api/timeline?after=${newestSeq}`);
-  rendered(entries).catch(onError);
+function showEntries(entries) {
   for (const e of entries) {
     if (shown.has(e.seq)) continue;
     shown.add(e.seq);
-    newestSeq = Math.max(newestSeq, e.seq);
     if (e.kind === "utterance" || e.kind === "reply") $("chat-log").append(entryItem(e));
     $("timeline-log").append(entryItem(e));
+    newestSeq = Math.max(newestSeq, e.seq);
     if (!oldestSeq || e.seq < oldestSeq) oldestSeq = e.seq;
   }
+  for (const li of document.querySelectorAll("#chat-log .pending")) $("chat-log").append(li);
+}
+
+async function refreshChat() {
+  const { entries } = await api(`/api/timeline?after=${newestSeq}`);
+  rendered(entries).catch(onError);
+  keepEntries(entries).catch(() => {});
+  showEntries(entries);
   if (entries.length) $("chat-log").lastElementChild?.scrollIntoView({ block: "end" });
 }
 
 async function firstPage() {
   const { entries } = await api("/api/timeline?before=0");
   rendered(entries).catch(onError);
-  for (const e of entries) {
-    if (shown.has(e.seq)) continue;
-    shown.add(e.seq);
-    if (e.kind === "utterance" || e.kind === "reply") $("chat-log").append(entryItem(e));
-    $("timeline-log").append(entryItem(e));
-  }
-  if (entries.length) {
-    oldestSeq = entries[0].seq;
-    newestSeq = entries[entries.length - 1].seq;
-  }
+  keepEntries(entries).catch(() => {});
+  showEntries(entries);
 }
 
 async function olderPage() {
@@ -130,6 +130,75 @@ async function answer(card, decision) {
   await refreshCards();
 }
 
+// ---- typed messages: kept in the outbox until the hub has them (offline too), sent once:
+// the hub takes a repeated id as the same message
+let flushing = false;
+
+function pendingItem(item) {
+  const li = entryItem({ seq: "…", device: t("chat.pending"), kind: "utterance", text: item.text });
+  li.classList.add("pending");
+  li.dataset.pending = item.id;
+  return li;
+}
+
+async function flush() {
+  if (flushing || !device) return;
+  flushing = true;
+  try {
+    for (const item of await outboxAll()) {
+      try {
+        await api("/api/say", item);
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.status === 401 || err.status >= 500) return;
+        status(refusal(err.body)); // refused for good: not sent again
+      }
+      await outboxDelete(item.id);
+      document.querySelector(`[data-pending="${item.id}"]`)?.remove();
+    }
+    await refreshChat();
+  } catch (err) {
+    if (!(err instanceof TypeError)) onError(err); // a TypeError: still offline
+  } finally {
+    flushing = false;
+  }
+}
+
+async function send(text) {
+  const item = { id: newId(), text, typed_ms: Date.now() };
+  await outboxPut(item);
+  $("chat-log").append(pendingItem(item));
+  await flush();
+}
+
+async function showOffline() {
+  // no hub: the timeline this page has, and typed messages wait in the outbox
+  $("pairing").hidden = true;
+  $("app").hidden = false;
+  document.body.dataset.state = "offline";
+  status(t("offline"));
+  showEntries(await keptEntries());
+  for (const item of await outboxAll()) $("chat-log").append(pendingItem(item));
+}
+
+function reconnect() {
+  // offline: try the hub again every RETRY_MS (and at once when the browser is back online)
+  let trying = false;
+  const attempt = async () => {
+    if (trying) return;
+    trying = true;
+    try {
+      await start();
+      clearInterval(timer);
+    } catch (err) {
+      if (!(err instanceof TypeError)) { clearInterval(timer); onError(err); }
+    } finally {
+      trying = false;
+    }
+  };
+  const timer = setInterval(attempt, RETRY_MS);
+  window.addEventListener("online", attempt, { once: true });
+}
+
 async function refresh() {
   await Promise.all([refreshChat(), refreshCards()]);
 }
@@ -146,6 +215,7 @@ function signedOut() {
 function listen() {
   events = new EventSource("/api/events");
   events.addEventListener("changed", () => refresh().catch(onError));
+  events.addEventListener("open", () => flush());
   events.addEventListener("logout", async () => {
     events.close();
     events = null;
@@ -155,7 +225,8 @@ function listen() {
 }
 
 function onError(err) {
-  if (err instanceof ApiError && err.status === 401) signedOut();
+  if (err instanceof TypeError) status(t("offline"));
+  else if (err instanceof ApiError && err.status === 401) signedOut();
   else status(err instanceof ApiError ? refusal(err.body) : String(err));
 }
 
@@ -203,7 +274,7 @@ async function main() {
     const text = $("chat-input").value.trim();
     if (!text) return;
     $("chat-input").value = "";
-    try { await api("/api/say", { text }); await refreshChat(); } catch (err) { onError(err); }
+    await send(text);
   };
   device = await loadDevice();
   if (!device) {
@@ -211,7 +282,18 @@ async function main() {
     document.body.dataset.state = "unpaired";
     return;
   }
-  try { await start(); } catch (err) { onError(err); if (!device) signedOut(); }
+  window.addEventListener("online", () => flush());
+  setInterval(() => flush(), 2000);
+  try {
+    await start();
+  } catch (err) {
+    if (err instanceof TypeError) {
+      await showOffline();
+      reconnect();
+    } else onError(err);
+  }
 }
+
+if ("serviceWorker" in navigator) navigator.serviceWorker.register("/sw.js").catch(() => {});
 
 main();

@@ -28,21 +28,30 @@ export async function api(path, body) {
   return data;
 }
 
+const OUTBOX = "outbox"; // typed messages not yet taken by the hub (offline), by id
+const ENTRIES = "entries"; // the timeline entries this page has shown, by seq
+const KEEP_ENTRIES = 200;
+
 function openDb() {
   return new Promise((resolve, reject) => {
-    const req = indexedDB.open(DB, 1);
-    req.onupgradeneeded = () => req.result.createObjectStore(STORE);
+    const req = indexedDB.open(DB, 2);
+    req.onupgradeneeded = () => {
+      const names = req.result.objectStoreNames;
+      if (!names.contains(STORE)) req.result.createObjectStore(STORE);
+      if (!names.contains(OUTBOX)) req.result.createObjectStore(OUTBOX, { keyPath: "id" });
+      if (!names.contains(ENTRIES)) req.result.createObjectStore(ENTRIES, { keyPath: "seq" });
+    };
     req.onsuccess = () => resolve(req.result);
     req.onerror = () => reject(req.error);
   });
 }
 
-async function idb(mode, fn) {
+async function idb(mode, fn, store = STORE) {
   const db = await openDb();
   try {
     return await new Promise((resolve, reject) => {
-      const tx = db.transaction(STORE, mode);
-      const req = fn(tx.objectStore(STORE));
+      const tx = db.transaction(store, mode);
+      const req = fn(tx.objectStore(store));
       tx.oncomplete = () => resolve(req.result);
       tx.onerror = () => reject(tx.error);
     });
@@ -54,6 +63,29 @@ async function idb(mode, fn) {
 export const loadDevice = () => idb("readonly", (s) => s.get("self"));
 const saveDevice = (d) => idb("readwrite", (s) => s.put(d, "self"));
 export const forgetDevice = () => idb("readwrite", (s) => s.delete("self"));
+
+export const outboxAll = () => idb("readonly", (s) => s.getAll(), OUTBOX);
+export const outboxPut = (item) => idb("readwrite", (s) => s.put(item), OUTBOX);
+export const outboxDelete = (id) => idb("readwrite", (s) => s.delete(id), OUTBOX);
+
+export async function keepEntries(entries) {
+  if (!entries.length) return;
+  await idb("readwrite", (s) => {
+    for (const e of entries) s.put(e);
+    return s.count();
+  }, ENTRIES);
+  const all = await idb("readonly", (s) => s.getAllKeys(), ENTRIES);
+  const old = all.slice(0, Math.max(0, all.length - KEEP_ENTRIES));
+  if (old.length) {
+    await idb("readwrite", (s) => s.delete(IDBKeyRange.upperBound(old[old.length - 1])), ENTRIES);
+  }
+}
+
+export const keptEntries = () => idb("readonly", (s) => s.getAll(), ENTRIES);
+
+export function newId() {
+  return hex(crypto.getRandomValues(new Uint8Array(16)));
+}
 
 export const hex = (bytes) =>
   Array.from(new Uint8Array(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
