@@ -16,6 +16,7 @@ Each test saves phone (390×844) and desktop screenshots under its tmp dir.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import os
 import time
 import uuid
@@ -40,12 +41,22 @@ from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
 
-playwright_api = pytest.importorskip("playwright.async_api")
-from playwright.async_api import BrowserContext, CDPSession, Page, ViewportSize  # noqa: E402
-
 CHROMIUM = "/usr/bin/chromium"
-if not os.path.exists(CHROMIUM):
-    pytest.skip("Debian's chromium is not installed (scripts/setup)", allow_module_level=True)
+_missing = [
+    what
+    for what, there in (
+        ("the playwright package", importlib.util.find_spec("playwright") is not None),
+        (f"Debian's chromium ({CHROMIUM})", os.path.exists(CHROMIUM)),
+    )
+    if not there
+]
+if _missing:  # scripts/setup installs both; in CI a missing one fails, never skips
+    if os.environ.get("CI"):
+        raise RuntimeError(f"browser tests need {', '.join(_missing)}: run scripts/setup")
+    pytest.skip(f"{', '.join(_missing)} not installed (scripts/setup)", allow_module_level=True)
+
+from playwright import async_api as playwright_api  # noqa: E402
+from playwright.async_api import BrowserContext, CDPSession, Page, ViewportSize  # noqa: E402
 
 PHONE = ViewportSize(width=390, height=844)
 DESKTOP = ViewportSize(width=1280, height=800)
@@ -94,6 +105,12 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
     marker = f"--yimi-test={uuid.uuid4().hex}"
     shots = tmp_path / "screenshots"
     shots.mkdir(exist_ok=True)
+    log = shots / "console.log"
+
+    def note(line: str) -> None:  # the pages' console, for a failing test's reader
+        with log.open("a") as f:
+            f.write(line + "\n")
+
     async with playwright_api.async_playwright() as pw:
         b = await pw.chromium.launch(
             executable_path=CHROMIUM, args=["--no-sandbox", marker], headless=True
@@ -103,9 +120,8 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
                 viewport=PHONE, device_scale_factor=2, is_mobile=True, has_touch=True
             )
             context.set_default_timeout(WAIT_MS)
-            console = (shots / "console.log").open("a")
-            context.on("console", lambda m: console.write(f"{m.type}: {m.text}\n"))
-            context.on("weberror", lambda e: console.write(f"error: {e.error}\n"))
+            context.on("console", lambda m: note(f"{m.type}: {m.text}"))
+            context.on("weberror", lambda e: note(f"error: {e.error}"))
             page = await context.new_page()
             cdp = await context.new_cdp_session(page)
             await cdp.send("WebAuthn.enable")
@@ -125,7 +141,6 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
             yield Browser(page, context, cdp, added["authenticatorId"], shots)
         finally:
             await b.close()
-            console.close()
     await poll(lambda: not chromium_pids(marker), 10, "chromium to exit")
 
 
