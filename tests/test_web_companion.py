@@ -396,47 +396,67 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
         (mesh.home / "packages.yaml").write_text(
             yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
         )
-        async with hub_up(mesh, web_port) as hub, browser(mesh.root) as br:
+        async with browser(mesh.root) as br:
             page = br.phone
-            await pair_browser(mesh, br, url)
-            await checkout(hub, "t1")
-            outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
-            assert "Approved" in outcome, outcome
-            await poll(lambda: shop.charges(), 20, "the charge")
-            assert [c["amount_minor"] for c in shop.charges()] == [2500]
-            shot = await br.shot(page, "companion-paid-phone")
+            async with hub_up(mesh, web_port) as hub:
+                await pair_browser(mesh, br, url)
+                await checkout(hub, "t1")
+                outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
+                assert "Approved" in outcome, outcome
+                await poll(lambda: shop.charges(), 20, "the charge")
+                assert [c["amount_minor"] for c in shop.charges()] == [2500]
+                await br.shot(page, "companion-paid-phone")
 
-            # the same phone without user verification: refused, nothing more is paid
-            await br.cdp.send(
-                "WebAuthn.setUserVerified",
-                {"authenticatorId": br.authenticator, "isUserVerified": False},
-            )
-            card_id = await checkout(hub, "t2")
-            outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
-            assert "User verification failed" in outcome and "locked" in outcome, outcome
-            gw = hub.consent.gateway
-            assert gw is not None
-            assert gw.consent.card(card_id).state == "pending"  # type: ignore[union-attr]
-            assert len(shop.charges()) == 1
-            shot = await br.shot(page, "companion-refused-pay-phone")
-            keep_for_readme(shot, "companion-payment-refused.png")
+                # the same phone without user verification: refused, nothing more is paid
+                await br.cdp.send(
+                    "WebAuthn.setUserVerified",
+                    {"authenticatorId": br.authenticator, "isUserVerified": False},
+                )
+                card_id = await checkout(hub, "t2")
+                outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
+                assert "User verification failed" in outcome and "locked" in outcome, outcome
+                gw = hub.consent.gateway
+                assert gw is not None
+                assert gw.consent.card(card_id).state == "pending"  # type: ignore[union-attr]
+                assert len(shop.charges()) == 1
+                shot = await br.shot(page, "companion-refused-pay-phone")
+                keep_for_readme(shot, "companion-payment-refused.png")
 
-            # the dashboard on a desktop-sized page of the same browser: devices, refusals
-            desk = await br.context.new_page()
-            await desk.set_viewport_size(DESKTOP)
-            await desk.goto(url + "dashboard")
-            await desk.wait_for_selector("body[data-state=shown]")
-            await desk.locator('tr[data-device="browser-phone"]').wait_for()
-            await desk.locator('tr[data-device="specs"]').wait_for()
-            refused = desk.locator('tr[data-counter="rejected.web_user_verification"]')
-            await refused.wait_for()
-            assert (await refused.locator("td.num").text_content()) == "1"
-            shot = await br.shot(desk, "dashboard-desktop")
-            keep_for_readme(shot, "dashboard.png")
-            # the same page in Chinese (the switch is kept in the browser)
-            await desk.click("#lang")
-            await desk.locator("h2", has_text="设备").wait_for()
-            await br.shot(desk, "dashboard-zh-desktop")
-            await desk.set_viewport_size(PHONE)
-            await br.shot(desk, "dashboard-zh-phone")
+                # the dashboard on a desktop-sized page of the same browser: devices, refusals
+                desk = await br.context.new_page()
+                await desk.set_viewport_size(DESKTOP)
+                await desk.goto(url + "dashboard")
+                await desk.wait_for_selector("body[data-state=shown]")
+                await desk.locator('tr[data-device="browser-phone"]').wait_for()
+                await desk.locator('tr[data-device="specs"]').wait_for()
+                refused = desk.locator('tr[data-counter="rejected.web_user_verification"]')
+                await refused.wait_for()
+                assert (await refused.locator("td.num").text_content()) == "1"
+                shot = await br.shot(desk, "dashboard-desktop")
+                keep_for_readme(shot, "dashboard.png")
+                # the same page in Chinese (the switch is kept in the browser)
+                await desk.click("#lang")
+                await desk.locator("h2", has_text="设备").wait_for()
+                await br.shot(desk, "dashboard-zh-desktop")
+                await desk.set_viewport_size(PHONE)
+                await br.shot(desk, "dashboard-zh-phone")
+                await desk.close()
+
+            # the hub restarts and forgets every session: the page signs in again with its
+            # key by itself, and a message typed meanwhile is answered once
+            await page.click('nav [data-view="chat"]')
+            await say_in_browser(page, OFFLINE_WORDS)
+            pending = page.locator("#chat-log .pending", has_text=OFFLINE_WORDS)
+            await pending.wait_for()
+            async with hub_up(mesh, web_port):
+                await pending.wait_for(state="detached", timeout=WAIT_MS * 2)
+                said = page.locator("#chat-log .entry.utterance", has_text=OFFLINE_WORDS)
+                await said.wait_for()
+                seq = int(await said.get_attribute("data-seq") or 0)
+                await page.wait_for_function(
+                    "seq => [...document.querySelectorAll('#chat-log .entry.reply')]"
+                    ".some(e => +e.dataset.seq > seq)",
+                    arg=seq,
+                )
+                assert utterances(mesh, OFFLINE_WORDS) == 1
     assert len(shop.charges()) == 1

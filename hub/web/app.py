@@ -54,6 +54,8 @@ log = logging.getLogger(__name__)
 STATIC = Path(__file__).parent / "static"
 EVENT_CHECK_S = 0.25
 """seconds between an event stream's checks of its session (revocation ends it within this)"""
+RECONNECT_MS = 1000
+"""milliseconds after which a browser tries a dropped event stream again"""
 PAGE_LIMIT = 30
 MAX_BODY = 16_384
 LOCK_SENSOR = "webauthn"
@@ -564,7 +566,7 @@ class WebApp:
         token = request.cookies.get(COOKIE, "")
         self.session(request)
 
-        async def stream() -> AsyncIterator[dict[str, str]]:
+        async def stream() -> AsyncIterator[dict[str, Any]]:
             last: object = None
             while True:
                 s = self.state.sessions.get(token)
@@ -574,8 +576,11 @@ class WebApp:
                     return
                 version = self._version()
                 if version != last:
-                    last = version
-                    yield {"event": "changed", "data": "{}"}
+                    first, last = last is None, version
+                    event: dict[str, Any] = {"event": "changed", "data": "{}"}
+                    if first:  # a dropped stream is tried again after this (not 3 s)
+                        event["retry"] = RECONNECT_MS
+                    yield event
                 await self.state.changed(EVENT_CHECK_S)
 
         return EventSourceResponse(stream(), ping=10)

@@ -216,18 +216,41 @@ function listen() {
   events = new EventSource("/api/events");
   events.addEventListener("changed", () => refresh().catch(onError));
   events.addEventListener("open", () => flush());
-  events.addEventListener("logout", async () => {
-    events.close();
-    events = null;
-    // an expired session signs in again with the key; a revoked device cannot
-    try { await signIn(device); listen(); } catch { signedOut(); }
-  });
+  events.addEventListener("logout", () => resume());
+  events.onerror = () => {
+    // a network error reconnects by itself; a refused stream (the hub restarted and forgot
+    // the session) closes it: sign in again
+    if (events && events.readyState === EventSource.CLOSED) resume();
+  };
+}
+
+let resuming = false;
+
+async function resume() {
+  // the session ended: an expired one (or a hub restart) signs in again with the key; a
+  // revoked device cannot and is signed out; an unreachable hub is retried
+  if (resuming) return;
+  resuming = true;
+  if (events) events.close();
+  events = null;
+  try {
+    await signIn(device);
+    listen();
+    await refresh();
+  } catch (err) {
+    if (err instanceof TypeError) reconnect();
+    else signedOut();
+  } finally {
+    resuming = false;
+  }
 }
 
 function onError(err) {
   if (err instanceof TypeError) status(t("offline"));
-  else if (err instanceof ApiError && err.status === 401) signedOut();
-  else status(err instanceof ApiError ? refusal(err.body) : String(err));
+  else if (err instanceof ApiError && err.status === 401) {
+    if (document.body.dataset.state === "signed-in") resume();
+    else signedOut();
+  } else status(err instanceof ApiError ? refusal(err.body) : String(err));
 }
 
 async function start() {
