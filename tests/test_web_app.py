@@ -26,6 +26,7 @@ pytest.importorskip("webauthn")
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.app import STATIC, HubLink, WebApp
+from hub.web.errors import WebError
 from hub.web.options import WebTls
 from hub.web.server import WebServer
 from hub.web.sessions import COOKIE, SESSION_CONTEXT, Passkeys, Sessions
@@ -363,3 +364,11 @@ async def test_without_tls_the_pages_stay_on_loopback(hub: Hub) -> None:
 def urlopen_status(url: str) -> tuple[int, bytes]:
     with urllib.request.urlopen(url, timeout=5) as r:
         return r.status, r.read()
+
+
+async def test_a_bad_certificate_fails_the_start(hub: Hub, tmp_path: Path) -> None:
+    tls = WebTls(tmp_path / "none.crt", tmp_path / "none.key")
+    with pytest.raises(WebError) as refused:
+        async with WebServer(hub.app.app, host="127.0.0.1", port=ports.port(), tls=tls):
+            pass
+    assert refused.value.key == "web.start_failed" and "did not start" in str(refused.value)

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 from collections.abc import Generator
 from types import TracebackType
 
@@ -61,6 +62,10 @@ class WebServer:
         self._sock: socket.socket | None = None
 
     async def __aenter__(self) -> WebServer:
+        try:
+            self._server.config.load()  # a bad certificate or key fails the start, here
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise WebError("web.start_failed", host=self.host, port=self.port, reason=exc) from exc
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -72,8 +77,13 @@ class WebServer:
         sock.setblocking(False)
         self._sock = sock
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name="web-server")
+        self._task.add_done_callback(self._ended)
         log.info("web pages on %s://%s:%d", self.scheme, self.host, self.port)
         return self
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            log.error("the web pages stopped: %s", task.exception())
 
     async def __aexit__(
         self,
@@ -91,7 +101,7 @@ class WebServer:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             except Exception:
-                log.exception("web server failed")
+                pass  # told by _ended
         if self._sock is not None:
             self._sock.close()
             self._sock = None
