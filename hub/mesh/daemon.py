@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -92,7 +93,8 @@ class HubOptions:
     """the pages' HTTPS certificate; without one they are served on 127.0.0.1 only"""
     web_origins: tuple[str, ...] = ()
     """origins the pages are opened at (WebAuthn checks them); default: the loopback ones
-    without TLS, ``https://ADDRESS:PORT`` of each advertised address with it"""
+    without TLS; with it ``https://HOST:PORT`` of the home's hub host, ``HOSTNAME.local``,
+    ``localhost`` and each advertised address"""
 
 
 class HubDaemon:
@@ -327,7 +329,10 @@ class HubDaemon:
         elif opts.web_tls is None:
             origins = (f"http://localhost:{port}", f"http://{LOOPBACK}:{port}")
         else:
-            hosts = [*advertise_addresses(opts.bind), "localhost"]
+            # WebAuthn needs a host name (never an address): the home's hub host, the mDNS
+            # name, then the addresses for everything else
+            names = [home.hub_host, f"{socket.gethostname()}.local", "localhost"]
+            hosts = dict.fromkeys(h for h in [*names, *advertise_addresses(opts.bind)] if h)
             origins = tuple(f"https://{h}:{port}" for h in hosts)
         link = HubLink(
             store=self.store,
