@@ -372,3 +372,40 @@ async def test_a_bad_certificate_fails_the_start(hub: Hub, tmp_path: Path) -> No
         async with WebServer(hub.app.app, host="127.0.0.1", port=ports.port(), tls=tls):
             pass
     assert refused.value.key == "web.start_failed" and "did not start" in str(refused.value)
+
+
+def session_of(hub: Hub, device_id: str, key: SigningKey) -> str:
+    _, _, out = asyncio.run(call(hub.app, "GET", "/api/challenge"))
+    challenge = json.loads(out)["challenge"]
+    body = {"device_id": device_id, "challenge": challenge, "signature": ""}
+    body["signature"] = signature(key, challenge).hex()
+    status, headers, _ = asyncio.run(
+        call(hub.app, "POST", "/api/session", json.dumps(body).encode())
+    )
+    assert status == 200
+    return headers["set-cookie"].split(";")[0].split("=", 1)[1]
+
+
+def test_a_device_without_the_approve_scope_sees_no_cards(hub: Hub) -> None:
+    from provisioning.bundle import enrol
+    from provisioning.profiles import load_profile
+
+    key = SigningKey.generate()
+    rec, _ = enrol(
+        hub.home,
+        name="specs-web",
+        profile=load_profile("glasses"),
+        sign_pk=bytes(key.verify_key),
+        box_pk=bytes(PrivateKey.generate().public_key),
+        enrolled_by="test",
+    )
+    registry = Registry(hub.home.path / "registry.db")
+    try:
+        registry.add_device(rec)
+    finally:
+        registry.close()
+    token = session_of(hub, rec.device_id, key)
+    status, _, out = asyncio.run(call(hub.app, "GET", "/api/cards", cookie=token))
+    assert (status, json.loads(out)["error"]) == (403, "web.scope_missing")
+    status, _, _ = asyncio.run(call(hub.app, "GET", "/api/timeline", cookie=token))
+    assert status == 200  # glasses read the timeline

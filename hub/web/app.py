@@ -257,6 +257,14 @@ class WebApp:
         self.state.sessions.seen(rec.device_id)
         return s, rec
 
+    def scoped(self, request: Request, scope: str) -> tuple[Session, DeviceRecord]:
+        """The session, if its device's certificate grants ``scope``."""
+        s, rec = self.session(request)
+        if scope not in rec.scopes:
+            self.link.count("rejected.web_scope")
+            raise WebError("web.scope_missing", 403, scope=scope)
+        return s, rec
+
     def gateway(self) -> Gateway:
         gw = self.link.gateway()
         if gw is None:
@@ -461,7 +469,7 @@ class WebApp:
         return JSONResponse({"utterance_id": utt.id})
 
     async def timeline(self, request: Request) -> Response:
-        self.session(request)
+        self.scoped(request, "timeline.read")
         q = request.query_params
         try:
             after = int(q.get("after", "-1"))
@@ -494,7 +502,7 @@ class WebApp:
     async def rendered(self, request: Request) -> Response:
         """The page showed these replies (ACKed ``rendered``: their facts count as said)."""
         self._check_origin(request)
-        _, rec = self.session(request)
+        _, rec = self.scoped(request, "ack")
         data = await body_json(request)
         ids = data.get("reply_ids")
         if not isinstance(ids, list) or len(ids) > PAGE_LIMIT:
@@ -506,7 +514,7 @@ class WebApp:
 
     # ------------------------------------------------------------ cards
     async def cards(self, request: Request) -> Response:
-        self.session(request)
+        self.scoped(request, "approve")
         now = now_ms()
         pending = self.gateway().consent.pending()
         return JSONResponse({"cards": [card_json(c, now) for c in pending]})
@@ -515,7 +523,7 @@ class WebApp:
         """The ``ApprovalBody`` for this device's answer (for a payment approval: unlocked
         only when the WebAuthn assertion verified with user verification)."""
         self._check_origin(request)
-        s, rec = self.session(request)
+        s, rec = self.scoped(request, "approve")
         card_id = request.path_params["card_id"][:64]
         card = self.gateway().consent.card(card_id)
         if card is None or card.state != "pending":

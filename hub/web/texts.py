@@ -73,6 +73,10 @@ TEXTS: dict[str, tuple[str, str]] = {
     "web.challenge_invalid": ("The sign-in challenge is wrong or expired", "登录质询无效或已过期"),
     "web.signature_invalid": ("The signature does not verify", "签名验证失败"),
     "web.device_revoked": ("This device is revoked", "此设备已被吊销"),
+    "web.scope_missing": (
+        "This device's certificate does not allow it ({scope})",
+        "此设备的证书不允许此操作（{scope}）",
+    ),
     "web.bad_request": ("The request is malformed", "请求格式错误"),
     "web.card_unknown": ("No such pending card", "没有这张待确认的卡片"),
     "web.not_prepared": ("Prepare the answer first", "请先准备答复"),
