@@ -45,6 +45,7 @@ def hub_is_up(log_text: str) -> bool:
 
 def cmd_hub_run(args: argparse.Namespace) -> int:
     from hub.mesh.daemon import HubDaemon, HubOptions
+    from hub.web.options import WebTls
     from provisioning.home import Home
 
     setup_logging(args.verbose)
@@ -55,6 +56,8 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         bind=args.bind,
         advertise=not args.no_advertise,
         plaintext=args.plaintext,
+        web_port=args.web_port,
+        web_tls=WebTls(args.web_cert, args.web_key) if args.web_cert and args.web_key else None,
     )
 
     async def serve() -> int:
@@ -137,6 +140,10 @@ def add_commands(sub: Any, command: Command) -> None:
         action="store_true",
         help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
     )
+        "--web-port", type=int, help="serve the phone companion and dashboard pages on this port"
+    )
+    sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
+    sp.add_argument("--web-key", type=Path, help="the pages' HTTPS key (PEM)")
     sp = command(hub_sub, "status", cmd_hub_status, "devices, presence and message counts")
     sp.add_argument("--home", type=Path, required=True)
     sp = command(hub_sub, "pair-code", cmd_hub_pair_code, "print a one-time pairing code")

@@ -649,6 +649,16 @@ class HubStore:
         )
         return [Entry(*r) for r in rows]
 
+    def entries_before(self, before: int, limit: int = 50) -> list[Entry]:
+        """The ``limit`` entries just below ``seq`` ``before`` (a page of the timeline, newest
+        last; ``before <= 0``: the newest page)."""
+        rows = self.conn.execute(
+            "SELECT seq, id, device, kind, text, ts_ms, trace_id FROM (SELECT * FROM timeline "
+            "WHERE seq < ? ORDER BY seq DESC LIMIT ?) ORDER BY seq",
+            (before if before > 0 else 2**62, limit),
+        )
+        return [Entry(*r) for r in rows]
+
     def entries_since(self, ts_ms: int, limit: int = 500) -> list[Entry]:
         """Entries whose time is at or after ``ts_ms``, in ``seq`` order (the last ``limit``)."""
         rows = self.conn.execute(

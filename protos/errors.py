@@ -73,6 +73,7 @@ MESSAGES: dict[str, str] = {
     "broker.missing": "mosquitto is not installed: run 'sudo apt-get install -y mosquitto'",
     "broker.failed": "mosquitto failed to start on port {port}: {reason}",
     "port.in_use": "port {port} on {host} is already in use",
+    "web.start_failed": "the web pages did not start on {host}:{port}: {reason}",
     # capabilities / gateway
     "manifest.missing": "no plugin.json in {path}",
     "manifest.invalid": "{file}: field {field}: {reason}",

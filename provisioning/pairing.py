@@ -20,8 +20,10 @@ import json
 import secrets
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import nacl.pwhash
 from nacl.exceptions import CryptoError
@@ -37,7 +39,7 @@ from provisioning.errors import ProvisioningError
 from provisioning.home import Home, home_id_of
 from provisioning.identity import NodeKeys
 from provisioning.profiles import load_profile
-from provisioning.registry import check_name
+from provisioning.registry import DeviceRecord, check_name
 from provisioning.tls import (
     check_endorsement,
     endorse,
@@ -49,6 +51,7 @@ from provisioning.tls import (
     server_leaf,
 )
 
+T = TypeVar("T")
 CODE_TTL_S = 600
 """seconds a pairing code stays valid"""
 MAX_CODE_FAILURES = 5
@@ -60,6 +63,8 @@ MAX_FAILURES_TOTAL = 20
 MAX_REQUEST_BYTES = 4096
 ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"  # Crockford base32
 PAIRABLE_PROFILES = ("glasses", "mac", "phone", "watch")
+WEB_PROFILE = "phone"
+"""the profile of a browser paired from the hub's page (the phone companion)"""
 REFUSALS = (
     "pair.code_invalid",
     "pair.rate_limited",
@@ -202,6 +207,17 @@ class PairingAuthority:
     _all_failures: deque[float] = field(default_factory=deque)
 
     def handle(self, request: mesh_pb2.PairRequest, peer: str) -> mesh_pb2.PairResponse:
+        return self._limited(peer, lambda: self._grant(request))
+
+    def handle_web(
+        self, code: str, *, name: str, sign_pk: bytes, box_pk: bytes, peer: str
+    ) -> DeviceRecord:
+        """A browser's pairing, over the hub's own HTTPS page (the code's secret travels
+        inside TLS, or on loopback): the same code, rate limits and enrolment as
+        :meth:`handle`, as a ``phone``; returns the enrolled device."""
+        return self._limited(peer, lambda: self._grant_web(code, name, sign_pk, box_pk))
+
+    def _limited(self, peer: str, attempt: Callable[[], T]) -> T:
         now = time.monotonic()
         self._expire(now)
         per_peer = self._failures.setdefault(peer, deque())
@@ -213,7 +229,7 @@ class PairingAuthority:
                 "pair.rate_limited", seconds=max(1, int(RATE_WINDOW_S - (now - oldest)) + 1)
             )
         try:
-            return self._grant(request)
+            return attempt()
         except ProvisioningError as exc:
             if exc.key == "pair.code_invalid":
                 per_peer.append(now)
@@ -226,6 +242,41 @@ class PairingAuthority:
                 q.popleft()
         for peer in [p for p, q in self._failures.items() if not q]:
             del self._failures[peer]
+
+    def _grant_web(self, code: str, name: str, sign_pk: bytes, box_pk: bytes) -> DeviceRecord:
+        try:
+            code_id, secret = split_code(code)
+        except ProvisioningError:
+            raise ProvisioningError("pair.code_invalid") from None
+        check_name(name)
+        if len(sign_pk) != 32 or len(box_pk) != 32:
+            raise ProvisioningError("certificate.invalid", reason="public keys must be 32 bytes")
+        registry = self.home.registry()
+        try:
+            found = registry.pair_code(code_id)
+            if found is None:
+                raise ProvisioningError("pair.code_invalid")
+            stored, expires_ms, used_ms, failures = found
+            if used_ms is not None or expires_ms <= now_ms() or failures >= MAX_CODE_FAILURES:
+                raise ProvisioningError("pair.code_invalid")
+            if not hmac.compare_digest(stored.encode(), secret.encode()):
+                registry.pair_failure(code_id)
+                raise ProvisioningError("pair.code_invalid")
+            if registry.name_taken(name):
+                raise ProvisioningError("device.exists", name=name)
+            record, _password = enrol(  # no broker login: the browser speaks HTTPS only
+                self.home,
+                name=name,
+                profile=load_profile(WEB_PROFILE),
+                sign_pk=sign_pk,
+                box_pk=box_pk,
+                enrolled_by="pair-web",
+            )
+            if not registry.consume_pair_code(code_id, record):
+                raise ProvisioningError("pair.code_invalid")
+        finally:
+            registry.close()
+        return record
 
     def _grant(self, request: mesh_pb2.PairRequest) -> mesh_pb2.PairResponse:
         registry = self.home.registry()

@@ -54,7 +54,7 @@ from nacl.signing import SigningKey
 from hub.capabilities.manifest import Manifest
 from hub.capabilities.settings import load_enabled
 from hub.gateway import open_gateway
-from hub.gateway.consent import Card
+from hub.gateway.consent import Answer, Card
 from hub.gateway.executor_bridge import ExecutorBridge
 from hub.gateway.gateway import Gateway
 from hub.gateway.receipts import Receipt
@@ -385,6 +385,11 @@ class MeshConsent:
         await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
 
     async def _answer(self, approval: consent_pb2.Approval, rec: DeviceRecord, trace: str) -> None:
+        await self.answer(approval, rec, trace)
+
+    async def answer(self, approval: consent_pb2.Approval, rec: DeviceRecord, trace: str) -> Answer:
+        """A device's signed answer to a card (from the mesh, or the hub's own web page):
+        refused, denied or executed once; the outcome is returned and told to the device."""
         assert self.gateway is not None
         ans, receipt = await self.gateway.answer(
             approval,
@@ -412,6 +417,7 @@ class MeshConsent:
         if receipt is not None:
             log.info("card %s: %s", ans.card.card_id if ans.card else "?", receipt.summary)
             await self._receipt(receipt)
+        return ans
 
     async def _payment_result(self, receipt: Receipt) -> None:
         if receipt.effect == "spend":  # others come back with their card's answer

@@ -19,12 +19,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 import grpc
@@ -54,6 +55,7 @@ from hub.voice.wyoming import (
     WyomingTurns,
     is_wyoming_device,
 )
+from hub.web.options import WebTls
 from protos import mesh_pb2, sync_pb2
 from protos.version import VERSION
 from provisioning.credentials import mosquitto_hash
@@ -71,6 +73,9 @@ from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
 from sync.tasks import STOP_TIMEOUT_S, Bounded, TaskOwner, within
 from sync.tls import ClientTls
+
+if TYPE_CHECKING:
+    from hub.web.app import WebApp
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +107,14 @@ class HubOptions:
     plaintext: bool = False
     """no TLS on the broker and gRPC (debugging): only with ``bind`` 127.0.0.1, refused
     (``tls.plaintext_not_loopback``) on any other"""
+    web_port: int | None = None
+    """port of the phone companion and dashboard pages (``None``: no web pages)"""
+    web_tls: WebTls | None = None
+    """the pages' HTTPS certificate; without one they are served on 127.0.0.1 only"""
+    web_origins: tuple[str, ...] = ()
+    """origins the pages are opened at (WebAuthn checks them); default: the loopback ones
+    without TLS; with it ``https://HOST:PORT`` of the home's hub host, ``HOSTNAME.local``,
+    ``localhost`` and each advertised address"""
 
 
 class HubDaemon:
@@ -227,6 +240,8 @@ class HubDaemon:
         """ms of the latest revocation in the registry (a newer one than the current group
         key epoch makes a new epoch)"""
         self._hub_hash = mosquitto_hash(home.broker_password)
+        self.web: WebApp | None = None
+        """the companion and dashboard pages, when ``options.web_port`` is set"""
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
@@ -400,6 +415,8 @@ class HubDaemon:
             self.wyoming = await self._stack.enter_async_context(
                 Bounded(self._wyoming_server(self.wyoming_settings), "the Wyoming server")
             )
+        if opts.web_port is not None:
+            await self._start_web(opts.web_port)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
@@ -425,6 +442,49 @@ class HubDaemon:
             opts.grpc_port,
             home.fingerprint,
             "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}",
+        )
+
+    async def _start_web(self, port: int) -> None:
+        """The companion and dashboard pages, owned like the other servers."""
+        from hub.web.app import HubLink, WebApp
+        from hub.web.server import LOOPBACK, WebServer
+        from hub.web.sessions import Passkeys
+        from provisioning.pairing import PairingAuthority
+
+        opts, home = self.options, self.home
+        web_tls = opts.web_tls
+        if web_tls is None and not opts.plaintext and not is_loopback(opts.bind):
+            # pages a LAN reaches are served over HTTPS under the home CA's web leaf
+            web_tls = WebTls(self.tls.web.cert, self.tls.web.key)
+        passkeys = Passkeys(home.path / "web.db")
+        self._stack.callback(passkeys.close)
+        if opts.web_origins:
+            origins = opts.web_origins
+        elif web_tls is None:
+            origins = (f"http://localhost:{port}", f"http://{LOOPBACK}:{port}")
+        else:
+            # WebAuthn needs a host name (never an address): the home's hub host, the mDNS
+            # name, then the addresses for everything else
+            names = [home.hub_host, f"{socket.gethostname()}.local", "localhost"]
+            hosts = dict.fromkeys(h for h in [*names, *advertise_addresses(opts.bind)] if h)
+            origins = tuple(f"https://{h}:{port}" for h in hosts)
+        link = HubLink(
+            store=self.store,
+            devices=self.registry.devices,
+            pairing=PairingAuthority(home, mqtt_port=opts.mqtt_port, grpc_port=opts.grpc_port),
+            typed=self.admission.typed_on_page,
+            gateway=self._gateway,
+            answer=self.consent.answer,
+            rendered=self.delivery.rendered_on_page,
+            count=self.port.count,
+            passkeys=passkeys,
+            origins=origins,
+        )
+        self.web = WebApp(link)
+        await self._stack.enter_async_context(
+            Bounded(
+                WebServer(self.web.app, host=opts.bind, port=port, tls=web_tls), "the web pages"
+            )
         )
 
     def _advertise(self, advertiser: discovery.HubAdvertiser) -> None:
@@ -511,6 +571,8 @@ class HubDaemon:
 
     async def _refresh_registry(self) -> None:
         newly_revoked = self._load_registry()
+        if self.web is not None and newly_revoked:
+            self.web.state.revoked(sorted(newly_revoked))
         for device_id in sorted(newly_revoked):
             log.warning("device %s revoked: its messages are now refused", device_id)
             # told first, while it is still on the broker: the account update below cuts it off
@@ -628,6 +690,8 @@ class HubDaemon:
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
+        if self.web is not None:
+            self.web.state.pulse()
 
     async def _on_sync_update(self, opened: Opened) -> None:
         update = opened.payload

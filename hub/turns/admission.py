@@ -289,6 +289,25 @@ class Admission:
         )
         await self.admit(self.inbound(opened), utt.text, meta)
 
+    async def typed_on_page(self, opened: Opened, scopes: Sequence[str]) -> bool:
+        """A typed ``Utterance`` from the hub's own web page, as the device whose session
+        (a challenge signed by its key) sent it: no envelope, so no counter to commit.
+        ``False`` when the device may not make turns."""
+        utt = opened.payload
+        assert isinstance(utt, mesh_pb2.Utterance)
+        scope = typed_scope(scopes)
+        if scope is None or utterance_problem(utt):
+            self._count("rejected.no_utter_scope" if scope is None else "dropped.malformed")
+            return False
+        meta = TurnMeta(
+            channel=utt.channel,
+            source="typed",
+            scope=scope,
+            scope_reason="typed_on_owner_device",
+        )
+        await self.admit(Inbound(opened, None), utt.text, meta)
+        return True
+
     async def admit(self, inbound: Inbound, text: str, meta: TurnMeta) -> None:
         """Put an utterance on the timeline and queue its turn; a repeated id is answered
         as a repeat (never a second turn)."""

@@ -163,7 +163,7 @@ class Delivery:
         ack = opened.payload
         assert isinstance(ack, mesh_pb2.DeliveryAck)
         state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
-        got = self.store.record_chunk_delivery(
+        await self._acked(
             ack.reply_id[:128],
             opened.sender,
             state,
@@ -171,8 +171,28 @@ class Delivery:
             self._commit(opened),
             ack.chunk,
         )
+
+    async def rendered_on_page(self, device: str, reply_id: str) -> bool:
+        """The hub's own web page showed the reply to ``device`` (the browser whose session
+        asked): each of its chunks for that device is ACKed ``rendered`` (no envelope, so
+        no counter). ``False`` when the reply was not sent to ``device``."""
+        chunks = [c for c in self.store.chunks(reply_id[:128]) if c.device == device]
+        for c in chunks:
+            await self._acked(c.reply_id, device, "rendered", now_ms(), None, c.index)
+        return bool(chunks)
+
+    async def _acked(
+        self,
+        reply_id: str,
+        sender: str,
+        state: str,
+        at_ms: int,
+        replay: ReplayState | None,
+        chunk: int,
+    ) -> None:
+        got = self.store.record_chunk_delivery(reply_id, sender, state, at_ms, replay, chunk)
         if got.fresh:
-            log.debug("reply %s.%d %s on %s", ack.reply_id, ack.chunk, state, opened.sender)
+            log.debug("reply %s.%d %s on %s", reply_id, chunk, state, sender)
         gw = self._gateway()
         if got.complete and got.task_id and gw is not None:
             receipts = gw.ledger.task_receipts(got.task_id)
@@ -180,8 +200,8 @@ class Delivery:
             if receipts:
                 log.info(
                     "reply %s %s on %s: facts of task %s said",
-                    ack.reply_id,
+                    reply_id,
                     state,
-                    opened.sender,
+                    sender,
                     got.task_id,
                 )
