@@ -140,6 +140,7 @@ def add_commands(sub: Any, command: Command) -> None:
         action="store_true",
         help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
     )
+    sp.add_argument(
         "--web-port", type=int, help="serve the phone companion and dashboard pages on this port"
     )
     sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
