@@ -11,9 +11,12 @@ The demo then
 3. plays synthesized speech into the glasses' microphone input (``yimi edge run --audio -``
    fed as a microphone would be, in real time): "Yimi, remember I don't eat cilantro",
    then "Yimi, e-mail the meeting notes to my colleague";
-4. answers the e-mail's confirmation card on the phone (``yimi approve``, signed with the
-   phone's device key), checks that the local SMTP server received the mail and that the
-   outcome reached the glasses;
+4. answers the e-mail's confirmation card in the phone companion: a headless Chromium
+   (:mod:`demo.companion`, its own process) paired with the hub's web pages as a second
+   ``phone`` device taps Approve, and the page signs the card with its own WebCrypto key —
+   or, where Playwright or Debian's chromium is not installed, says so and answers with
+   ``yimi approve`` (the phone's device key); checks that the local SMTP server received the
+   mail exactly once and that the outcome reached the glasses;
 5. types one exchange in Chinese on the mac (``yimi say --bundle MAC``): "我不吃什么？" — the
    hub recalls the English "I don't eat cilantro" from step 1 across languages and answers
    in Chinese — and "把牛奶加到购物清单" (milk onto the shopping list);
@@ -47,6 +50,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TextIO
 
+from demo.companion import Missing, missing
 from protos.clock import now_ms
 from worlds import ports
 
@@ -98,6 +102,10 @@ MEETING_NOTES = (
     "Meeting notes: ship the voice demo on Friday; Sam reviews the gateway; next sync Monday at 10."
 )
 DEVICES = (("glasses", "glasses"), ("phone", "phone"), ("mac", "mac"))
+COMPANION = "phone-browser"
+"""the name the browser companion pairs as (a second ``phone`` device)"""
+COMPANION_IS = "phone companion (browser)"
+"""the browser companion, as the narration names it"""
 OUTCOMES = {
     "allow": "allowed",
     "rewrite": "allowed (the gateway set trusted arguments itself)",
@@ -659,6 +667,7 @@ class Demo:
         self.home = root / "home"
         self.mqtt_port = ports.port()
         self.grpc_port = ports.port()
+        self.web_port = ports.port()
         self.smtp = LocalSmtp()
         self.procs: list[Proc] = []
         self.bundles: dict[str, Path] = {}
@@ -670,6 +679,9 @@ class Demo:
         self._step_started = self.started
         self.leftover: list[int] = []
         self.signals = StopSignals()
+        self.no_browser: Missing | None = missing()
+        """why the card is answered with ``yimi approve`` (None: in the browser companion)"""
+        self.companion: Proc | None = None
 
     # ------------------------------------------------------------------ output
     def say(self, who: str, text: str) -> None:
@@ -687,20 +699,27 @@ class Demo:
     def hub_target(self) -> str:
         return f"127.0.0.1:{self.grpc_port}"
 
+    @property
+    def web_url(self) -> str:
+        """The phone companion's page (plain HTTP on loopback: a secure context)."""
+        return f"http://localhost:{self.web_port}/"
+
     def hub_query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
         from storage.sqlite import read_rows
 
         return read_rows(self.home / "hub.db", sql, *params, busy_ms=2000)
 
     # ------------------------------------------------------------------ processes
-    def spawn(self, name: str, *args: str, stdin: bool = False) -> Proc:
+    def spawn(self, name: str, *args: str, stdin: bool = False, module: str = "cli") -> Proc:
+        """Start ``python -m MODULE ARGS`` (``yimi ARGS`` by default) as one of the demo's
+        processes, its output in ``logs/NAME.log``."""
         from hub.mesh.broker import die_with_parent
 
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(exist_ok=True)
         with log.open("ab") as fh, self.signals.held():
             popen = subprocess.Popen(
-                [sys.executable, "-m", "cli", *args],
+                [sys.executable, "-m", module, *args],
                 stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
@@ -772,6 +791,13 @@ class Demo:
         """Stop everything this demo started and make sure nothing is left."""
         if self.mic is not None:
             self.mic.close()
+        if self.companion is not None and self.companion.alive():
+            # the companion closes its browser (and Playwright's driver) on SIGTERM; sent
+            # to its process group, the driver would die before it could
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.companion.popen.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.companion.popen.wait(timeout=STOP_TIMEOUT_S)
         known = {p.popen.pid for p in self.procs}
         for pid in children(os.getpid()):
             if pid not in known:  # a one-shot command (yimi, espeak-ng) a Ctrl-C cut off
@@ -872,6 +898,8 @@ class Demo:
                 "hub",
                 *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port),
                 "--no-advertise",
+                "--web-port",
+                str(self.web_port),
             )
             self.watch.until(
                 lambda: hub_is_up(self.text_of("hub")), "the hub to come up", self.step_timeout
@@ -879,7 +907,8 @@ class Demo:
             self.say(
                 "hub",
                 f"up in {time.monotonic() - t0:.1f} s (pid {hub.popen.pid}): MQTT "
-                f"127.0.0.1:{self.mqtt_port}, gRPC 127.0.0.1:{self.grpc_port}, no zeroconf",
+                f"127.0.0.1:{self.mqtt_port}, gRPC 127.0.0.1:{self.grpc_port}, no zeroconf; "
+                f"web pages (phone companion, dashboard) {self.web_url}",
             )
 
     def start_edge(self, name: str, *extra: str, stdin: bool = False) -> Proc:
@@ -906,6 +935,7 @@ class Demo:
                     f"the {name} to connect to the hub",
                     self.step_timeout,
                 )
+            self.start_companion()
             self.say("phone", "online: shows the owner's confirmation cards")
             self.yimi(
                 "note",
@@ -918,6 +948,114 @@ class Demo:
             self.say("mac", f'online; the owner writes a note on the mac: "{MEETING_NOTES}"')
             self.watch.until(self._hub_has_notes, "the note to reach the hub", self.step_timeout)
             self.say("hub", "has the note (replicated from the mac)")
+
+    # ------------------------------------------------------------------ the browser companion
+    def start_companion(self) -> None:
+        """Start the browser companion and have it pair (it does so while the voice is
+        enrolled and the glasses load their models: :meth:`companion_paired` waits)."""
+        if self.no_browser is not None:
+            return
+        code = self.yimi("hub", "pair-code", "--home", str(self.home), timeout=self.step_timeout)
+        self.companion = self.spawn(
+            "companion",
+            "--url",
+            self.web_url,
+            "--name",
+            COMPANION,
+            "--shots",
+            str(self.root),
+            f"--marker=--yimi-demo={self.root}",  # its chromium is found by the folder
+            stdin=True,
+            module="demo.companion",
+        )
+        self.tell_companion(f"pair {code.stdout.strip()}")
+        self.say(
+            "browser",
+            f"the {COMPANION_IS}: headless Chromium (Playwright) opens {self.web_url} and pairs "
+            "with a one-time code (yimi hub pair-code)",
+        )
+
+    def tell_companion(self, command: str) -> None:
+        assert self.companion is not None and self.companion.popen.stdin is not None
+        try:
+            self.companion.popen.stdin.write(command.encode() + b"\n")
+            self.companion.popen.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError):
+            self.check_processes()  # it exited: say so, with its log
+            raise StepFailed(f"the {COMPANION_IS} does not take commands") from None
+
+    def companion_line(self, pattern: str, what: str) -> re.Match[str]:
+        found: re.Match[str] = self.watch.until(
+            lambda: re.search(pattern, self.text_of("companion"), re.M), what, self.step_timeout
+        )
+        return found
+
+    def companion_paired(self) -> None:
+        if self.companion is None:
+            return
+        self.companion_line(rf"^paired {re.escape(COMPANION)}$", f"the {COMPANION_IS} to pair")
+        browser = self.companion_line(r"^browser (.*)$", f"the {COMPANION_IS}'s browser")[1]
+        rows = self.hub_query_registry(
+            "SELECT device_id, profile FROM devices WHERE name = ?", COMPANION
+        )
+        if not rows:
+            raise StepFailed(f"the {COMPANION_IS} paired but is not in the hub's registry")
+        device_id, profile = str(rows[0][0]), str(rows[0][1])
+        self.names[device_id] = COMPANION_IS
+        self.say(
+            "browser",
+            f'paired as "{COMPANION}" ({profile} profile, device {device_id}): its own '
+            f"non-extractable WebCrypto Ed25519 key; {browser}; its passkey in a virtual "
+            "authenticator (DevTools' WebAuthn; the demo pays nothing)",
+        )
+
+    def hub_query_registry(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
+        from storage.sqlite import read_rows
+
+        return read_rows(self.home / "registry.db", sql, *params, busy_ms=2000)
+
+    def approve(self, card: Card) -> None:
+        """The owner approves ``card``: in the browser companion, or (no browser here)
+        with ``yimi approve`` on the phone — and the narration says which, and why."""
+        if self.companion is None:
+            why = self.no_browser.what if self.no_browser else "not started"
+            self.say(
+                "owner",
+                f"approves card {card.card_id} on the phone (yimi approve): the {COMPANION_IS} "
+                f"needs {why}, not installed here; scripts/setup installs it",
+            )
+            done = self.yimi(
+                "approve",
+                "--bundle",
+                str(self.bundles["phone"]),
+                "--hub",
+                self.hub_target,
+                card.card_id,
+                timeout=self.step_timeout,
+            )
+            if "executed" not in done.stdout:
+                raise StepFailed(f"the approval was not executed: {done.stdout.strip()!r}")
+            return
+        cid = re.escape(card.card_id)
+        self.say(
+            "owner",
+            f"approves card {card.card_id} in the {COMPANION_IS}: taps Approve; the page "
+            "signs the card's action hash with its own key",
+        )
+        self.tell_companion(f"approve {card.card_id}")
+        shown = self.companion_line(rf"^card {cid} shown (.*)$", "the card in the browser")
+        shot = self.companion_line(r"^screenshot (.*)$", "the card's screenshot")
+        self.say(
+            "browser",
+            f'shows card {card.card_id}: "{clip(shown[1], 100)}" (screenshot '
+            f"{Path(shot[1]).name} in the folder)",
+        )
+        answered = self.companion_line(
+            rf"^answered {cid} (\S+) (.*)$", "the browser's answer to the card"
+        )
+        self.say("browser", f'the page shows: "{clip(answered[2], 100)}"')
+        if answered[1] != "approved":
+            raise StepFailed(f"the {COMPANION_IS} could not approve the card: {answered[2]!r}")
 
     def _hub_has_notes(self) -> bool:
         from sync.replicas import ReplicaSet
@@ -974,6 +1112,7 @@ class Demo:
                 "'Yimi', speaker model; the owner's voiceprint from the hub); replies are "
                 f"spoken into {out.name}",
             )
+            self.companion_paired()
 
     def _speak(self, sentence: str) -> None:
         import numpy as np
@@ -1066,18 +1205,7 @@ class Demo:
             if self.watch.seen.mails:
                 raise StepFailed("a mail was sent before the owner approved the card")
             said = len(seen.said.get("glasses", []))
-            self.say("owner", f"approves card {card.card_id} on the phone (yimi approve)")
-            done = self.yimi(
-                "approve",
-                "--bundle",
-                str(self.bundles["phone"]),
-                "--hub",
-                self.hub_target,
-                card.card_id,
-                timeout=self.step_timeout,
-            )
-            if "executed" not in done.stdout:
-                raise StepFailed(f"the approval was not executed: {done.stdout.strip()!r}")
+            self.approve(card)
             self._receipt("messaging.send_email", "succeeded")
             mail: Mail = self.watch.until(
                 lambda: next(iter(self.watch.seen.mails), None),
@@ -1089,6 +1217,8 @@ class Demo:
             if "Sam reviews the gateway" not in mail.body:
                 raise StepFailed(f"the mail's body is not the meeting notes: {mail.body!r}")
             self._reply("glasses", said, "the outcome", r"sent")
+            if len(self.watch.seen.mails) != 1:
+                raise StepFailed(f"the mail server got {len(self.watch.seen.mails)} mails, not 1")
 
     def chinese(self) -> None:
         with self.step("3. In Chinese, typed on the mac (yimi say --bundle MAC)"):
