@@ -659,6 +659,16 @@ class Watcher:
 
 
 # ---------------------------------------------------------------------- the demo
+def cli_approval(card_id: str, no_browser: Missing | None) -> str:
+    """The narration's line for a card approved with ``yimi approve``: why not in the
+    browser companion, and how to get the browser."""
+    why = no_browser.what if no_browser else "a browser"
+    return (
+        f"approves card {card_id} on the phone (yimi approve): the {COMPANION_IS} needs "
+        f"{why}, not installed here; scripts/setup installs it"
+    )
+
+
 class Demo:
     def __init__(self, root: Path, out: TextIO, *, step_timeout: float) -> None:
         self.root = root
@@ -1018,12 +1028,7 @@ class Demo:
         """The owner approves ``card``: in the browser companion, or (no browser here)
         with ``yimi approve`` on the phone — and the narration says which, and why."""
         if self.companion is None:
-            why = self.no_browser.what if self.no_browser else "not started"
-            self.say(
-                "owner",
-                f"approves card {card.card_id} on the phone (yimi approve): the {COMPANION_IS} "
-                f"needs {why}, not installed here; scripts/setup installs it",
-            )
+            self.say("owner", cli_approval(card.card_id, self.no_browser))
             done = self.yimi(
                 "approve",
                 "--bundle",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from demo.companion import missing
 from tests.mesh_harness import REPO, env, mosquitto_pids
 
 pytestmark = pytest.mark.slow
@@ -84,6 +85,7 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
 
     # setup: real processes on loopback, the local test SMTP server, the contact
     line(r"hub +up in .*MQTT 127\.0\.0\.1:\d+, gRPC 127\.0\.0\.1:\d+, no zeroconf")
+    line(r"web pages \(phone companion, dashboard\) http://localhost:\d+/")
     line(r"local test SMTP server on 127\.0\.0\.1:\d+")
     line(r'"my colleague" is Dana Reyes <dana\.reyes@colleague\.test>')
     line(r"enrolled on the glasses channel: 5 takes")
@@ -103,12 +105,28 @@ def test_demo_runs_the_whole_scenario(tmp_path: Path) -> None:
     card_id = re.search(r"card (c-\w+)", card)
     assert card_id is not None
     line(r"body: Meeting notes: ship the voice demo on Friday")
-    line(rf"owner +approves card {card_id[1]} on the phone")
-    line(rf"gate +answer to card {card_id[1]} from the phone: approved")
+    no_browser = missing()
+    if os.environ.get("CI"):  # scripts/setup installs the browser: there, it is used
+        assert no_browser is None, no_browser
+    if no_browser is None:  # the card approved in the browser companion, not by the CLI
+        line(r'browser +paired as "phone-browser" \(phone profile, device [0-9a-f]+\): its own')
+        line(rf"owner +approves card {card_id[1]} in the phone companion \(browser\): taps")
+        line(rf'browser +shows card {card_id[1]}: "send: send email → dana\.reyes@colleague')
+        line(rf"gate +answer to card {card_id[1]} from the phone companion \(browser\): approved")
+        line(r'browser +the page shows: "Approved: done"')
+        assert "yimi approve" not in out, out
+    else:  # no browser here: `yimi approve`, and the narration says why and how to get one
+        line(
+            rf"owner +approves card {card_id[1]} on the phone \(yimi approve\): the phone "
+            rf"companion \(browser\) needs {re.escape(no_browser.what)}, not installed here; "
+            r"scripts/setup installs it$"
+        )
+        line(rf"gate +answer to card {card_id[1]} from the phone: approved")
     line(
         r"mail +the local test SMTP server received a message from owner@home\.test to "
         r"dana\.reyes@colleague\.test: subject 'The meeting notes'"
     )
+    assert len([x for x in lines if "SMTP server received" in x]) == 1, out  # exactly once
     line(r"receipt +messaging\.send_email succeeded \[email\.sent")
     line(r"activity +on every device's timeline: .*done: messaging\.send_email succeeded")
     line(r"glasses +says: \"Sent the e-mail to dana\.reyes@colleague\.test")
@@ -165,9 +183,13 @@ def test_a_step_that_misses_its_deadline_fails_clearly(tmp_path: Path) -> None:
 def test_ctrl_c_stops_everything(tmp_path: Path) -> None:
     proc = run_demo(tmp_path)
     assert proc.stdout is not None
+    seen = []
     for text in iter(proc.stdout.readline, ""):  # the hub and the phone are up
+        seen.append(text)
         if text.lstrip().startswith("phone "):
             break
+    if missing() is None:  # interrupted while the browser companion starts
+        assert any(x.lstrip().startswith("browser ") for x in seen), seen
     os.kill(proc.pid, signal.SIGINT)
     out, err = finish(proc, timeout=120)
     assert proc.returncode == 130, f"{out}\n{err}"
