@@ -79,6 +79,7 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
 
     _print_hub(args.home)
     _print_group_key(args.home)
+    print()
     cmd_device_list(args)
     store = HubStore(args.home / "hub.db")
     try:

@@ -160,6 +160,24 @@ def test_the_status_parser_never_raises(data: bytes) -> None:
     assert parse_status(data) is None or isinstance(parse_status(data), HubStatus)
 
 
+async def test_a_package_server_that_cannot_start_is_reported_failed(tmp_path: Path) -> None:
+    """What the hub's status file lists as failed at run time (``PackageHost.failures``)."""
+    from dataclasses import replace
+
+    from hub.capabilities.host import PackageHost
+    from hub.capabilities.manifest import load
+    from tests.gateway_kit import PACKAGES
+
+    m = load(PACKAGES["probe"])
+    broken = replace(m.server, command=str(tmp_path / "no-such-server"))
+    m = replace(m, servers={**m.servers, m.runtime.server: broken})
+    async with PackageHost({"probe": m}, env_for=lambda *_: {"YIMI_STATE_DIR": str(tmp_path)}) as h:
+        assert h.failures() == {}
+        out = await h.call("probe", "echo", {})
+        assert out.is_error and h.running() == []
+        assert set(h.failures()) == {"probe"} and h.failures()["probe"]
+
+
 # ---------------------------------------------------------------- the unit (fast)
 def test_install_service_writes_a_notify_unit_restarted_on_failure(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
