@@ -32,6 +32,7 @@ from hub.mesh.status import HubStatus, parse_status, read_status, status_path, w
 from provisioning.home import Home
 from tests.mesh_harness import Mesh
 from tests.waiting import poll, poll_sync
+from worlds import ports
 
 DEADLINE_S = 20.0
 
@@ -239,8 +240,10 @@ def test_ready_only_once_up_then_status_then_stopping(mesh: Mesh, manager: Manag
     mesh.env["NOTIFY_SOCKET"] = manager.env_name
     hub = mesh.spawn("hub", "hub", "run", "--home", str(mesh.home), "--bind", "127.0.0.1",
                      "--mqtt-port", str(mesh.mqtt_port), "--grpc-port", str(mesh.grpc_port),
-                     "--no-advertise")  # fmt: skip
+                     "--no-advertise", "--web-port", str(web := ports.port()))  # fmt: skip
     ready = manager.until("READY=1")
+    written = read_status(mesh.home)  # written before READY=1 is sent
+    assert written is not None and written.ready and written.pid == hub.popen.pid
     # the first thing the hub says, at the moment of its "up" line (already in its log)
     assert manager.received == [ready], manager.received
     assert hub_is_up(hub.text()), hub.text()
@@ -250,7 +253,8 @@ def test_ready_only_once_up_then_status_then_stopping(mesh: Mesh, manager: Manag
     status = mesh.yimi("hub", "status", "--home", str(mesh.home), check=True).stdout
     fingerprint = Home.load(mesh.home).fingerprint
     assert f"hub: running (pid {hub.popen.pid}), ready since " in status, status
-    assert f"ports: mqtt 127.0.0.1:{mesh.mqtt_port}, grpc 127.0.0.1:{mesh.grpc_port}" in status
+    ports_line = f"ports: mqtt 127.0.0.1:{mesh.mqtt_port}, grpc 127.0.0.1:{mesh.grpc_port}, "
+    assert f"{ports_line}web http :{web}" in status, status  # plain HTTP: on 127.0.0.1 only
     assert f"home fingerprint: {fingerprint}" in status
     assert re.search(r"^  TLS: home CA [0-9a-f]{16}…", status, re.M), status
     assert "packages: 1 loaded (memory), 0 running, 1 failed" in status, status
