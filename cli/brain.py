@@ -40,6 +40,21 @@ def _store(home_dir: Path) -> Any:
     return ProviderStore.for_home(Home.load(home_dir))
 
 
+def _prefer_local(cfg: Any) -> str:
+    if cfg.prefer_local:
+        return "on: confidently matched commands run locally at once, the rest go to the LLM"
+    return "off: every turn goes to the LLM"
+
+
+def brain_mode(cfg: Any) -> str:
+    """One line: which brain answers (a ``ProviderConfig``), as ``hub status`` shows it."""
+    endpoints = cfg.endpoints("brain")
+    if not endpoints:
+        return "the built-in rule-based model (no endpoint configured)"
+    local = "commands handled locally first" if cfg.prefer_local else "every turn to the LLM"
+    return f"LLM {endpoints[0].label()}; {local}"
+
+
 def cmd_brain_status(args: argparse.Namespace) -> int:
     from hub.brain.providers import asr_route
     from hub.memory.sensitivity import format_source
@@ -49,14 +64,9 @@ def cmd_brain_status(args: argparse.Namespace) -> int:
         cfg = store.current()
         print(f"configuration version {cfg.version}")
         if not cfg.endpoints("brain"):
-            print("  brain: the built-in rule-based model (no endpoint configured)")
+            print(f"  brain: {brain_mode(cfg)}")
         else:
-            how = (
-                "on: confidently matched commands run locally at once, the rest go to the LLM"
-                if cfg.prefer_local
-                else "off: every turn goes to the LLM"
-            )
-            print(f"  prefer handling commands locally: {how}")
+            print(f"  prefer handling commands locally: {_prefer_local(cfg)}")
         for role, endpoints in sorted(cfg.roles.items()):
             for e in endpoints:
                 key = f", key {e.key_id}" if e.key_id else ""

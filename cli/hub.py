@@ -1,4 +1,8 @@
-"""``yimi hub run|status|pair-code``: run and inspect the hub.
+"""``yimi hub run|status|pair-code|install-service``: run and inspect the hub.
+
+``status`` opens with one block: readiness (the pid file, the status file the running hub
+writes, ``hub.mesh.status``, and whether its gRPC port answers), ports, the home and TLS CA
+fingerprints, packages loaded / running / failed, and the brain mode.
 
 :func:`loopback_hub_args` and :func:`hub_is_up` are how the demo, the test harness and the
 benches start a hub process and know it is serving.
@@ -15,6 +19,8 @@ from typing import Any
 
 from cli.common import EXIT_OK, Command, fmt_ms, run_service, setup_logging
 from cli.device import cmd_device_list
+from cli.service import add_arguments as add_service_arguments
+from cli.service import cmd_hub_install_service
 
 
 def loopback_hub_args(home: Path, mqtt_port: int, grpc_port: int) -> list[str]:
@@ -69,13 +75,11 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
-    from hub.mesh.daemon import hub_pid
     from hub.timeline import HubStore
 
-    pid = hub_pid(args.home)
-    print(f"hub: running (pid {pid})" if pid else "hub: not running")
+    _print_hub(args.home)
     _print_group_key(args.home)
-    _print_tls(args.home)
+    print()
     cmd_device_list(args)
     store = HubStore(args.home / "hub.db")
     try:
@@ -90,15 +94,100 @@ def cmd_hub_status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+ANSWER_TIMEOUT_S = 1.0
+"""seconds ``hub status`` waits for the hub's gRPC port to accept a connection"""
+
+
+def answering(host: str, port: int, timeout: float = ANSWER_TIMEOUT_S) -> bool:
+    """Whether something accepts TCP connections on ``host:port``."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _print_hub(home_dir: Path) -> None:
+    """One block: readiness, ports, fingerprints, packages and the brain mode."""
+    from hub.mesh.daemon import hub_pid
+    from hub.mesh.status import read_status
+    from provisioning.home import Home
+
+    home = Home.load(home_dir)
+    pid = hub_pid(home_dir)
+    status = read_status(home_dir)
+    if status is not None and status.pid != pid:
+        status = None  # left by a hub that is gone
+    if pid is None:
+        print("hub: not running")
+    elif status is None:
+        print(f"hub: running (pid {pid}), starting: not subscribed and serving yet")
+    else:
+        host = "127.0.0.1" if status.bind in ("0.0.0.0", "") else status.bind
+        if not status.ready:
+            state = "starting"
+        elif answering(host, status.grpc_port):
+            state = f"ready since {fmt_ms(status.since_ms)}: subscribed and answering"
+        else:
+            state = f"up since {fmt_ms(status.since_ms)} but not answering on gRPC"
+        print(f"hub: running (pid {pid}), {state}")
+    if status is not None:
+        web = ""
+        if status.web_port is not None:
+            web = f", web {'https' if status.web_https else 'http'} :{status.web_port}"
+        wyoming = f", wyoming :{status.wyoming_port}" if status.wyoming_port is not None else ""
+        tls = " (PLAINTEXT)" if status.plaintext else ""
+        print(
+            f"  ports: mqtt {status.bind}:{status.mqtt_port}, grpc {status.bind}:"
+            f"{status.grpc_port}{web}{wyoming}{tls}"
+        )
+    else:
+        print(f"  ports (home.yaml): mqtt {home.mqtt_port}, grpc {home.grpc_port}")
+    print(f"  home fingerprint: {home.fingerprint}")
+    _print_tls(home_dir)
+    _print_packages(status)
+    print(f"  brain: {_brain_mode(home)}")
+
+
+def _print_packages(status: Any) -> None:
+    if status is None:
+        print("  packages: shown while the hub runs")
+        return
+    loaded, running, failed = (
+        status.packages_loaded,
+        status.packages_running,
+        status.packages_failed,
+    )
+    print(
+        f"  packages: {len(loaded)} loaded ({', '.join(loaded) or 'none'}), "
+        f"{len(running)} running, {len(failed)} failed"
+    )
+    for name, why in sorted(failed.items()):
+        print(f"    failed {name}: {why}")
+
+
+def _brain_mode(home: Any) -> str:
+    from cli.brain import brain_mode
+    from hub.brain.providers import ProviderStore
+
+    store = ProviderStore.for_home(home)
+    try:
+        return brain_mode(store.current())
+    finally:
+        store.close()
+
+
 def _print_group_key(home: Path) -> None:
     from provisioning.epochs import HOME_FILE, GroupKeys
 
     path = home / HOME_FILE
     if not path.exists():
-        print("mesh group key: epoch 0 (the key in every bundle; never rotated)")
+        print("  mesh group key: epoch 0 (the key in every bundle; never rotated)")
         return
     current = GroupKeys.load(path, legacy=b"").current
-    print(f"mesh group key: epoch {current.number}, made {fmt_ms(current.made_ms)}")
+    print(f"  mesh group key: epoch {current.number}, made {fmt_ms(current.made_ms)}")
 
 
 def _print_tls(home: Path) -> None:
@@ -106,10 +195,10 @@ def _print_tls(home: Path) -> None:
 
     fingerprint, until = tls.status(home)
     if not fingerprint:
-        print("TLS: no home CA yet (made at the hub's next start)")
+        print("  TLS: no home CA yet (made at the hub's next start)")
         return
     leaves = f"leaves valid until {until:%Y-%m-%d}" if until else "no leaves yet"
-    print(f"TLS: home CA {fingerprint[:16]}…, {leaves} (renewed at start when near expiry)")
+    print(f"  TLS: home CA {fingerprint[:16]}…, {leaves} (renewed at start when near expiry)")
 
 
 def cmd_hub_pair_code(args: argparse.Namespace) -> int:
@@ -145,8 +234,20 @@ def add_commands(sub: Any, command: Command) -> None:
     )
     sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
     sp.add_argument("--web-key", type=Path, help="the pages' HTTPS key (PEM)")
-    sp = command(hub_sub, "status", cmd_hub_status, "devices, presence and message counts")
+    sp = command(
+        hub_sub,
+        "status",
+        cmd_hub_status,
+        "readiness, ports, fingerprints, packages, brain; devices and message counts",
+    )
     sp.add_argument("--home", type=Path, required=True)
+    sp = command(
+        hub_sub,
+        "install-service",
+        cmd_hub_install_service,
+        "write a systemd unit that runs this hub (Type=notify, restarted on failure)",
+    )
+    add_service_arguments(sp)
     sp = command(hub_sub, "pair-code", cmd_hub_pair_code, "print a one-time pairing code")
     sp.add_argument("--home", type=Path, required=True)
     sp.add_argument("--ttl", type=int, default=600, help="seconds the code stays valid")

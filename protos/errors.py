@@ -57,6 +57,10 @@ MESSAGES: dict[str, str] = {
         "不加密时网格只在 127.0.0.1 上通信"
     ),
     "hub.unreachable": "hub at {target} is unreachable: {reason}",
+    "service.not_written": (
+        "the systemd unit {path} was not written: {reason} (a system unit needs root: try "
+        "--user, or --unit-dir)"
+    ),
     "outbox.full": "the outbox in {path} is full ({count} items); not queued",
     "crdt.refused": "document {doc}: update refused: {reason}",
     "replica.corrupt": "replica {doc} in {path}: {reason}; recovered from {recovered}",
@@ -377,6 +381,11 @@ MESSAGES: dict[str, str] = {
 
 
 MESSAGES_ZH: dict[str, str] = {
+    # the hub as a service (yimi hub install-service)
+    "service.not_written": (
+        "没能写入 systemd 单元 {path}：{reason}"
+        "（系统单元需要 root 权限：试试 --user 或 --unit-dir）"
+    ),
     # capabilities: wrapping third-party MCP servers (yimi package check / add / list)
     "package.start_failed": "软件包 {package} 没能启动：{reason}",
     "package.tool_missing": (

@@ -173,6 +173,11 @@ class PackageHost:
         """Names of packages with a live server process."""
         return sorted({k[0] for k, s in self._servers.items() if s.client is not None})
 
+    def failures(self) -> dict[str, str]:
+        """Package → why its latest server failed (could not start, died, no handshake in
+        time); a package whose server started again since is not in it."""
+        return {k[0]: s.failed for k, s in sorted(self._servers.items()) if s.failed}
+
     # ------------------------------------------------------------------ servers
     def _spec(self, m: Manifest) -> ServerSpec:
         if self.variant == "fake":

@@ -168,10 +168,12 @@ def only(settings: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def load_enabled(home: Path) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
+def load_enabled(
+    home: Path, failed: dict[str, str] | None = None
+) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
     """(manifests, settings) of every enabled package — what the hub's gateway runs. A
-    package whose manifest does not load is left out and logged: one broken package must
-    not stop the hub."""
+    package whose manifest does not load is left out and logged (and put in ``failed``,
+    name → why, if given): one broken package must not stop the hub."""
     catalog: dict[str, Manifest] = {}
     every = read_settings(home)
     for name, s in every.items():
@@ -182,6 +184,8 @@ def load_enabled(home: Path) -> tuple[dict[str, Manifest], dict[str, dict[str, A
             m = load(s.root)
         except Exception as exc:
             log.error("package %s not loaded: %s", name, exc)
+            if failed is not None:
+                failed[name] = f"not loaded: {exc}"
             continue
         catalog[m.name] = m
     return catalog, {n: s.as_dict() for n, s in every.items() if s.enabled}

@@ -115,10 +115,15 @@ class MeshConsent:
         """settings the daemon adds to a package's environment (``packages.yaml`` wins)"""
         self._head_sent = 0
         """seq of the last audit head pushed to the witnesses"""
+        self.not_loaded: dict[str, str] = {}
+        """enabled packages whose manifest did not load: name → why"""
+        self.loaded: tuple[str, ...] = ()
+        """the packages the gateway runs"""
 
     # ------------------------------------------------------------------ lifecycle
     def _catalog(self) -> tuple[dict[str, Manifest], dict[str, dict[str, Any]]]:
-        return load_enabled(self.home)
+        self.not_loaded = {}
+        return load_enabled(self.home, self.not_loaded)
 
     async def __aenter__(self) -> MeshConsent:
         catalog, settings = self._catalog()
@@ -159,7 +164,8 @@ class MeshConsent:
         except BaseException:
             await self._stack.aclose()
             raise
-        log.info("gateway up: packages %s", ", ".join(sorted(catalog)) or "(none)")
+        self.loaded = tuple(sorted(catalog))
+        log.info("gateway up: packages %s", ", ".join(self.loaded) or "(none)")
         return self
 
     async def __aexit__(
@@ -168,6 +174,15 @@ class MeshConsent:
         await self._stack.aclose()
         self.gateway = None
         self.payments = None
+
+    def packages(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+        """(loaded, running, failed: name → why) of the gateway's packages now."""
+        host = self.gateway.host if self.gateway is not None else None
+        running = tuple(host.running()) if host is not None else ()
+        failed = dict(self.not_loaded)
+        if host is not None:
+            failed.update(host.failures())
+        return self.loaded, running, failed
 
     async def _sweep(self) -> None:
         while True:

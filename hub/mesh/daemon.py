@@ -38,7 +38,9 @@ from hub.gateway import Gateway
 from hub.gateway.courier import MeshConsent
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
 from hub.mesh.grpc_server import HubService, start_server, tls_credentials
+from hub.mesh.notify import ServiceNotifier, take_env
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
+from hub.mesh.status import HubStatus, remove_status, write_status
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
@@ -217,6 +219,15 @@ class HubDaemon:
         )
         """turns from Home Assistant's Wyoming handle service (guest unless mapped)"""
         self.wyoming: WyomingServer | None = None
+        self.web_https = False
+        self.notifier: ServiceNotifier | None = None
+        """systemd's readiness protocol (``READY=1`` at the "up" line; see :mod:`.notify`)"""
+        self._notify_env = take_env()
+        """``$NOTIFY_SOCKET`` and the watchdog's variables: no child process inherits them"""
+        self._status: HubStatus | None = None
+        """what ``HOME/hub-status.json`` says now (``None``: not written, or removed)"""
+        self._since_ms = 0
+        self._stopping = False
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self.delivery.on_ack,
@@ -432,17 +443,18 @@ class HubDaemon:
         except SyncError as exc:
             log.info("hello not broadcast: %s", exc)
         await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
+        self._stack.callback(self._end_status)
+        self.notifier = await self._stack.enter_async_context(ServiceNotifier(self._notify_env))
         self.ready.set()
-        log.info(
-            "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s, %s",
-            home.home_id,
-            opts.bind,
-            opts.mqtt_port,
-            opts.bind,
-            opts.grpc_port,
-            home.fingerprint,
-            "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}",
+        self._since_ms = now_ms()
+        self._refresh_status()
+        tls = "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}"
+        up = (
+            f"mqtt {opts.bind}:{opts.mqtt_port}, grpc {opts.bind}:{opts.grpc_port}, "
+            f"fingerprint {home.fingerprint}, {tls}"
         )
+        log.info("hub %s up: %s", home.home_id, up)
+        self.notifier.ready(f"hub {home.home_id} up: {up}")
 
     async def _start_web(self, port: int) -> None:
         """The companion and dashboard pages, owned like the other servers."""
@@ -486,6 +498,7 @@ class HubDaemon:
                 WebServer(self.web.app, host=opts.bind, port=port, tls=web_tls), "the web pages"
             )
         )
+        self.web_https = web_tls is not None
 
     def _advertise(self, advertiser: discovery.HubAdvertiser) -> None:
         """Register the mDNS advert while the hub goes on starting: zeroconf probes the name
@@ -726,6 +739,47 @@ class HubDaemon:
         while True:
             await asyncio.sleep(STATS_FLUSH_S)
             self._flush_drops()
+            self._refresh_status()
+
+    # ------------------------------------------------------------------ status
+    def status(self) -> HubStatus:
+        """What ``yimi hub status`` shows of this running hub (``HOME/hub-status.json``)."""
+        opts = self.options
+        loaded, running, failed = self.consent.packages()
+        return HubStatus(
+            pid=os.getpid(),
+            ready=self.ready.is_set(),
+            bind=opts.bind,
+            mqtt_port=opts.mqtt_port,
+            grpc_port=opts.grpc_port,
+            web_port=opts.web_port,
+            web_https=self.web_https,
+            plaintext=opts.plaintext,
+            wyoming_port=self.wyoming.port if self.wyoming is not None else None,
+            packages_loaded=loaded,
+            packages_running=running,
+            packages_failed=failed,
+            since_ms=self._since_ms,
+        )
+
+    def _refresh_status(self) -> None:
+        """Write the status file when the hub is up and what it says changed."""
+        if not self.ready.is_set() or self._stopping:
+            return
+        status = self.status()
+        if status == self._status:
+            return
+        if self._status is not None and status.packages_failed != self._status.packages_failed:
+            failed = ", ".join(status.packages_failed) or "none"
+            if self.notifier is not None:
+                self.notifier.status(f"packages failed: {failed}")
+        write_status(self.home.path, status)
+        self._status = status
+
+    def _end_status(self) -> None:
+        self._stopping = True
+        self._status = None
+        remove_status(self.home.path)
 
 
 def advertise_addresses(bind: str) -> list[str]:
