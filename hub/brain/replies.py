@@ -39,6 +39,51 @@ REPLIES: Templates = {
         "en": "Not yet: timers come with the scheduler. Nothing was set.",
         "zh": "还不行：计时器要等调度功能上线。没有设置任何计时器。",
     },
+    # ------------------------------------------------------------ timers
+    "timer.label": {"en": "timer", "zh": "计时器"},
+    "timer.label_named": {"en": "{name} timer", "zh": "{name}计时器"},
+    "timer.started": {
+        "en": "{Label} set for {duration}.",
+        "zh": "好的，{duration}的{label}开始了。",
+    },
+    "timer.none": {"en": "No timer is running here.", "zh": "这里没有正在运行的计时器。"},
+    "timer.none_named": {"en": "There is no {label} here.", "zh": "这里没有{label}。"},
+    "timer.which": {
+        "en": "Which timer? Running here: {names}.",
+        "zh": "哪个计时器？这里有：{names}。",
+    },
+    "timer.cancelled": {"en": "Cancelled the {label}.", "zh": "已取消{label}。"},
+    "timer.paused": {
+        "en": "Paused the {label}: {remaining} left.",
+        "zh": "{label}已暂停，还剩{remaining}。",
+    },
+    "timer.not_running": {"en": "The {label} is not paused.", "zh": "{label}没有暂停。"},
+    "timer.already_paused": {"en": "The {label} is already paused.", "zh": "{label}已经暂停了。"},
+    "timer.resumed": {
+        "en": "Resumed the {label}: {remaining} left.",
+        "zh": "{label}继续计时，还剩{remaining}。",
+    },
+    "timer.changed": {
+        "en": "The {label} now has {remaining} left.",
+        "zh": "{label}现在还剩{remaining}。",
+    },
+    "timer.left": {
+        "en": "{Label}: {remaining} left{paused}",
+        "zh": "{label}还剩{remaining}{paused}",
+    },
+    "timer.paused_mark": {"en": " (paused)", "zh": "（已暂停）"},
+    "timer.status": {"en": "{lines}.", "zh": "{lines}。"},
+    "timer.ring": {
+        "en": "Time's up: your {label} for {duration} is done.",
+        "zh": "时间到：{duration}的{label}结束了。",
+    },
+    "duration.hours": {"en": "{n} hour", "zh": "{n}小时"},
+    "duration.hours_n": {"en": "{n} hours", "zh": "{n}小时"},
+    "duration.minutes": {"en": "{n} minute", "zh": "{n}分钟"},
+    "duration.minutes_n": {"en": "{n} minutes", "zh": "{n}分钟"},
+    "duration.seconds": {"en": "{n} second", "zh": "{n}秒"},
+    "duration.seconds_n": {"en": "{n} seconds", "zh": "{n}秒"},
+    "duration.and": {"en": " and ", "zh": ""},
     # ------------------------------------------------------------ receipts (generic)
     "said.waiting": {
         "en": "To {what}, I need your approval: there is a card on your phone.",
@@ -313,3 +358,21 @@ def spoken_date(d: dt.date, lang: str) -> str:
     if lang_of(lang) == "zh":
         return f"{d.year}年{d.month}月{d.day}日，{_ZH_WEEKDAYS[d.weekday()]}"
     return f"{_EN_WEEKDAYS[d.weekday()]}, {d.day} {d:%B} {d.year}"
+
+
+def spoken_duration(ms: int, lang: str) -> str:
+    """``1 minute and 30 seconds`` / ``一分钟三十秒`` (whole seconds, rounded up)."""
+    total = max(0, (ms + 999) // 1000)
+    h, rest = divmod(total, 3600)
+    m, sec = divmod(rest, 60)
+    zh = lang_of(lang) == "zh"
+    parts = []
+    for n, unit in ((h, "hours"), (m, "minutes"), (sec, "seconds")):
+        if n or (unit == "seconds" and not parts):
+            word = (zh_number(n) if n < 100 else str(n)) if zh else str(n)
+            if zh and n == 2:
+                word = "两" if unit != "seconds" else "二"
+            parts.append(say(f"duration.{unit}" + ("" if n == 1 else "_n"), lang, n=word))
+    if len(parts) > 1 and not zh:
+        return ", ".join(parts[:-1]) + say("duration.and", lang) + parts[-1]
+    return "".join(parts)

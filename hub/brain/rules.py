@@ -23,7 +23,9 @@ see :mod:`hub.brain.runtime`):
   ``HassShoppingListCompleteItem`` → the hub's lists (:mod:`hub.brain.lists`, in-hub tools
   of the gateway);
 - ``HassGetCurrentTime/Date`` → the hub's local clock, spoken;
-- timers → "not yet" (they come with the scheduler); ``HassNevermind`` → "OK.";
+- timers (start, cancel, pause, resume, add or take off time, status) → the hub's
+  scheduler (:mod:`hub.schedule.timers`): a timer is the asking device's, and rings there;
+  "not yet" when the brain runs without a scheduler; ``HassNevermind`` → "OK.";
   ``YimiHelp`` → what it can do;
 - ``YimiOrder``, ``YimiOrderSame``, ``YimiPayIt``, ``YimiUndo`` → :mod:`hub.brain.ordering`.
 
@@ -49,7 +51,7 @@ from hub.brain.base import Brain, Outbox, ReplyChunk, Turn
 from hub.brain.errors import BrainError
 from hub.brain.lists import LIST_IDS, ListStore, ListTools, lists_manifest
 from hub.brain.ordering import ORDER_INTENTS, PAYMENT_KINDS, PaymentDesk
-from hub.brain.replies import join, joined, say, spoken_date, spoken_time
+from hub.brain.replies import join, joined, say, spoken_date, spoken_duration, spoken_time
 from hub.brain.runtime import BrainCore, waiting
 from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
@@ -58,6 +60,7 @@ from hub.memory.context import ContextSource, Snippet
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
+    from hub.schedule.timers import TimerDesk, TimerView
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +68,15 @@ SOURCE_TIMEOUT_S = 1.2
 MAX_FORGET = 3
 """memories one "forget …" removes at most (the best-scored recall hits)"""
 TIMERS = frozenset(
-    {"HassStartTimer", "HassCancelTimer", "HassPauseTimer", "HassUnpauseTimer", "HassTimerStatus"}
+    {
+        "HassStartTimer",
+        "HassCancelTimer",
+        "HassPauseTimer",
+        "HassUnpauseTimer",
+        "HassTimerStatus",
+        "HassIncreaseTimer",
+        "HassDecreaseTimer",
+    }
 )
 LEVELS = {
     "HassLightSet": ("brightness", "brightness", "device.brightness"),
@@ -182,8 +193,11 @@ class RuleBrain(Brain):
         lists: ListStore | None = None,
         slots: LiveSlots | None = None,
         now: Callable[[], dt.datetime] | None = None,
+        timers: TimerDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
+        self.timers = timers
+        """the hub's timers (``None``: timers answer "not yet")"""
         self.store = store
         self.contacts: Contacts = contacts or AddressBook()
         self.desk = PaymentDesk(gateway)
@@ -322,7 +336,9 @@ class RuleBrain(Brain):
         if name == "HassGetCurrentDate":
             return self._finish(task, say("date.today", lang, date=spoken_date(self.now(), lang)))
         if name in TIMERS:
-            return self._finish(task, say("not_yet.timer", lang))
+            if self.timers is None:
+                return self._finish(task, say("not_yet.timer", lang))
+            return self._finish(task, self._timer(task, name, s, lang))
         if name == "HassNevermind":
             return self._finish(task, say("nevermind", lang))
         if name == "YimiHelp":
@@ -508,6 +524,60 @@ class RuleBrain(Brain):
         r = await self.core.step(task, "list", "lists", "add_item", {"list": list_id, "item": item})
         return _said(r, "", "act.list_add", lang, item=item)
 
+    # ------------------------------------------------------------------ timers
+    def _timer(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+        desk = self.timers
+        assert desk is not None
+        device, wanted = task.device_id, str(s.get("name") or "")
+        duration_ms = 1000 * (
+            3600 * int(s.get("hours") or 0)
+            + 60 * int(s.get("minutes") or 0)
+            + int(s.get("seconds") or 0)
+        )
+        if name == "HassStartTimer":
+            if duration_ms <= 0:
+                return say("timer.none", lang)
+            t = desk.start(
+                task.task_id, device, duration_ms, name=wanted, lang=lang, trace=task.trace_id
+            )
+            label = _timer_label(t.name, lang)
+            return say(
+                "timer.started",
+                lang,
+                label=label,
+                Label=_cap(label),
+                duration=spoken_duration(t.duration_ms, lang),
+            )
+        found = desk.on(device, wanted)
+        if not found:
+            if wanted:
+                return say("timer.none_named", lang, label=_timer_label(wanted, lang))
+            return say("timer.none", lang)
+        if name == "HassTimerStatus":
+            lines = [_timer_left(t, lang) for t in found]
+            return say("timer.status", lang, lines=join(lines, lang))
+        if len(found) > 1:
+            names = join([_timer_label(t.name, lang) for t in found], lang)
+            return say("timer.which", lang, names=names)
+        t = found[0]
+        label = _timer_label(t.name, lang)
+        if name == "HassCancelTimer":
+            desk.cancel(t)
+            return say("timer.cancelled", lang, label=label)
+        if name == "HassPauseTimer":
+            if t.paused:
+                return say("timer.already_paused", lang, label=label)
+            done = desk.pause(t) or t
+            return say("timer.paused", lang, label=label, remaining=_left(done, lang))
+        if name == "HassUnpauseTimer":
+            if not t.paused:
+                return say("timer.not_running", lang, label=label)
+            done = desk.resume(t) or t
+            return say("timer.resumed", lang, label=label, remaining=_left(done, lang))
+        sign = -1 if name == "HassDecreaseTimer" else 1
+        done = desk.extend(t, sign * duration_ms) or t
+        return say("timer.changed", lang, label=label, remaining=_left(done, lang))
+
     # ------------------------------------------------------------------ messages
     async def _send(
         self,
@@ -586,6 +656,26 @@ _STATE_WORDS = {"on": "开着", "off": "关着", "locked": "锁着", "unlocked":
 
 def _lang(task: TaskRecord) -> str:
     return str(task.spec.get("lang") or "en")
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _timer_label(name: str, lang: str) -> str:
+    return say("timer.label_named", lang, name=name) if name else say("timer.label", lang)
+
+
+def _left(t: TimerView, lang: str) -> str:
+    return spoken_duration(t.remaining_ms, lang)
+
+
+def _timer_left(t: TimerView, lang: str) -> str:
+    label = _timer_label(t.name, lang)
+    paused = say("timer.paused_mark", lang) if t.paused else ""
+    return say(
+        "timer.left", lang, label=label, Label=_cap(label), remaining=_left(t, lang), paused=paused
+    )
 
 
 def _state_word(state: str, lang: str) -> str:

@@ -32,12 +32,15 @@ from hub.gateway.courier import MeshConsent
 from hub.mesh.broker import Broker, BrokerAccount
 from hub.mesh.grpc_server import HubService, start_server
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
+from hub.schedule import Clock, JobStore, Scheduler
+from hub.schedule.timers import TimerDesk
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
+from hub.turns.later import Later
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -81,6 +84,9 @@ class HubOptions:
     bind: str = "0.0.0.0"
     """address the broker and gRPC listen on"""
     advertise: bool = True
+    clock: Clock | None = None
+    """the scheduler's clock (tests move a :class:`hub.schedule.TestClock`); ``None``: the
+    system's"""
 
 
 class HubDaemon:
@@ -121,6 +127,16 @@ class HubDaemon:
             gateway=self._gateway,
         )
         """every reply the hub sends, and the devices' ACKs"""
+        self.scheduler = Scheduler(
+            JobStore(home.path / "schedule.db"),
+            clock=options.clock,
+            tz=str(home.config.get("timezone") or ""),
+        )
+        """timers, reminders, scheduled runs (``HOME/schedule.db``)"""
+        self.later = Later(self.store, self.delivery, publish=self._publish_entries)
+        """what a due timer or reminder says, and to which device"""
+        self.scheduler.handlers.update(self.later.handlers())
+        self.timers = TimerDesk(self.scheduler)
         self.turns = Turns(
             home,
             self.store,
@@ -130,6 +146,7 @@ class HubDaemon:
             gateway=self._gateway,
             ready=self.ready,
             count=port.count,
+            timers=self.timers,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.admission = Admission(
@@ -286,6 +303,8 @@ class HubDaemon:
             log.info("hello not broadcast: %s", exc)
         await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
         self.ready.set()
+        # connected: what came due while the hub was down goes out now (within its grace)
+        await self._stack.enter_async_context(self.scheduler)
         log.info(
             "hub %s up: mqtt %s:%d, grpc %s:%d, fingerprint %s",
             home.home_id,
@@ -333,6 +352,7 @@ class HubDaemon:
         self.store.close()
         self.registry.close()
         self.voiceprints.close()
+        self.scheduler.store.close()
 
     def _write_pidfile(self) -> None:
         write_private(self.home.path / "hub.pid", str(os.getpid()))

@@ -40,6 +40,7 @@ from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
+from hub.schedule.timers import TimerDesk
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import TurnMeta, meta_of
@@ -96,8 +97,11 @@ class Turns:
         gateway: Callable[[], Gateway | None],
         ready: asyncio.Event,
         count: Callable[[str], None],
+        timers: TimerDesk | None = None,
     ) -> None:
         self._home = home
+        self.timers = timers
+        """the hub's timers, handed to the brain"""
         self.home = home.path
         self.store = store
         self.delivery = delivery
@@ -127,7 +131,9 @@ class Turns:
         gw = self._gateway()
         if gw is None:
             raise RuntimeError("the gateway must be up before the brain")
-        self._brain_cm = open_brain(self._home, gw, contacts=self.contacts, on_event=self.on_event)
+        self._brain_cm = open_brain(
+            self._home, gw, contacts=self.contacts, on_event=self.on_event, timers=self.timers
+        )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")
         for device in self._queues:

@@ -63,6 +63,8 @@ HA_INTENTS = frozenset(
         "HassPauseTimer",
         "HassUnpauseTimer",
         "HassTimerStatus",
+        "HassIncreaseTimer",
+        "HassDecreaseTimer",
         "HassShoppingListAddItem",
         "HassListAddItem",
         "HassShoppingListCompleteItem",
