@@ -59,6 +59,7 @@ from hub.brain.rules import AddressBook, Contact, Contacts
 if TYPE_CHECKING:
     from hub.brain.configured import ConfiguredBrain
     from hub.gateway import Gateway
+    from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
     from provisioning.home import Home
 
@@ -84,6 +85,7 @@ async def open_brain(
     on_event: EventSink | None = None,
     durable: bool = True,
     timers: TimerDesk | None = None,
+    reminders: ReminderDesk | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
     """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
     from hub.brain.configured import ConfiguredBrain
@@ -94,7 +96,13 @@ async def open_brain(
     providers = ProviderStore.for_home(home)
     try:
         async with ConfiguredBrain(
-            gateway, store, providers, contacts=contacts, on_event=on_event, timers=timers
+            gateway,
+            store,
+            providers,
+            contacts=contacts,
+            on_event=on_event,
+            timers=timers,
+            reminders=reminders,
         ) as brain:
             yield brain
     finally:

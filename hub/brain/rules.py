@@ -51,7 +51,15 @@ from hub.brain.base import Brain, Outbox, ReplyChunk, Turn
 from hub.brain.errors import BrainError
 from hub.brain.lists import LIST_IDS, ListStore, ListTools, lists_manifest
 from hub.brain.ordering import ORDER_INTENTS, PAYMENT_KINDS, PaymentDesk
-from hub.brain.replies import join, joined, say, spoken_date, spoken_duration, spoken_time
+from hub.brain.replies import (
+    join,
+    joined,
+    say,
+    spoken_date,
+    spoken_duration,
+    spoken_time,
+    spoken_when,
+)
 from hub.brain.runtime import BrainCore, waiting
 from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
@@ -60,6 +68,7 @@ from hub.memory.context import ContextSource, Snippet
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
+    from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk, TimerView
 
 log = logging.getLogger(__name__)
@@ -78,6 +87,7 @@ TIMERS = frozenset(
         "HassDecreaseTimer",
     }
 )
+REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel"})
 LEVELS = {
     "HassLightSet": ("brightness", "brightness", "device.brightness"),
     "HassSetPosition": ("position", "position", "device.position"),
@@ -194,9 +204,12 @@ class RuleBrain(Brain):
         slots: LiveSlots | None = None,
         now: Callable[[], dt.datetime] | None = None,
         timers: TimerDesk | None = None,
+        reminders: ReminderDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
         self.timers = timers
+        self.reminders = reminders
+        """the hub's reminders (``None``: reminders answer "not yet")"""
         """the hub's timers (``None``: timers answer "not yet")"""
         self.store = store
         self.contacts: Contacts = contacts or AddressBook()
@@ -339,6 +352,10 @@ class RuleBrain(Brain):
             if self.timers is None:
                 return self._finish(task, say("not_yet.timer", lang))
             return self._finish(task, self._timer(task, name, s, lang))
+        if name in REMINDERS:
+            if self.reminders is None:
+                return self._finish(task, say("not_yet.reminder", lang))
+            return self._finish(task, self._reminder(task, name, s, lang))
         if name == "HassNevermind":
             return self._finish(task, say("nevermind", lang))
         if name == "YimiHelp":
@@ -578,6 +595,54 @@ class RuleBrain(Brain):
         done = desk.extend(t, sign * duration_ms) or t
         return say("timer.changed", lang, label=label, remaining=_left(done, lang))
 
+    # ------------------------------------------------------------------ reminders
+    def _reminder(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+        from hub.brain.when import parse
+
+        desk = self.reminders
+        assert desk is not None
+        what = str(s.get("what") or "").strip()
+        if name == "YimiRemind":
+            now = desk.now()
+            said = str(s.get("when") or "")
+            when = parse(f"{said} {what}" if said else what, lang, now)
+            if when is None and said and lang != "zh":  # "a reminder for 7 to …"
+                when = parse(f"at {said} {what}", lang, now)
+            if when is None:
+                self.store.move(task.task_id, "failed", "no time")
+                return say("reminder.when", lang, what=what)
+            what = when.rest or what
+            at_time = dt.time(when.hour, when.minute)
+            if when.at is not None:
+                at_time = when.at.time()
+            spoken = spoken_when(when.at, when.days if not when.at else None, at_time, now, lang)
+            if when.at is not None and when.at <= now:
+                self.store.move(task.task_id, "failed", "in the past")
+                return say("reminder.past", lang, when=spoken)
+            desk.add(
+                task.task_id,
+                device=task.device_id,
+                what=what,
+                when=spoken,
+                lang=lang,
+                trace=task.trace_id,
+                at=when.at,
+                rule=when.rule,
+            )
+            return say("reminder.set", lang, when=spoken, what=what)
+        found = desk.all(what)
+        if not found:
+            if what:
+                return say("reminder.none_match", lang, what=what)
+            return say("reminder.none", lang)
+        lines = join([say("reminder.item", lang, when=r.when, what=r.what) for r in found], lang)
+        if name == "YimiReminderList":
+            return say("reminder.list", lang, lines=lines)
+        if len(found) > 1:
+            return say("reminder.which", lang, lines=lines)
+        desk.cancel(found[0])
+        return say("reminder.cancelled", lang, what=found[0].what)
+
     # ------------------------------------------------------------------ messages
     async def _send(
         self,
@@ -718,6 +783,9 @@ def _title(intent: Intent) -> str:
         "YimiPayIt": "pay it",
         "YimiUndo": "undo a payment",
         "HassNevermind": "never mind",
+        "YimiRemind": f"reminder: {g('what')}",
+        "YimiReminderList": "the reminders",
+        "YimiReminderCancel": f"cancel a reminder: {g('what')}",
     }
     if intent.name in TIMERS:
         return "timer"

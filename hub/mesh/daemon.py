@@ -33,6 +33,7 @@ from hub.mesh.broker import Broker, BrokerAccount
 from hub.mesh.grpc_server import HubService, start_server
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
 from hub.schedule import Clock, JobStore, Scheduler
+from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
@@ -136,7 +137,9 @@ class HubDaemon:
         self.later = Later(self.store, self.delivery, publish=self._publish_entries)
         """what a due timer or reminder says, and to which device"""
         self.scheduler.handlers.update(self.later.handlers())
+        self.scheduler.on_missed.update(self.later.on_missed())
         self.timers = TimerDesk(self.scheduler)
+        self.reminders = ReminderDesk(self.scheduler)
         self.turns = Turns(
             home,
             self.store,
@@ -147,6 +150,7 @@ class HubDaemon:
             ready=self.ready,
             count=port.count,
             timers=self.timers,
+            reminders=self.reminders,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.admission = Admission(

@@ -40,6 +40,7 @@ from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
+from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
@@ -98,9 +99,11 @@ class Turns:
         ready: asyncio.Event,
         count: Callable[[str], None],
         timers: TimerDesk | None = None,
+        reminders: ReminderDesk | None = None,
     ) -> None:
         self._home = home
         self.timers = timers
+        self.reminders = reminders
         """the hub's timers, handed to the brain"""
         self.home = home.path
         self.store = store
@@ -132,7 +135,12 @@ class Turns:
         if gw is None:
             raise RuntimeError("the gateway must be up before the brain")
         self._brain_cm = open_brain(
-            self._home, gw, contacts=self.contacts, on_event=self.on_event, timers=self.timers
+            self._home,
+            gw,
+            contacts=self.contacts,
+            on_event=self.on_event,
+            timers=self.timers,
+            reminders=self.reminders,
         )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")

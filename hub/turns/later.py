@@ -53,6 +53,9 @@ class Later:
     def handlers(self) -> dict[str, Callable[[Occurrence], Awaitable[None]]]:
         return {"timer": self.ring, "reminder": self.remind}
 
+    def on_missed(self) -> dict[str, Callable[[Occurrence], Awaitable[None]]]:
+        return {"reminder": self.missed}
+
     async def _say(self, occ: Occurrence, rid: str, device: str, text: str) -> None:
         if self.store.chunks(rid):  # run again after a restart: the same reply, not a second
             await self.delivery.resend_chunks(rid)
@@ -73,7 +76,21 @@ class Later:
     async def remind(self, occ: Occurrence) -> None:
         spec, lang = occ.job.spec, str(occ.job.spec.get("lang") or "en")
         text = say("reminder.due", lang, what=str(spec.get("what") or ""))
-        entry_id = occurrence_id("rem-", occ)
+        await self._entry(occ, occurrence_id("rem-", occ), text)
+        device = str(spec.get("device") or "")
+        if device:
+            await self._say(occ, occurrence_id("rm-", occ), device, text)
+
+    async def missed(self, occ: Occurrence) -> None:
+        """A reminder that came due while the hub was down, later than its grace: on the
+        timeline as missed (not said)."""
+        spec, lang = occ.job.spec, str(occ.job.spec.get("lang") or "en")
+        what, when = str(spec.get("what") or ""), str(spec.get("when") or "")
+        text = say("reminder.missed", lang, what=what, when=when)
+        await self._entry(occ, occurrence_id("rmm-", occ), text)
+
+    async def _entry(self, occ: Occurrence, entry_id: str, text: str) -> None:
+        spec = occ.job.spec
         now = now_ms()
         seq, fresh = self.store.append_entry(
             entry_id,
@@ -85,8 +102,5 @@ class Later:
             meta={"job": occ.job.id, "occurrence_ms": occ.occurrence_ms, "late_ms": occ.late_ms},
         )
         if fresh:
-            log.info("reminder %s due: %s", occ.job.id, text)
+            log.info("reminder %s: %s", occ.job.id, text)
             await self._publish([docs.Entry(entry_id, HUB, now, REMINDER_KIND, text, seq)])
-        device = str(spec.get("device") or "")
-        if device:
-            await self._say(occ, occurrence_id("rm-", occ), device, text)

@@ -76,7 +76,7 @@ HA_INTENTS = frozenset(
 # Template blocks naming these lists are dropped: a delayed command, a zone, a broadcast.
 UNSUPPORTED_LISTS = ("{timer_command", "{zone", "{message", "{search_query", "{floor")
 WILDCARDS = ("fact", "query", "body", "what", "items")
-FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items"})
+FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items", "when"})
 NUMBER_SLOTS = frozenset(
     {
         "brightness",
