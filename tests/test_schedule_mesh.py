@@ -78,3 +78,80 @@ async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> 
         assert RING not in specs_edge.text()
         mesh.stop(mac_edge)
         mesh.stop(specs_edge)
+
+
+def reminders_on_timeline(mesh: Mesh) -> list[str]:
+    return [t for _, _, kind, t in mesh.hub_timeline() if kind == "reminder"]
+
+
+def due_in_s(hub: HubDaemon, what: str) -> float:
+    (job,) = [j for j in hub.scheduler.store.jobs("reminder") if j.spec["what"] == what]
+    assert job.next_ms is not None
+    return (job.next_ms - hub.scheduler.now_ms()) / 1000
+
+
+async def test_reminders_in_chinese_and_english_fire_once_across_restarts(mesh: Mesh) -> None:
+    mesh.configure(timezone="Asia/Shanghai")
+    mac = mesh.add_device("mac1", "mac")
+    specs = mesh.add_device("specs", "glasses")
+    clock = TestClock()
+    mac_edge = specs_edge = None
+    async with hub_up(mesh, clock) as hub:
+        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
+        out = await say(mesh, mac, "明天早上八点提醒我吃药")
+        assert "好的，明天上午八点提醒你吃药。" in out, out
+        out = await say(mesh, mac, "remind me in 10 minutes to call mum")
+        assert "OK, I'll remind you " in out and "to call mum." in out, out
+        zh_in, en_in = due_in_s(hub, "吃药"), due_in_s(hub, "call mum")
+        assert 570 <= en_in <= 600 and en_in < zh_in <= 32 * 3600  # 8 am the day after today
+    async with hub_up(mesh, clock) as hub:  # restarted in between: both still pending
+        clock.advance(en_in + 1)
+        await poll(lambda: "hub: Reminder: call mum." in mac_edge.text(), 30, "call mum")
+        clock.advance(zh_in - en_in)
+        await poll(lambda: "hub: 提醒：吃药。" in mac_edge.text(), 30, "吃药 on the Mac")
+        assert reminders_on_timeline(mesh) == ["Reminder: call mum.", "提醒：吃药。"]
+    async with hub_up(mesh, clock) as hub:  # and again: nothing fires twice
+        clock.advance(60)
+        await hub.scheduler.run_due()
+        assert hub.scheduler.stats["fired"] == 0
+        for job in hub.scheduler.store.jobs("reminder", active=False):
+            assert [s for _, s in hub.scheduler.store.occurrences(job.id)] == ["fired"]
+
+        async def on_specs() -> str:  # the CLI syncs with the hub: off this loop
+            r = await asyncio.to_thread(mesh.yimi, "timeline", "--bundle", str(specs))
+            return r.stdout
+
+        async def both_on_specs() -> bool:
+            view = await on_specs()
+            return "提醒：吃药。" in view and "Reminder: call mum." in view
+
+        await poll(both_on_specs, 30, "the reminders on the glasses")
+        assert reminders_on_timeline(mesh) == ["Reminder: call mum.", "提醒：吃药。"]
+        assert mac_edge.text().count("Reminder: call mum.") == 1
+        assert "Reminder: call mum." not in specs_edge.text()  # said on the Mac only
+        mesh.stop(mac_edge)
+        mesh.stop(specs_edge)
+
+
+async def test_a_reminder_due_while_the_hub_was_down_fires_on_start(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    clock = TestClock()
+    async with hub_up(mesh, clock):
+        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        assert "OK" in await say(mesh, mac, "remind me in 10 minutes to stretch")
+        assert "OK" in await say(mesh, mac, "remind me in 20 minutes to check the post")
+    clock.advance(15 * 60)  # down for 15 minutes: 5 minutes late, inside the grace
+    async with hub_up(mesh, clock) as hub:
+        await poll(lambda: "hub: Reminder: stretch." in mac_edge.text(), 30, "stretch")
+        assert hub.scheduler.stats == {"fired": 1, "missed": 0, "failed": 0}
+    clock.advance(3 * 3600)  # down for three hours: past the post's grace (an hour)
+    async with hub_up(mesh, clock) as hub:
+        await poll(lambda: hub.scheduler.stats["missed"] == 1, 10, "the missed reminder")
+        stretch, missed = reminders_on_timeline(mesh)
+        assert stretch == "Reminder: stretch."
+        assert missed.startswith(
+            "Missed while the hub was off: the reminder to check the post ("
+        ), missed
+        assert "Reminder: check the post." not in mac_edge.text()  # missed: not said late
+        mesh.stop(mac_edge)

@@ -407,7 +407,7 @@ def spoken_duration(ms: int, lang: str) -> str:
     h, rest = divmod(total, 3600)
     m, sec = divmod(rest, 60)
     zh = lang_of(lang) == "zh"
-    parts = []
+    parts: list[str] = []
     for n, unit in ((h, "hours"), (m, "minutes"), (sec, "seconds")):
         if n or (unit == "seconds" and not parts):
             word = (zh_number(n) if n < 100 else str(n)) if zh else str(n)
