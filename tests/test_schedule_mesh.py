@@ -155,3 +155,41 @@ async def test_a_reminder_due_while_the_hub_was_down_fires_on_start(mesh: Mesh) 
         ), missed
         assert "Reminder: check the post." not in mac_edge.text()  # missed: not said late
         mesh.stop(mac_edge)
+
+
+async def test_a_scheduled_run_that_needs_a_card_is_blocked_and_reported(mesh: Mesh) -> None:
+    from tests.test_turns_mesh import prepare
+    from worlds.fakes import SmtpWorld
+
+    mac = mesh.add_device("mac1", "mac")
+    phone = mesh.add_device("phone1", "phone")
+    clock = TestClock()
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with hub_up(mesh, clock) as hub:
+            mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            phone_edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
+            out = await say(mesh, mac, "every Monday at 9 e-mail the meeting notes to my colleague")
+            assert "OK: every Monday at 9:00 am, I'll e-mail the meeting notes" in out, out
+            (job,) = hub.scheduler.store.jobs("run")
+            assert job.next_ms is not None
+            clock.advance((job.next_ms - hub.scheduler.now_ms()) / 1000 + 1)
+            blocked = "Needs you: open the companion."
+
+            def activity() -> list[str]:
+                rows = mesh.hub_query("SELECT text FROM timeline WHERE kind='activity'")
+                return [str(r[0]) for r in rows]
+
+            await poll(lambda: any(blocked in a for a in activity()), 30, "the blocked run")
+            await poll(lambda: blocked in mac_edge.text(), 20, "the notice on the Mac")
+            gw = hub.consent.gateway
+            assert gw is not None
+            assert gw.consent.pending() == []  # never a card
+            assert smtp.messages() == []  # never executed
+            assert "card " not in phone_edge.text()
+            (run,) = [a for a in activity() if blocked in a]
+            assert "e-mail the meeting notes to my colleague" in run
+            job = hub.scheduler.store.get(job.id)
+            assert job is not None and job.state == "pending"  # next Monday again
+            mesh.stop(mac_edge)
+            mesh.stop(phone_edge)

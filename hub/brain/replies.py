@@ -102,6 +102,21 @@ REPLIES: Templates = {
         "en": "Cancelled the reminder to {what}.",
         "zh": "已取消提醒：{what}。",
     },
+    "run.set": {
+        "en": "OK: {when}, I'll {what}.",
+        "zh": "好的：{when}，我会{what}。",
+    },
+    "run.blocked": {
+        "en": "Needs you: open the companion. The scheduled “{what}” was not done: it needs "
+        "your approval, and a scheduled run never asks when nobody is there.",
+        "zh": "需要你：请打开手机助手。定时任务“{what}”没有执行：它需要你的批准，"
+        "定时任务不会在没人的时候弹出确认卡片。",
+    },
+    "run.done": {"en": "Scheduled “{what}”: {result}", "zh": "定时任务“{what}”：{result}"},
+    "refused.scheduled": {
+        "en": "it needs you: open the companion",
+        "zh": "这需要你本人：请打开手机助手",
+    },
     "reminder.due": {"en": "Reminder: {what}.", "zh": "提醒：{what}。"},
     "reminder.missed": {
         "en": "Missed while the hub was off: the reminder to {what} ({when}).",

@@ -64,6 +64,7 @@ from hub.brain.runtime import BrainCore, waiting
 from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
+from hub.gateway.gateway import SCHEDULED_BLOCK
 from hub.memory.context import ContextSource, Snippet
 
 if TYPE_CHECKING:
@@ -87,7 +88,9 @@ TIMERS = frozenset(
         "HassDecreaseTimer",
     }
 )
-REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel"})
+REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiScheduleRun"})
+NOT_SCHEDULED = TIMERS | REMINDERS | {"HassNevermind", "YimiHelp"}
+"""intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
     "HassLightSet": ("brightness", "brightness", "device.brightness"),
     "HassSetPosition": ("position", "position", "device.position"),
@@ -265,6 +268,8 @@ class RuleBrain(Brain):
                 "intent": intent.name,
                 "slots": dict(intent.slots),
                 "lang": lang,
+                **({"scheduled": True} if turn.scheduled else {}),
+                **({"text": turn.text[:500]} if intent.name == "YimiScheduleRun" else {}),
                 **({"heard": turn.text[:500]} if intent.name is None else {}),
             },
         )
@@ -355,7 +360,7 @@ class RuleBrain(Brain):
         if name in REMINDERS:
             if self.reminders is None:
                 return self._finish(task, say("not_yet.reminder", lang))
-            return self._finish(task, self._reminder(task, name, s, lang))
+            return self._finish(task, await self._reminder(task, name, s, lang))
         if name == "HassNevermind":
             return self._finish(task, say("nevermind", lang))
         if name == "YimiHelp":
@@ -596,12 +601,15 @@ class RuleBrain(Brain):
         return say("timer.changed", lang, label=label, remaining=_left(done, lang))
 
     # ------------------------------------------------------------------ reminders
-    def _reminder(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+    async def _reminder(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
         from hub.brain.when import parse
 
         desk = self.reminders
         assert desk is not None
         what = str(s.get("what") or "").strip()
+        if name == "YimiScheduleRun":
+            said = str(task.spec.get("text") or s.get("command") or "")
+            return await self._schedule_run(task, said, lang)
         if name == "YimiRemind":
             now = desk.now()
             said = str(s.get("when") or "")
@@ -642,6 +650,39 @@ class RuleBrain(Brain):
             return say("reminder.which", lang, lines=lines)
         desk.cancel(found[0])
         return say("reminder.cancelled", lang, what=found[0].what)
+
+    async def _schedule_run(self, task: TaskRecord, command: str, lang: str) -> str:
+        """ "every Monday at 9 e-mail …": the command runs at those times as a scheduled run
+        (a call that needs a card is then blocked, never shown)."""
+        from hub.brain.when import parse
+
+        desk = self.reminders
+        assert desk is not None
+        now = desk.now()
+        when = parse(command, lang, now)
+        later = await self.recognize(when.rest, lang) if when is not None and when.rest else None
+        if (
+            when is None
+            or not when.rule
+            or later is None
+            or later.name is None
+            or later.name in NOT_SCHEDULED
+            or later.kind in PAYMENT_KINDS
+            or later.kind in ("pay_it", "undo")
+        ):
+            self.store.move(task.task_id, "failed", "not a command to repeat")
+            return joined([say("heard", lang, heard=command), say("unknown", lang)], lang)
+        spoken = spoken_when(None, when.days, dt.time(when.hour, when.minute), now, lang)
+        desk.add_run(
+            task.task_id,
+            device=task.device_id,
+            command=when.rest,
+            when=spoken,
+            lang=lang,
+            trace=task.trace_id,
+            rule=when.rule,
+        )
+        return say("run.set", lang, when=spoken, what=when.rest)
 
     # ------------------------------------------------------------------ messages
     async def _send(
@@ -786,6 +827,7 @@ def _title(intent: Intent) -> str:
         "YimiRemind": f"reminder: {g('what')}",
         "YimiReminderList": "the reminders",
         "YimiReminderCancel": f"cancel a reminder: {g('what')}",
+        "YimiScheduleRun": f"every {g('command')}",
     }
     if intent.name in TIMERS:
         return "timer"
@@ -814,6 +856,8 @@ def _why_rejected(r: Receipt, lang: str) -> str:
     any other reason as the gateway gave it."""
     if r.error.startswith(SCOPE_REFUSAL) and " may not use " in r.error:
         return say("refused.scope", lang)
+    if r.error == SCHEDULED_BLOCK:
+        return say("refused.scheduled", lang)
     return r.error or say("refused", lang)
 
 

@@ -153,6 +153,7 @@ class HubDaemon:
             reminders=self.reminders,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
+        self.scheduler.handlers["run"] = self.turns.run_scheduled
         self.admission = Admission(
             self.store,
             turns=self.turns,

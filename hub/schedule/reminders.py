@@ -16,6 +16,8 @@ from hub.schedule.scheduler import Scheduler
 from hub.schedule.store import Job
 
 REMINDER = "reminder"
+RUN = "run"
+"""a scheduled brain run: ``spec.command`` run as a turn with a scheduled scope"""
 GRACE_MS = 60 * 60 * 1000
 """a reminder that came due while the hub was down is still said within this"""
 
@@ -70,6 +72,22 @@ class ReminderDesk:
             grace_ms=GRACE_MS,
         )
         return self.view(job)
+
+    def add_run(
+        self,
+        request_id: str,
+        *,
+        device: str,
+        command: str,
+        when: str,
+        lang: str,
+        trace: str,
+        rule: str,
+    ) -> Job:
+        spec = {"device": device, "command": command[:500], "when": when, "lang": lang}
+        return self.scheduler.add(
+            f"run-{request_id}", RUN, {**spec, "trace_id": trace}, rule=rule, grace_ms=GRACE_MS
+        )
 
     def all(self, what: str = "") -> list[ReminderView]:
         """Active reminders, soonest first (their words containing ``what``, if given)."""
