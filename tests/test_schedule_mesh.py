@@ -189,7 +189,8 @@ async def test_a_scheduled_run_that_needs_a_card_is_blocked_and_reported(mesh: M
             assert "card " not in phone_edge.text()
             (run,) = [a for a in activity() if blocked in a]
             assert "e-mail the meeting notes to my colleague" in run
-            job = hub.scheduler.store.get(job.id)
-            assert job is not None and job.state == "pending"  # next Monday again
+            again = hub.scheduler.store.get(job.id)
+            assert again is not None and again.state == "pending"  # next Monday again
+            assert again.next_ms is not None and again.next_ms > job.next_ms
             mesh.stop(mac_edge)
             mesh.stop(phone_edge)
