@@ -260,22 +260,24 @@ class Scheduler:
             report = self.on_missed.get(occ.job.kind)
             if report is not None:
                 await self._call(report, occ)
-        for occ in claimed.fire:
-            await self._fire(occ)
+        done = [occ for occ in claimed.fire if await self._fire(occ)]
+        self.store.finish_many([(o.job.id, o.occurrence_ms) for o in done], self.now_ms())
         if claimed.fire:
             self.fired.set()
         return len(claimed.fire)
 
-    async def _fire(self, occ: Occurrence) -> None:
+    async def _fire(self, occ: Occurrence) -> bool:
+        """Run the occurrence's handler; ``False`` if it failed (it stays ``firing`` and
+        runs again at the next start)."""
         handler = self.handlers.get(occ.job.kind)
         if handler is None:
             log.warning("job %s: no handler for kind %s", occ.job.id, occ.job.kind)
         elif not await self._call(handler, occ):
-            return  # stays "firing": run again at the next start
-        self.store.finish(occ.job.id, occ.occurrence_ms, self.now_ms())
+            return False
         self.stats["fired"] += 1
         self.lateness_ms.append(occ.late_ms)
         log.info("job %s (%s) fired %d ms late", occ.job.id, occ.job.kind, occ.late_ms)
+        return True
 
     async def _call(self, handler: Handler, occ: Occurrence) -> bool:
         try:
@@ -293,7 +295,8 @@ class Scheduler:
                 occ.job.id,
                 occ.occurrence_ms,
             )
-            await self._fire(occ)
+            if await self._fire(occ):
+                self.store.finish_many([(occ.job.id, occ.occurrence_ms)], self.now_ms())
         while True:
             self._wake.clear()
             await self.run_due()

@@ -204,13 +204,17 @@ class JobStore:
         )
         return bool(self.db.changes())
 
-    def finish(self, job_id: str, occurrence_ms: int, now_ms: int) -> None:
+    def finish_many(self, done: list[tuple[str, int]], now_ms: int) -> None:
+        """(job, occurrence) pairs whose handlers ran: ``fired`` (one transaction)."""
+        if not done:
+            return
         with transaction(self.db):
-            self.db.execute(
-                "UPDATE occurrences SET state='fired', at_ms=? "
-                "WHERE job_id=? AND occurrence_ms=? AND state='firing'",
-                (now_ms, job_id, occurrence_ms),
-            )
+            for job_id, occurrence_ms in done:
+                self.db.execute(
+                    "UPDATE occurrences SET state='fired', at_ms=? "
+                    "WHERE job_id=? AND occurrence_ms=? AND state='firing'",
+                    (now_ms, job_id, occurrence_ms),
+                )
 
     def unfinished(self) -> Iterator[Occurrence]:
         """Occurrences claimed whose handler never finished (the hub stopped in between)."""
