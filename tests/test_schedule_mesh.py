@@ -112,9 +112,12 @@ async def test_reminders_in_chinese_and_english_fire_once_across_restarts(mesh: 
         await poll(lambda: "hub: 提醒：吃药。" in mac_edge.text(), 30, "吃药 on the Mac")
         assert reminders_on_timeline(mesh) == ["Reminder: call mum.", "提醒：吃药。"]
     async with hub_up(mesh, clock) as hub:  # and again: nothing fires twice
-        clock.advance(60)
+        clock.advance(120)  # past the notifications' ACK deadline: the Mac ACKed, no fallback
         await hub.scheduler.run_due()
-        assert hub.scheduler.stats["fired"] == 0
+        mac_id = Bundle.load(mac).device_id
+        for said in ("Reminder: call mum.", "提醒：吃药。"):
+            sent = mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", said)
+            assert sent == [(mac_id, "rendered")], sent
         for job in hub.scheduler.store.jobs("reminder", active=False):
             assert [s for _, s in hub.scheduler.store.occurrences(job.id)] == ["fired"]
 
@@ -144,7 +147,12 @@ async def test_a_reminder_due_while_the_hub_was_down_fires_on_start(mesh: Mesh) 
     clock.advance(15 * 60)  # down for 15 minutes: 5 minutes late, inside the grace
     async with hub_up(mesh, clock) as hub:
         await poll(lambda: "hub: Reminder: stretch." in mac_edge.text(), 30, "stretch")
-        assert hub.scheduler.stats == {"fired": 1, "missed": 0, "failed": 0}
+        (stretch_job,) = [
+            j
+            for j in hub.scheduler.store.jobs("reminder", active=False)
+            if j.spec["what"] == "stretch"
+        ]
+        assert [s for _, s in hub.scheduler.store.occurrences(stretch_job.id)] == ["fired"]
     clock.advance(3 * 3600)  # down for three hours: past the post's grace (an hour)
     async with hub_up(mesh, clock) as hub:
         await poll(lambda: hub.scheduler.stats["missed"] == 1, 10, "the missed reminder")
@@ -194,3 +202,37 @@ async def test_a_scheduled_run_that_needs_a_card_is_blocked_and_reported(mesh: M
             assert again.next_ms is not None and again.next_ms > job.next_ms
             mesh.stop(mac_edge)
             mesh.stop(phone_edge)
+
+
+async def test_an_unacked_notification_falls_back_to_the_next_device(mesh: Mesh) -> None:
+    mesh.configure(notifications={"ack_deadline_s": 30, "order": ["glasses", "phone", "mac"]})
+    mac = mesh.add_device("mac1", "mac")
+    specs = mesh.add_device("specs", "glasses")
+    phone = mesh.add_device("phone1", "phone")
+    ids = {b.name: Bundle.load(b).device_id for b in (mac, specs, phone)}
+    clock = TestClock()
+    said = "Reminder: call the plumber."
+
+    def sent_to() -> list[tuple[object, ...]]:
+        return mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", said)
+
+    async with hub_up(mesh, clock) as hub:
+        specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
+        # set from the Mac, whose edge daemon is not running: nobody there ACKs
+        assert "OK" in await say(mesh, mac, "remind me in 5 minutes to call the plumber")
+        clock.advance(5 * 60 + 1)
+        await poll(lambda: sent_to(), 20, "the first attempt")
+        assert sent_to() == [(ids["bundle-mac1"], None)]
+        clock.advance(29)
+        await hub.scheduler.run_due()
+        assert len(sent_to()) == 1  # still inside the Mac's deadline
+        clock.advance(2)
+        await poll(lambda: said in specs_edge.text(), 20, "the fallback on the glasses")
+        await poll(lambda: len([r for r in sent_to() if r[1]]) == 1, 10, "the glasses' ACK")
+        assert sorted(sent_to(), key=str) == sorted(
+            [(ids["bundle-mac1"], None), (ids["bundle-specs"], "rendered")], key=str
+        )
+        clock.advance(120)  # ACKed: the phone is never bothered
+        await hub.scheduler.run_due()
+        assert all(r[0] != ids["bundle-phone1"] for r in sent_to())
+        mesh.stop(specs_edge)

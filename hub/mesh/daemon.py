@@ -42,6 +42,7 @@ from hub.turns.answering import Turns
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
 from hub.turns.later import Later
+from hub.turns.notify import Notifier, NotifySettings
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -134,9 +135,21 @@ class HubDaemon:
             tz=str(home.config.get("timezone") or ""),
         )
         """timers, reminders, scheduled runs (``HOME/schedule.db``)"""
-        self.later = Later(self.store, self.delivery, publish=self._publish_entries)
+        cfg_notify = home.config.get("notifications")
+        self.notifier = Notifier(
+            self.store,
+            self.delivery,
+            self.scheduler,
+            devices=self._live_devices,
+            settings=NotifySettings.of(cfg_notify if isinstance(cfg_notify, Mapping) else None),
+        )
+        """notifications: ordered devices, ACK deadline, quiet hours (``notifications:``)"""
+        self.later = Later(
+            self.store, self.delivery, publish=self._publish_entries, notifier=self.notifier
+        )
         """what a due timer or reminder says, and to which device"""
         self.scheduler.handlers.update(self.later.handlers())
+        self.scheduler.handlers.update(self.notifier.handlers())
         self.scheduler.on_missed.update(self.later.on_missed())
         self.timers = TimerDesk(self.scheduler)
         self.reminders = ReminderDesk(self.scheduler)
@@ -214,6 +227,9 @@ class HubDaemon:
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
+
+    def _live_devices(self) -> list[tuple[str, str]]:
+        return [(r.device_id, r.profile) for r in self.registry.devices() if not r.revoked]
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> HubDaemon:

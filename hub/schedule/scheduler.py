@@ -246,7 +246,13 @@ class Scheduler:
         self._wake.set()
 
     async def run_due(self) -> int:
-        """One pass: claim what is due and run its handlers; returns how many fired."""
+        """One pass: claim what is due and run its handlers (awaited); returns how many
+        fired. The loop runs the same pass without waiting for the handlers."""
+        claimed = await self._claim_pass()
+        await self._run_fired(claimed.fire)
+        return len(claimed.fire)
+
+    async def _claim_pass(self) -> Claimed:
         claimed = self.claim_due()
         for occ in claimed.missed:
             self.stats["missed"] += 1
@@ -260,11 +266,17 @@ class Scheduler:
             report = self.on_missed.get(occ.job.kind)
             if report is not None:
                 await self._call(report, occ)
-        done = [occ for occ in claimed.fire if await self._fire(occ)]
-        self.store.finish_many([(o.job.id, o.occurrence_ms) for o in done], self.now_ms())
-        if claimed.fire:
-            self.fired.set()
-        return len(claimed.fire)
+        return claimed
+
+    async def _run_fired(self, fire: list[Occurrence]) -> None:
+        """The handlers of one pass, concurrently (a slow one — a device that is away —
+        holds up no other); those that finished are marked ``fired`` in one transaction."""
+        if not fire:
+            return
+        ok = await asyncio.gather(*(self._fire(occ) for occ in fire))
+        done = [(o.job.id, o.occurrence_ms) for o, good in zip(fire, ok, strict=True) if good]
+        self.store.finish_many(done, self.now_ms())
+        self.fired.set()
 
     async def _fire(self, occ: Occurrence) -> bool:
         """Run the occurrence's handler; ``False`` if it failed (it stays ``firing`` and
@@ -289,17 +301,20 @@ class Scheduler:
         return True
 
     async def _run(self) -> None:
-        for occ in list(self.store.unfinished()):  # cut off by a stop: once more
+        again = list(self.store.unfinished())  # cut off by a stop: once more
+        for occ in again:
             log.info(
                 "job %s: occurrence %d cut off by a stop, fired again",
                 occ.job.id,
                 occ.occurrence_ms,
             )
-            if await self._fire(occ):
-                self.store.finish_many([(occ.job.id, occ.occurrence_ms)], self.now_ms())
+        await self._run_fired(again)
+        assert self._tasks is not None
         while True:
             self._wake.clear()
-            await self.run_due()
+            claimed = await self._claim_pass()
+            if claimed.fire:  # the loop goes on while the handlers run
+                self._tasks.spawn(self._run_fired(claimed.fire), "fire")
             nxt = self.store.next_due_ms()
             timeout = MAX_SLEEP_S
             if nxt is not None:

@@ -19,6 +19,7 @@ from hub.schedule import Occurrence
 from hub.timeline import Admitted, HubStore
 from hub.turns.admission import PublishFn
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece
+from hub.turns.notify import Notifier
 from protos.clock import now_ms
 from sync import documents as docs
 from sync.envelope import HUB
@@ -45,10 +46,19 @@ def ring_text(occ: Occurrence) -> str:
 class Later:
     """The scheduler's handlers that speak: ``timer`` and ``reminder`` (see the module doc)."""
 
-    def __init__(self, store: HubStore, delivery: Delivery, *, publish: PublishFn) -> None:
+    def __init__(
+        self,
+        store: HubStore,
+        delivery: Delivery,
+        *,
+        publish: PublishFn,
+        notifier: Notifier | None = None,
+    ) -> None:
         self.store = store
         self.delivery = delivery
         self._publish = publish
+        self.notifier = notifier
+        """reminders go out as notifications (fallback along the devices) when set"""
 
     def handlers(self) -> dict[str, Callable[[Occurrence], Awaitable[None]]]:
         return {"timer": self.ring, "reminder": self.remind}
@@ -78,7 +88,15 @@ class Later:
         text = say("reminder.due", lang, what=str(spec.get("what") or ""))
         await self._entry(occ, occurrence_id("rem-", occ), text)
         device = str(spec.get("device") or "")
-        if device:
+        if self.notifier is not None:
+            self.notifier.notify(
+                occurrence_id("rm-", occ),
+                text,
+                first=device,
+                urgent=bool(spec.get("urgent")),
+                trace=str(spec.get("trace_id") or ""),
+            )
+        elif device:
             await self._say(occ, occurrence_id("rm-", occ), device, text)
 
     async def missed(self, occ: Occurrence) -> None:
