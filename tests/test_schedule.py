@@ -184,3 +184,63 @@ async def test_pause_resume_extend_and_the_same_id_twice(tmp_path: Path) -> None
         await wait_for(lambda: fired.got, "the timer")
         assert s.cancel(t.id) is None  # done already
     s.store.close()
+
+
+def test_notification_settings_order_and_quiet_hours() -> None:
+    from hub.turns.notify import NotifySettings, in_quiet
+
+    s = NotifySettings.of({"quiet_hours": "22:00-07:00", "ack_deadline_s": 5})
+    assert s.deadline_ms == 5000 and s.order == ("glasses", "phone", "watch", "mac")
+    assert s.quiet is not None
+    tz = ZoneInfo(LONDON)
+    assert in_quiet(dt.datetime(2026, 12, 1, 23, 30, tzinfo=tz), s.quiet)
+    assert in_quiet(dt.datetime(2026, 12, 2, 6, 59, tzinfo=tz), s.quiet)
+    assert not in_quiet(dt.datetime(2026, 12, 2, 7, 0, tzinfo=tz), s.quiet)
+    assert not in_quiet(dt.datetime(2026, 12, 1, 12, 0, tzinfo=tz), NotifySettings.of({}).quiet)
+
+
+async def test_a_notification_in_quiet_hours_waits_unless_urgent(tmp_path: Path) -> None:
+    from hub.timeline import HubStore
+    from hub.turns.delivery import Delivery
+    from hub.turns.notify import NOTIFY, Notifier, NotifySettings
+
+    tz = ZoneInfo(LONDON)
+    night = int(dt.datetime(2026, 12, 1, 23, 0, tzinfo=tz).timestamp() * 1000)
+    clock = TestClock(night - TestClock().now_ms())
+    sent: list[tuple[str, str]] = []
+
+    async def send(device: str, kind: int, msg: object, trace: str | None) -> None:
+        sent.append((device, getattr(msg, "text", "")))
+
+    async def publish(entries: object) -> None:
+        return None
+
+    hub_store = HubStore(tmp_path / "hub.db")
+    delivery = Delivery(
+        hub_store, send=send, publish=publish, commit=lambda o: None, gateway=lambda: None
+    )
+    s = scheduler(tmp_path, clock, Fired())
+    devices = [("m", "mac"), ("g", "glasses"), ("p", "phone")]
+    notifier = Notifier(
+        hub_store,
+        delivery,
+        s,
+        devices=lambda: devices,
+        settings=NotifySettings.of({"quiet_hours": "22:00-07:00", "ack_deadline_s": 30}),
+    )
+    s.handlers.update(notifier.handlers())
+    assert notifier.order("p") == ["p", "g", "m"]
+    try:
+        notifier.notify("quiet", "not now", first="m", urgent=False, trace="")
+        notifier.notify("loud", "now", first="m", urgent=True, trace="")
+        await s.run_due()
+        assert sent == [("m", "now")]
+        (waiting,) = [j for j in s.store.jobs(NOTIFY) if j.spec["nid"] == "quiet"]
+        morning = dt.datetime.fromtimestamp((waiting.next_ms or 0) / 1000, tz)
+        assert (morning.day, morning.hour, morning.minute) == (2, 7, 0)
+        clock.advance(31)  # nobody ACKed the urgent one: the next device
+        await s.run_due()
+        assert sent[-1] == ("g", "now")
+    finally:
+        s.store.close()
+        hub_store.close()
