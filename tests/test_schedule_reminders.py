@@ -11,6 +11,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from hub.brain.base import Turn, collect
 from hub.brain.rules import RuleBrain
 from hub.brain.tasks import TaskStore
@@ -120,3 +123,58 @@ async def test_reminders_set_listed_cancelled_and_due(tmp_path: Path) -> None:
         clock.advance(7 * 24 * 3600)
         await scheduler.run_due()
         assert len(due) == 2  # the weekday one was cancelled
+
+
+WORDS = st.sampled_from(
+    [
+        "every",
+        "at",
+        "in",
+        "tomorrow",
+        "tonight",
+        "pm",
+        "am",
+        "7:30",
+        "5",
+        "99",
+        "25:61",
+        "monday",
+        "weekday",
+        "morning",
+        "minutes",
+        "hours",
+        "half an",
+        "to",
+        "call",
+        "明天",
+        "每天",
+        "每周一",
+        "早上",
+        "下午",
+        "八点",
+        "半",
+        "三刻",
+        "十分钟后",
+        "点",
+        "提醒我",
+        "吃药",
+        "工作日",
+        "后天",
+        "百",
+        "零",
+        ":",
+        "：",
+    ]
+)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.one_of(st.text(max_size=60), st.lists(WORDS, max_size=8).map(" ".join)),
+    st.sampled_from(["en", "zh"]),
+)
+def test_reading_a_time_never_raises(text: str, lang: str) -> None:
+    when = parse(text, lang, NOW)
+    if when is not None:
+        assert (when.at is None) != (when.rule == "")
+        assert when.at is None or when.at.tzinfo is not None

@@ -25,7 +25,12 @@ see :mod:`hub.brain.runtime`):
 - ``HassGetCurrentTime/Date`` → the hub's local clock, spoken;
 - timers (start, cancel, pause, resume, add or take off time, status) → the hub's
   scheduler (:mod:`hub.schedule.timers`): a timer is the asking device's, and rings there;
-  "not yet" when the brain runs without a scheduler; ``HassNevermind`` → "OK.";
+  "not yet" when the brain runs without a scheduler; ``YimiRemind`` /
+  ``YimiReminderList`` / ``YimiReminderCancel`` → the hub's reminders
+  (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiScheduleRun`` ("every Monday at 9 e-mail …") → a recurring job whose command later
+  runs as a turn with a scheduled scope (``Turn.scheduled``: the gateway blocks a call that
+  needs a card); ``HassNevermind`` → "OK.";
   ``YimiHelp`` → what it can do;
 - ``YimiOrder``, ``YimiOrderSame``, ``YimiPayIt``, ``YimiUndo`` → :mod:`hub.brain.ordering`.
 
