@@ -264,6 +264,9 @@ MESSAGES: dict[str, str] = {
     # brain CLI
     "brain.confirm_device": "{name} cannot confirm a model change: {reason}",
     "brain.config_file": "model configuration {path} is not valid YAML: {reason}",
+    # schedule
+    "schedule.rule_invalid": "recurrence rule {rule!r} is not usable: {reason}",
+    "schedule.tz_unknown": "time zone {name!r} is unknown: {reason}",
     # audio (hardware)
     "espeak.missing": "espeak-ng is not installed: run 'sudo apt-get install -y espeak-ng'",
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",

@@ -51,8 +51,9 @@ KIND_SCOPE: dict[int, str | None] = {
 BROADCAST_KINDS: frozenset[int] = frozenset({mesh_pb2.SYNC_UPDATE})
 """the kinds a device may seal with the group key to ``*``; every other kind is boxed"""
 
-HUB_ENTRY_KINDS: frozenset[str] = frozenset({"reply", "utterance"})
-"""timeline entry kinds only the hub writes (the assistant's words, admitted utterances): a
+HUB_ENTRY_KINDS: frozenset[str] = frozenset({"reply", "utterance", "reminder"})
+"""timeline entry kinds only the hub writes (the assistant's words, admitted utterances,
+reminders that came due): a
 device's replicated entry of one of these kinds is refused even with ``timeline.write``"""
 
 

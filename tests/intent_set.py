@@ -44,6 +44,12 @@ INTENTS: tuple[str, ...] = (
     "HassPauseTimer",
     "HassUnpauseTimer",
     "HassTimerStatus",
+    "HassIncreaseTimer",
+    "HassDecreaseTimer",
+    "YimiRemind",
+    "YimiReminderList",
+    "YimiReminderCancel",
+    "YimiScheduleRun",
     "HassShoppingListAddItem",
     "HassListAddItem",
     "HassShoppingListCompleteItem",
@@ -53,7 +59,7 @@ INTENTS: tuple[str, ...] = (
 )
 
 # Slots whose value is free text (compared with normalise_free_text).
-FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items"})
+FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items", "when", "command"})
 # Slots whose value is a canonical value of a fixture list (lists.yaml key), per slot name.
 LIST_SLOTS: Mapping[str, str] = MappingProxyType(
     {"contact": "contacts", "shop": "shops", "area": "areas"}

@@ -59,6 +59,8 @@ from hub.brain.rules import AddressBook, Contact, Contacts
 if TYPE_CHECKING:
     from hub.brain.configured import ConfiguredBrain
     from hub.gateway import Gateway
+    from hub.schedule.reminders import ReminderDesk
+    from hub.schedule.timers import TimerDesk
     from provisioning.home import Home
 
 __all__ = [
@@ -82,6 +84,8 @@ async def open_brain(
     contacts: Contacts | None = None,
     on_event: EventSink | None = None,
     durable: bool = True,
+    timers: TimerDesk | None = None,
+    reminders: ReminderDesk | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
     """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
     from hub.brain.configured import ConfiguredBrain
@@ -92,7 +96,13 @@ async def open_brain(
     providers = ProviderStore.for_home(home)
     try:
         async with ConfiguredBrain(
-            gateway, store, providers, contacts=contacts, on_event=on_event
+            gateway,
+            store,
+            providers,
+            contacts=contacts,
+            on_event=on_event,
+            timers=timers,
+            reminders=reminders,
         ) as brain:
             yield brain
     finally:

@@ -34,6 +34,8 @@ from hub.gateway import Gateway, Receipt
 if TYPE_CHECKING:
     from hub.brain.agents import PydanticBrain
     from hub.brain.intents import IntentEngine
+    from hub.schedule.reminders import ReminderDesk
+    from hub.schedule.timers import TimerDesk
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +50,16 @@ class ConfiguredBrain(Brain):
         contacts: Contacts | None = None,
         on_event: EventSink | None = None,
         engine: IntentEngine | None = None,
+        timers: TimerDesk | None = None,
+        reminders: ReminderDesk | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.providers = providers
         self.on_event = on_event
-        self.rules = RuleBrain(gateway, store, contacts=contacts, on_event=on_event)
+        self.rules = RuleBrain(
+            gateway, store, contacts=contacts, on_event=on_event, timers=timers, reminders=reminders
+        )
         self._llm: PydanticBrain | None = None
         self._engine = engine
         self.local = LocalCommands(lambda: self.engine, self.rules.turn)

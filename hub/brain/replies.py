@@ -48,6 +48,107 @@ REPLIES: Templates = {
         "en": "Not yet: timers come with the scheduler. Nothing was set.",
         "zh": "还不行：计时器要等调度功能上线。没有设置任何计时器。",
     },
+    # ------------------------------------------------------------ timers
+    "timer.label": {"en": "timer", "zh": "计时器"},
+    "timer.label_named": {"en": "{name} timer", "zh": "{name}计时器"},
+    "timer.started": {
+        "en": "{Label} set for {duration}.",
+        "zh": "好的，{duration}的{label}开始了。",
+    },
+    "timer.none": {"en": "No timer is running here.", "zh": "这里没有正在运行的计时器。"},
+    "timer.none_named": {"en": "There is no {label} here.", "zh": "这里没有{label}。"},
+    "timer.which": {
+        "en": "Which timer? Running here: {names}.",
+        "zh": "哪个计时器？这里有：{names}。",
+    },
+    "timer.cancelled": {"en": "Cancelled the {label}.", "zh": "已取消{label}。"},
+    "timer.paused": {
+        "en": "Paused the {label}: {remaining} left.",
+        "zh": "{label}已暂停，还剩{remaining}。",
+    },
+    "timer.not_running": {"en": "The {label} is not paused.", "zh": "{label}没有暂停。"},
+    "timer.already_paused": {"en": "The {label} is already paused.", "zh": "{label}已经暂停了。"},
+    "timer.resumed": {
+        "en": "Resumed the {label}: {remaining} left.",
+        "zh": "{label}继续计时，还剩{remaining}。",
+    },
+    "timer.changed": {
+        "en": "The {label} now has {remaining} left.",
+        "zh": "{label}现在还剩{remaining}。",
+    },
+    "timer.left": {
+        "en": "{Label}: {remaining} left{paused}",
+        "zh": "{label}还剩{remaining}{paused}",
+    },
+    "timer.paused_mark": {"en": " (paused)", "zh": "（已暂停）"},
+    "timer.status": {"en": "{lines}.", "zh": "{lines}。"},
+    "timer.ring": {
+        "en": "Time's up: your {label} for {duration} is done.",
+        "zh": "时间到：{duration}的{label}结束了。",
+    },
+    # ------------------------------------------------------------ reminders
+    "reminder.set": {
+        "en": "OK, I'll remind you {when} to {what}.",
+        "zh": "好的，{when}提醒你{what}。",
+    },
+    "reminder.when": {
+        "en": "When should I remind you to {what}? Nothing was set.",
+        "zh": "什么时候提醒你{what}？还没有设置提醒。",
+    },
+    "reminder.past": {
+        "en": "{when} has already passed: nothing was set.",
+        "zh": "{when}已经过去了，没有设置提醒。",
+    },
+    "reminder.none": {"en": "You have no reminders.", "zh": "你没有提醒。"},
+    "reminder.none_match": {
+        "en": "You have no reminder to {what}.",
+        "zh": "你没有关于{what}的提醒。",
+    },
+    "reminder.list": {"en": "Your reminders: {lines}.", "zh": "你的提醒有：{lines}。"},
+    "reminder.item": {"en": "{when}, {what}", "zh": "{when}{what}"},
+    "reminder.which": {"en": "Which reminder? {lines}.", "zh": "哪个提醒？{lines}。"},
+    "reminder.cancelled": {
+        "en": "Cancelled the reminder to {what}.",
+        "zh": "已取消提醒：{what}。",
+    },
+    "run.set": {
+        "en": "OK: {when}, I'll {what}.",
+        "zh": "好的：{when}，我会{what}。",
+    },
+    "run.blocked": {
+        "en": "Needs you: open the companion. The scheduled “{what}” was not done: it needs "
+        "your approval, and a scheduled run never asks when nobody is there.",
+        "zh": "需要你：请打开手机助手。定时任务“{what}”没有执行：它需要你的批准，"
+        "定时任务不会在没人的时候弹出确认卡片。",
+    },
+    "run.done": {"en": "Scheduled “{what}”: {result}", "zh": "定时任务“{what}”：{result}"},
+    "refused.scheduled": {
+        "en": "it needs you: open the companion",
+        "zh": "这需要你本人：请打开手机助手",
+    },
+    "reminder.due": {"en": "Reminder: {what}.", "zh": "提醒：{what}。"},
+    "reminder.missed": {
+        "en": "Missed while the hub was off: the reminder to {what} ({when}).",
+        "zh": "中枢关机时错过了一个提醒：{what}（{when}）。",
+    },
+    "not_yet.reminder": {
+        "en": "Not yet: reminders need the hub's scheduler. Nothing was set.",
+        "zh": "还不行：提醒需要中枢的调度功能。没有设置任何提醒。",
+    },
+    "when.today": {"en": "today at {time}", "zh": "今天{time}"},
+    "when.tomorrow": {"en": "tomorrow at {time}", "zh": "明天{time}"},
+    "when.weekday": {"en": "on {day} at {time}", "zh": "{day}{time}"},
+    "when.date": {"en": "on {date} at {time}", "zh": "{date}{time}"},
+    "when.daily": {"en": "every day at {time}", "zh": "每天{time}"},
+    "when.weekdays": {"en": "every weekday at {time}", "zh": "每个工作日{time}"},
+    "when.weekends": {"en": "every weekend at {time}", "zh": "每个周末{time}"},
+    "when.weekly": {"en": "every {days} at {time}", "zh": "每{days}{time}"},
+    "duration.hours": {"en": "{n} hour", "zh": "{n}小时"},
+    "duration.hours_n": {"en": "{n} hours", "zh": "{n}小时"},
+    "duration.minutes": {"en": "{n} minute", "zh": "{n}分钟"},
+    "duration.minutes_n": {"en": "{n} minutes", "zh": "{n}分钟"},
+    "duration.seconds": {"en": "{n} second", "zh": "{n}秒"},
+    "duration.seconds_n": {"en": "{n} seconds", "zh": "{n}秒"},
     # ------------------------------------------------------------ receipts (generic)
     "said.waiting": {
         "en": "To {what}, I need your approval: there is a card on your phone.",
@@ -322,3 +423,53 @@ def spoken_date(d: dt.date, lang: str) -> str:
     if lang_of(lang) == "zh":
         return f"{d.year}年{d.month}月{d.day}日，{_ZH_WEEKDAYS[d.weekday()]}"
     return f"{_EN_WEEKDAYS[d.weekday()]}, {d.day} {d:%B} {d.year}"
+
+
+def spoken_duration(ms: int, lang: str) -> str:
+    """``1 minute and 30 seconds`` / ``一分钟三十秒`` (whole seconds, rounded up)."""
+    total = max(0, (ms + 999) // 1000)
+    h, rest = divmod(total, 3600)
+    m, sec = divmod(rest, 60)
+    zh = lang_of(lang) == "zh"
+    parts: list[str] = []
+    for n, unit in ((h, "hours"), (m, "minutes"), (sec, "seconds")):
+        if n or (unit == "seconds" and not parts):
+            word = (zh_number(n) if n < 100 else str(n)) if zh else str(n)
+            if zh and n == 2:
+                word = "两" if unit != "seconds" else "二"
+            parts.append(say(f"duration.{unit}" + ("" if n == 1 else "_n"), lang, n=word))
+    if len(parts) > 1 and not zh:
+        return ", ".join(parts[:-1]) + " and " + parts[-1]  # Chinese: no word between
+    return "".join(parts)
+
+
+def spoken_when(
+    at: dt.datetime | None,
+    days: tuple[int, ...] | None,
+    time: dt.time,
+    now: dt.datetime,
+    lang: str,
+) -> str:
+    """When a reminder is due, said back: ``today at 5:00 pm`` / ``明天上午八点`` (one-shot
+    ``at``), ``every weekday at 7:30 am`` / ``每周一上午九点`` (recurring on ``days``,
+    0 = Monday; ``()`` every day)."""
+    zh = lang_of(lang) == "zh"
+    spoken = spoken_time(time, lang)
+    names = _ZH_WEEKDAYS if zh else _EN_WEEKDAYS
+    if at is None:
+        if not days:
+            return say("when.daily", lang, time=spoken)
+        if tuple(days) == (0, 1, 2, 3, 4):
+            return say("when.weekdays", lang, time=spoken)
+        if tuple(days) == (5, 6):
+            return say("when.weekends", lang, time=spoken)
+        picked = [names[d].replace("星期", "周") if zh else names[d] for d in days]
+        return say("when.weekly", lang, days=("、" if zh else " and ").join(picked), time=spoken)
+    gap = (at.date() - now.date()).days
+    if gap == 0:
+        return say("when.today", lang, time=spoken)
+    if gap == 1:
+        return say("when.tomorrow", lang, time=spoken)
+    if 1 < gap < 7:
+        return say("when.weekday", lang, day=names[at.weekday()], time=spoken)
+    return say("when.date", lang, date=spoken_date(at.date(), lang), time=spoken)

@@ -23,7 +23,14 @@ see :mod:`hub.brain.runtime`):
   ``HassShoppingListCompleteItem`` → the hub's lists (:mod:`hub.brain.lists`, in-hub tools
   of the gateway);
 - ``HassGetCurrentTime/Date`` → the hub's local clock, spoken;
-- timers → "not yet" (they come with the scheduler); ``HassNevermind`` → "OK.";
+- timers (start, cancel, pause, resume, add or take off time, status) → the hub's
+  scheduler (:mod:`hub.schedule.timers`): a timer is the asking device's, and rings there;
+  "not yet" when the brain runs without a scheduler; ``YimiRemind`` /
+  ``YimiReminderList`` / ``YimiReminderCancel`` → the hub's reminders
+  (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiScheduleRun`` ("every Monday at 9 e-mail …") → a recurring job whose command later
+  runs as a turn with a scheduled scope (``Turn.scheduled``: the gateway blocks a call that
+  needs a card); ``HassNevermind`` → "OK.";
   ``YimiHelp`` → what it can do;
 - ``YimiOrder``, ``YimiOrderSame``, ``YimiPayIt``, ``YimiUndo`` → :mod:`hub.brain.ordering`.
 
@@ -49,15 +56,26 @@ from hub.brain.base import Brain, Outbox, ReplyChunk, Turn
 from hub.brain.errors import BrainError
 from hub.brain.lists import LIST_IDS, ListStore, ListTools, lists_manifest
 from hub.brain.ordering import ORDER_INTENTS, PAYMENT_KINDS, PaymentDesk
-from hub.brain.replies import join, joined, say, spoken_date, spoken_time
+from hub.brain.replies import (
+    join,
+    joined,
+    say,
+    spoken_date,
+    spoken_duration,
+    spoken_time,
+    spoken_when,
+)
 from hub.brain.runtime import BrainCore, waiting
 from hub.brain.slots import Device, LiveSlots
 from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
+from hub.gateway.gateway import SCHEDULED_BLOCK
 from hub.memory.context import ContextSource, Snippet
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
+    from hub.schedule.reminders import ReminderDesk
+    from hub.schedule.timers import TimerDesk, TimerView
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +83,19 @@ SOURCE_TIMEOUT_S = 1.2
 MAX_FORGET = 3
 """memories one "forget …" removes at most (the best-scored recall hits)"""
 TIMERS = frozenset(
-    {"HassStartTimer", "HassCancelTimer", "HassPauseTimer", "HassUnpauseTimer", "HassTimerStatus"}
+    {
+        "HassStartTimer",
+        "HassCancelTimer",
+        "HassPauseTimer",
+        "HassUnpauseTimer",
+        "HassTimerStatus",
+        "HassIncreaseTimer",
+        "HassDecreaseTimer",
+    }
 )
+REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiScheduleRun"})
+NOT_SCHEDULED = TIMERS | REMINDERS | {"HassNevermind", "YimiHelp"}
+"""intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
     "HassLightSet": ("brightness", "brightness", "device.brightness"),
     "HassSetPosition": ("position", "position", "device.position"),
@@ -182,8 +211,14 @@ class RuleBrain(Brain):
         lists: ListStore | None = None,
         slots: LiveSlots | None = None,
         now: Callable[[], dt.datetime] | None = None,
+        timers: TimerDesk | None = None,
+        reminders: ReminderDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
+        self.timers = timers
+        self.reminders = reminders
+        """the hub's reminders (``None``: reminders answer "not yet")"""
+        """the hub's timers (``None``: timers answer "not yet")"""
         self.store = store
         self.contacts: Contacts = contacts or AddressBook()
         self.desk = PaymentDesk(gateway)
@@ -238,6 +273,8 @@ class RuleBrain(Brain):
                 "intent": intent.name,
                 "slots": dict(intent.slots),
                 "lang": lang,
+                **({"scheduled": True} if turn.scheduled else {}),
+                **({"text": turn.text[:500]} if intent.name == "YimiScheduleRun" else {}),
                 **({"heard": turn.text[:500]} if intent.name is None else {}),
             },
         )
@@ -322,7 +359,13 @@ class RuleBrain(Brain):
         if name == "HassGetCurrentDate":
             return self._finish(task, say("date.today", lang, date=spoken_date(self.now(), lang)))
         if name in TIMERS:
-            return self._finish(task, say("not_yet.timer", lang))
+            if self.timers is None:
+                return self._finish(task, say("not_yet.timer", lang))
+            return self._finish(task, self._timer(task, name, s, lang))
+        if name in REMINDERS:
+            if self.reminders is None:
+                return self._finish(task, say("not_yet.reminder", lang))
+            return self._finish(task, await self._reminder(task, name, s, lang))
         if name == "HassNevermind":
             return self._finish(task, say("nevermind", lang))
         if name == "YimiHelp":
@@ -508,6 +551,144 @@ class RuleBrain(Brain):
         r = await self.core.step(task, "list", "lists", "add_item", {"list": list_id, "item": item})
         return _said(r, "", "act.list_add", lang, item=item)
 
+    # ------------------------------------------------------------------ timers
+    def _timer(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+        desk = self.timers
+        assert desk is not None
+        device, wanted = task.device_id, str(s.get("name") or "")
+        duration_ms = 1000 * (
+            3600 * int(s.get("hours") or 0)
+            + 60 * int(s.get("minutes") or 0)
+            + int(s.get("seconds") or 0)
+        )
+        if name == "HassStartTimer":
+            if duration_ms <= 0:
+                return say("timer.none", lang)
+            t = desk.start(
+                task.task_id, device, duration_ms, name=wanted, lang=lang, trace=task.trace_id
+            )
+            label = _timer_label(t.name, lang)
+            return say(
+                "timer.started",
+                lang,
+                label=label,
+                Label=_cap(label),
+                duration=spoken_duration(t.duration_ms, lang),
+            )
+        found = desk.on(device, wanted)
+        if not found:
+            if wanted:
+                return say("timer.none_named", lang, label=_timer_label(wanted, lang))
+            return say("timer.none", lang)
+        if name == "HassTimerStatus":
+            lines = [_timer_left(t, lang) for t in found]
+            return say("timer.status", lang, lines=join(lines, lang))
+        if len(found) > 1:
+            names = join([_timer_label(t.name, lang) for t in found], lang)
+            return say("timer.which", lang, names=names)
+        t = found[0]
+        label = _timer_label(t.name, lang)
+        if name == "HassCancelTimer":
+            desk.cancel(t)
+            return say("timer.cancelled", lang, label=label)
+        if name == "HassPauseTimer":
+            if t.paused:
+                return say("timer.already_paused", lang, label=label)
+            done = desk.pause(t) or t
+            return say("timer.paused", lang, label=label, remaining=_left(done, lang))
+        if name == "HassUnpauseTimer":
+            if not t.paused:
+                return say("timer.not_running", lang, label=label)
+            done = desk.resume(t) or t
+            return say("timer.resumed", lang, label=label, remaining=_left(done, lang))
+        sign = -1 if name == "HassDecreaseTimer" else 1
+        done = desk.extend(t, sign * duration_ms) or t
+        return say("timer.changed", lang, label=label, remaining=_left(done, lang))
+
+    # ------------------------------------------------------------------ reminders
+    async def _reminder(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+        from hub.brain.when import parse
+
+        desk = self.reminders
+        assert desk is not None
+        what = str(s.get("what") or "").strip()
+        if name == "YimiScheduleRun":
+            said = str(task.spec.get("text") or s.get("command") or "")
+            return await self._schedule_run(task, said, lang)
+        if name == "YimiRemind":
+            now = desk.now()
+            said = str(s.get("when") or "")
+            when = parse(f"{said} {what}" if said else what, lang, now)
+            if when is None and said and lang != "zh":  # "a reminder for 7 to …"
+                when = parse(f"at {said} {what}", lang, now)
+            if when is None:
+                self.store.move(task.task_id, "failed", "no time")
+                return say("reminder.when", lang, what=what)
+            what = when.rest or what
+            at_time = dt.time(when.hour, when.minute)
+            if when.at is not None:
+                at_time = when.at.time()
+            spoken = spoken_when(when.at, when.days if not when.at else None, at_time, now, lang)
+            if when.at is not None and when.at <= now:
+                self.store.move(task.task_id, "failed", "in the past")
+                return say("reminder.past", lang, when=spoken)
+            desk.add(
+                task.task_id,
+                device=task.device_id,
+                what=what,
+                when=spoken,
+                lang=lang,
+                trace=task.trace_id,
+                at=when.at,
+                rule=when.rule,
+            )
+            return say("reminder.set", lang, when=spoken, what=what)
+        found = desk.all(what)
+        if not found:
+            if what:
+                return say("reminder.none_match", lang, what=what)
+            return say("reminder.none", lang)
+        lines = join([say("reminder.item", lang, when=r.when, what=r.what) for r in found], lang)
+        if name == "YimiReminderList":
+            return say("reminder.list", lang, lines=lines)
+        if len(found) > 1:
+            return say("reminder.which", lang, lines=lines)
+        desk.cancel(found[0])
+        return say("reminder.cancelled", lang, what=found[0].what)
+
+    async def _schedule_run(self, task: TaskRecord, command: str, lang: str) -> str:
+        """ "every Monday at 9 e-mail …": the command runs at those times as a scheduled run
+        (a call that needs a card is then blocked, never shown)."""
+        from hub.brain.when import parse
+
+        desk = self.reminders
+        assert desk is not None
+        now = desk.now()
+        when = parse(command, lang, now)
+        later = await self.recognize(when.rest, lang) if when is not None and when.rest else None
+        if (
+            when is None
+            or not when.rule
+            or later is None
+            or later.name is None
+            or later.name in NOT_SCHEDULED
+            or later.kind in PAYMENT_KINDS
+            or later.kind in ("pay_it", "undo")
+        ):
+            self.store.move(task.task_id, "failed", "not a command to repeat")
+            return joined([say("heard", lang, heard=command), say("unknown", lang)], lang)
+        spoken = spoken_when(None, when.days, dt.time(when.hour, when.minute), now, lang)
+        desk.add_run(
+            task.task_id,
+            device=task.device_id,
+            command=when.rest,
+            when=spoken,
+            lang=lang,
+            trace=task.trace_id,
+            rule=when.rule,
+        )
+        return say("run.set", lang, when=spoken, what=when.rest)
+
     # ------------------------------------------------------------------ messages
     async def _send(
         self,
@@ -588,6 +769,26 @@ def _lang(task: TaskRecord) -> str:
     return str(task.spec.get("lang") or "en")
 
 
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
+def _timer_label(name: str, lang: str) -> str:
+    return say("timer.label_named", lang, name=name) if name else say("timer.label", lang)
+
+
+def _left(t: TimerView, lang: str) -> str:
+    return spoken_duration(t.remaining_ms, lang)
+
+
+def _timer_left(t: TimerView, lang: str) -> str:
+    label = _timer_label(t.name, lang)
+    paused = say("timer.paused_mark", lang) if t.paused else ""
+    return say(
+        "timer.left", lang, label=label, Label=_cap(label), remaining=_left(t, lang), paused=paused
+    )
+
+
 def _state_word(state: str, lang: str) -> str:
     return _STATE_WORDS.get(state.lower(), state) if lang == "zh" else state
 
@@ -628,6 +829,10 @@ def _title(intent: Intent) -> str:
         "YimiPayIt": "pay it",
         "YimiUndo": "undo a payment",
         "HassNevermind": "never mind",
+        "YimiRemind": f"reminder: {g('what')}",
+        "YimiReminderList": "the reminders",
+        "YimiReminderCancel": f"cancel a reminder: {g('what')}",
+        "YimiScheduleRun": f"every {g('command')}",
     }
     if intent.name in TIMERS:
         return "timer"
@@ -656,6 +861,8 @@ def _why_rejected(r: Receipt, lang: str) -> str:
     any other reason as the gateway gave it."""
     if r.error.startswith(SCOPE_REFUSAL) and " may not use " in r.error:
         return say("refused.scope", lang)
+    if r.error == SCHEDULED_BLOCK:
+        return say("refused.scheduled", lang)
     return r.error or say("refused", lang)
 
 

@@ -65,6 +65,7 @@ class BrainCore:
             session_id=task.session_id,
             run_id=task.run_id,
             trace_id=task.trace_id,
+            scheduled=bool(task.spec.get("scheduled", False)),
         )
 
     # ------------------------------------------------------------------ steps

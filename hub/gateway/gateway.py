@@ -59,6 +59,10 @@ OWNER_REQUESTED = "owner_requested"
 TRUSTED = ("session_id", "run_id", "call_id", "idempotency_key")
 
 
+SCHEDULED_BLOCK = "a scheduled run never shows a card: this call needs the owner"
+"""the block reason of a call that needs a card in a scheduled run (``CallContext.scheduled``)"""
+
+
 @dataclass(frozen=True)
 class ToolCall:
     package: str
@@ -219,7 +223,7 @@ class Gateway:
         ):
             return "allow", ""
         if g.ctx.scheduled:
-            return "block", "a scheduled run never shows a card: this call needs the owner"
+            return "block", SCHEDULED_BLOCK
         if g.effect == "send":
             why = (
                 "first send of this kind to this recipient"

@@ -41,12 +41,17 @@ from hub.mesh.grpc_server import HubService, start_server, tls_credentials
 from hub.mesh.notify import ServiceNotifier, take_env
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
 from hub.mesh.status import HubStatus, remove_status, write_status
+from hub.schedule import Clock, JobStore, Scheduler
+from hub.schedule.reminders import ReminderDesk
+from hub.schedule.timers import TimerDesk
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
+from hub.turns.later import Later
+from hub.turns.notify import Notifier, NotifySettings
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -117,6 +122,9 @@ class HubOptions:
     """origins the pages are opened at (WebAuthn checks them); default: the loopback ones
     without TLS; with it ``https://HOST:PORT`` of the home's hub host, ``HOSTNAME.local``,
     ``localhost`` and each advertised address"""
+    clock: Clock | None = None
+    """the scheduler's clock (tests move a :class:`hub.schedule.TestClock`); ``None``: the
+    system's"""
 
 
 class HubDaemon:
@@ -159,6 +167,30 @@ class HubDaemon:
             gateway=self._gateway,
         )
         """every reply the hub sends, and the devices' ACKs"""
+        self.scheduler = Scheduler(
+            JobStore(home.path / "schedule.db"),
+            clock=options.clock,
+            tz=str(home.config.get("timezone") or ""),
+        )
+        """timers, reminders, scheduled runs (``HOME/schedule.db``)"""
+        cfg_notify = home.config.get("notifications")
+        self.notifier = Notifier(
+            self.store,
+            self.delivery,
+            self.scheduler,
+            devices=self._live_devices,
+            settings=NotifySettings.of(cfg_notify if isinstance(cfg_notify, Mapping) else None),
+        )
+        """notifications: ordered devices, ACK deadline, quiet hours (``notifications:``)"""
+        self.later = Later(
+            self.store, self.delivery, publish=self._publish_entries, notifier=self.notifier
+        )
+        """what a due timer or reminder says, and to which device"""
+        self.scheduler.handlers.update(self.later.handlers())
+        self.scheduler.handlers.update(self.notifier.handlers())
+        self.scheduler.on_missed.update(self.later.on_missed())
+        self.timers = TimerDesk(self.scheduler)
+        self.reminders = ReminderDesk(self.scheduler)
         self.turns = Turns(
             home,
             self.store,
@@ -168,8 +200,11 @@ class HubDaemon:
             gateway=self._gateway,
             ready=self.ready,
             count=port.count,
+            timers=self.timers,
+            reminders=self.reminders,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
+        self.scheduler.handlers["run"] = self.turns.run_scheduled
         self.admission = Admission(
             self.store,
             turns=self.turns,
@@ -220,7 +255,7 @@ class HubDaemon:
         """turns from Home Assistant's Wyoming handle service (guest unless mapped)"""
         self.wyoming: WyomingServer | None = None
         self.web_https = False
-        self.notifier: ServiceNotifier | None = None
+        self.service_notify: ServiceNotifier | None = None
         """systemd's readiness protocol (``READY=1`` at the "up" line; see :mod:`.notify`)"""
         self._notify_env = take_env()
         """``$NOTIFY_SOCKET`` and the watchdog's variables: no child process inherits them"""
@@ -306,6 +341,9 @@ class HubDaemon:
             advertise=self.options.advertise,
             addresses=advertise_addresses(self.options.bind),
         )
+
+    def _live_devices(self) -> list[tuple[str, str]]:
+        return [(r.device_id, r.profile) for r in self.registry.devices() if not r.revoked]
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> HubDaemon:
@@ -444,8 +482,12 @@ class HubDaemon:
             log.info("hello not broadcast: %s", exc)
         await self.consent.ask_witnesses()  # a log rolled back while we were down is caught
         self._stack.callback(self._end_status)
-        self.notifier = await self._stack.enter_async_context(ServiceNotifier(self._notify_env))
+        self.service_notify = await self._stack.enter_async_context(
+            ServiceNotifier(self._notify_env)
+        )
         self.ready.set()
+        # connected: what came due while the hub was down goes out now (within its grace)
+        await self._stack.enter_async_context(Bounded(self.scheduler, "the scheduler"))
         self._since_ms = now_ms()
         self._refresh_status()
         tls = "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}"
@@ -454,7 +496,7 @@ class HubDaemon:
             f"fingerprint {home.fingerprint}, {tls}"
         )
         log.info("hub %s up: %s", home.home_id, up)
-        self.notifier.ready(f"hub {home.home_id} up: {up}")
+        self.service_notify.ready(f"hub {home.home_id} up: {up}")
 
     async def _start_web(self, port: int) -> None:
         """The companion and dashboard pages, owned like the other servers."""
@@ -537,6 +579,7 @@ class HubDaemon:
         self.store.close()
         self.registry.close()
         self.voiceprints.close()
+        self.scheduler.store.close()
 
     def _write_pidfile(self) -> None:
         write_private(self.home.path / "hub.pid", str(os.getpid()))
@@ -771,8 +814,8 @@ class HubDaemon:
             return
         if self._status is not None and status.packages_failed != self._status.packages_failed:
             failed = ", ".join(status.packages_failed) or "none"
-            if self.notifier is not None:
-                self.notifier.status(f"packages failed: {failed}")
+            if self.service_notify is not None:
+                self.service_notify.status(f"packages failed: {failed}")
         write_status(self.home.path, status)
         self._status = status
 

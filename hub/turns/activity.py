@@ -77,3 +77,22 @@ class Activity:
             return
         log.info("activity %s: %s", event.task_id, text)
         await self._publish([docs.Entry(entry_id, HUB, now, ACTIVITY_KIND, text, seq)])
+
+    async def note(
+        self, entry_id: str, text: str, *, trace_id: str, meta: dict[str, object]
+    ) -> bool:
+        """An activity entry the hub words itself (a scheduled run's outcome), once by id."""
+        now = now_ms()
+        seq, fresh = self.store.append_entry(
+            entry_id,
+            device=HUB,
+            kind=ACTIVITY_KIND,
+            text=text,
+            ts_ms=now,
+            trace_id=trace_id,
+            meta=meta,
+        )
+        if fresh:
+            log.info("activity %s: %s", entry_id, text)
+            await self._publish([docs.Entry(entry_id, HUB, now, ACTIVITY_KIND, text, seq)])
+        return fresh

@@ -40,6 +40,9 @@ from hub.brain.configured import ConfiguredBrain
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
+from hub.schedule import Occurrence
+from hub.schedule.reminders import ReminderDesk
+from hub.schedule.timers import TimerDesk
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import TurnMeta, meta_of
@@ -96,8 +99,13 @@ class Turns:
         gateway: Callable[[], Gateway | None],
         ready: asyncio.Event,
         count: Callable[[str], None],
+        timers: TimerDesk | None = None,
+        reminders: ReminderDesk | None = None,
     ) -> None:
         self._home = home
+        self.timers = timers
+        self.reminders = reminders
+        """the hub's timers, handed to the brain"""
         self.home = home.path
         self.store = store
         self.delivery = delivery
@@ -127,7 +135,14 @@ class Turns:
         gw = self._gateway()
         if gw is None:
             raise RuntimeError("the gateway must be up before the brain")
-        self._brain_cm = open_brain(self._home, gw, contacts=self.contacts, on_event=self.on_event)
+        self._brain_cm = open_brain(
+            self._home,
+            gw,
+            contacts=self.contacts,
+            on_event=self.on_event,
+            timers=self.timers,
+            reminders=self.reminders,
+        )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")
         for device in self._queues:
@@ -269,6 +284,62 @@ class Turns:
         log.info(
             "turn %s answered in %.0f ms (%s)", uid, (time.perf_counter() - t0) * 1000, brain.kind
         )
+
+    # ------------------------------------------------------------------ scheduled runs
+    async def run_scheduled(self, occ: Occurrence) -> None:
+        """A scheduled run is due: its command runs as a turn with a scheduled scope (the
+        gateway blocks a call that would need a card); the outcome is an activity entry and
+        a notice to the device that set it. Blocked → "needs you: open the companion"."""
+        from hub.brain.base import collect
+        from hub.brain.replies import say
+        from hub.gateway.gateway import SCHEDULED_BLOCK
+        from hub.turns.later import occurrence_id
+
+        brain, gw = self.brain, self._gateway()
+        if brain is None or gw is None:
+            raise RuntimeError("the brain is not up: the run stays due")
+        spec = occ.job.spec
+        lang, command = str(spec.get("lang") or "en"), str(spec.get("command") or "")
+        device, trace = str(spec.get("device") or ""), str(spec.get("trace_id") or "")
+        run_id = occurrence_id("run-", occ)
+        turn = Turn(
+            command,
+            owner="owner",
+            scope="owner",
+            session_id=f"scheduled:{occ.job.id}",
+            trace_id=trace,
+            device_id=device,
+            turn_id=run_id,
+            sources=self.context.sources("owner", run_id),
+            scheduled=True,
+            language=lang,
+        )
+        self._in_turn.add(run_id)
+        try:
+            result = await collect(brain.turn(turn))
+        finally:
+            self._in_turn.discard(run_id)
+        receipts = gw.ledger.task_receipts(run_id)
+        blocked = [r for r in receipts if r.status == "rejected" and r.error == SCHEDULED_BLOCK]
+        if blocked:
+            text = say("run.blocked", lang, what=command)
+        else:
+            text = say("run.done", lang, what=command, result=result)
+        meta: dict[str, object] = {
+            "job": occ.job.id,
+            "occurrence_ms": occ.occurrence_ms,
+            "task": run_id,
+            "state": "blocked" if blocked else "done",
+            "receipts": [
+                {"package": r.package, "tool": r.tool, "status": r.status} for r in receipts
+            ],
+        }
+        await self.activity.note(f"act-{run_id}", text, trace_id=trace, meta=meta)
+        if device:
+            rid = report_id_for(run_id)
+            if not self.store.chunks(rid):
+                notice = Admitted("", device, 0, "", trace, {}, 0, False)
+                await self.delivery.deliver(notice, rid, [Piece(text, True, run_id, HUB_BRAIN)])
 
     # ------------------------------------------------------------------ events and receipts
     async def on_receipt(self, receipt: Receipt) -> None:

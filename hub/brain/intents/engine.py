@@ -63,6 +63,8 @@ HA_INTENTS = frozenset(
         "HassPauseTimer",
         "HassUnpauseTimer",
         "HassTimerStatus",
+        "HassIncreaseTimer",
+        "HassDecreaseTimer",
         "HassShoppingListAddItem",
         "HassListAddItem",
         "HassShoppingListCompleteItem",
@@ -74,7 +76,7 @@ HA_INTENTS = frozenset(
 # Template blocks naming these lists are dropped: a delayed command, a zone, a broadcast.
 UNSUPPORTED_LISTS = ("{timer_command", "{zone", "{message", "{search_query", "{floor")
 WILDCARDS = ("fact", "query", "body", "what", "items")
-FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items"})
+FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items", "when", "command"})
 NUMBER_SLOTS = frozenset(
     {
         "brightness",
@@ -384,10 +386,16 @@ def _score(result: RecognizeResult, text: str) -> float:
     return round(0.6 + 0.4 * min(1.0, max(0, anchored) / 8), 3)
 
 
-def _rank(result: RecognizeResult) -> tuple[int, int, int]:
+LAST_RESORT = frozenset({"YimiScheduleRun"})
+"""intents that win only when no other reading of the sentence matches ("every day at 8
+remind me …" is a reminder, not a scheduled run of "remind me …")"""
+
+
+def _rank(result: RecognizeResult) -> tuple[int, int, int, int]:
     wild_chars = sum(len(e.text) for e in result.entities_list if e.is_wildcard)
     has_name = 1 if "name" in result.entities and not result.entities["name"].is_wildcard else 0
-    return (wild_chars, -has_name, -result.text_chunks_matched)
+    last = 1 if result.intent.name in LAST_RESORT else 0
+    return (last, wild_chars, -has_name, -result.text_chunks_matched)
 
 
 # A free-text slot that is really a question or a refusal ("莲花厨房点什么好", "茶馆来不来",
