@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon, HubOptions
 from hub.payments import PaymentRequest, VoiceEvidence
@@ -209,16 +210,18 @@ def prepare_mail(mesh: Mesh, smtp: SmtpWorld) -> None:
     )
     (home / "packages.yaml").write_text(
         yaml.safe_dump(
-            {
-                "memory": {},
-                "messaging": {
-                    "config": {
-                        "SMTP_HOST": smtp.host,
-                        "SMTP_PORT": str(smtp.port),
-                        "SMTP_FROM": "assistant@home.test",
-                    }
-                },
-            }
+            only(
+                {
+                    "memory": {},
+                    "messaging": {
+                        "config": {
+                            "SMTP_HOST": smtp.host,
+                            "SMTP_PORT": str(smtp.port),
+                            "SMTP_FROM": "assistant@home.test",
+                        }
+                    },
+                }
+            )
         )
     )
     mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
@@ -420,7 +423,9 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
     url = f"http://localhost:{web_port}/"
     async with SandboxShop(pay_timeout=2.0) as shop:
         (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+            yaml.safe_dump(
+                only({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
+            )
         )
         async with browser(mesh.root) as br:
             page = br.phone
