@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 from cli import (
     archive,
@@ -28,7 +28,7 @@ from cli import (
     voice,
     wake,
 )
-from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler
+from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler, exit_now
 from demo import narrated
 from protos.errors import YimiError
 
@@ -40,6 +40,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
+    "run",
 ]
 
 
@@ -85,6 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"yimi: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_ERROR
+
+
+def run() -> NoReturn:
+    """The console script and ``python -m cli``: :func:`main`, then :func:`exit_now`."""
+    exit_now(main())
 
 
 if __name__ == "__main__":
