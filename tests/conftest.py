@@ -11,7 +11,45 @@ from tests.mesh_harness import Mesh, mosquitto_pids
 ROOT = Path(__file__).resolve().parent.parent
 
 
-FILE_SECONDS: dict[str, float] = {}
+FILE_SECONDS: dict[str, float] = {
+    "test_faults.py": 138,
+    "test_pay_modes.py": 133,
+    "test_sync_e2e.py": 114,
+    "test_turns_mesh.py": 113,
+    "test_brain_mesh.py": 96,
+    "test_brain_llm.py": 84,
+    "test_security.py": 80,
+    "test_security_broker.py": 75,
+    "test_security_wire.py": 75,
+    "test_wake.py": 70,
+    "test_demo.py": 68,
+    "test_understanding_mesh.py": 62,
+    "test_pay_mesh.py": 54,
+    "test_pay_brain.py": 50,
+    "test_consent_mesh.py": 50,
+    "test_intent_set.py": 47,
+    "test_pairing.py": 47,
+    "test_gateway_rules.py": 42,
+    "test_pay_authority.py": 38,
+    "test_mesh_e2e.py": 38,
+    "test_audit_witness.py": 35,
+    "test_package_cli.py": 28,
+    "test_pay_errands.py": 25,
+    "test_asr.py": 24,
+    "test_intents.py": 23,
+    "test_speaker.py": 23,
+    "test_security_grpc.py": 22,
+    "test_pay_intents.py": 22,
+    "test_hub_voice.py": 22,
+    "test_provisioning.py": 21,
+    "test_brain_rules.py": 20,
+    "test_brain_fences.py": 19,
+    "test_discovery.py": 17,
+    "test_roundtrip_smoke.py": 17,
+    "test_sync_replica.py": 17,
+    "test_pay_phone.py": 16,
+    "test_home_modes.py": 13,
+}
 """Seconds the longest test files take on one worker (``--durations``, one file at a time, a
 loaded 2-core machine, December 2026): only the order in which the workers are handed the
 files — longest first — never what runs. A file not listed weighs :data:`SLOW_FILE_SECONDS`
