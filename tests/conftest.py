@@ -21,6 +21,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_security.py": 80,
     "test_security_broker.py": 75,
     "test_security_wire.py": 75,
+    "test_voice_e2e.py": 77,
     "test_wake.py": 70,
     "test_demo.py": 68,
     "test_understanding_mesh.py": 62,
