@@ -1,7 +1,5 @@
 """``python -m cli``: the ``yimi`` command."""
 
-import sys
+from cli.main import run
 
-from cli.main import main
-
-sys.exit(main())
+run()

@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 # gRPC's core logs a refused TLS handshake at info level on stderr (a line per attempt):
 # the refusal is said once, as a YimiError (sync/tls.py)
@@ -34,7 +34,7 @@ from cli import (
     wake,
     wyoming,
 )
-from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler
+from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler, exit_now
 from demo import narrated
 from protos.errors import YimiError
 
@@ -46,6 +46,7 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
+    "run",
 ]
 
 
@@ -91,6 +92,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"yimi: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_ERROR
+
+
+def run() -> NoReturn:
+    """The console script and ``python -m cli``: :func:`main`, then :func:`exit_now`."""
+    exit_now(main())
 
 
 if __name__ == "__main__":

@@ -219,7 +219,7 @@ def cmd_models_prepare(args: argparse.Namespace) -> int:
 
 def add_commands(sub: Any, command: Command) -> None:
     """Register ``yimi models …`` on ``yimi``'s subparsers (``command`` is cli.main's helper)."""
-    from models.catalog import ROLES, RUNTIMES
+    from models.roles import ROLES, RUNTIMES
 
     def where_arg(sp: argparse.ArgumentParser) -> None:
         group = sp.add_mutually_exclusive_group(required=True)

@@ -16,6 +16,10 @@ Files in ``BUNDLE/state/``:
 ``trust.json``
     the last trust window this device opened (``yimi voice trust``):
     ``{"opened_ms": …, "length_ms": 60000, "method": "fake"}``; :func:`load_trust_window`.
+
+numpy and :mod:`models.voiceprint` are imported where a voiceprint is read or judged, not
+with this module: every device daemon and ``yimi say`` registers the ``VOICEPRINT`` handler,
+few of them ever see one.
 """
 
 from __future__ import annotations
@@ -28,13 +32,12 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
-import numpy as np
 
 from edge_agent.errors import EdgeError
 from edge_agent.port import Handlers
-from models import voiceprint as vp
 from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from protos.clock import now_ms
@@ -42,6 +45,11 @@ from provisioning.bundle import Bundle
 from sync.envelope import HUB, Dropped, Opened
 from sync.hub_rpc import CHANNEL_OPTIONS, envelope_call
 from sync.tls import ClientTls, rpc_error
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from models import voiceprint as vp
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +73,8 @@ class DeviceVoiceprint:
     received_ms: int
 
     def __eq__(self, other: object) -> bool:
+        import numpy as np
+
         if not isinstance(other, DeviceVoiceprint):
             return NotImplemented
         return (
@@ -88,6 +98,8 @@ class DeviceVoiceprint:
     def judge(self, embedding: np.ndarray) -> tuple[vp.Verdict, float]:
         """The local verdict for a unit embedding: (verdict, calibrated similarity to the
         centroid, see :func:`models.voiceprint.similarity`)."""
+        from models import voiceprint as vp
+
         s = vp.similarity(embedding, self.centroid, vp.floor_for(self.speaker_model))
         return vp.verdict(s, self.line), s
 
@@ -97,6 +109,8 @@ def local_verdict(
 ) -> tuple[vp.Verdict, float]:
     """``(verdict, score)`` of a segment on this device: ``unenrolled`` (score NaN) without a
     voiceprint or when it was made with another speaker model."""
+    from models import voiceprint as vp
+
     if voiceprint is None or (speaker_model and speaker_model != voiceprint.speaker_model):
         return vp.Verdict.UNENROLLED, float("nan")
     return voiceprint.judge(embedding)
@@ -124,6 +138,8 @@ def _read_json(path: Path) -> dict[str, object] | None:
 
 def load_voiceprint(state_dir: Path) -> DeviceVoiceprint | None:
     """The stored voiceprint of this bundle (``Bundle.state_dir``), or ``None``."""
+    from models import voiceprint as vp
+
     data = _read_json(state_dir / VOICEPRINT_FILE)
     if data is None:
         return None
@@ -148,6 +164,8 @@ def store_voiceprint(
     """Keep a ``VOICEPRINT`` from the hub if it is for ``channel`` and newer than the stored
     one; the line kept is the highest seen. Returns what is stored now (``None`` if the
     message was refused and nothing was stored before)."""
+    from models import voiceprint as vp
+
     current = load_voiceprint(state_dir)
     if channel is None or message.channel != channel:
         log.warning(
@@ -213,6 +231,8 @@ class VoiceprintCache:
 
 def load_trust_window(state_dir: Path, device: str = "") -> vp.TrustWindow | None:
     """The last trust window this device opened (open or not: see ``covers``)."""
+    from models import voiceprint as vp
+
     data = _read_json(state_dir / TRUST_FILE)
     if data is None:
         return None
@@ -301,6 +321,8 @@ async def enrol_exchange(
 
 
 def record_trust_window(state_dir: Path, opened_ms: int, method: str) -> None:
+    from models import voiceprint as vp
+
     _write_json(
         state_dir / TRUST_FILE,
         {"opened_ms": opened_ms, "length_ms": vp.TRUST_WINDOW_MS, "method": method},

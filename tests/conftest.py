@@ -11,12 +11,80 @@ from tests.mesh_harness import Mesh, mosquitto_pids
 ROOT = Path(__file__).resolve().parent.parent
 
 
+FILE_SECONDS: dict[str, float] = {
+    "test_faults.py": 138,
+    "test_pay_modes.py": 133,
+    "test_sync_e2e.py": 114,
+    "test_turns_mesh.py": 113,
+    "test_brain_mesh.py": 96,
+    "test_brain_llm.py": 84,
+    "test_voice_e2e.py": 77,
+    "test_security_broker.py": 75,
+    "test_wake.py": 70,
+    "test_demo.py": 68,
+    "test_security.py": 64,
+    "test_understanding_mesh.py": 62,
+    "test_pay_mesh.py": 54,
+    "test_pay_brain.py": 50,
+    "test_consent_mesh.py": 50,
+    "test_security_wire.py": 48,
+    "test_intent_set.py": 47,
+    "test_pairing.py": 47,
+    "test_gateway_rules.py": 42,
+    "test_pay_authority.py": 38,
+    "test_mesh_e2e.py": 38,
+    "test_audit_witness.py": 35,
+    "test_package_cli.py": 28,
+    "test_pay_errands.py": 25,
+    "test_asr.py": 24,
+    "test_intents.py": 23,
+    "test_speaker.py": 23,
+    "test_security_grpc.py": 22,
+    "test_pay_intents.py": 22,
+    "test_hub_voice.py": 22,
+    "test_provisioning.py": 21,
+    "test_brain_rules.py": 20,
+    "test_brain_fences.py": 19,
+    "test_discovery.py": 17,
+    "test_roundtrip_smoke.py": 17,
+    "test_sync_replica.py": 17,
+    "test_pay_phone.py": 16,
+    "test_home_modes.py": 13,
+}
+"""Seconds the longest test files take on one worker (``--durations``, one file at a time, a
+loaded 2-core machine, December 2026): only the order in which the workers are handed the
+files — longest first — never what runs. A file not listed weighs :data:`SLOW_FILE_SECONDS`
+if it has ``slow`` tests, else nothing (it keeps its place)."""
+SLOW_FILE_SECONDS = 20.0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist (``--dist loadfile``): the files longest first. xdist hands a worker the
+    next file in this order whenever it is nearly done, so the long multi-process files
+    start first and the suite ends on short ones instead of waiting for one long file that
+    started late. xdist's own reordering (by number of tests per file, which put the
+    long files with few tests last) is turned off in :func:`pytest_configure`. The sort is
+    stable: a file's tests stay together and in order, and every worker collects the same
+    order (xdist checks)."""
+    if not hasattr(config, "workerinput"):
+        return
+    weight: dict[Path, float] = {}
+    for item in items:
+        w = FILE_SECONDS.get(item.path.name)
+        if w is None:
+            w = SLOW_FILE_SECONDS if item.get_closest_marker("slow") else 0.0
+        weight[item.path] = max(weight.get(item.path, 0.0), w)
+    items.sort(key=lambda item: -weight[item.path])
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Compile the project's modules to ``__pycache__`` once, before any test runs (pip
     does the same for installed packages). The multi-process tests start hundreds of
     ``python -m …`` processes; where ``PYTHONDONTWRITEBYTECODE`` is set, each would
     otherwise compile every project module it imports again. Up-to-date files are
     skipped, so this costs a few seconds once and nothing after."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False  # the order is ours: longest files first
     if hasattr(config, "workerinput"):
         return  # an xdist worker: the controller has compiled them
     for folder in sorted(ROOT.iterdir()):

@@ -15,6 +15,7 @@ lists changed.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import json
 import logging
@@ -184,10 +185,12 @@ class LiveSlots:
     async def refresh(self) -> None:
         """Read the devices and shops through the gateway, then update the engine."""
         self._read_at = self.clock()
-        listing = await self._read("home", "list_devices")
+        # both at once: each may start its package's server (seconds), independently
+        listing, shops = await asyncio.gather(
+            self._read("home", "list_devices"), self._read("errands", "list_shops")
+        )
         if listing is not None:
             self.devices = devices_of(listing)
-        shops = await self._read("errands", "list_shops")
         if shops is not None:
             self.shops = [
                 Named(
