@@ -571,3 +571,17 @@ def test_invalid_accounts_are_rejected() -> None:
         make_broker(Path("/tmp/unused"), 1883, [account(DEV_A), account(DEV_A)])
     with pytest.raises(ValueError):
         Broker(Path("/tmp/unused"), home_id="not-hex", port=1883, accounts=[])
+
+
+def test_a_connection_closed_before_its_tls_handshake_is_no_refusal(tmp_path: Path) -> None:
+    """mosquitto logs an OpenSSL error for a TCP connection closed before any handshake (the
+    hub's own readiness probe): never counted; a handshake a client aborts is."""
+    broker = make_broker(tmp_path / "broker", ports.port())
+    broker.log_path.parent.mkdir(parents=True, exist_ok=True)
+    broker.log_path.write_text(
+        "1: New connection from 127.0.0.1:51918 on port 21444.\n"
+        "1: OpenSSL Error[0]: error:0A000126:SSL routines::unexpected eof while reading\n"
+        "1: Client <unknown> disconnected: Protocol error.\n"
+        "2: OpenSSL Error[0]: error:0A000418:SSL routines::tlsv1 alert unknown ca\n"
+    )
+    assert broker.refusals() == {"broker.refused.tls": 1}

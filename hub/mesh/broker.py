@@ -100,6 +100,9 @@ REFUSALS = (
     ("OpenSSL Error[", "broker.refused.tls"),
 )
 """(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
+NOT_REFUSALS = ("unexpected eof while reading",)
+"""log fragments that match a refusal but are none: a connection closed before its TLS
+handshake began (the hub's own readiness probe, :func:`accepts`) is no refused client"""
 
 MAX_PACKET_BYTES = 512 * 1024
 """The largest MQTT packet (topic + payload + headers): twice the hub's envelope limit
@@ -395,6 +398,8 @@ class Broker:
         end = data.rfind(b"\n") + 1
         self._refusal_offset = size - len(data) + end
         for line in data[:end].decode("utf-8", "replace").splitlines():
+            if any(fragment in line for fragment in NOT_REFUSALS):
+                continue
             for fragment, name in REFUSALS:
                 if fragment in line:
                     found[name] += 1
