@@ -1,5 +1,5 @@
 """``python -m cli``: the ``yimi`` command."""
 
-from cli.main import run
+from cli.main import main
 
-run()
+main()

@@ -11,7 +11,7 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 # gRPC's core logs a refused TLS handshake at info level on stderr (a line per attempt):
 # the refusal is said once, as a YimiError (sync/tls.py)
@@ -46,7 +46,6 @@ __all__ = [
     "EXIT_USAGE",
     "build_parser",
     "main",
-    "run",
 ]
 
 
@@ -72,14 +71,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The ``yimi`` process (``argv`` ``None``: the command line; then the process umask is
-    made private, 0o077, so whatever a command or a library writes in HOME or a bundle is
-    0600/0700 — see :mod:`storage.private`). Called with ``argv`` (tests, in-process) the
-    caller's umask is left alone."""
-    if argv is None:
-        from storage.private import private_umask
+    """The ``yimi`` process (``argv`` ``None``: the command line, the console script and
+    ``python -m cli``; then the process umask is made private, 0o077, so whatever a command
+    or a library writes in HOME or a bundle is 0600/0700 — see :mod:`storage.private` — and
+    the process ends through :func:`exit_now` once the command is done). Called with
+    ``argv`` (tests, in-process) the caller's umask is left alone and the status returned."""
+    if argv is not None:
+        return _command(argv)
+    from storage.private import private_umask
 
-        private_umask()
+    private_umask()
+    exit_now(_command(None))
+
+
+def _command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     handler: Handler = args.handler
     try:
@@ -92,11 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         print(f"yimi: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), file=sys.stderr)
         return EXIT_ERROR
-
-
-def run() -> NoReturn:
-    """The console script and ``python -m cli``: :func:`main`, then :func:`exit_now`."""
-    exit_now(main())
 
 
 if __name__ == "__main__":
