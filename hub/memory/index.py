@@ -507,7 +507,7 @@ class MemoryIndex:
                 if replaced_text:  # the old text's tokens must not linger in older segments
                     self._conn.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
             if replaced_text:
-                self._drop_freed_pages()
+                self.drop_freed_pages()
 
     def _write(self, entries: Sequence[Entry], vectors: Vectors) -> bool:
         """Write rows inside the caller's transaction; True if an item's text was replaced."""
@@ -604,10 +604,10 @@ class MemoryIndex:
                 if removed:
                     cur.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
             if removed:
-                self._drop_freed_pages()
+                self.drop_freed_pages()
         return removed
 
-    def _drop_freed_pages(self) -> None:
+    def drop_freed_pages(self) -> None:
         self._conn.execute("PRAGMA incremental_vacuum").fetchall()
         self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 

@@ -155,7 +155,7 @@ class RecallRebuild:
                 if sync(src, dst) == 0:
                     break
             self._since = snapshot(src)
-            dst._drop_freed_pages()
+            dst.drop_freed_pages()
         os.replace(building, target)
         self._source = source
 

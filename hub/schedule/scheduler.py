@@ -222,7 +222,7 @@ class Scheduler:
         moved = replace(
             job, next_ms=nxt, state=PENDING if nxt is not None else DONE, updated_ms=now
         )
-        self.store._write(moved)
+        self.store.write(moved)
 
     # -------------------------------------------------------------- async shell
     async def __aenter__(self) -> Scheduler:

@@ -133,10 +133,12 @@ class JobStore:
             kept = self.get(job.id)
             if kept is not None:
                 return kept
-            self._write(job)
+            self.write(job)
         return job
 
-    def _write(self, job: Job) -> None:
+    def write(self, job: Job) -> None:
+        """Keep ``job`` as it is now (insert or replace: one statement, or part of the caller's
+        transaction)."""
         self.db.execute(
             f"INSERT OR REPLACE INTO jobs ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
             (
@@ -157,13 +159,13 @@ class JobStore:
 
     def update(self, job: Job) -> Job:
         with transaction(self.db):
-            self._write(job)
+            self.write(job)
         return job
 
     def put_many(self, jobs: list[Job]) -> None:
         with transaction(self.db):
             for job in jobs:
-                self._write(job)
+                self.write(job)
 
     def get(self, job_id: str) -> Job | None:
         row = self.db.execute(f"SELECT {_COLS} FROM jobs WHERE id=?", (job_id,)).fetchone()
