@@ -50,6 +50,12 @@ def hub_is_up(log_text: str) -> bool:
 
 
 def cmd_hub_run(args: argparse.Namespace) -> int:
+    return serve_hub(args)
+
+
+def serve_hub(args: argparse.Namespace, **extra: Any) -> int:
+    """Run the hub the arguments of :func:`add_run_arguments` describe (``extra``: more
+    :class:`HubOptions` fields) until SIGTERM/SIGINT."""
     from hub.mesh.daemon import HubDaemon, HubOptions
     from hub.web.options import WebTls
     from provisioning.home import Home
@@ -64,6 +70,7 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         plaintext=args.plaintext,
         web_port=args.web_port,
         web_tls=WebTls(args.web_cert, args.web_key) if args.web_cert and args.web_key else None,
+        **extra,
     )
 
     async def serve() -> int:
@@ -72,6 +79,25 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return run_service(serve)
+
+
+def add_run_arguments(sp: argparse.ArgumentParser) -> None:
+    """The options of a command that runs the hub (``yimi hub run``, ``yimi wyoming serve``)."""
+    sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument("--mqtt-port", type=int)
+    sp.add_argument("--grpc-port", type=int)
+    sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
+    sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
+    sp.add_argument(
+        "--plaintext",
+        action="store_true",
+        help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
+    )
+    sp.add_argument(
+        "--web-port", type=int, help="serve the phone companion and dashboard pages on this port"
+    )
+    sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
+    sp.add_argument("--web-key", type=Path, help="the pages' HTTPS key (PEM)")
 
 
 def cmd_hub_status(args: argparse.Namespace) -> int:
@@ -219,21 +245,7 @@ def add_commands(sub: Any, command: Command) -> None:
     hub = sub.add_parser("hub", help="run and inspect the hub")
     hub_sub = hub.add_subparsers(dest="action", required=True)
     sp = command(hub_sub, "run", cmd_hub_run, "run the hub: broker, gRPC, zeroconf, timeline")
-    sp.add_argument("--home", type=Path, required=True)
-    sp.add_argument("--mqtt-port", type=int)
-    sp.add_argument("--grpc-port", type=int)
-    sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
-    sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
-    sp.add_argument(
-        "--plaintext",
-        action="store_true",
-        help="no TLS (debugging; only with --bind 127.0.0.1; devices need YIMI_PLAINTEXT=1)",
-    )
-    sp.add_argument(
-        "--web-port", type=int, help="serve the phone companion and dashboard pages on this port"
-    )
-    sp.add_argument("--web-cert", type=Path, help="the pages' HTTPS certificate (PEM)")
-    sp.add_argument("--web-key", type=Path, help="the pages' HTTPS key (PEM)")
+    add_run_arguments(sp)
     sp = command(
         hub_sub,
         "status",

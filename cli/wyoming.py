@@ -9,35 +9,16 @@ Wyoming port open; ``wyoming:`` in home.yaml does the same for ``yimi hub run``.
 from __future__ import annotations
 
 import argparse
-import asyncio
-from pathlib import Path
 from typing import Any
 
-from cli.common import EXIT_OK, Command, run_service, setup_logging
+from cli.common import Command
+from cli.hub import add_run_arguments, serve_hub
 
 DEFAULT_PORT = 10700
 
 
 def cmd_wyoming_serve(args: argparse.Namespace) -> int:
-    from hub.mesh.daemon import HubDaemon, HubOptions
-    from provisioning.home import Home
-
-    setup_logging(args.verbose)
-    home = Home.load(args.home)
-    options = HubOptions(
-        mqtt_port=args.mqtt_port or home.mqtt_port,
-        grpc_port=args.grpc_port or home.grpc_port,
-        bind=args.bind,
-        advertise=not args.no_advertise,
-        wyoming_port=args.port,
-    )
-
-    async def serve() -> int:
-        async with HubDaemon(home, options):
-            await asyncio.Event().wait()
-        return EXIT_OK
-
-    return run_service(serve)
+    return serve_hub(args, wyoming_port=args.port)
 
 
 def add_commands(sub: Any, command: Command) -> None:
@@ -51,9 +32,5 @@ def add_commands(sub: Any, command: Command) -> None:
         "run the hub with its Wyoming server (speech-to-text, wake word, text-to-speech, "
         "intent handling) advertised as _wyoming._tcp",
     )
-    sp.add_argument("--home", type=Path, required=True)
+    add_run_arguments(sp)
     sp.add_argument("--port", type=int, default=DEFAULT_PORT, help="the Wyoming port")
-    sp.add_argument("--mqtt-port", type=int)
-    sp.add_argument("--grpc-port", type=int)
-    sp.add_argument("--bind", default="0.0.0.0", help="listen address (127.0.0.1 for local only)")
-    sp.add_argument("--no-advertise", action="store_true", help="no zeroconf advertisement")
