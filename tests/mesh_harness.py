@@ -11,13 +11,17 @@ Chinese sets ``mesh.configure(asr={"model": "whisper-base", "language": "auto"})
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import ssl
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -29,6 +33,9 @@ from sync.backoff import SCALE_ENV
 from sync.tls import ChannelOptions, ClientTls
 from tests.waiting import poll_sync
 from worlds import ports
+
+if TYPE_CHECKING:
+    from hub.mesh.daemon import HubDaemon
 
 REPO = Path(__file__).resolve().parent.parent
 HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
@@ -187,6 +194,32 @@ class Mesh:
         self, bundle: Path, text: str, *args: str, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         return self.yimi("say", "--bundle", str(bundle), *args, text, timeout=timeout)
+
+    async def say_answered(self, bundle: Path, words: str) -> str:
+        """``yimi say`` from ``bundle`` to this home's hub (off the event loop): its output,
+        the command having succeeded."""
+        r = await asyncio.to_thread(
+            self.say, bundle, words, "--hub", self.hub_target, "--timeout", "60"
+        )
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        return r.stdout
+
+    @asynccontextmanager
+    async def hub_in_process(self, **options: Any) -> AsyncIterator[HubDaemon]:
+        """This home's hub in the test's own process, on its loopback ports (``options``:
+        more :class:`~hub.mesh.daemon.HubOptions` fields), once its turns have started."""
+        from hub.mesh.daemon import HubDaemon, HubOptions
+
+        opts = HubOptions(
+            mqtt_port=self.mqtt_port,
+            grpc_port=self.grpc_port,
+            bind="127.0.0.1",
+            advertise=False,
+            **options,
+        )
+        async with HubDaemon(Home.load(self.home), opts) as hub:
+            await asyncio.wait_for(hub.turns.started.wait(), 60)
+            yield hub
 
     def stop(self, proc: Proc, sig: int = signal.SIGTERM, timeout: float = 15) -> int:
         if proc.alive():

@@ -8,42 +8,16 @@ The clock is moved, never waited for."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 
 import pytest
 
-from hub.mesh.daemon import HubDaemon, HubOptions
+from hub.mesh.daemon import HubDaemon
 from hub.schedule import TestClock
 from provisioning.bundle import Bundle
-from provisioning.home import Home
 from tests.mesh_harness import Mesh
 from tests.waiting import poll
 
 pytestmark = pytest.mark.slow
-
-
-@asynccontextmanager
-async def hub_up(mesh: Mesh, clock: TestClock) -> AsyncIterator[HubDaemon]:
-    options = HubOptions(
-        mqtt_port=mesh.mqtt_port,
-        grpc_port=mesh.grpc_port,
-        bind="127.0.0.1",
-        advertise=False,
-        clock=clock,
-    )
-    async with HubDaemon(Home.load(mesh.home), options) as hub:
-        await asyncio.wait_for(hub.turns.started.wait(), 60)
-        yield hub
-
-
-async def say(mesh: Mesh, bundle: Path, words: str) -> str:
-    r = await asyncio.to_thread(
-        mesh.say, bundle, words, "--hub", mesh.hub_target, "--timeout", "60"
-    )
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    return r.stdout
 
 
 RING = "Time's up: your timer for 20 seconds is done."
@@ -53,10 +27,10 @@ async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> 
     mac = mesh.add_device("mac1", "mac")
     specs = mesh.add_device("specs", "glasses")
     clock = TestClock()
-    async with hub_up(mesh, clock) as hub:
+    async with mesh.hub_in_process(clock=clock) as hub:
         mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
         specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
-        out = await say(mesh, mac, "Yimi, set a timer for 20 seconds")
+        out = await mesh.say_answered(mac, "Yimi, set a timer for 20 seconds")
         assert "Timer set for 20 seconds." in out, out
         mac_id = Bundle.load(mac).device_id
         (timer,) = hub.timers.on(mac_id)
@@ -96,22 +70,22 @@ async def test_reminders_in_chinese_and_english_fire_once_across_restarts(mesh: 
     specs = mesh.add_device("specs", "glasses")
     clock = TestClock()
     mac_edge = specs_edge = None
-    async with hub_up(mesh, clock) as hub:
+    async with mesh.hub_in_process(clock=clock) as hub:
         mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
         specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
-        out = await say(mesh, mac, "明天早上八点提醒我吃药")
+        out = await mesh.say_answered(mac, "明天早上八点提醒我吃药")
         assert "好的，明天上午八点提醒你吃药。" in out, out
-        out = await say(mesh, mac, "remind me in 10 minutes to call mum")
+        out = await mesh.say_answered(mac, "remind me in 10 minutes to call mum")
         assert "OK, I'll remind you " in out and "to call mum." in out, out
         zh_in, en_in = due_in_s(hub, "吃药"), due_in_s(hub, "call mum")
         assert 570 <= en_in <= 600 and en_in < zh_in <= 32 * 3600  # 8 am the day after today
-    async with hub_up(mesh, clock) as hub:  # restarted in between: both still pending
+    async with mesh.hub_in_process(clock=clock) as hub:  # restarted in between: both still pending
         clock.advance(en_in + 1)
         await poll(lambda: "hub: Reminder: call mum." in mac_edge.text(), 30, "call mum")
         clock.advance(zh_in - en_in)
         await poll(lambda: "hub: 提醒：吃药。" in mac_edge.text(), 30, "吃药 on the Mac")
         assert reminders_on_timeline(mesh) == ["Reminder: call mum.", "提醒：吃药。"]
-    async with hub_up(mesh, clock) as hub:  # and again: nothing fires twice
+    async with mesh.hub_in_process(clock=clock) as hub:  # and again: nothing fires twice
         clock.advance(120)  # past the notifications' ACK deadline: the Mac ACKed, no fallback
         await hub.scheduler.run_due()
         mac_id = Bundle.load(mac).device_id
@@ -140,12 +114,12 @@ async def test_reminders_in_chinese_and_english_fire_once_across_restarts(mesh: 
 async def test_a_reminder_due_while_the_hub_was_down_fires_on_start(mesh: Mesh) -> None:
     mac = mesh.add_device("mac1", "mac")
     clock = TestClock()
-    async with hub_up(mesh, clock):
+    async with mesh.hub_in_process(clock=clock):
         mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
-        assert "OK" in await say(mesh, mac, "remind me in 10 minutes to stretch")
-        assert "OK" in await say(mesh, mac, "remind me in 20 minutes to check the post")
+        assert "OK" in await mesh.say_answered(mac, "remind me in 10 minutes to stretch")
+        assert "OK" in await mesh.say_answered(mac, "remind me in 20 minutes to check the post")
     clock.advance(15 * 60)  # down for 15 minutes: 5 minutes late, inside the grace
-    async with hub_up(mesh, clock) as hub:
+    async with mesh.hub_in_process(clock=clock) as hub:
         await poll(lambda: "hub: Reminder: stretch." in mac_edge.text(), 30, "stretch")
         (stretch_job,) = [
             j
@@ -154,7 +128,7 @@ async def test_a_reminder_due_while_the_hub_was_down_fires_on_start(mesh: Mesh) 
         ]
         assert [s for _, s in hub.scheduler.store.occurrences(stretch_job.id)] == ["fired"]
     clock.advance(3 * 3600)  # down for three hours: past the post's grace (an hour)
-    async with hub_up(mesh, clock) as hub:
+    async with mesh.hub_in_process(clock=clock) as hub:
         await poll(lambda: hub.scheduler.stats["missed"] == 1, 10, "the missed reminder")
         stretch, missed = reminders_on_timeline(mesh)
         assert stretch == "Reminder: stretch."
@@ -174,10 +148,12 @@ async def test_a_scheduled_run_that_needs_a_card_is_blocked_and_reported(mesh: M
     clock = TestClock()
     async with SmtpWorld() as smtp:
         prepare(mesh, smtp)
-        async with hub_up(mesh, clock) as hub:
+        async with mesh.hub_in_process(clock=clock) as hub:
             mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             phone_edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
-            out = await say(mesh, mac, "every Monday at 9 e-mail the meeting notes to my colleague")
+            out = await mesh.say_answered(
+                mac, "every Monday at 9 e-mail the meeting notes to my colleague"
+            )
             assert "OK: every Monday at 9:00 am, I'll e-mail the meeting notes" in out, out
             (job,) = hub.scheduler.store.jobs("run")
             assert job.next_ms is not None
@@ -216,10 +192,10 @@ async def test_an_unacked_notification_falls_back_to_the_next_device(mesh: Mesh)
     def sent_to() -> list[tuple[object, ...]]:
         return mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", said)
 
-    async with hub_up(mesh, clock) as hub:
+    async with mesh.hub_in_process(clock=clock) as hub:
         specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
         # set from the Mac, whose edge daemon is not running: nobody there ACKs
-        assert "OK" in await say(mesh, mac, "remind me in 5 minutes to call the plumber")
+        assert "OK" in await mesh.say_answered(mac, "remind me in 5 minutes to call the plumber")
         clock.advance(5 * 60 + 1)
         await poll(lambda: sent_to(), 20, "the first attempt")
         assert sent_to() == [(ids["bundle-mac1"], None)]

@@ -24,7 +24,7 @@ import yaml
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.capabilities.settings import only
 from hub.gateway.facts import fact_map
-from hub.mesh.daemon import HubDaemon, HubOptions
+from hub.mesh.daemon import HubDaemon
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
@@ -67,24 +67,6 @@ def prepare(mesh: Mesh, smtp: SmtpWorld) -> None:
         )
     )
     mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
-
-
-@asynccontextmanager
-async def hub_up(mesh: Mesh) -> AsyncIterator[HubDaemon]:
-    options = HubOptions(
-        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-    )
-    async with HubDaemon(Home.load(mesh.home), options) as hub:
-        await asyncio.wait_for(hub.turns.started.wait(), 60)
-        yield hub
-
-
-async def say(mesh: Mesh, bundle: Path, words: str) -> str:
-    r = await asyncio.to_thread(
-        mesh.say, bundle, words, "--hub", mesh.hub_target, "--timeout", "60"
-    )
-    assert r.returncode == 0, (r.stdout, r.stderr)
-    return r.stdout
 
 
 def turn_id(mesh: Mesh, words: str) -> str:
@@ -135,14 +117,14 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
     glasses = mesh.add_device("specs", "glasses")
     async with SmtpWorld() as smtp:
         prepare(mesh, smtp)
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             assert hub.turns.brain is not None and hub.turns.brain.kind == "rule-based"
             mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             phone_edge = await asyncio.to_thread(mesh.start_edge, phone, hub=mesh.hub_target)
 
-            out = await say(mesh, mac, "Yimi, remember I don't eat cilantro")
+            out = await mesh.say_answered(mac, "Yimi, remember I don't eat cilantro")
             assert RULES not in out and "I'll remember: I don't eat cilantro" in out, out
-            out = await say(mesh, mac, "what do you remember about cilantro")
+            out = await mesh.say_answered(mac, "what do you remember about cilantro")
             assert RULES not in out and "I don't eat cilantro" in out, out
 
             # typed on the Mac: the owner's turn (admission), the original archived
@@ -157,7 +139,7 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
             originals = archived(mesh)
             assert [m["source"] for m in originals] == ["typed", "typed"], originals
 
-            out = await say(mesh, mac, MAIL)
+            out = await mesh.say_answered(mac, MAIL)
             assert "need your approval" in out and "card on your phone" in out, out
             assert smtp.messages() == []
             task = turn_id(mesh, MAIL)
@@ -247,8 +229,8 @@ async def test_a_guest_voice_can_neither_send_nor_read_memory(mesh: Mesh) -> Non
     mac = mesh.add_device("mac1", "mac")
     async with SmtpWorld() as smtp:
         prepare(mesh, smtp)
-        async with hub_up(mesh) as hub:
-            await say(mesh, mac, "remember my PIN hint is the blue door")
+        async with mesh.hub_in_process() as hub:
+            await mesh.say_answered(mac, "remember my PIN hint is the blue door")
             send = queue_voice(mac, "Yimi, send an e-mail to Dana saying hi")
             recall = queue_voice(mac, "what do you remember about the PIN")
             edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
@@ -316,7 +298,7 @@ async def test_repeated_utterance_and_facts_said_only_after_the_ack(mesh: Mesh) 
     mac = mesh.add_device("mac1", "mac")
     async with SmtpWorld() as smtp:
         prepare(mesh, smtp)
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             brain = hub.turns.brain
             assert brain is not None
             async with mute_device(mesh, mac) as (node, heard):
@@ -365,13 +347,13 @@ async def test_hub_restart_while_a_card_waits_sends_once(mesh: Mesh) -> None:
     phone = mesh.add_device("phone1", "phone")
     async with SmtpWorld() as smtp:
         prepare(mesh, smtp)
-        async with hub_up(mesh):
+        async with mesh.hub_in_process():
             mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
-            out = await say(mesh, mac, MAIL)
+            out = await mesh.say_answered(mac, MAIL)
             assert "need your approval" in out, out
         task = turn_id(mesh, MAIL)
         # the hub is down; it comes back and resumes the task, still waiting for the card
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             brain = hub.turns.brain
             assert brain is not None
             assert task in hub.turns.resumed
@@ -448,11 +430,11 @@ async def test_the_email_turn_with_a_fake_openai_endpoint(mesh: Mesh) -> None:
     async with SmtpWorld() as smtp, FakeOpenAI(responder) as fake:
         prepare(mesh, smtp)
         _configure(mesh.home, fake.base_url)
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             brain = hub.turns.brain
             assert brain is not None and brain.kind == "llm"
-            out = await say(mesh, mac, MAIL)
+            out = await mesh.say_answered(mac, MAIL)
             assert "I'll e-mail the meeting notes to Dana." in out and RULES not in out, out
             await poll(
                 lambda: any("waiting for consent" in a for a in activity(mesh)),
@@ -494,7 +476,7 @@ async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> N
         prepare(mesh, smtp)
         _configure(mesh.home, fake.base_url)
         try:
-            async with hub_up(mesh):
+            async with mesh.hub_in_process():
                 edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
                 r = await asyncio.to_thread(
                     mesh.say, mac, words, "--hub", mesh.hub_target, "--timeout", "3"
@@ -505,7 +487,7 @@ async def test_a_turn_cut_off_by_a_restart_is_answered_after_it(mesh: Mesh) -> N
                 await asyncio.wait_for(thinking.wait(), 30)
             uid = turn_id(mesh, words)
             assert reply_text(mesh, uid) == ""
-            async with hub_up(mesh) as hub:
+            async with mesh.hub_in_process() as hub:
                 await poll(lambda: reply_text(mesh, uid), 30, "the reply after the restart")
                 assert "Pasta with the tomatoes you have." in reply_text(mesh, uid)
                 await poll(
@@ -532,7 +514,7 @@ async def test_a_reply_later_than_say_waits_is_late_not_queued(mesh: Mesh) -> No
     async with SmtpWorld() as smtp, FakeOpenAI(lambda req: stall()) as fake:
         prepare(mesh, smtp)
         _configure(mesh.home, fake.base_url, timeout_s=5)
-        async with hub_up(mesh):
+        async with mesh.hub_in_process():
             r = await asyncio.to_thread(
                 mesh.say, mac, words, "--hub", mesh.hub_target, "--timeout", "2"
             )
@@ -546,7 +528,7 @@ async def test_a_reply_later_than_say_waits_is_late_not_queued(mesh: Mesh) -> No
             assert "did not answer within 5 seconds" in reply_text(mesh, uid)
             await poll(lambda: fake.answering == 0, 10, "the stalled request to be dropped")
             fake.responder = lambda req: text("Once upon a time.")
-            out = await say(mesh, mac, "hello there")
+            out = await mesh.say_answered(mac, "hello there")
             assert "Once upon a time." in out, out
         assert len(mesh.hub_query("SELECT id FROM timeline WHERE text=?", words)) == 1
         assert len(mesh.hub_query("SELECT id FROM replies WHERE utterance_id=?", uid)) == 1

@@ -30,10 +30,9 @@ import yaml
 
 from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
-from hub.mesh.daemon import HubDaemon, HubOptions
+from hub.mesh.daemon import HubDaemon
 from hub.payments import PaymentRequest, VoiceEvidence
 from packages.errands.sandbox import SandboxShop
-from provisioning.home import Home
 from storage.sqlite import read_rows
 from tests.mesh_harness import Mesh
 from tests.pay_kit import now_ms
@@ -146,20 +145,6 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
     await poll(lambda: not chromium_pids(marker), 10, "chromium to exit")
 
 
-@asynccontextmanager
-async def hub_up(mesh: Mesh, web_port: int) -> AsyncIterator[HubDaemon]:
-    options = HubOptions(
-        mqtt_port=mesh.mqtt_port,
-        grpc_port=mesh.grpc_port,
-        bind="127.0.0.1",
-        advertise=False,
-        web_port=web_port,
-    )
-    async with HubDaemon(Home.load(mesh.home), options) as hub:
-        await asyncio.wait_for(hub.turns.started.wait(), 60)
-        yield hub
-
-
 async def pair_browser(mesh: Mesh, br: Browser, url: str, name: str = "browser-phone") -> None:
     code = await asyncio.to_thread(mesh.yimi, "hub", "pair-code", "--home", str(mesh.home))
     page = br.phone
@@ -251,7 +236,7 @@ async def test_browser_phone_pairs_chats_answers_cards_and_is_logged_out(mesh: M
     url = f"http://localhost:{web_port}/"
     async with SmtpWorld() as smtp:
         prepare_mail(mesh, smtp)
-        async with hub_up(mesh, web_port) as hub, browser(mesh.root) as br:
+        async with mesh.hub_in_process(web_port=web_port) as hub, browser(mesh.root) as br:
             page = br.phone
             await pair_browser(mesh, br, url)
             assert enrolled(mesh, "browser-phone") == ("phone", "pair-web")
@@ -429,7 +414,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
         )
         async with browser(mesh.root) as br:
             page = br.phone
-            async with hub_up(mesh, web_port) as hub:
+            async with mesh.hub_in_process(web_port=web_port) as hub:
                 await pair_browser(mesh, br, url)
                 await checkout(hub, "t1")
                 outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
@@ -479,7 +464,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
             await say_in_browser(page, OFFLINE_WORDS)
             pending = page.locator("#chat-log .pending", has_text=OFFLINE_WORDS)
             await pending.wait_for()
-            async with hub_up(mesh, web_port):
+            async with mesh.hub_in_process(web_port=web_port):
                 await pending.wait_for(state="detached", timeout=WAIT_MS * 2)
                 said = page.locator("#chat-log .entry.utterance", has_text=OFFLINE_WORDS)
                 await said.wait_for()
