@@ -45,6 +45,28 @@ def activity_text(event: TaskEvent) -> str:
     return text
 
 
+async def hub_entry(
+    store: HubStore,
+    publish: PublishFn,
+    entry_id: str,
+    kind: str,
+    text: str,
+    *,
+    trace_id: str,
+    meta: dict[str, object],
+) -> bool:
+    """Put an entry the hub words itself on the timeline, once by id, and replicate it;
+    ``False`` when ``entry_id`` was already there."""
+    now = now_ms()
+    seq, fresh = store.append_entry(
+        entry_id, device=HUB, kind=kind, text=text, ts_ms=now, trace_id=trace_id, meta=meta
+    )
+    if fresh:
+        log.info("%s %s: %s", kind, entry_id, text)
+        await publish([docs.Entry(entry_id, HUB, now, kind, text, seq)])
+    return fresh
+
+
 class Activity:
     def __init__(self, store: HubStore, *, publish: PublishFn) -> None:
         self.store = store
@@ -53,14 +75,9 @@ class Activity:
     async def record(self, event: TaskEvent) -> None:
         """Put ``event`` on the timeline as an activity entry (once) and replicate it."""
         text = activity_text(event)
-        entry_id = f"act-{_short(event.task_id)}-{event.state}"
-        now = now_ms()
-        seq, fresh = self.store.append_entry(
-            entry_id,
-            device=HUB,
-            kind=ACTIVITY_KIND,
-            text=text,
-            ts_ms=now,
+        await self.note(
+            f"act-{_short(event.task_id)}-{event.state}",
+            text,
             trace_id=event.trace_id,
             meta={
                 "task": event.task_id,
@@ -73,26 +90,11 @@ class Activity:
                 ],
             },
         )
-        if not fresh:
-            return
-        log.info("activity %s: %s", event.task_id, text)
-        await self._publish([docs.Entry(entry_id, HUB, now, ACTIVITY_KIND, text, seq)])
 
     async def note(
         self, entry_id: str, text: str, *, trace_id: str, meta: dict[str, object]
     ) -> bool:
         """An activity entry the hub words itself (a scheduled run's outcome), once by id."""
-        now = now_ms()
-        seq, fresh = self.store.append_entry(
-            entry_id,
-            device=HUB,
-            kind=ACTIVITY_KIND,
-            text=text,
-            ts_ms=now,
-            trace_id=trace_id,
-            meta=meta,
+        return await hub_entry(
+            self.store, self._publish, entry_id, ACTIVITY_KIND, text, trace_id=trace_id, meta=meta
         )
-        if fresh:
-            log.info("activity %s: %s", entry_id, text)
-            await self._publish([docs.Entry(entry_id, HUB, now, ACTIVITY_KIND, text, seq)])
-        return fresh

@@ -17,12 +17,10 @@ from collections.abc import Awaitable, Callable
 from hub.brain.replies import say, spoken_duration
 from hub.schedule import Occurrence
 from hub.timeline import Admitted, HubStore
+from hub.turns.activity import hub_entry
 from hub.turns.admission import PublishFn
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece
 from hub.turns.notify import Notifier
-from protos.clock import now_ms
-from sync import documents as docs
-from sync.envelope import HUB
 
 log = logging.getLogger(__name__)
 
@@ -108,17 +106,12 @@ class Later:
         await self._entry(occ, occurrence_id("rmm-", occ), text)
 
     async def _entry(self, occ: Occurrence, entry_id: str, text: str) -> None:
-        spec = occ.job.spec
-        now = now_ms()
-        seq, fresh = self.store.append_entry(
+        await hub_entry(
+            self.store,
+            self._publish,
             entry_id,
-            device=HUB,
-            kind=REMINDER_KIND,
-            text=text,
-            ts_ms=now,
-            trace_id=str(spec.get("trace_id") or ""),
+            REMINDER_KIND,
+            text,
+            trace_id=str(occ.job.spec.get("trace_id") or ""),
             meta={"job": occ.job.id, "occurrence_ms": occ.occurrence_ms, "late_ms": occ.late_ms},
         )
-        if fresh:
-            log.info("reminder %s: %s", occ.job.id, text)
-            await self._publish([docs.Entry(entry_id, HUB, now, REMINDER_KIND, text, seq)])
