@@ -76,14 +76,14 @@ async def commands() -> asyncio.StreamReader:
     return reader
 
 
-async def passkey_holder(context: Any, page: Any) -> None:
-    """A virtual platform authenticator (Chrome DevTools' WebAuthn domain) for the passkey
-    the page registers once paired. Without one, headless Chromium leaves that
-    ``navigator.credentials.create`` pending and takes no taps meanwhile. The demo pays
-    nothing: the passkey is never asked for."""
+async def passkey_holder(context: Any, page: Any) -> tuple[Any, str]:
+    """A virtual platform authenticator that does user verification (Chrome DevTools'
+    WebAuthn domain) for the passkey the page registers once paired; its CDP session and
+    id. Without one, headless Chromium leaves that ``navigator.credentials.create`` pending
+    and takes no taps meanwhile. The demo pays nothing: the passkey is never asked for."""
     cdp = await context.new_cdp_session(page)
     await cdp.send("WebAuthn.enable")
-    await cdp.send(
+    added = await cdp.send(
         "WebAuthn.addVirtualAuthenticator",
         {
             "options": {
@@ -96,6 +96,7 @@ async def passkey_holder(context: Any, page: Any) -> None:
             }
         },
     )
+    return cdp, str(added["authenticatorId"])
 
 
 async def pair(page: Any, url: str, code: str, name: str) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from demo.companion import CHROMIUM, passkey_holder
 from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon
@@ -42,7 +43,6 @@ from worlds.fakes import SmtpWorld
 
 pytestmark = pytest.mark.slow
 
-CHROMIUM = "/usr/bin/chromium"
 _missing = [
     what
     for what, there in (
@@ -124,22 +124,8 @@ async def browser(tmp_path: Path) -> AsyncIterator[Browser]:
             context.on("console", lambda m: note(f"{m.type}: {m.text}"))
             context.on("weberror", lambda e: note(f"error: {e.error}"))
             page = await context.new_page()
-            cdp = await context.new_cdp_session(page)
-            await cdp.send("WebAuthn.enable")
-            added = await cdp.send(
-                "WebAuthn.addVirtualAuthenticator",
-                {
-                    "options": {
-                        "protocol": "ctap2",
-                        "transport": "internal",
-                        "hasResidentKey": True,
-                        "hasUserVerification": True,
-                        "isUserVerified": True,
-                        "automaticPresenceSimulation": True,
-                    }
-                },
-            )
-            yield Browser(page, context, cdp, added["authenticatorId"], shots)
+            cdp, authenticator = await passkey_holder(context, page)
+            yield Browser(page, context, cdp, authenticator, shots)
         finally:
             await b.close()
     await poll(lambda: not chromium_pids(marker), 10, "chromium to exit")
