@@ -216,17 +216,10 @@ class Turns:
 
     async def _worker(self, device: str) -> None:
         queue = self._queues[device]
-        me = asyncio.current_task()
-        while True:
-            if me is not None and me.cancelling():
-                # a cancellation lost inside a turn (third-party code awaited in the brain can
-                # swallow one): the worker still stops
-                raise asyncio.CancelledError
+        while True:  # a cancellation lost in a turn: TaskOwner cancels again (sync.tasks)
             job = await queue.get()
             try:
                 await self._answer(job)
-                if me is not None and me.cancelling():
-                    log.warning("turn %s: a cancellation was lost in it", job.admitted.utterance_id)
             except Exception:
                 log.exception("turn %s failed", job.admitted.utterance_id)
             finally:
