@@ -637,8 +637,8 @@ async def test_the_real_ha_mqtt_discoverable_library_with_and_without_a_device(
                     "features": ["on_off"],
                 }
                 assert {"sensor.shed_temperature", "binary_sensor.shed_door"} <= set(seen)
-                for entity in ("switch.water_pump", "switch.shed_lamp"):
-                    r = await gw.call(asked(entity, state="on"), OWNER)
+                for entity_id in ("switch.water_pump", "switch.shed_lamp"):
+                    r = await gw.call(asked(entity_id, state="on"), OWNER)
                     assert r.status == "succeeded" and r.effects[0].state == "verified", r
                 temp.set_state(13.0)
 

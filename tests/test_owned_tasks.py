@@ -37,7 +37,7 @@ async def _never_ends(started: asyncio.Event) -> None:
 async def test_a_task_that_lost_its_cancellation_is_cancelled_again(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    started, lost = asyncio.Event(), []
+    started, lost = asyncio.Event(), list[int]()
     owner = TaskOwner("t")
     task = owner.spawn(_loses_one_cancel(started, lost), "loop")
     await started.wait()
