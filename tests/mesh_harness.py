@@ -36,8 +36,18 @@ from worlds import ports
 
 if TYPE_CHECKING:
     from hub.mesh.daemon import HubDaemon
+    from worlds.fakes import SmtpWorld
 
 REPO = Path(__file__).resolve().parent.parent
+MEETING_NOTE = "Meeting notes: ship on Friday."
+"""the note :meth:`Mesh.prepare_mail` adds (what the e-mail tests send)"""
+
+
+def messaging_config(smtp: SmtpWorld) -> dict[str, str]:
+    """The messaging package's configuration for the local SMTP server ``smtp``."""
+    return {"SMTP_HOST": smtp.host, "SMTP_PORT": str(smtp.port), "SMTP_FROM": "assistant@home.test"}
+
+
 HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
 """``asr:`` of every harness home (see the module doc)"""
 BACKOFF_SCALE = "0.25"
@@ -194,6 +204,22 @@ class Mesh:
         self, bundle: Path, text: str, *args: str, timeout: float = 60
     ) -> subprocess.CompletedProcess[str]:
         return self.yimi("say", "--bundle", str(bundle), *args, text, timeout=timeout)
+
+    def use_packages(self, packages: dict[str, Any]) -> None:
+        """The hub runs exactly ``packages`` (``packages.yaml``; the other built-ins off)."""
+        import yaml
+
+        from hub.capabilities.settings import only
+
+        (self.home / "packages.yaml").write_text(yaml.safe_dump(only(packages)))
+
+    def prepare_mail(self, smtp: SmtpWorld, contacts: list[dict[str, Any]]) -> None:
+        """Address book, a meeting note, and the packages memory and messaging (on ``smtp``)."""
+        import yaml
+
+        (self.home / "contacts.yaml").write_text(yaml.safe_dump(contacts, allow_unicode=True))
+        self.use_packages({"memory": {}, "messaging": {"config": messaging_config(smtp)}})
+        self.yimi("note", "add", "--home", str(self.home), MEETING_NOTE, check=True)
 
     async def say_answered(self, bundle: Path, words: str) -> str:
         """``yimi say`` from ``bundle`` to this home's hub (off the event loop): its output,

@@ -31,7 +31,7 @@ from hub.mesh.daemon import HubDaemon
 from tests.fake_openai import FakeOpenAI, Reply, Request, Responder, calls, text
 from tests.mesh_harness import Mesh, Proc
 from tests.test_brain_llm import delegate, first_request, job_of
-from tests.test_turns_mesh import _configure, activity, hub_up, reply_text, say, turn_id
+from tests.test_turns_mesh import _configure, activity, reply_text, turn_id
 from tests.waiting import poll
 from worlds.fakes import DEVICES, MqttHomeWorld
 
@@ -97,7 +97,7 @@ async def rig(mesh: Mesh, responder: Responder) -> AsyncIterator[Rig]:
             )
         )
         _configure(mesh.home, fake.base_url)
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             try:
                 yield Rig(mesh, hub, fake, mac, edge)
@@ -134,7 +134,7 @@ async def test_a_runaway_sub_agent_is_stopped_by_the_run_budget(mesh: Mesh) -> N
         return calls(*[("home__get_state", {"entity": e}) for e in ENTITIES])
 
     async with rig(mesh, responder) as r:
-        out = await say(mesh, r.mac, words)
+        out = await mesh.say_answered(r.mac, words)
         assert "I'll keep an eye on the house." in out, out
         uid = turn_id(mesh, words)
         (sub,) = r.brain.store.children(uid)
@@ -175,7 +175,7 @@ async def test_three_sub_agents_at_once_a_fourth_waits(mesh: Mesh) -> None:
 
     try:
         async with rig(mesh, responder) as r:
-            out = await say(mesh, r.mac, "do four things")
+            out = await mesh.say_answered(r.mac, "do four things")
             assert "Four jobs started." in out, out
             subs = r.brain.store.children(turn_id(mesh, "do four things"))
             assert sorted(t.title for t in subs) == jobs
@@ -239,13 +239,13 @@ async def test_a_follow_up_is_steered_to_the_running_sub_agent(mesh: Mesh) -> No
 
     try:
         async with rig(mesh, responder) as r:
-            out = await say(mesh, r.mac, "turn on the kitchen light")
+            out = await mesh.say_answered(r.mac, "turn on the kitchen light")
             assert "I'll turn on the kitchen light." in out, out
             (sub,) = r.brain.store.children(turn_id(mesh, "turn on the kitchen light"))
             await asyncio.wait_for(in_flight.wait(), 30)
 
             # same Mac, same day: the same session, so the main agent sees the running job
-            out = await say(mesh, r.mac, "actually the bedroom")
+            out = await mesh.say_answered(r.mac, "actually the bedroom")
             assert "OK, the bedroom instead." in out, out
             uid = turn_id(mesh, "actually the bedroom")
             main2 = next(

@@ -19,10 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-import yaml
 
 from edge_agent.node import DeviceNode, NodeOptions
-from hub.capabilities.settings import only
 from hub.gateway.facts import fact_map
 from hub.mesh.daemon import HubDaemon
 from protos import mesh_pb2, voice_pb2
@@ -43,30 +41,9 @@ MAIL = "e-mail the meeting notes to my colleague"
 
 # ---------------------------------------------------------------- helpers
 def prepare(mesh: Mesh, smtp: SmtpWorld) -> None:
-    """Address book, a meeting note, and the packages (memory; messaging on ``smtp``)."""
-    home = mesh.home
-    (home / "contacts.yaml").write_text(
-        yaml.safe_dump(
-            [{"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]}]
-        )
+    mesh.prepare_mail(
+        smtp, [{"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]}]
     )
-    (home / "packages.yaml").write_text(
-        yaml.safe_dump(
-            only(
-                {
-                    "memory": {},
-                    "messaging": {
-                        "config": {
-                            "SMTP_HOST": smtp.host,
-                            "SMTP_PORT": str(smtp.port),
-                            "SMTP_FROM": "assistant@home.test",
-                        }
-                    },
-                }
-            )
-        )
-    )
-    mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
 
 
 def turn_id(mesh: Mesh, words: str) -> str:

@@ -40,12 +40,11 @@ import yaml
 
 from hardware.espeak import Voice
 from hardware.pcm import Samples
-from hub.capabilities.settings import only
 from hub.mesh.daemon import HubDaemon
-from tests.mesh_harness import Mesh
+from tests.mesh_harness import Mesh, messaging_config
 from tests.mesh_harness import env as harness_env
 from tests.speech import OTHERS, OWNER, chinese_clip, concat, say, silence, with_noise, write_wav
-from tests.test_turns_mesh import hub_up, queue_voice, reply_text, turn_id
+from tests.test_turns_mesh import queue_voice, reply_text, turn_id
 from tests.test_voice_e2e import edge_once, enrol_owner
 from tests.waiting import poll
 from worlds.fakes import MqttHomeWorld, SmtpWorld
@@ -78,14 +77,8 @@ def prepare(mesh: Mesh, *, home_mqtt: tuple[str, int] | None, smtp: SmtpWorld | 
         host, port = home_mqtt
         packages["home"] = {"config": {"MQTT_HOST": host, "MQTT_PORT": str(port)}}
     if smtp is not None:
-        packages["messaging"] = {
-            "config": {
-                "SMTP_HOST": smtp.host,
-                "SMTP_PORT": str(smtp.port),
-                "SMTP_FROM": "assistant@home.test",
-            }
-        }
-    (mesh.home / "packages.yaml").write_text(yaml.safe_dump(only(packages)))
+        packages["messaging"] = {"config": messaging_config(smtp)}
+    mesh.use_packages(packages)
 
 
 async def typed(mesh: Mesh, bundle: Path, words: str, timeout: float = 30) -> str:
@@ -172,7 +165,7 @@ async def test_typed_turns_in_english_and_chinese(mesh: Mesh) -> None:
         devices = world.devices
         assert devices is not None
         prepare(mesh, home_mqtt=(world.broker.host, world.broker.port), smtp=smtp)
-        async with hub_up(mesh) as hub:
+        async with mesh.hub_in_process() as hub:
             assert hub.turns.brain is not None and hub.turns.brain.kind == "rule-based"
 
             # remember → recall, in each language
@@ -307,7 +300,7 @@ async def test_spoken_turns_in_english_and_chinese(mesh: Mesh, tmp_path: Path) -
     mac = mesh.add_device("mac1", "mac")
     glasses = mesh.add_device("glasses1")
     prepare(mesh, home_mqtt=None, smtp=None)
-    async with hub_up(mesh) as hub:
+    async with mesh.hub_in_process() as hub:
         await asyncio.to_thread(enrol_owner, mesh, glasses, tmp_path)
         out = await typed(mesh, mac, "remember I don't eat cilantro")
         assert "I'll remember" in out, out

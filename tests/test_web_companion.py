@@ -26,10 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from demo.companion import CHROMIUM, passkey_holder
-from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
 from hub.mesh.daemon import HubDaemon
 from hub.payments import PaymentRequest, VoiceEvidence
@@ -169,33 +167,14 @@ def keep_for_readme(path: Path, name: str) -> None:
 
 
 def prepare_mail(mesh: Mesh, smtp: SmtpWorld) -> None:
-    home = mesh.home
-    (home / "contacts.yaml").write_text(
-        yaml.safe_dump(
-            [
-                {"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]},
-                {"name": "Sam Lee", "email": "sam@example.org", "aliases": ["brother"]},
-                {"name": "Kim Lee", "email": "kim@example.org", "aliases": ["sister"]},
-            ]
-        )
+    mesh.prepare_mail(
+        smtp,
+        [
+            {"name": "Dana Lee", "email": "dana@example.org", "aliases": ["colleague"]},
+            {"name": "Sam Lee", "email": "sam@example.org", "aliases": ["brother"]},
+            {"name": "Kim Lee", "email": "kim@example.org", "aliases": ["sister"]},
+        ],
     )
-    (home / "packages.yaml").write_text(
-        yaml.safe_dump(
-            only(
-                {
-                    "memory": {},
-                    "messaging": {
-                        "config": {
-                            "SMTP_HOST": smtp.host,
-                            "SMTP_PORT": str(smtp.port),
-                            "SMTP_FROM": "assistant@home.test",
-                        }
-                    },
-                }
-            )
-        )
-    )
-    mesh.yimi("note", "add", "--home", str(home), "Meeting notes: ship on Friday.", check=True)
 
 
 async def say_in_browser(page: Page, words: str) -> None:
@@ -393,11 +372,7 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
     web_port = ports.port()
     url = f"http://localhost:{web_port}/"
     async with SandboxShop(pay_timeout=2.0) as shop:
-        (mesh.home / "packages.yaml").write_text(
-            yaml.safe_dump(
-                only({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
-            )
-        )
+        mesh.use_packages({"errands": {"config": {"PROVIDER_URL": shop.url, "PAY_TIMEOUT": "2"}}})
         async with browser(mesh.root) as br:
             page = br.phone
             async with mesh.hub_in_process(web_port=web_port) as hub:
