@@ -78,9 +78,9 @@ async def commands() -> asyncio.StreamReader:
 
 async def passkey_holder(context: Any, page: Any) -> tuple[Any, str]:
     """A virtual platform authenticator that does user verification (Chrome DevTools'
-    WebAuthn domain) for the passkey the page registers once paired; its CDP session and
-    id. Without one, headless Chromium leaves that ``navigator.credentials.create`` pending
-    and takes no taps meanwhile. The demo pays nothing: the passkey is never asked for."""
+    WebAuthn domain) for a passkey the page registers when asked; its CDP session and id.
+    Without one, headless Chromium leaves a ``navigator.credentials`` call pending (the page
+    takes no taps meanwhile). The demo pays nothing: it never sets up a passkey."""
     cdp = await context.new_cdp_session(page)
     await cdp.send("WebAuthn.enable")
     added = await cdp.send(

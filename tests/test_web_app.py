@@ -27,9 +27,12 @@ from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.app import STATIC, HubLink, WebApp
 from hub.web.errors import WebError
+from hub.web.operator import OperatorLink, revoke_device
 from hub.web.options import WebTls
 from hub.web.server import WebServer
 from hub.web.sessions import COOKIE, SESSION_CONTEXT, Passkeys, Sessions
+from models.voiceprint import TrustWindow
+from protos.clock import now_ms
 from protos.codec import signing_input
 from provisioning.home import Home
 from provisioning.pairing import PairingAuthority, issue_code
@@ -37,6 +40,7 @@ from provisioning.registry import DeviceRecord, Registry
 from worlds import ports
 
 ORIGIN = "http://localhost:8080"
+HUB_DIR = Path(__file__).resolve().parent.parent / "hub"
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 
 
@@ -107,6 +111,8 @@ class Hub:
     home: Home
     app: WebApp
     counted: list[str]
+    trusted: list[str]
+    """devices the app opened a voice trust window on"""
 
 
 @pytest.fixture(scope="module")
@@ -127,6 +133,22 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     async def rendered(device: str, reply: str) -> bool:
         return False
 
+    trusted: list[str] = []
+
+    async def trust(device: str) -> TrustWindow:
+        trusted.append(device)
+        return TrustWindow(device, now_ms(), "passkey")
+
+    operator = OperatorLink(
+        packages=lambda: {"loaded": ["notes"], "running": [], "failed": []},
+        models=lambda: [],
+        brain=lambda: {"version": 0, "prefer_local": True, "providers": []},
+        payments=lambda: [],
+        audit=lambda: {"ok": False, "records": 0, "problem": "no audit log here", "line": 0},
+        pair_code=lambda: issue_code(home),
+        revoke=lambda name: revoke_device(home, name),
+    )
+
     link = HubLink(
         store=store,
         devices=registry.devices,
@@ -138,9 +160,11 @@ def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
         count=counted.append,
         passkeys=passkeys,
         origins=(ORIGIN,),
+        trust=trust,
+        operator=operator,
     )
     try:
-        yield Hub(home, WebApp(link), counted)
+        yield Hub(home, WebApp(link), counted, trusted)
     finally:
         passkeys.close()
         store.close()
@@ -238,7 +262,16 @@ def test_pairing_from_the_page_once_per_code_then_a_signed_session(hub: Hub) -> 
     assert (status, json.loads(out)["error"]) == (401, "web.device_revoked")
 
 
-PATHS = ("/api/pair", "/api/session", "/api/say", "/api/cards/c1/prepare", "/api/rendered")
+PATHS = (
+    "/api/pair",
+    "/api/session",
+    "/api/say",
+    "/api/cards/c1/prepare",
+    "/api/rendered",
+    "/api/trust",
+    "/api/operator/revoke",
+    "/api/operator/pair-code",
+)
 
 
 @FUZZ
@@ -409,3 +442,85 @@ def test_a_device_without_the_approve_scope_sees_no_cards(hub: Hub) -> None:
     assert (status, json.loads(out)["error"]) == (403, "web.scope_missing")
     status, _, _ = asyncio.run(call(hub.app, "GET", "/api/timeline", cookie=token))
     assert status == 200  # glasses read the timeline
+    for method, path in (
+        ("GET", "/api/operator"),
+        ("POST", "/api/operator/pair-code"),
+        ("POST", "/api/operator/revoke"),
+    ):
+        body = json.dumps({"name": "specs-web"}).encode()
+        status, _, out = asyncio.run(call(hub.app, method, path, body, cookie=token))
+        assert (status, json.loads(out)["error"]) == (403, "web.scope_missing"), path
+    assert "rejected.web_scope" in hub.counted
+    assert not next(r for r in registry_devices(hub) if r.name == "specs-web").revoked
+
+
+def registry_devices(hub: Hub) -> list[DeviceRecord]:
+    registry = Registry(hub.home.path / "registry.db")
+    try:
+        return registry.devices()
+    finally:
+        registry.close()
+
+
+def phone_session(hub: Hub, name: str) -> tuple[DeviceRecord, str]:
+    """A phone paired from the page, and its session."""
+    key = SigningKey.generate()
+    code, _ = issue_code(hub.home)
+    status, granted = pair(hub, code, name, key)
+    assert status == 200, granted
+    rec = next(r for r in registry_devices(hub) if r.name == name)
+    return rec, session_of(hub, rec.device_id, key)
+
+
+def test_its_me_needs_a_user_verified_assertion(hub: Hub) -> None:
+    rec, token = phone_session(hub, "phone-trust")
+    # no passkey registered yet: no options, and nothing opens
+    status, _, out = asyncio.run(call(hub.app, "GET", "/api/trust/options", cookie=token))
+    assert (status, json.loads(out)["error"]) == (409, "web.no_credential")
+    for assertion in (None, {}, {"id": "x", "response": {}}, "junk"):
+        body = json.dumps({"assertion": assertion}).encode()
+        status, _, out = asyncio.run(call(hub.app, "POST", "/api/trust", body, cookie=token))
+        assert (status, json.loads(out)["error"]) == (403, "web.uv_failed"), assertion
+    assert hub.trusted == []
+    assert hub.counted.count("rejected.web_user_verification") >= 4
+    status, _, _ = asyncio.run(call(hub.app, "POST", "/api/trust", b"{}"))
+    assert status == 401  # and never without a session
+    assert rec.device_id not in hub.trusted
+
+
+def test_the_owners_phone_sees_the_operator_panels_pairs_and_revokes(hub: Hub) -> None:
+    _, token = phone_session(hub, "phone-operator")
+    status, _, out = asyncio.run(call(hub.app, "GET", "/api/operator", cookie=token))
+    assert status == 200, out
+    panels = json.loads(out)
+    assert set(panels) == {"packages", "models", "brain", "payments", "audit"}
+    status, _, out = asyncio.run(call(hub.app, "POST", "/api/operator/pair-code", b"{}", token))
+    code = json.loads(out)["code"]
+    assert status == 200 and re.fullmatch(r"[A-Z0-9]{4}(-[A-Z0-9]{4}){3}", code), out
+    assert pair(hub, code, "paired-by-page", SigningKey.generate())[0] == 200  # a real code
+    body = json.dumps({"name": "no-such-device"}).encode()
+    status, _, out = asyncio.run(call(hub.app, "POST", "/api/operator/revoke", body, token))
+    assert (status, json.loads(out)["error"]) == (404, "device.unknown")
+    body = json.dumps({"name": "paired-by-page"}).encode()
+    status, _, out = asyncio.run(call(hub.app, "POST", "/api/operator/revoke", body, token))
+    assert status == 200, out
+    assert next(r for r in registry_devices(hub) if r.name == "paired-by-page").revoked
+
+
+def test_card_refusal_reasons_have_english_and_chinese_texts() -> None:
+    from hub.payments.policy import approval_problem
+    from protos import consent_pb2
+
+    locked = approval_problem(
+        consent_pb2.ApprovalBody(lock_sensor="webauthn", unlocked=False),
+        None,  # type: ignore[arg-type]
+        b"",
+        0,
+    )
+    key = texts.REASON_KEYS[locked]
+    assert texts.catalog("zh")[key] == "手机已锁定：请解锁后再次批准"
+    sources = "".join(
+        p.read_text() for d in ("payments", "gateway") for p in (HUB_DIR / d).glob("*.py")
+    )
+    for reason in texts.REASON_KEYS:  # every mapped reason is one the hub gives
+        assert f'"{reason}"' in sources, reason

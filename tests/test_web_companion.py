@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -55,7 +56,12 @@ if _missing:  # scripts/setup installs both; in CI a missing one fails, never sk
     pytest.skip(f"{', '.join(_missing)} not installed (scripts/setup)", allow_module_level=True)
 
 from playwright import async_api as playwright_api  # noqa: E402
-from playwright.async_api import BrowserContext, CDPSession, Page, ViewportSize  # noqa: E402
+from playwright.async_api import (  # noqa: E402
+    BrowserContext,
+    CDPSession,
+    Page,
+    ViewportSize,
+)
 
 PHONE = ViewportSize(width=390, height=844)
 DESKTOP = ViewportSize(width=1280, height=800)
@@ -138,7 +144,14 @@ async def pair_browser(mesh: Mesh, br: Browser, url: str, name: str = "browser-p
     await page.fill("#pair-name", name)
     await page.click("#pair-submit")
     await page.wait_for_selector("body[data-state=signed-in]")
+    # no passkey until asked for: the authenticator holds nothing yet
+    await page.wait_for_selector("body[data-passkey=no]", state="attached")
+    held = await br.cdp.send("WebAuthn.getCredentials", {"authenticatorId": br.authenticator})
+    assert held["credentials"] == []
+    await page.click("#passkey-setup")
     await page.wait_for_selector("body[data-passkey=yes]", state="attached")
+    held = await br.cdp.send("WebAuthn.getCredentials", {"authenticatorId": br.authenticator})
+    assert len(held["credentials"]) == 1
 
 
 def enrolled(mesh: Mesh, name: str) -> tuple[str, str]:
@@ -180,6 +193,24 @@ def prepare_mail(mesh: Mesh, smtp: SmtpWorld) -> None:
 async def say_in_browser(page: Page, words: str) -> None:
     await page.fill("#chat-input", words)
     await page.click("#chat-send")
+
+
+async def trust_me(page: Page) -> tuple[str, bool]:
+    """Tap "it's me for the next minute": (outcome, whether the page was blocked while the
+    authenticator asked and free again after)."""
+    await page.evaluate("document.getElementById('me-outcome').removeAttribute('data-outcome')")
+    await page.click("#trust-me")
+    out = page.locator("#me-outcome[data-outcome]")
+    await out.wait_for()
+    free = not await page.evaluate("document.getElementById('app').inert")
+    return await out.get_attribute("data-outcome") or "", free
+
+
+async def poll_text(page: Page, selector: str, want: str) -> None:
+    """Wait until the element at ``selector`` says ``want`` (the page re-renders it)."""
+    await page.wait_for_function(
+        "([sel, want]) => document.querySelector(sel)?.textContent === want", arg=[selector, want]
+    )
 
 
 async def answer_card(page: Page, title_part: str, button: str) -> str:
@@ -384,6 +415,28 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
                 assert [c["amount_minor"] for c in shop.charges()] == [2500]
                 await br.shot(page, "companion-paid-phone")
 
+                # "it's me for the next minute": user verification opens the voice trust
+                # window on this phone; the page takes no input while the authenticator asks
+                phone_id = device_id(mesh, "browser-phone")
+                authority = hub.voiceprints.authority
+                assert not authority.trusted(phone_id, now_ms())
+                await page.evaluate(
+                    """() => { const get = navigator.credentials.get.bind(navigator.credentials);
+                      window.blockedWhileAsked = [];
+                      navigator.credentials.get = (o) => {
+                        window.blockedWhileAsked.push([document.getElementById('app').inert,
+                          document.body.dataset.busy || '']);
+                        return get(o); }; }"""
+                )
+                trusted = await trust_me(page)
+                assert trusted == ("open", True), trusted
+                (window,) = authority.trust_windows(phone_id)
+                assert window.method == "passkey" and window.length_ms == 60_000
+                assert authority.trusted(phone_id, now_ms())
+                assert await page.evaluate("window.blockedWhileAsked") == [[True, "authenticator"]]
+                assert not await page.evaluate("document.getElementById('app').inert")
+                await br.shot(page, "companion-trust-phone")
+
                 # the same phone without user verification: refused, nothing more is paid
                 await br.cdp.send(
                     "WebAuthn.setUserVerified",
@@ -399,6 +452,22 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
                 shot = await br.shot(page, "companion-refused-pay-phone")
                 keep_for_readme(shot, "companion-payment-refused.png")
 
+                # without user verification "it's me" opens nothing either
+                trusted = await trust_me(page)
+                assert trusted == ("refused", True), trusted
+                assert "User verification failed" in (await page.text_content("#me-outcome") or "")
+                assert len(authority.trust_windows(phone_id)) == 1
+
+                # the refusal's reason in Chinese too (the switch, kept in the browser)
+                await page.click("#lang")
+                await page.locator("nav button", has_text="对话").wait_for()
+                outcome = await answer_card(page, "25.00 EUR to Lotus Kitchen", "approve")
+                assert "用户验证失败" in outcome and "手机已锁定" in outcome, outcome
+                await br.shot(page, "companion-refused-pay-zh-phone")
+                await page.click("#lang")
+                await page.locator("nav button", has_text="Chat").wait_for()
+                assert gw.consent.card(card_id).state == "pending"  # type: ignore[union-attr]
+
                 # the dashboard on a desktop-sized page of the same browser: devices, refusals
                 desk = await br.context.new_page()
                 await desk.set_viewport_size(DESKTOP)
@@ -408,7 +477,36 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
                 await desk.locator('tr[data-device="specs"]').wait_for()
                 refused = desk.locator('tr[data-counter="rejected.web_user_verification"]')
                 await refused.wait_for()
-                assert (await refused.locator("td.num").text_content()) == "1"
+                # the payment refused twice, "it's me" once
+                await poll_text(
+                    desk, 'tr[data-counter="rejected.web_user_verification"] td.num', "3"
+                )
+
+                # the operator panels (this browser is the owner's phone)
+                await desk.wait_for_selector("body[data-operator=shown]")
+                paid = desk.locator("#payments tr[data-state=paid]")
+                await paid.wait_for()
+                assert "25.00 EUR" in (await paid.text_content() or "")
+                await desk.locator("#payments tr[data-state=awaiting_approval]").wait_for()
+                assert await desk.get_attribute("#audit-verdict", "data-ok") == "yes"
+                assert "Verified" in (await desk.text_content("#audit-verdict") or "")
+                await desk.locator("#audit tr").first.wait_for()
+                errands = desk.locator('#packages tr[data-package="errands"]')
+                assert "running" in (await errands.text_content() or "")
+                await desk.locator("#models tr").first.wait_for()
+                await desk.locator("#brain tr", has_text="built-in").wait_for()
+                # a new pair code, and revoking a device, from the page
+                await desk.click("#pair-new")
+                shown = desk.locator("#pair-code-shown[data-code]")
+                await shown.wait_for()
+                assert re.fullmatch(
+                    r"[A-Z0-9]{4}(-[A-Z0-9]{4}){3}", await shown.get_attribute("data-code") or ""
+                )
+                desk.on("dialog", lambda d: asyncio.ensure_future(d.accept()))
+                await desk.click('tr[data-device="specs"] button.revoke')
+                await desk.locator('tr[data-device="specs"] td.state.revoked').wait_for()
+                specs = next(r for r in hub.registry.devices() if r.name == "specs")
+                assert specs.revoked
                 shot = await br.shot(desk, "dashboard-desktop")
                 keep_for_readme(shot, "dashboard.png")
                 # the same page in Chinese (the switch is kept in the browser)

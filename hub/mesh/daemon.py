@@ -501,6 +501,7 @@ class HubDaemon:
     async def _start_web(self, port: int) -> None:
         """The companion and dashboard pages, owned like the other servers."""
         from hub.web.app import HubLink, WebApp
+        from hub.web.operator import operator_link
         from hub.web.server import LOOPBACK, WebServer
         from hub.web.sessions import Passkeys
         from provisioning.pairing import PairingAuthority
@@ -533,6 +534,8 @@ class HubDaemon:
             count=self.port.count,
             passkeys=passkeys,
             origins=origins,
+            trust=self.voiceprints.trust_from_page,
+            operator=operator_link(home, self.consent),
         )
         self.web = WebApp(link)
         await self._stack.enter_async_context(

@@ -65,7 +65,10 @@ TRUST_KEEP_MS = 86_400_000
 """milliseconds trust windows are kept in voiceprints.db (for ``yimi voice status``)"""
 TRUST_SKEW_MS = 5_000
 """milliseconds a trust window's opening may lie ahead of the hub's clock"""
-TRUST_METHODS = frozenset({"face", "fingerprint"})
+PASSKEY_METHOD = "passkey"
+"""WebAuthn user verification on a paired browser (the companion's "it's me for the next
+minute": the phone's own Face ID, fingerprint or PIN, checked by the hub)"""
+TRUST_METHODS = frozenset({"face", "fingerprint", PASSKEY_METHOD})
 """device biometrics a trust window may come from"""
 FAKE_METHOD = "fake"
 """the stand-in biometric of machines without a sensor (``yimi voice trust``): accepted only
@@ -841,3 +844,19 @@ class VoiceprintMesh:
             window.method,
             time.strftime("%H:%M:%S", time.localtime(window.closes_ms / 1000)),
         )
+
+    async def trust_from_page(self, device: str) -> vp.TrustWindow:
+        """A paired browser's verified WebAuthn assertion (checked by :mod:`hub.web`): the
+        same 60 s window a ``TRUST_WINDOW`` opens, on that device (``HubError`` when it has
+        no voiceprint channel)."""
+        if self.channel_of(device) is None:
+            raise HubError("voice.channel", got="-", want="a voiceprint channel")
+        window = await asyncio.to_thread(
+            self.authority.open_trust_window, device, now_ms(), method=PASSKEY_METHOD
+        )
+        log.info(
+            "trust window opened on %s by WebAuthn user verification until %s",
+            device,
+            time.strftime("%H:%M:%S", time.localtime(window.closes_ms / 1000)),
+        )
+        return window

@@ -36,12 +36,15 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from webauthn.helpers import structs
 
+from hub.errors import HubError
 from hub.gateway.consent import Answer, Card
 from hub.gateway.gateway import Gateway
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.errors import WebError
+from hub.web.operator import OPERATOR_SCOPE, OperatorLink
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
+from models.voiceprint import TrustWindow
 from protos import consent_pb2, mesh_pb2
 from protos.clock import now_ms
 from provisioning.errors import ProvisioningError
@@ -72,6 +75,8 @@ TypedFn = Callable[[Opened, Sequence[str]], Awaitable[bool]]
 AnswerFn = Callable[[consent_pb2.Approval, DeviceRecord, str], Awaitable[Answer]]
 RenderedFn = Callable[[str, str], Awaitable[bool]]
 """(device id, reply id): the page showed the reply"""
+TrustFn = Callable[[str], Awaitable[TrustWindow]]
+"""(device id): open the voice trust window on it (``HubError`` if it may not have one)"""
 
 
 @dataclass(frozen=True)
@@ -89,6 +94,10 @@ class HubLink:
     passkeys: Passkeys
     origins: tuple[str, ...]
     """origins the pages are served at (WebAuthn checks the assertion's origin against them)"""
+    trust: TrustFn | None = None
+    """"it's me for the next minute" (``None``: the hub has no voiceprints)"""
+    operator: OperatorLink | None = None
+    """the dashboard's operator panels (``None``: not shown)"""
 
 
 @dataclass
@@ -210,6 +219,11 @@ class WebApp:
             Route("/api/cards/{card_id}/answer", self.answer, methods=["POST"]),
             Route("/api/events", self.events),
             Route("/api/dashboard", self.dashboard),
+            Route("/api/trust/options", self.trust_options),
+            Route("/api/trust", self.trust, methods=["POST"]),
+            Route("/api/operator", self.operator),
+            Route("/api/operator/pair-code", self.operator_pair_code, methods=["POST"]),
+            Route("/api/operator/revoke", self.operator_revoke, methods=["POST"]),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
@@ -401,10 +415,10 @@ class WebApp:
         )
         return JSONResponse({"passkey": True})
 
-    async def verify_options(self, request: Request) -> Response:
-        """WebAuthn request options for approving a payment card (user verification
-        required)."""
-        s, rec = self.session(request)
+    def _request_options(
+        self, request: Request, s: Session, rec: DeviceRecord, purpose: str
+    ) -> Response:
+        """WebAuthn request options (user verification required) for ``purpose``."""
         _, rp_id = self._rp(request)
         key = self.link.passkeys.get(rec.device_id)
         if key is None:
@@ -414,18 +428,21 @@ class WebApp:
             allow_credentials=[structs.PublicKeyCredentialDescriptor(id=key.credential_id)],
             user_verification=structs.UserVerificationRequirement.REQUIRED,
         )
-        card_id = request.path_params["card_id"]
-        self.state.keep(
-            self.state.webauthn_challenges, (s.token, f"card:{card_id}"), options.challenge
-        )
+        self.state.keep(self.state.webauthn_challenges, (s.token, purpose), options.challenge)
         return Response(webauthn.options_to_json(options), media_type="application/json")
 
+    async def verify_options(self, request: Request) -> Response:
+        """WebAuthn request options for approving a payment card."""
+        s, rec = self.session(request)
+        return self._request_options(request, s, rec, f"card:{request.path_params['card_id']}")
+
     def _user_verified(
-        self, request: Request, s: Session, rec: DeviceRecord, card_id: str, assertion: object
+        self, request: Request, s: Session, rec: DeviceRecord, purpose: str, assertion: object
     ) -> bool:
-        """Whether ``assertion`` is this device's passkey's, for this card's challenge, with
-        the user-verified flag (the library checks signature, origin, RP and flags)."""
-        challenge = self.state.webauthn_challenges.pop((s.token, f"card:{card_id}"), None)
+        """Whether ``assertion`` is this device's passkey's, for the challenge issued for
+        ``purpose``, with the user-verified flag (the library checks signature, origin, RP
+        and flags)."""
+        challenge = self.state.webauthn_challenges.pop((s.token, purpose), None)
         key = self.link.passkeys.get(rec.device_id)
         if challenge is None or key is None or not isinstance(assertion, dict):
             return False
@@ -536,7 +553,7 @@ class WebApp:
         if card.effect == "spend":
             sensor = LOCK_SENSOR
             unlocked = decision == "approve" and self._user_verified(
-                request, s, rec, card_id, data.get("assertion")
+                request, s, rec, f"card:{card_id}", data.get("assertion")
             )
             if decision == "approve" and not unlocked:
                 self.link.count("rejected.web_user_verification")
@@ -567,7 +584,81 @@ class WebApp:
         approval = consent_pb2.Approval(body=prepared.body, signature=field_hex(data, "signature"))
         ans = await self.link.answer(approval, rec, new_trace_id())
         self.state.pulse()
-        return JSONResponse({"outcome": ans.outcome, "reason": ans.reason})
+        return JSONResponse(
+            {
+                "outcome": ans.outcome,
+                "reason": ans.reason,
+                "reason_key": texts.REASON_KEYS.get(ans.reason, ""),
+            }
+        )
+
+    # ------------------------------------------------------------ "it's me for the next minute"
+    async def trust_options(self, request: Request) -> Response:
+        """WebAuthn request options for opening the voice trust window."""
+        s, rec = self.session(request)
+        if self.link.trust is None:
+            raise WebError("web.trust_unavailable", 503)
+        return self._request_options(request, s, rec, "trust")
+
+    async def trust(self, request: Request) -> Response:
+        """Open the voice trust window on this device: only after a WebAuthn assertion of
+        its passkey with the user-verified flag (the real replacement of the FAKE biometric)."""
+        self._check_origin(request)
+        s, rec = self.session(request)
+        data = await body_json(request)
+        if self.link.trust is None:
+            raise WebError("web.trust_unavailable", 503)
+        if not self._user_verified(request, s, rec, "trust", data.get("assertion")):
+            self.link.count("rejected.web_user_verification")
+            raise WebError("web.uv_failed", 403)
+        try:
+            window = await self.link.trust(rec.device_id)
+        except HubError as exc:
+            log.info("trust window for %s refused: %s", rec.name, exc)
+            raise WebError("web.trust_unavailable", 409) from None
+        return JSONResponse({"opened_ms": window.opened_ms, "closes_ms": window.closes_ms})
+
+    # ------------------------------------------------------------ operator panels
+    def _operator(self, request: Request) -> OperatorLink:
+        self.scoped(request, OPERATOR_SCOPE)
+        if self.link.operator is None:
+            raise WebError("web.operator_unavailable", 503)
+        return self.link.operator
+
+    async def operator(self, request: Request) -> Response:
+        """Packages, models, brain providers, payments and the audit log's verification."""
+        op = self._operator(request)
+        models, brain, audit = await asyncio.gather(
+            asyncio.to_thread(op.models), asyncio.to_thread(op.brain), asyncio.to_thread(op.audit)
+        )
+        return JSONResponse(
+            {
+                "packages": op.packages(),
+                "models": models,
+                "brain": brain,
+                "payments": op.payments(),
+                "audit": audit,
+            }
+        )
+
+    async def operator_pair_code(self, request: Request) -> Response:
+        self._check_origin(request)
+        op = self._operator(request)
+        code, expires_ms = await asyncio.to_thread(op.pair_code)
+        return JSONResponse({"code": code, "expires_ms": expires_ms})
+
+    async def operator_revoke(self, request: Request) -> Response:
+        """``yimi device revoke`` from the page (the hub's registry poll ends the device's
+        sessions, as for the command)."""
+        self._check_origin(request)
+        op = self._operator(request)
+        name = field_str(await body_json(request), "name", 64)
+        try:
+            rec = await asyncio.to_thread(op.revoke, name)
+        except ProvisioningError as exc:
+            raise WebError(exc.key, 404, **exc.fields) from None
+        log.warning("device %s (%s) revoked from the dashboard", rec.name, rec.device_id)
+        return JSONResponse({"name": rec.name, "revoked_ms": rec.revoked_ms})
 
     # ------------------------------------------------------------ live updates
     async def events(self, request: Request) -> Response:

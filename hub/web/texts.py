@@ -52,6 +52,21 @@ TEXTS: dict[str, tuple[str, str]] = {
     "outcome.approved": ("Approved: done", "已批准：已执行"),
     "outcome.denied": ("Denied", "已拒绝"),
     "outcome.refused": ("Refused: {reason}", "被拒绝：{reason}"),
+    "passkey.setup": ("Set up this phone's passkey", "设置本机的通行密钥"),
+    "passkey.help": (
+        'Payments and "it\'s me" need your fingerprint, face or PIN: set up a passkey first',
+        "付款和“是我本人”需要指纹、面容或 PIN：请先设置通行密钥",
+    ),
+    "passkey.done": ("Passkey set up", "通行密钥已设置"),
+    "passkey.busy": (
+        "Waiting for your fingerprint, face or PIN…",
+        "正在等待你的指纹、面容或 PIN…",
+    ),
+    "trust.button": ("It's me for the next minute", "接下来一分钟是我本人"),
+    "trust.open": (
+        "Voice trust window open until {until}: a call you start before then is yours",
+        "语音信任窗口开放至 {until}：在此之前开始的通话视为你本人",
+    ),
     "outcome.uv_failed": (
         "User verification failed: the payment is not approved",
         "用户验证失败：付款未获批准",
@@ -68,6 +83,50 @@ TEXTS: dict[str, tuple[str, str]] = {
     "dash.offline": ("offline", "离线"),
     "dash.web": ("this browser", "此浏览器"),
     "dash.never": ("never", "从未"),
+    "dash.pair": ("New pair code", "新配对码"),
+    "dash.pair_code": (
+        "Pair code {code}, valid once until {until}",
+        "配对码 {code}，仅可使用一次，有效至 {until}",
+    ),
+    "dash.revoke": ("Revoke", "吊销"),
+    "dash.revoke_confirm": (
+        "Revoke {name}? It is signed out at once.",
+        "吊销 {name}？它会立即被登出。",
+    ),
+    "dash.revoked_done": ("{name} revoked", "{name} 已被吊销"),
+    "dash.packages": ("Packages", "功能包"),
+    "dash.running": ("running", "运行中"),
+    "dash.failed": ("failed", "失败"),
+    "dash.loaded": ("loaded", "已加载"),
+    "dash.models": ("Models", "模型"),
+    "dash.role": ("Role", "角色"),
+    "dash.selected": ("Selected", "已选择"),
+    "dash.effective": ("Effective", "生效中"),
+    "dash.progress": ("Progress", "进度"),
+    "dash.error": ("Error", "错误"),
+    "dash.brain": ("Brain providers", "大脑服务提供方"),
+    "dash.brain_builtin": (
+        "The built-in rule-based model (no endpoint configured)",
+        "内置规则模型（未配置端点）",
+    ),
+    "dash.prefer_local": ("Commands handled locally first", "命令优先在本地处理"),
+    "dash.payments": ("Payments", "付款"),
+    "dash.amount": ("Amount", "金额"),
+    "dash.payee": ("Payee", "收款方"),
+    "dash.audit": ("Audit log", "审计日志"),
+    "dash.audit_ok": (
+        "Verified: {records} records, chain and signed head intact",
+        "验证通过：{records} 条记录，链和签名头完整",
+    ),
+    "dash.audit_bad": (
+        "Verification FAILED at line {line}: {problem}",
+        "验证失败，第 {line} 行：{problem}",
+    ),
+    "dash.none": ("none", "无"),
+    "dash.operator_only": (
+        "Only the owner's phone sees these panels",
+        "只有主人的手机能看到这些面板",
+    ),
     # refusals (server keys)
     "web.session_required": ("Sign in first", "请先登录"),
     "web.challenge_invalid": ("The sign-in challenge is wrong or expired", "登录质询无效或已过期"),
@@ -86,6 +145,62 @@ TEXTS: dict[str, tuple[str, str]] = {
     ),
     "web.gateway_down": ("The capability gateway is not running", "能力网关未运行"),
     "web.utter_refused": ("This device may not make requests", "此设备不能发出请求"),
+    "web.uv_failed": (
+        "User verification failed: nothing was opened",
+        "用户验证失败：未开放任何权限",
+    ),
+    "web.trust_unavailable": (
+        "This device cannot open a voice trust window",
+        "此设备无法开放语音信任窗口",
+    ),
+    "web.operator_unavailable": ("The operator panels are not running", "管理面板未运行"),
+    "device.unknown": ("No device named {name}", "没有名为 {name} 的设备"),
+    # card refusal reasons the hub gives in English (REASON_KEYS maps them here)
+    "reason.locked": (
+        "the phone was locked: unlock it and approve again",
+        "手机已锁定：请解锁后再次批准",
+    ),
+    "reason.no_lock_state": (
+        "no lock state reported: answer payment cards with 'yimi pay approve'",
+        "未报告锁定状态：请用 'yimi pay approve' 答复付款卡片",
+    ),
+    "reason.future": ("the approval is signed in the future", "批准的签名时间在未来"),
+    "reason.auth_mismatch": (
+        "the card does not match its authorisation",
+        "卡片与其授权不一致",
+    ),
+    "reason.other_payment": (
+        "the approval is for another payment (payee, amount, currency or nonce differ)",
+        "此批准属于另一笔付款（收款方、金额、币种或随机数不同）",
+    ),
+    "reason.not_waiting": (
+        "the payment is no longer waiting for approval",
+        "这笔付款已不再等待批准",
+    ),
+    "reason.no_auth": ("no authorisation behind this card", "此卡片没有对应的授权"),
+    "reason.revoked": ("the device is revoked", "此设备已被吊销"),
+    "reason.not_phone": (
+        "payments are approved only on the owner's phone",
+        "付款只能在主人的手机上批准",
+    ),
+    "reason.may_not_answer": ("this device may not answer cards", "此设备不能答复卡片"),
+    "reason.bad_signature": ("bad signature", "签名无效"),
+    "reason.other_device": ("signed by another device", "由另一台设备签名"),
+    "reason.unknown_card": ("unknown card", "未知卡片"),
+    "reason.answered": ("card already answered", "卡片已被答复"),
+    "reason.changed": (
+        "the approval is for another action (changed content)",
+        "此批准属于另一项操作（内容已更改）",
+    ),
+    "reason.nonce": (
+        "expiry or nonce does not match the card",
+        "过期时间或随机数与卡片不符",
+    ),
+    "reason.expired": ("expired", "已过期"),
+    "reason.auto_undo": (
+        "an auto-payment pays by itself: deny its card to undo it",
+        "自动付款会自行支付：拒绝其卡片即可撤销",
+    ),
     "pair.code_invalid": (
         "The code is wrong, expired or already used",
         "配对码错误、已过期或已使用",
@@ -96,6 +211,11 @@ TEXTS: dict[str, tuple[str, str]] = {
     "certificate.invalid": ("The keys were refused", "密钥被拒绝"),
 }
 """key → (English, Chinese)"""
+
+REASON_KEYS: dict[str, str] = {
+    en: key for key, (en, _) in TEXTS.items() if key.startswith("reason.")
+}
+"""a card refusal's English reason (as the consent and payment authorities give it) → its key"""
 
 
 def catalog(lang: str) -> dict[str, str]:

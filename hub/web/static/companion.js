@@ -1,7 +1,8 @@
 // The phone companion: pairing, chat, timeline and cards (JavaScript modules, no build step).
 import { loadTexts, applyTexts, switchLanguage, t, refusal } from "/static/i18n.js";
 import {
-  ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard,
+  ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard, trustMe,
+  whileAuthenticating,
   outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
 
@@ -118,8 +119,9 @@ async function answer(card, decision) {
   out.textContent = "…";
   try {
     const r = await answerCard(device, card, decision);
+    const reason = r.reason_key ? t(r.reason_key) : r.reason;
     const words = r.outcome === "refused"
-      ? t("outcome.refused", { reason: r.reason })
+      ? t("outcome.refused", { reason })
       : t(`outcome.${r.outcome}`);
     out.textContent = r.uvFailed ? `${t("outcome.uv_failed")} — ${words}` : words;
     out.dataset.outcome = r.outcome;
@@ -257,13 +259,8 @@ async function start() {
   status(t("session.signing"));
   const me = await signIn(device);
   const who = await api("/api/me");
+  // the phone's biometric for payments and "it's me": registered only when asked
   document.body.dataset.passkey = who.passkey ? "yes" : "no";
-  if (!who.passkey) {
-    // the phone's biometric for payments: registered once, without holding up the pages
-    registerPasskey()
-      .then(() => { document.body.dataset.passkey = "yes"; })
-      .catch((err) => console.warn("no passkey", err));
-  }
   status(t("pair.done", { name: me.name }));
   $("pairing").hidden = true;
   $("app").hidden = false;
@@ -273,9 +270,44 @@ async function start() {
   listen();
 }
 
+async function setUpPasskey() {
+  const out = $("me-outcome");
+  try {
+    await registerPasskey();
+    document.body.dataset.passkey = "yes";
+    out.textContent = t("passkey.done");
+  } catch (err) {
+    out.textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+  }
+}
+
+async function itsMe() {
+  const out = $("me-outcome");
+  out.removeAttribute("data-outcome");
+  try {
+    const r = await trustMe();
+    out.textContent = t("trust.open", { until: new Date(r.closes_ms).toLocaleTimeString() });
+    out.dataset.outcome = "open";
+  } catch (err) {
+    out.textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+    out.dataset.outcome = "refused";
+  }
+}
+
+function blockInput(busy) {
+  // while the authenticator asks for a fingerprint, face or PIN nothing else takes a tap
+  $("app").inert = busy;
+  if (busy) document.body.dataset.busy = "authenticator";
+  else delete document.body.dataset.busy;
+  $("busy").hidden = !busy;
+}
+
 async function main() {
   await loadTexts();
   applyTexts();
+  whileAuthenticating(blockInput);
+  $("passkey-setup").onclick = () => setUpPasskey();
+  $("trust-me").onclick = () => itsMe();
   $("lang").onclick = async () => {
     await switchLanguage();
     await refreshCards();

@@ -135,13 +135,50 @@ export async function signIn(device) {
   return api("/api/session", { device_id: device.device_id, challenge, signature });
 }
 
+let onAuthenticator = () => {};
+
+export function whileAuthenticating(fn) {
+  // fn(busy): called true while a navigator.credentials.* call is pending (the page blocks
+  // every input meanwhile), false when it is over
+  onAuthenticator = fn;
+}
+
+async function authenticator(call) {
+  onAuthenticator(true);
+  try {
+    return await call();
+  } finally {
+    onAuthenticator(false);
+  }
+}
+
 export async function registerPasskey() {
-  // WebAuthn with user verification: what payment approvals need
+  // WebAuthn with user verification: what payment approvals need (only when asked)
   const options = await api("/api/passkey/options");
-  const cred = await navigator.credentials.create({
+  const cred = await authenticator(() => navigator.credentials.create({
     publicKey: PublicKeyCredential.parseCreationOptionsFromJSON(options),
-  });
+  }));
   return api("/api/passkey", { credential: cred.toJSON() });
+}
+
+async function verifiedAssertion(optionsPath) {
+  // a WebAuthn assertion with user verification required, or null if there is none
+  const options = await api(optionsPath);
+  try {
+    const cred = await authenticator(() => navigator.credentials.get({
+      publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options),
+    }));
+    return cred.toJSON();
+  } catch (err) {
+    return null;
+  }
+}
+
+export async function trustMe() {
+  // "it's me for the next minute": the hub opens the voice trust window only for an
+  // assertion whose user-verified flag is set (it refuses a null one)
+  const assertion = await verifiedAssertion("/api/trust/options");
+  return api("/api/trust", { assertion });
 }
 
 export async function answerCard(device, card, decision) {
@@ -149,16 +186,8 @@ export async function answerCard(device, card, decision) {
   let assertion = null;
   let uvFailed = false;
   if (card.payment && decision === "approve") {
-    try {
-      const options = await api(`/api/cards/${card.card_id}/verify`);
-      const cred = await navigator.credentials.get({
-        publicKey: PublicKeyCredential.parseRequestOptionsFromJSON(options),
-      });
-      assertion = cred.toJSON();
-    } catch (err) {
-      if (err instanceof ApiError) throw err;
-      uvFailed = true; // no assertion: the hub refuses the approval as not verified
-    }
+    assertion = await verifiedAssertion(`/api/cards/${card.card_id}/verify`);
+    uvFailed = assertion === null; // no assertion: the hub refuses it as not verified
   }
   const prepared = await api(`/api/cards/${card.card_id}/prepare`, { decision, assertion });
   // the body is the protobuf ApprovalBody; it must carry this card's canonical action hash
