@@ -593,6 +593,38 @@ class SwitchConfirmation:
             raise ModelError("catalog.confirm", reason="the confirmation is malformed") from None
 
 
+def switch_body(
+    *,
+    device_id: str,
+    home_id: str,
+    node: str,
+    role: str,
+    name: str,
+    sha256: str,
+    now_ms: int | None = None,
+    ttl_ms: int = CONFIRM_TTL_MS,
+) -> bytes:
+    """What an owner device signs to confirm a switch (``signing_input(CONFIRM_CONTEXT,
+    body)``): by :func:`sign_switch`, or by a paired browser with its WebCrypto key."""
+    now_ms = clock.now_ms() if now_ms is None else now_ms
+    return json.dumps(
+        {
+            "v": 1,
+            "id": secrets.token_hex(16),
+            "home_id": home_id,
+            "node": node,
+            "role": role,
+            "name": name,
+            "sha256": sha256,
+            "device_id": device_id,
+            "issued_ms": now_ms,
+            "expires_ms": now_ms + ttl_ms,
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+
+
 def sign_switch(
     *,
     sign_key: Any,
@@ -609,23 +641,16 @@ def sign_switch(
     """Sign a switch confirmation with an owner device's ``sign_key`` (nacl SigningKey)."""
     from protos.codec import signing_input
 
-    now_ms = clock.now_ms() if now_ms is None else now_ms
-    body = json.dumps(
-        {
-            "v": 1,
-            "id": secrets.token_hex(16),
-            "home_id": home_id,
-            "node": node,
-            "role": role,
-            "name": name,
-            "sha256": sha256,
-            "device_id": device_id,
-            "issued_ms": now_ms,
-            "expires_ms": now_ms + ttl_ms,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-    ).encode()
+    body = switch_body(
+        device_id=device_id,
+        home_id=home_id,
+        node=node,
+        role=role,
+        name=name,
+        sha256=sha256,
+        now_ms=now_ms,
+        ttl_ms=ttl_ms,
+    )
     signature = sign_key.sign(signing_input(CONFIRM_CONTEXT, body)).signature
     return SwitchConfirmation(body, bytes(signature), certificate)
 

@@ -93,19 +93,23 @@ class ReplicaSet:
 
     def add_note(self, text: str, kind: str, *, device: str) -> str:
         """Write a new note (not done, not deleted); return its id."""
+        return self.new_note(text, kind, device=device)[0]
+
+    def new_note(self, text: str, kind: str, *, device: str) -> tuple[str, sync_pb2.DocUpdate]:
+        """:meth:`add_note`, with the update to send to the other replicas."""
         note_id = random_id("n-")[:14]
-        self.set_note(
+        update = self.set_note(
             note_id, {"text": text, "kind": kind, "done": False, "deleted": False}, device=device
         )
-        return note_id
+        return note_id, update
 
-    def edit_note(self, note_id: str, field: str, value: str, *, device: str) -> None:
-        """Set one field of a known note from its typed-in text (:data:`docs.NOTE_EDITS`).
-        SyncError ``note.unknown`` / ``note.field``."""
+    def edit_note(self, note_id: str, field: str, value: str, *, device: str) -> sync_pb2.DocUpdate:
+        """Set one field of a known note from its typed-in text (:data:`docs.NOTE_EDITS`);
+        the update to send on. SyncError ``note.unknown`` / ``note.field``."""
         self._known_note(note_id)
         if field not in docs.NOTE_EDITS:
             raise SyncError("note.field", field=field, known=", ".join(docs.NOTE_EDITS))
-        self.set_note(note_id, {field: docs.NOTE_EDITS[field](value)}, device=device)
+        return self.set_note(note_id, {field: docs.NOTE_EDITS[field](value)}, device=device)
 
     def delete_note(self, note_id: str, *, device: str) -> None:
         """Mark a known note deleted (it stays, so the deletion replicates). SyncError

@@ -535,3 +535,121 @@ async def test_payment_needs_webauthn_user_verification_and_the_dashboard(mesh: 
                 )
                 assert utterances(mesh, OFFLINE_WORDS) == 1
     assert len(shop.charges()) == 1
+
+
+# ---------------------------------------------------------------- notes, memory, switches
+async def test_notes_memory_and_switches_from_the_phone(mesh: Mesh) -> None:
+    from hub.brain.providers import ProviderStore
+    from hub.memory.home import open_memory
+    from models.catalog import Catalog
+    from provisioning.home import Home
+
+    def remember() -> None:  # what the owner said once, in the memory with its recall index
+        store = open_memory(mesh.home, with_index=True)
+        try:
+            store.commit(
+                "pref.tea",
+                0,
+                subject="owner",
+                predicate="likes",
+                value="green tea",
+                sources=["utterance:u-tea"],
+            )
+        finally:
+            store.close()
+
+    await asyncio.to_thread(remember)
+    web_port = ports.port()
+    url = f"http://localhost:{web_port}/"
+    async with mesh.hub_in_process(web_port=web_port) as hub, browser(mesh.root) as br:
+        page = br.phone
+        await pair_browser(mesh, br, url)
+        phone_id = device_id(mesh, "browser-phone")
+
+        # notes: added as this device into the hub's notes replica, ticked off from the page
+        await page.click('nav [data-view="notes"]')
+        await page.fill("#note-input", "buy oat milk")
+        await page.select_option("#note-kind", "todo")
+        await page.click("#note-add")
+        item = page.locator("#notes-list li", has_text="buy oat milk")
+        await item.wait_for()
+        (note,) = [n for n in hub.replicas.notes() if n.text == "buy oat milk"]
+        assert (note.kind, note.done, note.updated_by) == ("todo", False, phone_id)
+        await item.locator("input.done").check()
+        await page.locator("#notes-list li.done", has_text="buy oat milk").wait_for()
+        assert [n.done for n in hub.replicas.notes() if n.id == note.id] == [True]
+        await br.shot(page, "companion-notes-phone")
+
+        # memory: search, explain, then forget — the plan first, carried out once confirmed
+        await page.click('nav [data-view="memory"]')
+        await page.fill("#memory-query", "green tea")
+        await page.click("#memory-search")
+        found = page.locator('#memory-list li[data-memory="pref.tea"]')
+        await found.wait_for()
+        assert "owner likes green tea" in (await found.text_content() or "")
+        await found.locator("button.explain").click()
+        await page.locator("#memory-detail", has_text="utterance:u-tea").wait_for()
+        await found.locator("button.forget").click()
+        plan = page.locator("#memory-plan")
+        await plan.wait_for()
+        assert "pref.tea" in (await plan.text_content() or "")
+        await br.shot(page, "companion-memory-plan-phone")
+
+        def status() -> str:
+            store = open_memory(mesh.home, with_index=False)
+            try:
+                found = store.find("pref.tea")
+                return found.status if found else "gone"
+            finally:
+                store.close()
+
+        assert await asyncio.to_thread(status) == "current"  # only a plan so far
+        await page.click("#memory-forget-confirm")
+        await page.wait_for_selector("#memory-outcome[data-outcome=forgotten]")
+        assert await asyncio.to_thread(status) == "forgotten"
+        await found.wait_for(state="detached")
+
+        # the brain switched from the phone: the hub's change, signed with this device's key
+        await page.click('nav [data-view="settings"]')
+        await page.locator('#model-roles li[data-role="embed"]').wait_for()
+        assert await page.is_checked("#brain-rules")
+        await page.locator("#brain-switch").press("Enter")
+        await page.locator("#switch-confirm").wait_for()
+        assert "model change" in (await page.text_content("#switch-summary") or "")
+        await br.shot(page, "companion-switch-phone")
+        await page.locator("#switch-sign").press("Enter")
+        await page.wait_for_selector("#switch-outcome[data-outcome=confirmed]")
+        store = ProviderStore.for_home(Home.load(mesh.home))
+        try:
+            rows = list(store.db.execute("SELECT state, device_id FROM changes"))
+        finally:
+            store.close()
+        assert rows == [("confirmed", phone_id)] or ("applied", phone_id) in rows, rows
+
+        # a model switch, confirmed the same way; the catalog checks the page's signature
+        role = page.locator('#model-roles li[data-role="asr"]')
+        await role.locator("select").select_option("whisper-tiny.en")
+        await role.locator("button.switch").click()
+        await page.locator("#switch-confirm").wait_for()
+        summary = await page.text_content("#switch-summary") or ""
+        assert summary.startswith("asr -> whisper-tiny.en"), summary
+        await page.locator("#switch-sign").press("Enter")
+        await page.wait_for_selector("#switch-outcome[data-outcome=confirmed]")
+        catalog = Catalog.open(mesh.home)
+        (asr,) = [r for r in catalog.status() if r.role == "asr"]
+        assert asr.selected == "whisper-tiny.en", asr
+        assert catalog.selection("asr")[0] == "whisper-tiny.en"
+        await br.shot(page, "companion-switched-phone")
+
+        # a signature that is not this device's over the body: the catalog refuses it
+        refused = await page.evaluate(
+            """async () => {
+              const post = (path, body) => fetch(path, {method: 'POST', headers:
+                {'Content-Type': 'application/json'}, body: JSON.stringify(body)})
+                .then(async r => [r.status, await r.json()]);
+              await post('/api/switches/model', {role: 'asr', name: 'whisper-base'});
+              return post('/api/switches/confirm', {signature: '00'.repeat(64)}); }"""
+        )
+        assert refused[0] == 409 and refused[1]["error"] == "web.action_refused", refused
+        assert "signature" in refused[1]["fields"]["reason"], refused
+        assert Catalog.open(mesh.home).selection("asr")[0] == "whisper-tiny.en"

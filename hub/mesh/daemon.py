@@ -501,9 +501,12 @@ class HubDaemon:
     async def _start_web(self, port: int) -> None:
         """The companion and dashboard pages, owned like the other servers."""
         from hub.web.app import HubLink, WebApp
+        from hub.web.memory import memory_link
+        from hub.web.notes import notes_link
         from hub.web.operator import operator_link
         from hub.web.server import LOOPBACK, WebServer
         from hub.web.sessions import Passkeys
+        from hub.web.switches import switch_link
         from provisioning.pairing import PairingAuthority
 
         opts, home = self.options, self.home
@@ -536,6 +539,9 @@ class HubDaemon:
             origins=origins,
             trust=self.voiceprints.trust_from_page,
             operator=operator_link(home, self.consent),
+            notes=notes_link(self.replicas, self.sync.publish),
+            memory=memory_link(home),
+            switches=switch_link(home),
         )
         self.web = WebApp(link)
         await self._stack.enter_async_context(

@@ -42,11 +42,15 @@ from hub.gateway.gateway import Gateway
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.errors import WebError
+from hub.web.memory import MemoryLink
+from hub.web.notes import NOTE_KINDS, NotesLink
 from hub.web.operator import OPERATOR_SCOPE, OperatorLink
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
+from hub.web.switches import Signable, SwitchLink
 from models.voiceprint import TrustWindow
 from protos import consent_pb2, mesh_pb2
 from protos.clock import now_ms
+from protos.errors import YimiError
 from provisioning.errors import ProvisioningError
 from provisioning.pairing import PairingAuthority
 from provisioning.registry import DeviceRecord
@@ -98,6 +102,10 @@ class HubLink:
     """"it's me for the next minute" (``None``: the hub has no voiceprints)"""
     operator: OperatorLink | None = None
     """the dashboard's operator panels (``None``: not shown)"""
+    notes: NotesLink | None = None
+    memory: MemoryLink | None = None
+    switches: SwitchLink | None = None
+    """model and brain switches confirmed from the page"""
 
 
 @dataclass
@@ -114,6 +122,8 @@ class WebState:
     """(session token, card id) → the body the hub prepared for it"""
     webauthn_challenges: dict[tuple[str, str], bytes] = field(default_factory=dict)
     """(session token, purpose) → the WebAuthn challenge issued for it"""
+    signables: dict[tuple[str, str], Signable] = field(default_factory=dict)
+    """(session token, "switch") → the switch the page was asked to sign"""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def pulse(self) -> None:
@@ -139,6 +149,7 @@ class WebState:
         live = self.sessions.live
         self.prepared = {k: v for k, v in self.prepared.items() if live(k[0])}
         self.webauthn_challenges = {k: v for k, v in self.webauthn_challenges.items() if live(k[0])}
+        self.signables = {k: v for k, v in self.signables.items() if live(k[0])}
 
     def keep(self, table: dict[tuple[str, str], T], key: tuple[str, str], value: T) -> None:
         """Store a per-session value (a table past :data:`MAX_PENDING` is pruned first)."""
@@ -224,6 +235,17 @@ class WebApp:
             Route("/api/operator", self.operator),
             Route("/api/operator/pair-code", self.operator_pair_code, methods=["POST"]),
             Route("/api/operator/revoke", self.operator_revoke, methods=["POST"]),
+            Route("/api/notes", self.notes),
+            Route("/api/notes", self.note_add, methods=["POST"]),
+            Route("/api/notes/{note_id}", self.note_edit, methods=["POST"]),
+            Route("/api/memory/search", self.memory_search),
+            Route("/api/memory/{item_id}/explain", self.memory_explain),
+            Route("/api/memory/{item_id}/plan", self.memory_plan),
+            Route("/api/memory/{item_id}/forget", self.memory_forget, methods=["POST"]),
+            Route("/api/switches", self.switch_choices),
+            Route("/api/switches/model", self.switch_model, methods=["POST"]),
+            Route("/api/switches/brain", self.switch_brain, methods=["POST"]),
+            Route("/api/switches/confirm", self.switch_confirm, methods=["POST"]),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
@@ -720,3 +742,158 @@ class WebApp:
         return JSONResponse(
             {"devices": devices, "counters": counters, "now_ms": int(time.time() * 1000)}
         )
+
+    # ------------------------------------------------------------ notes
+    def _notes(self) -> NotesLink:
+        if self.link.notes is None:
+            raise WebError("web.unavailable", 503)
+        return self.link.notes
+
+    async def notes(self, request: Request) -> Response:
+        self.scoped(request, "timeline.read")
+        notes = sorted(self._notes().notes(), key=lambda n: -n.updated_at)
+        names = {r.device_id: r.name for r in self.link.devices()}
+        return JSONResponse(
+            {
+                "notes": [
+                    {
+                        "id": n.id,
+                        "text": n.text,
+                        "kind": n.kind,
+                        "done": n.done,
+                        "updated_at": n.updated_at,
+                        "by": names.get(n.updated_by, n.updated_by),
+                    }
+                    for n in notes
+                ]
+            }
+        )
+
+    async def note_add(self, request: Request) -> Response:
+        self._check_origin(request)
+        _, rec = self.scoped(request, "notes.write")
+        data = await body_json(request)
+        text = field_str(data, "text", 2000).strip()
+        kind = data.get("kind", "note")
+        if not text or kind not in NOTE_KINDS:
+            raise WebError("web.bad_request", reason="text or kind")
+        note_id = await self._notes().add(text, kind, rec.device_id)
+        return JSONResponse({"id": note_id})
+
+    async def note_edit(self, request: Request) -> Response:
+        self._check_origin(request)
+        _, rec = self.scoped(request, "notes.write")
+        data = await body_json(request)
+        note_id = request.path_params["note_id"][:64]
+        try:
+            await self._notes().edit(
+                note_id, field_str(data, "field", 16), field_str(data, "value", 2000), rec.device_id
+            )
+        except YimiError as exc:
+            raise WebError("web.action_refused", 409, reason=str(exc)) from None
+        return JSONResponse({"id": note_id})
+
+    # ------------------------------------------------------------ memory (the owner's)
+    def _memory(self, request: Request) -> MemoryLink:
+        self.scoped(request, OPERATOR_SCOPE)
+        if self.link.memory is None:
+            raise WebError("web.unavailable", 503)
+        return self.link.memory
+
+    async def _memory_call(self, fn: Callable[..., T], *args: Any) -> T:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except YimiError as exc:
+            status = 404 if exc.key == "memory.unknown" else 409
+            raise WebError("web.action_refused", status, reason=str(exc)) from None
+
+    async def memory_search(self, request: Request) -> Response:
+        mem = self._memory(request)
+        query = request.query_params.get("q", "").strip()[:500]
+        if not query:
+            raise WebError("web.bad_request", reason="q")
+        return JSONResponse({"found": await self._memory_call(mem.search, query)})
+
+    async def memory_explain(self, request: Request) -> Response:
+        mem = self._memory(request)
+        return JSONResponse(await self._memory_call(mem.explain, request.path_params["item_id"]))
+
+    async def memory_plan(self, request: Request) -> Response:
+        mem = self._memory(request)
+        return JSONResponse(await self._memory_call(mem.plan, request.path_params["item_id"]))
+
+    async def memory_forget(self, request: Request) -> Response:
+        """Forget, only as the plan the page showed (``web.plan_changed`` otherwise)."""
+        self._check_origin(request)
+        mem = self._memory(request)
+        plan_id = field_str(await body_json(request), "plan_id", 64)
+        item_id = request.path_params["item_id"]
+        lines = await self._memory_call(mem.forget, item_id, plan_id)
+        if lines is None:
+            raise WebError("web.plan_changed", 409)
+        log.warning("memory %s forgotten from the page", item_id)
+        return JSONResponse({"deleted": lines})
+
+    # ------------------------------------------------------------ model and brain switches
+    def _switches(self, request: Request) -> tuple[Session, DeviceRecord, SwitchLink]:
+        s, rec = self.scoped(request, OPERATOR_SCOPE)
+        if self.link.switches is None:
+            raise WebError("web.unavailable", 503)
+        return s, rec, self.link.switches
+
+    def _to_sign(self, s: Session, signable: Signable) -> Response:
+        self.state.keep(self.state.signables, (s.token, "switch"), signable)
+        return JSONResponse(
+            {
+                "context": signable.context.decode(),
+                "body": signable.body.hex(),
+                "summary": signable.summary,
+            }
+        )
+
+    async def switch_choices(self, request: Request) -> Response:
+        _, _, sw = self._switches(request)
+        return JSONResponse({"roles": await asyncio.to_thread(sw.choices)})
+
+    async def switch_model(self, request: Request) -> Response:
+        self._check_origin(request)
+        s, rec, sw = self._switches(request)
+        data = await body_json(request)
+        role, name = field_str(data, "role", 32), field_str(data, "name", 128)
+        try:
+            signable = await asyncio.to_thread(sw.model, rec, role, name)
+        except YimiError as exc:
+            raise WebError("web.action_refused", 409, reason=str(exc)) from None
+        return self._to_sign(s, signable)
+
+    async def switch_brain(self, request: Request) -> Response:
+        self._check_origin(request)
+        s, rec, sw = self._switches(request)
+        data = await body_json(request)
+        endpoint: dict[str, Any] | None = None
+        if not data.get("rule_based"):
+            endpoint = {
+                "base_url": field_str(data, "base_url", 512),
+                "model": field_str(data, "model", 128),
+            }
+            if data.get("key_id"):
+                endpoint["key_id"] = field_str(data, "key_id", 64)
+        try:
+            signable = await sw.brain(rec, endpoint)
+        except YimiError as exc:
+            raise WebError("web.action_refused", 409, reason=str(exc)) from None
+        return self._to_sign(s, signable)
+
+    async def switch_confirm(self, request: Request) -> Response:
+        """The page's signature over the body it was given: to the authority's own check."""
+        self._check_origin(request)
+        s, _, _ = self._switches(request)
+        signable = self.state.signables.pop((s.token, "switch"), None)
+        if signable is None:
+            raise WebError("web.not_prepared", 409)
+        signature = field_hex(await body_json(request), "signature")
+        try:
+            outcome = await asyncio.to_thread(signable.finish, signature)
+        except YimiError as exc:
+            raise WebError("web.action_refused", 409, reason=str(exc)) from None
+        return JSONResponse({"outcome": outcome})

@@ -2,7 +2,7 @@
 import { loadTexts, applyTexts, switchLanguage, t, refusal } from "/static/i18n.js";
 import {
   ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard, trustMe,
-  whileAuthenticating,
+  whileAuthenticating, signBody,
   outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
 
@@ -270,6 +270,192 @@ async function start() {
   listen();
 }
 
+// ---- notes: the hub's notes replica, written as this device
+function noteItem(n) {
+  const li = document.createElement("li");
+  li.dataset.note = n.id;
+  li.className = n.done ? "done" : "";
+  const text = document.createElement("span");
+  text.className = "text";
+  text.textContent = n.text;
+  const meta = document.createElement("span");
+  meta.className = "meta";
+  meta.textContent = `${t(`notes.kind_${n.kind}`) || n.kind} · ${n.by} · ${new Date(n.updated_at).toLocaleString()}`;
+  if (n.kind === "todo") {
+    const box = document.createElement("input");
+    box.type = "checkbox";
+    box.className = "done";
+    box.checked = n.done;
+    box.style.width = "auto";
+    box.onchange = () => api(`/api/notes/${n.id}`, { field: "done", value: String(box.checked) })
+      .then(refreshNotes).catch(onError);
+    li.append(box);
+  }
+  li.append(text, meta);
+  return li;
+}
+
+async function refreshNotes() {
+  const { notes } = await api("/api/notes");
+  $("notes-list").replaceChildren(...notes.map(noteItem));
+  $("notes-empty").hidden = notes.length > 0;
+}
+
+// ---- memory: search, explain, forget (a plan first, then confirmed)
+let forgetting = null; // {id, plan_id} of the plan shown
+
+function memoryItem(m) {
+  const li = document.createElement("li");
+  li.dataset.memory = m.id;
+  const text = document.createElement("span");
+  text.className = "text";
+  text.textContent = m.text;
+  const explain = document.createElement("button");
+  explain.className = "small explain";
+  explain.textContent = t("memory.explain");
+  explain.onclick = () => explainMemory(m.id).catch(onMemoryError);
+  const forget = document.createElement("button");
+  forget.className = "small forget";
+  forget.textContent = t("memory.forget");
+  forget.onclick = () => planForget(m.id).catch(onMemoryError);
+  li.append(text, explain, forget);
+  return li;
+}
+
+function onMemoryError(err) {
+  $("memory-outcome").textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+}
+
+async function searchMemory() {
+  const q = $("memory-query").value.trim();
+  if (!q) return;
+  const { found } = await api(`/api/memory/search?q=${encodeURIComponent(q)}`);
+  $("memory-list").replaceChildren(...found.map(memoryItem));
+  $("memory-none").hidden = found.length > 0;
+  document.body.dataset.memory = "searched";
+}
+
+function lines(el, items) {
+  el.replaceChildren(...items.map((text) => {
+    const li = document.createElement("li");
+    li.textContent = text;
+    return li;
+  }));
+}
+
+async function explainMemory(id) {
+  const e = await api(`/api/memory/${encodeURIComponent(id)}/explain`);
+  const box = $("memory-detail");
+  box.replaceChildren();
+  const h = document.createElement("h3");
+  h.textContent = `${e.id}: ${e.status}, v${e.version}, ${e.sensitivity}`;
+  const versions = document.createElement("ul");
+  versions.className = "versions";
+  lines(versions, e.versions.map((v) => `v${v.version} ${v.status} ${new Date(v.created_ms).toLocaleString()} ${v.text}`));
+  const sources = document.createElement("p");
+  sources.className = "sources";
+  sources.textContent = `${t("memory.sources")}: ${e.sources.join(", ") || t("dash.none")}`;
+  const deps = document.createElement("p");
+  deps.textContent = `${t("memory.dependents")}: ${e.dependents.map((d) => d.id).join(", ") || t("dash.none")}`;
+  const vh = document.createElement("p");
+  vh.textContent = t("memory.versions");
+  box.append(h, sources, vh, versions, deps);
+  box.hidden = false;
+}
+
+async function planForget(id) {
+  const p = await api(`/api/memory/${encodeURIComponent(id)}/plan`);
+  forgetting = { id, plan_id: p.plan_id };
+  lines($("memory-plan-list"), [
+    ...p.assertions.map((a) => t("memory.plan_assertion", { id: a })),
+    ...p.derived_delete.map((d) => t("memory.plan_derived", { id: d })),
+    ...p.derived_rederive.map((d) => t("memory.plan_rederive", { id: d })),
+    ...p.sources.map((src) => t("memory.plan_source", { source: src })),
+    ...p.index.map((i) => t("memory.plan_index", { id: i })),
+    t("memory.plan_not_claimed"),
+  ]);
+  $("memory-plan").hidden = false;
+  $("memory-outcome").textContent = "";
+}
+
+async function confirmForget() {
+  if (!forgetting) return;
+  const { id, plan_id } = forgetting;
+  forgetting = null;
+  $("memory-plan").hidden = true;
+  const r = await api(`/api/memory/${encodeURIComponent(id)}/forget`, { plan_id });
+  $("memory-outcome").textContent = t("memory.forgotten", { id, count: r.deleted.length });
+  $("memory-outcome").dataset.outcome = "forgotten";
+  document.querySelector(`[data-memory="${id}"]`)?.remove();
+  $("memory-detail").hidden = true;
+}
+
+// ---- model and brain switches: the hub builds the body, this device's key signs it
+let switching = false;
+
+function roleItem(r) {
+  const li = document.createElement("li");
+  li.dataset.role = r.role;
+  const name = document.createElement("span");
+  name.className = "text";
+  name.textContent = `${r.role}: ${r.effective ?? "-"}`;
+  const pick = document.createElement("select");
+  for (const n of r.names) {
+    const o = document.createElement("option");
+    o.value = n;
+    o.textContent = n;
+    o.selected = n === r.selected;
+    pick.append(o);
+  }
+  const go = document.createElement("button");
+  go.className = "small switch";
+  go.textContent = t("settings.switch");
+  go.onclick = () => prepareSwitch("/api/switches/model", { role: r.role, name: pick.value });
+  li.append(name, pick, go);
+  return li;
+}
+
+async function refreshSettings() {
+  const { roles } = await api("/api/switches");
+  $("model-roles").replaceChildren(...roles.map(roleItem));
+}
+
+async function prepareSwitch(path, body) {
+  const out = $("switch-outcome");
+  out.removeAttribute("data-outcome");
+  out.textContent = "…";
+  try {
+    const r = await api(path, body);
+    switching = r;
+    $("switch-summary").textContent = r.summary;
+    $("switch-confirm").hidden = false;
+    out.textContent = "";
+  } catch (err) {
+    out.textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+    out.dataset.outcome = "refused";
+  }
+}
+
+async function confirmSwitch() {
+  const r = switching;
+  if (!r) return;
+  switching = null;
+  $("switch-confirm").hidden = true;
+  const out = $("switch-outcome");
+  try {
+    const signature = await signBody(device, r.context, r.body);
+    const done = await api("/api/switches/confirm", { signature });
+    await refreshSettings();
+    out.textContent = t("settings.done", { outcome: done.outcome });
+    out.dataset.outcome = "confirmed";
+  } catch (err) {
+    out.textContent = err instanceof ApiError ? refusal(err.body) : String(err);
+    out.dataset.outcome = "refused";
+  }
+}
+
+const VIEW_LOADERS = { notes: refreshNotes, settings: refreshSettings };
+
 async function setUpPasskey() {
   const out = $("me-outcome");
   try {
@@ -312,7 +498,34 @@ async function main() {
     await switchLanguage();
     await refreshCards();
   };
-  for (const b of document.querySelectorAll("nav button")) b.onclick = () => show(b.dataset.view);
+  for (const b of document.querySelectorAll("nav button")) {
+    b.onclick = () => {
+      show(b.dataset.view);
+      VIEW_LOADERS[b.dataset.view]?.().catch(onError);
+    };
+  }
+  $("note-form").onsubmit = async (ev) => {
+    ev.preventDefault();
+    const text = $("note-input").value.trim();
+    if (!text) return;
+    try {
+      await api("/api/notes", { text, kind: $("note-kind").value });
+      $("note-input").value = "";
+      await refreshNotes();
+    } catch (err) { onError(err); }
+  };
+  $("memory-form").onsubmit = (ev) => { ev.preventDefault(); searchMemory().catch(onMemoryError); };
+  $("memory-forget-confirm").onclick = () => confirmForget().catch(onMemoryError);
+  $("memory-forget-cancel").onclick = () => { forgetting = null; $("memory-plan").hidden = true; };
+  $("brain-form").onsubmit = (ev) => {
+    ev.preventDefault();
+    const rules = $("brain-rules").checked;
+    prepareSwitch("/api/switches/brain", rules
+      ? { rule_based: true }
+      : { base_url: $("brain-url").value.trim(), model: $("brain-model").value.trim() });
+  };
+  $("switch-sign").onclick = () => confirmSwitch();
+  $("switch-cancel").onclick = () => { switching = null; $("switch-confirm").hidden = true; };
   $("timeline-older").onclick = () => olderPage().catch(onError);
   show("chat");
   $("pair-form").onsubmit = async (ev) => {

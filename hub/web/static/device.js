@@ -181,6 +181,12 @@ export async function trustMe() {
   return api("/api/trust", { assertion });
 }
 
+export async function signBody(device, context, bodyHex) {
+  // a body the hub built for this device to confirm (a model or brain switch), signed with
+  // the device key over signingInput(context, body) like a command's owner device signs it
+  return sign(device, context, unhex(bodyHex));
+}
+
 export async function answerCard(device, card, decision) {
   // a payment approval needs WebAuthn user verification first (the hub checks it)
   let assertion = null;
