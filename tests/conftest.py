@@ -33,7 +33,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_gateway_rules.py": 42,
     "test_mcp_servers.py": 42,
     "test_schedule_mesh.py": 40,
-    "test_web_companion.py": 40,
+    "test_web_companion.py": 125,
     "test_pay_authority.py": 38,
     "test_mesh_e2e.py": 38,
     "test_audit_witness.py": 35,

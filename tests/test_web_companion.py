@@ -221,7 +221,8 @@ async def answer_card(page: Page, title_part: str, button: str) -> str:
     await card.wait_for()
     await page.evaluate("document.getElementById('card-outcome').removeAttribute('data-outcome')")
     await card.locator(f"button.{button}").click()
-    await page.wait_for_selector("#card-outcome[data-outcome]")
+    # an approval runs the action before it answers (a package call: slow on a loaded machine)
+    await page.wait_for_selector("#card-outcome[data-outcome]", timeout=WAIT_MS * 2)
     text = await page.text_content("#card-outcome")
     return text or ""
 
@@ -593,7 +594,8 @@ async def test_notes_memory_and_switches_from_the_phone(mesh: Mesh) -> None:
         plan = page.locator("#memory-plan")
         await plan.wait_for()
         assert "pref.tea" in (await plan.text_content() or "")
-        await br.shot(page, "companion-memory-plan-phone")
+        shot = await br.shot(page, "companion-memory-plan-phone")
+        keep_for_readme(shot, "companion-memory-plan.png")
 
         def status() -> str:
             store = open_memory(mesh.home, with_index=False)

@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 OPERATOR_SCOPE = "approve"
 """the scope of the owner's phone (it alone answers cards): it alone sees the operator
 panels and pairs or revokes devices from the page"""
-AUDIT_SHOWN = 20
+AUDIT_SHOWN = 12
 """audit records the panel lists (the newest)"""
 PAYMENTS_SHOWN = 30
 
