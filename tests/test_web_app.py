@@ -442,10 +442,17 @@ def test_a_device_without_the_approve_scope_sees_no_cards(hub: Hub) -> None:
     assert (status, json.loads(out)["error"]) == (403, "web.scope_missing")
     status, _, _ = asyncio.run(call(hub.app, "GET", "/api/timeline", cookie=token))
     assert status == 200  # glasses read the timeline
-    for method, path in (
+    for method, path in (  # the owner's panels, memory and switches: not for the glasses
         ("GET", "/api/operator"),
         ("POST", "/api/operator/pair-code"),
         ("POST", "/api/operator/revoke"),
+        ("GET", "/api/memory/search?q=tea"),
+        ("GET", "/api/memory/pref.tea/plan"),
+        ("POST", "/api/memory/pref.tea/forget"),
+        ("GET", "/api/switches"),
+        ("POST", "/api/switches/brain"),
+        ("POST", "/api/switches/confirm"),
+        ("POST", "/api/notes"),
     ):
         body = json.dumps({"name": "specs-web"}).encode()
         status, _, out = asyncio.run(call(hub.app, method, path, body, cookie=token))

@@ -11,6 +11,13 @@ decision); for a payment card it is built with ``unlocked`` only after a WebAuth
 with the user-verified flag verifies against this device's passkey. The browser signs that
 body with its device key and ``answer`` hands the signed ``Approval`` to the gateway — the
 one path every card answer takes. Only a body the hub prepared for this session is taken.
+
+"It's me for the next minute" (``/api/trust``) opens the voice trust window on this device
+only after a WebAuthn assertion with the user-verified flag. The owner's phone (the
+``approve`` scope) also gets the dashboard's operator panels (:mod:`hub.web.operator`),
+memory search / explain / forget-as-a-plan (:mod:`hub.web.memory`) and model and brain
+switches signed with its device key (:mod:`hub.web.switches`); every device with the scopes
+reads and writes notes (:mod:`hub.web.notes`).
 """
 
 from __future__ import annotations
