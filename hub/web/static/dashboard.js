@@ -167,7 +167,7 @@ async function main() {
   // the panels verify the audit log and the model digests: not every second
   setInterval(operatorPanels, OPERATOR_EVERY_MS);
   const events = new EventSource("/api/events");
-  events.addEventListener("changed", () => { render().catch(() => {}); operatorPanels(); });
+  events.addEventListener("changed", () => render().catch(() => {}));
   events.addEventListener("logout", () => { events.close(); $("status").textContent = t("session.out"); });
 }
 
