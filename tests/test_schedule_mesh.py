@@ -15,6 +15,7 @@ from hub.mesh.daemon import HubDaemon
 from hub.schedule import TestClock
 from provisioning.bundle import Bundle
 from tests.mesh_harness import Mesh
+from tests.speech import silence, write_wav
 from tests.waiting import poll
 
 pytestmark = pytest.mark.slow
@@ -26,9 +27,13 @@ RING = "Time's up: your timer for 20 seconds is done."
 async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> None:
     mac = mesh.add_device("mac1", "mac")
     specs = mesh.add_device("specs", "glasses")
+    quiet = write_wav(mesh.root / "quiet.wav", silence(1.0))
     clock = TestClock()
     async with mesh.hub_in_process(clock=clock) as hub:
-        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        # the Mac speaks its replies (into a null sink): it ACKs them "played"
+        mac_edge = await asyncio.to_thread(
+            mesh.start_edge, mac, "--audio", str(quiet), "--out", "null", hub=mesh.hub_target
+        )
         specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
         out = await mesh.say_answered(mac, "Yimi, set a timer for 20 seconds")
         assert "Timer set for 20 seconds." in out, out
@@ -46,7 +51,16 @@ async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> 
             "the Mac's ACK",
         )
         rows = mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", RING)
-        assert rows == [(mac_id, "rendered")], rows  # a device with a speaker ACKs "played"
+        assert rows == [(mac_id, "played")], rows  # spoken, ACKed once
+        delivered = mesh.hub_query(
+            "SELECT d.device, d.state FROM deliveries d JOIN reply_chunks c "
+            "ON c.reply_id = d.reply_id WHERE c.text=?",
+            RING,
+        )
+        assert delivered == [(mac_id, "played")], delivered
+        clock.advance(120)  # ACKed: never sent again
+        await hub.scheduler.run_due()
+        assert mac_edge.text().count(RING) == 1
         entries = [t for _, _, kind, t in mesh.hub_timeline() if kind == "reply"]
         assert RING in entries  # the ring is on the timeline
         assert RING not in specs_edge.text()
