@@ -16,13 +16,14 @@ brain, the turns, the mesh or the gateway (an import-linter contract): the daemo
 composition root) hands it those handlers by job kind.
 """
 
-from hub.schedule.clock import Clock, SystemClock, TestClock
+from hub.schedule.clock import Clock, FileClock, SystemClock, TestClock, clock_from_env
 from hub.schedule.errors import ScheduleError
 from hub.schedule.scheduler import Scheduler
 from hub.schedule.store import Job, JobStore, Occurrence
 
 __all__ = [
     "Clock",
+    "FileClock",
     "Job",
     "JobStore",
     "Occurrence",
@@ -30,4 +31,5 @@ __all__ = [
     "Scheduler",
     "SystemClock",
     "TestClock",
+    "clock_from_env",
 ]

@@ -316,9 +316,10 @@ class Scheduler:
             if claimed.fire:  # the loop goes on while the handlers run
                 self._tasks.spawn(self._run_fired(claimed.fire), "fire")
             nxt = self.store.next_due_ms()
-            timeout = MAX_SLEEP_S
+            most = min(MAX_SLEEP_S, self.clock.max_sleep_s)
+            timeout = most
             if nxt is not None:
-                timeout = min(MAX_SLEEP_S, max(0.0, (nxt - self.now_ms()) / 1000))
+                timeout = min(most, max(0.0, (nxt - self.now_ms()) / 1000))
             if timeout > 0:
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)
