@@ -180,6 +180,7 @@ class HubDaemon:
             self.scheduler,
             devices=self._live_devices,
             settings=NotifySettings.of(cfg_notify if isinstance(cfg_notify, Mapping) else None),
+            last_used=self.store.last_used_device,
         )
         """notifications: ordered devices, ACK deadline, quiet hours (``notifications:``)"""
         self.later = Later(
