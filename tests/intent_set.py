@@ -49,6 +49,7 @@ INTENTS: tuple[str, ...] = (
     "YimiRemind",
     "YimiReminderList",
     "YimiReminderCancel",
+    "YimiReminderMove",
     "YimiScheduleRun",
     "HassShoppingListAddItem",
     "HassListAddItem",
@@ -59,7 +60,9 @@ INTENTS: tuple[str, ...] = (
 )
 
 # Slots whose value is free text (compared with normalise_free_text).
-FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items", "when", "command"})
+FREE_TEXT_SLOTS = frozenset(
+    {"fact", "query", "body", "what", "item", "items", "when", "command", "old"}
+)
 # Slots whose value is a canonical value of a fixture list (lists.yaml key), per slot name.
 LIST_SLOTS: Mapping[str, str] = MappingProxyType(
     {"contact": "contacts", "shop": "shops", "area": "areas"}

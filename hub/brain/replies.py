@@ -111,6 +111,14 @@ REPLIES: Templates = {
         "en": "Cancelled the reminder to {what}.",
         "zh": "已取消提醒：{what}。",
     },
+    "reminder.moved": {
+        "en": "OK, I'll remind you {when} to {what} instead.",
+        "zh": "好的，改成{when}提醒你{what}。",
+    },
+    "reminder.move_when": {
+        "en": "To when should I move the reminder? Nothing was changed.",
+        "zh": "要把提醒改到什么时候？没有改动。",
+    },
     "run.set": {
         "en": "OK: {when}, I'll {what}.",
         "zh": "好的：{when}，我会{what}。",

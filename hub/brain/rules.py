@@ -93,7 +93,9 @@ TIMERS = frozenset(
         "HassDecreaseTimer",
     }
 )
-REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiScheduleRun"})
+REMINDERS = frozenset(
+    {"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiReminderMove", "YimiScheduleRun"}
+)
 NOT_SCHEDULED = TIMERS | REMINDERS | {"HassNevermind", "YimiHelp"}
 """intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
@@ -643,6 +645,8 @@ class RuleBrain(Brain):
                 rule=when.rule,
             )
             return say("reminder.set", lang, when=spoken, what=what)
+        if name == "YimiReminderMove":
+            return self._move_reminder(task, s, lang)
         found = desk.all(what)
         if not found:
             if what:
@@ -655,6 +659,57 @@ class RuleBrain(Brain):
             return say("reminder.which", lang, lines=lines)
         desk.cancel(found[0])
         return say("reminder.cancelled", lang, what=found[0].what)
+
+    def _move_reminder(self, task: TaskRecord, s: Mapping[str, Any], lang: str) -> str:
+        """ "move my 5 pm reminder to 6", "把提醒改到六点": the reminder named by its words or
+        its time (the only one, if neither is said) is due at the new time instead."""
+        from hub.brain.when import parse, parse_moved
+        from hub.schedule import recurrence
+
+        desk = self.reminders
+        assert desk is not None
+        now = desk.now()
+        old = str(s.get("old") or s.get("what") or "").strip()
+        found = desk.all(old) if old else desk.all()
+        if old and not found:  # "my 5 pm reminder": by its time
+            t = parse(old if lang == "zh" else f"at {old}", lang, now)
+            if t is not None:
+                found = [
+                    r
+                    for r in desk.all()
+                    if (at := desk.at(r)) is not None and (at.hour, at.minute) == (t.hour, t.minute)
+                ]
+        if not found:
+            self.store.move(task.task_id, "failed", "no such reminder")
+            if old:
+                return say("reminder.none_match", lang, what=old)
+            return say("reminder.none", lang)
+        if len(found) > 1:
+            lines = join(
+                [say("reminder.item", lang, when=r.when, what=r.what) for r in found], lang
+            )
+            return say("reminder.which", lang, lines=lines)
+        view = found[0]
+        was = desk.at(view)
+        when = parse_moved(str(s.get("when") or ""), lang, now, was)
+        if when is None:
+            self.store.move(task.task_id, "failed", "no time")
+            return say("reminder.move_when", lang)
+        at, rule, days = when.at, when.rule, when.days
+        clock = dt.time(when.hour, when.minute) if at is None else at.time()
+        if view.recurring and not rule:  # "every day at 8" moved "to 9": every day at 9
+            job = desk.scheduler.store.get(view.id)
+            assert job is not None
+            at, rule = None, recurrence.at_time(job.rule, clock.hour, clock.minute)
+            days = recurrence.days_of(job.rule)
+        spoken = spoken_when(at, days if at is None else None, clock, now, lang)
+        if at is not None and at <= now:
+            self.store.move(task.task_id, "failed", "in the past")
+            return say("reminder.past", lang, when=spoken)
+        moved = desk.move(view, when=spoken, at=at, rule=rule)
+        if moved is None:
+            return say("reminder.none", lang)
+        return say("reminder.moved", lang, when=spoken, what=view.what)
 
     async def _schedule_run(self, task: TaskRecord, command: str, lang: str) -> str:
         """ "every Monday at 9 e-mail …": the command runs at those times as a scheduled run
@@ -832,6 +887,7 @@ def _title(intent: Intent) -> str:
         "YimiRemind": f"reminder: {g('what')}",
         "YimiReminderList": "the reminders",
         "YimiReminderCancel": f"cancel a reminder: {g('what')}",
+        "YimiReminderMove": f"move a reminder: {g('old') or g('what')}",
         "YimiScheduleRun": f"every {g('command')}",
     }
     if intent.name in TIMERS:
