@@ -534,6 +534,7 @@ class HubDaemon:
             count=self.port.count,
             passkeys=passkeys,
             origins=origins,
+            reminders=self.reminders,
         )
         self.web = WebApp(link)
         await self._stack.enter_async_context(

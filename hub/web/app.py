@@ -38,9 +38,11 @@ from webauthn.helpers import structs
 
 from hub.gateway.consent import Answer, Card
 from hub.gateway.gateway import Gateway
+from hub.schedule.reminders import ReminderDesk
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.errors import WebError
+from hub.web.reminders import ReminderRoutes
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
 from protos import consent_pb2, mesh_pb2
 from protos.clock import now_ms
@@ -89,6 +91,8 @@ class HubLink:
     passkeys: Passkeys
     origins: tuple[str, ...]
     """origins the pages are served at (WebAuthn checks the assertion's origin against them)"""
+    reminders: ReminderDesk | None = None
+    """the owner's reminders (:mod:`hub.web.reminders`); ``None``: none on the pages"""
 
 
 @dataclass
@@ -210,6 +214,7 @@ class WebApp:
             Route("/api/cards/{card_id}/answer", self.answer, methods=["POST"]),
             Route("/api/events", self.events),
             Route("/api/dashboard", self.dashboard),
+            *ReminderRoutes(self, lambda: link.reminders).routes(),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
@@ -237,6 +242,9 @@ class WebApp:
         return FileResponse(
             STATIC / "sw.js", media_type="text/javascript", headers={"Cache-Control": "no-cache"}
         )
+
+    def check_origin(self, request: Request) -> None:
+        self._check_origin(request)
 
     def _check_origin(self, request: Request) -> None:
         origin = request.headers.get("origin")

@@ -4,6 +4,7 @@ import {
   ApiError, api, pair, signIn, loadDevice, registerPasskey, answerCard,
   outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
+import { refreshReminders } from "/static/reminders.js";
 
 const $ = (id) => document.getElementById(id);
 let device = null;
@@ -200,7 +201,7 @@ function reconnect() {
 }
 
 async function refresh() {
-  await Promise.all([refreshChat(), refreshCards()]);
+  await Promise.all([refreshChat(), refreshCards(), refreshReminders()]);
 }
 
 function signedOut() {
@@ -270,6 +271,7 @@ async function start() {
   document.body.dataset.state = "signed-in";
   await firstPage();
   await refreshCards();
+  await refreshReminders();
   listen();
 }
 
