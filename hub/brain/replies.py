@@ -119,6 +119,24 @@ REPLIES: Templates = {
         "en": "To when should I move the reminder? Nothing was changed.",
         "zh": "要把提醒改到什么时候？没有改动。",
     },
+    # ------------------------------------------------------------ the morning briefing
+    "briefing.head": {"en": "Good morning. {parts}", "zh": "早上好。{parts}"},
+    "briefing.reminders": {
+        "en": "Today's reminders: {lines}.",
+        "zh": "今天的提醒：{lines}。",
+    },
+    "briefing.no_reminders": {"en": "No reminders today.", "zh": "今天没有提醒。"},
+    "briefing.item": {"en": "{time}, {what}", "zh": "{time}{what}"},
+    "briefing.timeline": {
+        "en": "Since yesterday: {count} on the timeline, the latest: {lines}.",
+        "zh": "昨天以来时间线上有{count}条，最新的：{lines}。",
+    },
+    "briefing.quiet": {"en": "Nothing new on the timeline.", "zh": "时间线上没有新内容。"},
+    "briefing.cards": {
+        "en": "{count} waiting for your approval in the companion: {titles}.",
+        "zh": "手机助手里有{count}张卡片等你确认：{titles}。",
+    },
+    "briefing.no_cards": {"en": "No cards wait for you.", "zh": "没有等你确认的卡片。"},
     "run.set": {
         "en": "OK: {when}, I'll {what}.",
         "zh": "好的：{when}，我会{what}。",

@@ -48,6 +48,7 @@ from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
+from hub.turns.briefing import Briefing, BriefingSettings
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
 from hub.turns.later import Later
@@ -192,6 +193,17 @@ class HubDaemon:
         self.scheduler.on_missed.update(self.later.on_missed())
         self.timers = TimerDesk(self.scheduler)
         self.reminders = ReminderDesk(self.scheduler)
+        cfg_brief = home.config.get("briefing")
+        self.briefing = Briefing(
+            self.store,
+            self.reminders,
+            self.notifier,
+            cards=self._waiting_cards,
+            settings=BriefingSettings.of(cfg_brief if isinstance(cfg_brief, Mapping) else None),
+        )
+        """the morning briefing (``briefing:``), a daily job"""
+        self.scheduler.handlers.update(self.briefing.handlers())
+        self.briefing.ensure()
         self.turns = Turns(
             home,
             self.store,
@@ -342,6 +354,10 @@ class HubDaemon:
             advertise=self.options.advertise,
             addresses=advertise_addresses(self.options.bind),
         )
+
+    def _waiting_cards(self) -> list[str]:
+        gw = self._gateway()
+        return [] if gw is None else [c.title for c in gw.consent.pending()]
 
     def _live_devices(self) -> list[tuple[str, str]]:
         return [(r.device_id, r.profile) for r in self.registry.devices() if not r.revoked]
