@@ -34,6 +34,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_mcp_servers.py": 42,
     "test_schedule_mesh.py": 55,
     "test_schedule_restart.py": 32,
+    "test_schedule_watches.py": 33,
     "test_web_companion.py": 40,
     "test_pay_authority.py": 38,
     "test_mesh_e2e.py": 38,

@@ -51,6 +51,7 @@ INTENTS: tuple[str, ...] = (
     "YimiReminderCancel",
     "YimiReminderMove",
     "YimiScheduleRun",
+    "YimiWatch",
     "HassShoppingListAddItem",
     "HassListAddItem",
     "HassShoppingListCompleteItem",
@@ -77,6 +78,7 @@ DEVICE_NAME_INTENTS = frozenset(
         "HassSetPosition",
         "HassSetVolume",
         "HassGetState",
+        "YimiWatch",
     }
 )
 LIST_NAME_INTENTS = frozenset({"YimiListRead", "HassListAddItem"})

@@ -119,6 +119,20 @@ REPLIES: Templates = {
         "en": "To when should I move the reminder? Nothing was changed.",
         "zh": "要把提醒改到什么时候？没有改动。",
     },
+    # ------------------------------------------------------------ watches
+    "watch.home": {
+        "en": "You asked to know when {what}: it just did.",
+        "zh": "你让我留意的事发生了：{what}。",
+    },
+    "watch.timeline": {"en": "Watch “{what}”: {text}", "zh": "你让我留意的“{what}”：{text}"},
+    "watch.set": {
+        "en": "OK, I'll tell you when {what}.",
+        "zh": "好的，{what}的时候告诉你。",
+    },
+    "watch.timeline_set": {
+        "en": "OK, I'll tell you when the timeline mentions {what}.",
+        "zh": "好的，时间线上出现“{what}”时告诉你。",
+    },
     # ------------------------------------------------------------ the morning briefing
     "briefing.head": {"en": "Good morning. {parts}", "zh": "早上好。{parts}"},
     "briefing.reminders": {
@@ -160,6 +174,10 @@ REPLIES: Templates = {
     "not_yet.reminder": {
         "en": "Not yet: reminders need the hub's scheduler. Nothing was set.",
         "zh": "还不行：提醒需要中枢的调度功能。没有设置任何提醒。",
+    },
+    "not_yet.watch": {
+        "en": "Not yet: watching needs the hub's scheduler. Nothing was set.",
+        "zh": "还不行：留意需要中枢的调度功能。没有设置任何留意。",
     },
     "when.today": {"en": "today at {time}", "zh": "今天{time}"},
     "when.tomorrow": {"en": "tomorrow at {time}", "zh": "明天{time}"},

@@ -26,8 +26,10 @@ see :mod:`hub.brain.runtime`):
 - timers (start, cancel, pause, resume, add or take off time, status) → the hub's
   scheduler (:mod:`hub.schedule.timers`): a timer is the asking device's, and rings there;
   "not yet" when the brain runs without a scheduler; ``YimiRemind`` /
-  ``YimiReminderList`` / ``YimiReminderCancel`` → the hub's reminders
-  (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiReminderList`` / ``YimiReminderCancel`` / ``YimiReminderMove`` → the hub's
+  reminders (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiWatch`` ("tell me when the front door opens", "门开了告诉我") → a watch
+  (:mod:`hub.schedule.watches`: the device polled, observe-only; or a timeline rule);
   ``YimiScheduleRun`` ("every Monday at 9 e-mail …") → a recurring job whose command later
   runs as a turn with a scheduled scope (``Turn.scheduled``: the gateway blocks a call that
   needs a card); ``HassNevermind`` → "OK.";
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk, TimerView
+    from hub.schedule.watches import WatchDesk
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,13 @@ TIMERS = frozenset(
         "HassDecreaseTimer",
     }
 )
+WATCH_STATES: Mapping[str, tuple[tuple[str, ...], tuple[str, str]]] = {
+    "open": (("open", "on", "unlocked"), ("opens", "开了")),
+    "closed": (("closed", "off", "locked"), ("closes", "关了")),
+    "on": (("on", "open"), ("turns on", "开了")),
+    "off": (("off", "closed"), ("turns off", "关了")),
+}
+"""a watch's wanted state → the device states that are it, and how it is said (en, zh)"""
 REMINDERS = frozenset(
     {"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiReminderMove", "YimiScheduleRun"}
 )
@@ -215,10 +225,13 @@ class RuleBrain(Brain):
         now: Callable[[], dt.datetime] | None = None,
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        watches: WatchDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
         self.timers = timers
         self.reminders = reminders
+        self.watches = watches
+        """the hub's watches (``None``: watches answer "not yet")"""
         """the hub's reminders (``None``: reminders answer "not yet")"""
         """the hub's timers (``None``: timers answer "not yet")"""
         self.store = store
@@ -364,6 +377,10 @@ class RuleBrain(Brain):
             if self.timers is None:
                 return self._finish(task, say("not_yet.timer", lang))
             return self._finish(task, self._timer(task, name, s, lang))
+        if name == "YimiWatch":
+            if self.watches is None:
+                return self._finish(task, say("not_yet.watch", lang))
+            return self._finish(task, self._watch(task, s, lang))
         if name in REMINDERS:
             if self.reminders is None:
                 return self._finish(task, say("not_yet.reminder", lang))
@@ -660,6 +677,42 @@ class RuleBrain(Brain):
         desk.cancel(found[0])
         return say("reminder.cancelled", lang, what=found[0].what)
 
+    def _watch(self, task: TaskRecord, s: Mapping[str, Any], lang: str) -> str:
+        """ "tell me when the front door opens", "门开了告诉我": a watch on the device's state
+        (polled by the hub, observe-only); "… when the timeline mentions X": on the timeline."""
+        desk = self.watches
+        assert desk is not None
+        what = str(s.get("what") or "").strip()
+        if what and not s.get("name"):
+            desk.watch_timeline(
+                task.task_id,
+                device=task.device_id,
+                rule=what,
+                what=what,
+                lang=lang,
+                trace=task.trace_id,
+            )
+            return say("watch.timeline_set", lang, what=what)
+        targets = self._targets(s)
+        if not targets:
+            known = ", ".join(sorted(d.name for d in self.slots.devices))
+            self.store.move(task.task_id, "failed", "no such device")
+            return say("device.unknown", lang, known=known) if known else say("device.none", lang)
+        d, state = targets[0], str(s.get("state") or "open")
+        states, verb = WATCH_STATES.get(state, WATCH_STATES["open"])
+        label = d.name if lang == "zh" else f"the {d.name[:1].lower()}{d.name[1:]}"
+        said = f"{label}{verb[1]}" if lang == "zh" else f"{label} {verb[0]}"
+        desk.watch_home(
+            task.task_id,
+            device=task.device_id,
+            entity=d.entity,
+            states=states,
+            what=said,
+            lang=lang,
+            trace=task.trace_id,
+        )
+        return say("watch.set", lang, what=said)
+
     def _move_reminder(self, task: TaskRecord, s: Mapping[str, Any], lang: str) -> str:
         """ "move my 5 pm reminder to 6", "把提醒改到六点": the reminder named by its words or
         its time (the only one, if neither is said) is due at the new time instead."""
@@ -888,6 +941,7 @@ def _title(intent: Intent) -> str:
         "YimiReminderList": "the reminders",
         "YimiReminderCancel": f"cancel a reminder: {g('what')}",
         "YimiReminderMove": f"move a reminder: {g('old') or g('what')}",
+        "YimiWatch": f"watch: {g('name') or g('what')}",
         "YimiScheduleRun": f"every {g('command')}",
     }
     if intent.name in TIMERS:

@@ -44,6 +44,7 @@ from hub.mesh.status import HubStatus, remove_status, write_status
 from hub.schedule import Clock, JobStore, Scheduler
 from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
+from hub.schedule.watches import WatchDesk
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
@@ -53,6 +54,7 @@ from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
+from hub.turns.watching import Watching, gateway_reader
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -204,6 +206,12 @@ class HubDaemon:
         """the morning briefing (``briefing:``), a daily job"""
         self.scheduler.handlers.update(self.briefing.handlers())
         self.briefing.ensure()
+        self.watches = WatchDesk(self.scheduler)
+        self.watching = Watching(
+            self.watches, self.notifier, read_state=gateway_reader(self._gateway)
+        )
+        """watches: home devices polled, timeline entries pushed (``on_entries``)"""
+        self.scheduler.handlers.update(self.watching.handlers())
         self.turns = Turns(
             home,
             self.store,
@@ -215,6 +223,7 @@ class HubDaemon:
             count=port.count,
             timers=self.timers,
             reminders=self.reminders,
+            watches=self.watches,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.scheduler.handlers["run"] = self.turns.run_scheduled
@@ -764,6 +773,7 @@ class HubDaemon:
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
+        self.watching.on_entries(entries)
         if self.web is not None:
             self.web.state.pulse()
 
