@@ -32,7 +32,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_pairing.py": 47,
     "test_gateway_rules.py": 42,
     "test_mcp_servers.py": 42,
-    "test_schedule_mesh.py": 55,
+    "test_schedule_mesh.py": 75,
     "test_schedule_restart.py": 32,
     "test_schedule_watches.py": 33,
     "test_web_companion.py": 40,

@@ -2,7 +2,8 @@
 gRPC, the rule-based brain, the scheduler on a test clock), edge daemons and ``yimi say`` as
 processes. A 20-second timer set by voice on the Mac rings on the Mac and nowhere else, and
 the Mac ACKs it; reminders set in Chinese and English fire at their times across a hub
-restart, once; a reminder due while the hub was down fires at start within its grace.
+restart, once; a reminder due while the hub was down fires at start within its grace; a
+timeline watch set by voice tells the owner once.
 The clock is moved, never waited for."""
 
 from __future__ import annotations
@@ -226,3 +227,26 @@ async def test_an_unacked_notification_falls_back_to_the_next_device(mesh: Mesh)
         await hub.scheduler.run_due()
         assert all(r[0] != ids["bundle-phone1"] for r in sent_to())
         mesh.stop(specs_edge)
+
+
+async def test_a_timeline_watch_set_by_voice_tells_the_owner_once(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    mac_id = Bundle.load(mac).device_id
+    async with mesh.hub_in_process(clock=TestClock()) as hub:
+        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        out = await mesh.say_answered(mac, "tell me when the timeline mentions the parcel")
+        assert "OK, I'll tell you when the timeline mentions the parcel." in out, out
+        await mesh.say_answered(mac, "the parcel is with the neighbour")
+        told = "Watch “the parcel”: the parcel is with the neighbour"
+
+        def delivered() -> list[tuple[object, ...]]:
+            return mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", told)
+
+        # to the Mac (used last), ACKed by one of its processes (the edge, or the yimi say
+        # that was waiting there)
+        await poll(lambda: delivered() and delivered()[0][1], 20, "the watch's notification")
+        assert delivered() == [(mac_id, "rendered")]
+        (watch,) = hub.scheduler.store.jobs("watch")
+        assert [s for _, s in hub.scheduler.store.occurrences(watch.id)] == ["fired"]
+        assert mac_edge.text().count(told) <= 1  # its own notification is no occurrence
+        mesh.stop(mac_edge)
