@@ -700,7 +700,10 @@ class RuleBrain(Brain):
             return say("device.unknown", lang, known=known) if known else say("device.none", lang)
         d, state = targets[0], str(s.get("state") or "open")
         states, verb = WATCH_STATES.get(state, WATCH_STATES["open"])
-        label = d.name if lang == "zh" else f"the {d.name[:1].lower()}{d.name[1:]}"
+        from hub.brain.intents.text import detect_language
+
+        zh_name = next((a for a in (d.name, *d.aliases) if detect_language(a) == "zh"), d.name)
+        label = zh_name if lang == "zh" else f"the {d.name[:1].lower()}{d.name[1:]}"
         said = f"{label}{verb[1]}" if lang == "zh" else f"{label} {verb[0]}"
         desk.watch_home(
             task.task_id,

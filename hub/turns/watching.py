@@ -86,6 +86,14 @@ class Watching:
             )
 
     def on_entries(self, entries: Sequence[Entry]) -> None:
+        """New timeline entries (the hub's publishing path: a failure here is logged, never
+        raised into it)."""
+        try:
+            self._on_entries(entries)
+        except Exception:
+            log.exception("timeline watches not checked for %d entries", len(entries))
+
+    def _on_entries(self, entries: Sequence[Entry]) -> None:
         for e in entries:
             if e.kind in NOT_OCCURRENCES:
                 continue
