@@ -42,7 +42,7 @@ from hub.schedule.reminders import ReminderDesk
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.errors import WebError
-from hub.web.reminders import ReminderRoutes
+from hub.web.reminders import ReminderRoutes, WebHooks
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
 from protos import consent_pb2, mesh_pb2
 from protos.clock import now_ms
@@ -214,7 +214,7 @@ class WebApp:
             Route("/api/cards/{card_id}/answer", self.answer, methods=["POST"]),
             Route("/api/events", self.events),
             Route("/api/dashboard", self.dashboard),
-            *ReminderRoutes(self, lambda: link.reminders).routes(),
+            *ReminderRoutes(self._hooks(), lambda: link.reminders).routes(),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
@@ -243,8 +243,15 @@ class WebApp:
             STATIC / "sw.js", media_type="text/javascript", headers={"Cache-Control": "no-cache"}
         )
 
-    def check_origin(self, request: Request) -> None:
-        self._check_origin(request)
+    def _hooks(self) -> WebHooks:
+        """What a route module of its own (:mod:`hub.web.reminders`) may use of the app."""
+        return WebHooks(
+            scoped=self.scoped,
+            check_origin=self._check_origin,
+            body=body_json,
+            field=field_str,
+            pulse=lambda: self.state.pulse(),
+        )
 
     def _check_origin(self, request: Request) -> None:
         origin = request.headers.get("origin")

@@ -12,8 +12,9 @@ and takes the time of day — and ``POST /api/reminders/{id}/cancel``. The same
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -23,9 +24,6 @@ from hub.brain.replies import spoken_when
 from hub.schedule import recurrence
 from hub.schedule.reminders import ReminderDesk, ReminderView
 from hub.web.errors import WebError
-
-if TYPE_CHECKING:
-    from hub.web.app import WebApp
 
 MINUTE = "%Y-%m-%dT%H:%M"
 
@@ -42,11 +40,24 @@ def reminder_json(desk: ReminderDesk, view: ReminderView) -> dict[str, Any]:
     }
 
 
-class ReminderRoutes:
-    """The routes above, on ``web``'s sessions; ``desk``: the hub's reminders (``None``: the
-    hub runs without a scheduler)."""
+@dataclass(frozen=True)
+class WebHooks:
+    """What the routes use of the web app (handed over by it)."""
 
-    def __init__(self, web: WebApp, desk: Callable[[], ReminderDesk | None]) -> None:
+    scoped: Callable[[Request, str], object]
+    """the request's session if its device has the scope (else it raises a refusal)"""
+    check_origin: Callable[[Request], None]
+    body: Callable[[Request], Awaitable[dict[str, Any]]]
+    field: Callable[[dict[str, Any], str, int], str]
+    pulse: Callable[[], None]
+    """wake the pages' event streams (the reminders changed)"""
+
+
+class ReminderRoutes:
+    """The routes above, on the web app's sessions; ``desk``: the hub's reminders (``None``:
+    the hub runs without a scheduler)."""
+
+    def __init__(self, web: WebHooks, desk: Callable[[], ReminderDesk | None]) -> None:
         self.web = web
         self._desk = desk
 
@@ -81,14 +92,12 @@ class ReminderRoutes:
         )
 
     async def move(self, request: Request) -> Response:
-        from hub.web.app import body_json, field_str
-
         self.web.check_origin(request)
         self.web.scoped(request, "utter")
-        data = await body_json(request)
+        data = await self.web.body(request)
         lang = "zh" if data.get("lang") == "zh" else "en"
         try:
-            wall = dt.datetime.strptime(field_str(data, "at", 40), MINUTE)
+            wall = dt.datetime.strptime(self.web.field(data, "at", 40), MINUTE)
         except ValueError:
             raise WebError("web.bad_request", reason="at") from None
         desk, view = self.found(request)
@@ -108,7 +117,7 @@ class ReminderRoutes:
         moved = desk.move(view, when=spoken, at=None if rule else at, rule=rule)
         if moved is None:
             raise WebError("web.reminder_unknown", 404)
-        self.web.state.pulse()
+        self.web.pulse()
         return JSONResponse({"reminder": reminder_json(desk, moved)})
 
     async def cancel(self, request: Request) -> Response:
@@ -116,5 +125,5 @@ class ReminderRoutes:
         self.web.scoped(request, "utter")
         desk, view = self.found(request)
         desk.cancel(view)
-        self.web.state.pulse()
+        self.web.pulse()
         return JSONResponse({"cancelled": view.id})
