@@ -57,10 +57,12 @@ def serve_hub(args: argparse.Namespace, **extra: Any) -> int:
     """Run the hub the arguments of :func:`add_run_arguments` describe (``extra``: more
     :class:`HubOptions` fields) until SIGTERM/SIGINT."""
     from hub.mesh.daemon import HubDaemon, HubOptions
+    from hub.schedule.clock import clock_from_env
     from hub.web.options import WebTls
     from provisioning.home import Home
 
     setup_logging(args.verbose)
+    extra.setdefault("clock", clock_from_env())  # YIMI_TEST_CLOCK: tests only
     home = Home.load(args.home)
     options = HubOptions(
         mqtt_port=args.mqtt_port or home.mqtt_port,

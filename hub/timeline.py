@@ -659,6 +659,14 @@ class HubStore:
         )
         return [Entry(*r) for r in rows]
 
+    def last_used_device(self) -> str:
+        """The device of the newest utterance on the timeline (the one the owner used most
+        recently); ``""`` when there is none."""
+        row = self.conn.execute(
+            "SELECT device FROM timeline WHERE kind='utterance' ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        return "" if row is None else str(row[0])
+
     def entries_since(self, ts_ms: int, limit: int = 500) -> list[Entry]:
         """Entries whose time is at or after ``ts_ms``, in ``seq`` order (the last ``limit``)."""
         rows = self.conn.execute(

@@ -49,7 +49,9 @@ INTENTS: tuple[str, ...] = (
     "YimiRemind",
     "YimiReminderList",
     "YimiReminderCancel",
+    "YimiReminderMove",
     "YimiScheduleRun",
+    "YimiWatch",
     "HassShoppingListAddItem",
     "HassListAddItem",
     "HassShoppingListCompleteItem",
@@ -59,7 +61,9 @@ INTENTS: tuple[str, ...] = (
 )
 
 # Slots whose value is free text (compared with normalise_free_text).
-FREE_TEXT_SLOTS = frozenset({"fact", "query", "body", "what", "item", "items", "when", "command"})
+FREE_TEXT_SLOTS = frozenset(
+    {"fact", "query", "body", "what", "item", "items", "when", "command", "old"}
+)
 # Slots whose value is a canonical value of a fixture list (lists.yaml key), per slot name.
 LIST_SLOTS: Mapping[str, str] = MappingProxyType(
     {"contact": "contacts", "shop": "shops", "area": "areas"}
@@ -74,6 +78,7 @@ DEVICE_NAME_INTENTS = frozenset(
         "HassSetPosition",
         "HassSetVolume",
         "HassGetState",
+        "YimiWatch",
     }
 )
 LIST_NAME_INTENTS = frozenset({"YimiListRead", "HassListAddItem"})

@@ -189,8 +189,10 @@ class Mesh:
         assert hub.alive(), f"hub exited: {hub.text()}"
         return hub
 
-    def start_edge(self, bundle: Path, *, hub: str | None = None) -> Proc:
-        args = ["edge", "run", "--bundle", str(bundle)]
+    def start_edge(self, bundle: Path, *extra: str, hub: str | None = None) -> Proc:
+        """``yimi edge run`` of ``bundle`` (``extra``: more of its arguments, e.g.
+        ``--audio FILE --out null`` for a device that speaks its replies), once connected."""
+        args = ["edge", "run", "--bundle", str(bundle), *extra]
         if hub:
             args += ["--hub", hub]
         edge = self.spawn(f"edge-{bundle.name}", *args)

@@ -117,7 +117,7 @@ def _check_slots(s: Labelled) -> None:
                 assert "Timer" in s.intent, s
                 assert isinstance(value, str) and value, s
         elif key == "state":
-            assert s.intent == "HassGetState" and isinstance(value, str), s
+            assert s.intent in ("HassGetState", "YimiWatch") and isinstance(value, str), s
         else:
             raise AssertionError(f"unknown slot {key} in {s}")
     if s.intent == "YimiSendMessage":

@@ -244,3 +244,47 @@ async def test_a_notification_in_quiet_hours_waits_unless_urgent(tmp_path: Path)
     finally:
         s.store.close()
         hub_store.close()
+
+
+def test_a_notification_goes_first_to_the_device_used_last(tmp_path: Path) -> None:
+    from hub.timeline import HubStore
+    from hub.turns.delivery import Delivery
+    from hub.turns.notify import Notifier, NotifySettings
+
+    async def nothing(*args: object) -> None:
+        return None
+
+    hub_store = HubStore(tmp_path / "hub.db")
+    delivery = Delivery(
+        hub_store, send=nothing, publish=nothing, commit=lambda o: None, gateway=lambda: None
+    )
+    s = scheduler(tmp_path, TestClock(), Fired())
+    devices = [("m", "mac"), ("g", "glasses"), ("p", "phone"), ("w", "watch")]
+    notifier = Notifier(
+        hub_store,
+        delivery,
+        s,
+        devices=lambda: devices,
+        settings=NotifySettings.of({}),
+        last_used=hub_store.last_used_device,
+    )
+    try:
+        assert notifier.order("m") == ["m", "g", "p", "w"]  # nobody used one: the asker
+        for i, device in enumerate(["g", "w"]):
+            hub_store.admit_utterance(
+                utterance_id=f"u{i}",
+                device=device,
+                text="hello",
+                ts_ms=1000 + i,
+                received_ms=1000 + i,
+                trace_id="",
+                meta={},
+                replay_state=None,
+            )
+        assert hub_store.last_used_device() == "w"
+        assert notifier.order("m") == ["w", "m", "g", "p"]  # used last, asker, then the order
+        assert notifier.order("w") == ["w", "g", "p", "m"]
+        assert notifier.order("gone") == ["w", "g", "p", "m"]  # a revoked asker: skipped
+    finally:
+        s.store.close()
+        hub_store.close()

@@ -2,7 +2,8 @@
 gRPC, the rule-based brain, the scheduler on a test clock), edge daemons and ``yimi say`` as
 processes. A 20-second timer set by voice on the Mac rings on the Mac and nowhere else, and
 the Mac ACKs it; reminders set in Chinese and English fire at their times across a hub
-restart, once; a reminder due while the hub was down fires at start within its grace.
+restart, once; a reminder due while the hub was down fires at start within its grace; a
+timeline watch set by voice tells the owner once.
 The clock is moved, never waited for."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hub.mesh.daemon import HubDaemon
 from hub.schedule import TestClock
 from provisioning.bundle import Bundle
 from tests.mesh_harness import Mesh
+from tests.speech import silence, write_wav
 from tests.waiting import poll
 
 pytestmark = pytest.mark.slow
@@ -26,9 +28,13 @@ RING = "Time's up: your timer for 20 seconds is done."
 async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> None:
     mac = mesh.add_device("mac1", "mac")
     specs = mesh.add_device("specs", "glasses")
+    quiet = write_wav(mesh.root / "quiet.wav", silence(1.0))
     clock = TestClock()
     async with mesh.hub_in_process(clock=clock) as hub:
-        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        # the Mac speaks its replies (into a null sink): it ACKs them "played"
+        mac_edge = await asyncio.to_thread(
+            mesh.start_edge, mac, "--audio", str(quiet), "--out", "null", hub=mesh.hub_target
+        )
         specs_edge = await asyncio.to_thread(mesh.start_edge, specs, hub=mesh.hub_target)
         out = await mesh.say_answered(mac, "Yimi, set a timer for 20 seconds")
         assert "Timer set for 20 seconds." in out, out
@@ -46,7 +52,16 @@ async def test_a_20_second_timer_rings_on_the_asking_device_only(mesh: Mesh) -> 
             "the Mac's ACK",
         )
         rows = mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", RING)
-        assert rows == [(mac_id, "rendered")], rows  # a device with a speaker ACKs "played"
+        assert rows == [(mac_id, "played")], rows  # spoken, ACKed once
+        delivered = mesh.hub_query(
+            "SELECT d.device, d.state FROM deliveries d JOIN reply_chunks c "
+            "ON c.reply_id = d.reply_id WHERE c.text=?",
+            RING,
+        )
+        assert delivered == [(mac_id, "played")], delivered
+        clock.advance(120)  # ACKed: never sent again
+        await hub.scheduler.run_due()
+        assert mac_edge.text().count(RING) == 1
         entries = [t for _, _, kind, t in mesh.hub_timeline() if kind == "reply"]
         assert RING in entries  # the ring is on the timeline
         assert RING not in specs_edge.text()
@@ -212,3 +227,26 @@ async def test_an_unacked_notification_falls_back_to_the_next_device(mesh: Mesh)
         await hub.scheduler.run_due()
         assert all(r[0] != ids["bundle-phone1"] for r in sent_to())
         mesh.stop(specs_edge)
+
+
+async def test_a_timeline_watch_set_by_voice_tells_the_owner_once(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    mac_id = Bundle.load(mac).device_id
+    async with mesh.hub_in_process(clock=TestClock()) as hub:
+        mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        out = await mesh.say_answered(mac, "tell me when the timeline mentions the parcel")
+        assert "OK, I'll tell you when the timeline mentions the parcel." in out, out
+        await mesh.say_answered(mac, "the parcel is with the neighbour")
+        told = "Watch “the parcel”: the parcel is with the neighbour"
+
+        def delivered() -> list[tuple[object, ...]]:
+            return mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", told)
+
+        # to the Mac (used last), ACKed by one of its processes (the edge, or the yimi say
+        # that was waiting there)
+        await poll(lambda: delivered() and delivered()[0][1], 20, "the watch's notification")
+        assert delivered() == [(mac_id, "rendered")]
+        (watch,) = hub.scheduler.store.jobs("watch")
+        assert [s for _, s in hub.scheduler.store.occurrences(watch.id)] == ["fired"]
+        assert mac_edge.text().count(told) <= 1  # its own notification is no occurrence
+        mesh.stop(mac_edge)

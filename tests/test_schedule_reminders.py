@@ -178,3 +178,51 @@ def test_reading_a_time_never_raises(text: str, lang: str) -> None:
     if when is not None:
         assert (when.at is None) != (when.rule == "")
         assert when.at is None or when.at.tzinfo is not None
+
+
+async def test_reminders_moved_by_voice_in_english_and_chinese(tmp_path: Path) -> None:
+    async with reminder_world(tmp_path) as (brain, clock, due, scheduler):
+
+        async def say(text: str, lang: str = "en") -> str:
+            return await collect(brain.turn(Turn(text, device_id="mac1", language=lang)))
+
+        def local_due(what: str) -> str:
+            (job,) = [j for j in scheduler.store.jobs("reminder") if j.spec["what"] == what]
+            assert job.next_ms is not None
+            at = dt.datetime.fromtimestamp(job.next_ms / 1000, ZoneInfo(TZ))
+            return at.isoformat(timespec="minutes")
+
+        assert "OK" in await say("remind me at 5 pm to call mum")
+        # "to 6": the next six after five, the same evening (not tomorrow morning)
+        assert await say("move my 5 pm reminder to 6") == (
+            "OK, I'll remind you today at 6:00 pm to call mum instead."
+        )
+        assert local_due("call mum") == "2026-12-01T18:00+00:00"
+        assert await say("move the reminder to call mum to tomorrow at 9 am") == (
+            "OK, I'll remind you tomorrow at 9:00 am to call mum instead."
+        )
+        assert await say("remind me every day at 8 am to take my pills") == (
+            "OK, I'll remind you every day at 8:00 am to take my pills."
+        )
+        assert (await say("move my reminder to 7")).startswith("Which reminder?")
+        assert await say("move my 8 am reminder to 9") == (
+            "OK, I'll remind you every day at 9:00 am to take my pills instead."
+        )
+        (pills,) = [
+            j for j in scheduler.store.jobs("reminder") if j.spec["what"] == "take my pills"
+        ]
+        assert pills.rule == "FREQ=DAILY;BYHOUR=9;BYMINUTE=0;BYSECOND=0"
+        assert await say("move my 4 am reminder to 5") == "You have no reminder to 4 am."
+        assert await say("明天下午三点提醒我买菜", "zh") == "好的，明天下午三点提醒你买菜。"
+        assert await say("把买菜的提醒改到四点", "zh") == "好的，改成明天下午四点提醒你买菜。"
+        assert local_due("买菜") == "2026-12-02T16:00+00:00"
+        for j in scheduler.store.jobs("reminder"):
+            if j.spec["what"] != "买菜":
+                scheduler.cancel(j.id)
+        assert await say("把提醒改到六点", "zh") == "好的，改成明天晚上六点提醒你买菜。"
+        clock.advance(27 * 3600 + 1)  # 6 pm tomorrow: due once, at its new time only
+        await poll(lambda: due, 5, "the moved reminder")
+        assert [o.job.spec["what"] for o in due] == ["买菜"]
+        assert due[0].occurrence_ms == int(
+            dt.datetime(2026, 12, 2, 18, 0, tzinfo=ZoneInfo(TZ)).timestamp() * 1000
+        )

@@ -103,3 +103,27 @@ async def test_timers_by_voice_in_chinese_ring_in_chinese(tmp_path: Path) -> Non
         await poll(lambda: rung, 5, "the timer")
         assert ring_text(rung[0]) == "时间到：二十秒的计时器结束了。"
         assert await say("取消计时器") == "这里没有正在运行的计时器。"
+
+
+async def test_several_named_timers_in_chinese(tmp_path: Path) -> None:
+    async with timer_world(tmp_path) as (brain, clock, rung):
+
+        async def say(text: str) -> str:
+            return await collect(brain.turn(Turn(text, device_id="specs", language="zh")))
+
+        assert await say("设置一个十分钟的披萨计时器") == "好的，十分钟的披萨计时器开始了。"
+        assert await say("设一个二十秒的计时器") == "好的，二十秒的计时器开始了。"
+        assert await say("计时器还剩多少时间") == "计时器还剩二十秒；披萨计时器还剩十分钟。"
+        assert await say("计时器加五分钟") == "哪个计时器？这里有：计时器；披萨计时器。"
+        assert await say("暂停披萨计时器") == "披萨计时器已暂停，还剩十分钟。"
+        assert await say("给披萨计时器加五分钟") == "披萨计时器现在还剩十五分钟。"
+        assert await say("继续披萨计时器") == "披萨计时器继续计时，还剩十五分钟。"
+        clock.advance(20)
+        await poll(lambda: rung, 5, "the unnamed timer")
+        assert ring_text(rung[0]) == "时间到：二十秒的计时器结束了。"
+        assert await say("计时器减两分钟") == "披萨计时器现在还剩十二分钟四十秒。"
+        assert await say("披萨计时器还剩多久") == "披萨计时器还剩十二分钟四十秒。"
+        clock.advance(12 * 60 + 40)
+        await poll(lambda: len(rung) == 2, 5, "the pizza timer")
+        assert ring_text(rung[1]) == "时间到：十分钟的披萨计时器结束了。"
+        assert await say("取消披萨计时器") == "这里没有披萨计时器。"  # it rang: done

@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from hub.gateway import Gateway
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
+    from hub.schedule.watches import WatchDesk
     from provisioning.home import Home
 
 __all__ = [
@@ -86,6 +87,7 @@ async def open_brain(
     durable: bool = True,
     timers: TimerDesk | None = None,
     reminders: ReminderDesk | None = None,
+    watches: WatchDesk | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
     """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
     from hub.brain.configured import ConfiguredBrain
@@ -103,6 +105,7 @@ async def open_brain(
             on_event=on_event,
             timers=timers,
             reminders=reminders,
+            watches=watches,
         ) as brain:
             yield brain
     finally:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
+    from hub.schedule.watches import WatchDesk
 
 log = logging.getLogger(__name__)
 
@@ -52,13 +53,20 @@ class ConfiguredBrain(Brain):
         engine: IntentEngine | None = None,
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        watches: WatchDesk | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.providers = providers
         self.on_event = on_event
         self.rules = RuleBrain(
-            gateway, store, contacts=contacts, on_event=on_event, timers=timers, reminders=reminders
+            gateway,
+            store,
+            contacts=contacts,
+            on_event=on_event,
+            timers=timers,
+            reminders=reminders,
+            watches=watches,
         )
         self._llm: PydanticBrain | None = None
         self._engine = engine

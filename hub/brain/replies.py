@@ -111,6 +111,46 @@ REPLIES: Templates = {
         "en": "Cancelled the reminder to {what}.",
         "zh": "已取消提醒：{what}。",
     },
+    "reminder.moved": {
+        "en": "OK, I'll remind you {when} to {what} instead.",
+        "zh": "好的，改成{when}提醒你{what}。",
+    },
+    "reminder.move_when": {
+        "en": "To when should I move the reminder? Nothing was changed.",
+        "zh": "要把提醒改到什么时候？没有改动。",
+    },
+    # ------------------------------------------------------------ watches
+    "watch.home": {
+        "en": "You asked to know when {what}: it just did.",
+        "zh": "你让我留意的事发生了：{what}。",
+    },
+    "watch.timeline": {"en": "Watch “{what}”: {text}", "zh": "你让我留意的“{what}”：{text}"},
+    "watch.set": {
+        "en": "OK, I'll tell you when {what}.",
+        "zh": "好的，{what}的时候告诉你。",
+    },
+    "watch.timeline_set": {
+        "en": "OK, I'll tell you when the timeline mentions {what}.",
+        "zh": "好的，时间线上出现“{what}”时告诉你。",
+    },
+    # ------------------------------------------------------------ the morning briefing
+    "briefing.head": {"en": "Good morning. {parts}", "zh": "早上好。{parts}"},
+    "briefing.reminders": {
+        "en": "Today's reminders: {lines}.",
+        "zh": "今天的提醒：{lines}。",
+    },
+    "briefing.no_reminders": {"en": "No reminders today.", "zh": "今天没有提醒。"},
+    "briefing.item": {"en": "{time}, {what}", "zh": "{time}{what}"},
+    "briefing.timeline": {
+        "en": "Since yesterday: {count} on the timeline, the latest: {lines}.",
+        "zh": "昨天以来时间线上有{count}条，最新的：{lines}。",
+    },
+    "briefing.quiet": {"en": "Nothing new on the timeline.", "zh": "时间线上没有新内容。"},
+    "briefing.cards": {
+        "en": "{count} waiting for your approval in the companion: {titles}.",
+        "zh": "手机助手里有{count}张卡片等你确认：{titles}。",
+    },
+    "briefing.no_cards": {"en": "No cards wait for you.", "zh": "没有等你确认的卡片。"},
     "run.set": {
         "en": "OK: {when}, I'll {what}.",
         "zh": "好的：{when}，我会{what}。",
@@ -134,6 +174,10 @@ REPLIES: Templates = {
     "not_yet.reminder": {
         "en": "Not yet: reminders need the hub's scheduler. Nothing was set.",
         "zh": "还不行：提醒需要中枢的调度功能。没有设置任何提醒。",
+    },
+    "not_yet.watch": {
+        "en": "Not yet: watching needs the hub's scheduler. Nothing was set.",
+        "zh": "还不行：留意需要中枢的调度功能。没有设置任何留意。",
     },
     "when.today": {"en": "today at {time}", "zh": "今天{time}"},
     "when.tomorrow": {"en": "tomorrow at {time}", "zh": "明天{time}"},

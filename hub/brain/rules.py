@@ -26,8 +26,10 @@ see :mod:`hub.brain.runtime`):
 - timers (start, cancel, pause, resume, add or take off time, status) → the hub's
   scheduler (:mod:`hub.schedule.timers`): a timer is the asking device's, and rings there;
   "not yet" when the brain runs without a scheduler; ``YimiRemind`` /
-  ``YimiReminderList`` / ``YimiReminderCancel`` → the hub's reminders
-  (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiReminderList`` / ``YimiReminderCancel`` / ``YimiReminderMove`` → the hub's
+  reminders (:mod:`hub.schedule.reminders`; the time read by :mod:`hub.brain.when`);
+  ``YimiWatch`` ("tell me when the front door opens", "门开了告诉我") → a watch
+  (:mod:`hub.schedule.watches`: the device polled, observe-only; or a timeline rule);
   ``YimiScheduleRun`` ("every Monday at 9 e-mail …") → a recurring job whose command later
   runs as a turn with a scheduled scope (``Turn.scheduled``: the gateway blocks a call that
   needs a card); ``HassNevermind`` → "OK.";
@@ -76,6 +78,7 @@ if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk, TimerView
+    from hub.schedule.watches import WatchDesk
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +96,16 @@ TIMERS = frozenset(
         "HassDecreaseTimer",
     }
 )
-REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiScheduleRun"})
+WATCH_STATES: Mapping[str, tuple[tuple[str, ...], tuple[str, str]]] = {
+    "open": (("open", "on", "unlocked"), ("opens", "开了")),
+    "closed": (("closed", "off", "locked"), ("closes", "关了")),
+    "on": (("on", "open"), ("turns on", "开了")),
+    "off": (("off", "closed"), ("turns off", "关了")),
+}
+"""a watch's wanted state → the device states that are it, and how it is said (en, zh)"""
+REMINDERS = frozenset(
+    {"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiReminderMove", "YimiScheduleRun"}
+)
 NOT_SCHEDULED = TIMERS | REMINDERS | {"HassNevermind", "YimiHelp"}
 """intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
@@ -213,10 +225,13 @@ class RuleBrain(Brain):
         now: Callable[[], dt.datetime] | None = None,
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        watches: WatchDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
         self.timers = timers
         self.reminders = reminders
+        self.watches = watches
+        """the hub's watches (``None``: watches answer "not yet")"""
         """the hub's reminders (``None``: reminders answer "not yet")"""
         """the hub's timers (``None``: timers answer "not yet")"""
         self.store = store
@@ -362,6 +377,10 @@ class RuleBrain(Brain):
             if self.timers is None:
                 return self._finish(task, say("not_yet.timer", lang))
             return self._finish(task, self._timer(task, name, s, lang))
+        if name == "YimiWatch":
+            if self.watches is None:
+                return self._finish(task, say("not_yet.watch", lang))
+            return self._finish(task, self._watch(task, s, lang))
         if name in REMINDERS:
             if self.reminders is None:
                 return self._finish(task, say("not_yet.reminder", lang))
@@ -643,6 +662,8 @@ class RuleBrain(Brain):
                 rule=when.rule,
             )
             return say("reminder.set", lang, when=spoken, what=what)
+        if name == "YimiReminderMove":
+            return self._move_reminder(task, s, lang)
         found = desk.all(what)
         if not found:
             if what:
@@ -655,6 +676,96 @@ class RuleBrain(Brain):
             return say("reminder.which", lang, lines=lines)
         desk.cancel(found[0])
         return say("reminder.cancelled", lang, what=found[0].what)
+
+    def _watch(self, task: TaskRecord, s: Mapping[str, Any], lang: str) -> str:
+        """ "tell me when the front door opens", "门开了告诉我": a watch on the device's state
+        (polled by the hub, observe-only); "… when the timeline mentions X": on the timeline."""
+        desk = self.watches
+        assert desk is not None
+        what = str(s.get("what") or "").strip()
+        if what and not s.get("name"):
+            desk.watch_timeline(
+                task.task_id,
+                device=task.device_id,
+                rule=what,
+                what=what,
+                lang=lang,
+                trace=task.trace_id,
+            )
+            return say("watch.timeline_set", lang, what=what)
+        targets = self._targets(s)
+        if not targets:
+            known = ", ".join(sorted(d.name for d in self.slots.devices))
+            self.store.move(task.task_id, "failed", "no such device")
+            return say("device.unknown", lang, known=known) if known else say("device.none", lang)
+        d, state = targets[0], str(s.get("state") or "open")
+        states, verb = WATCH_STATES.get(state, WATCH_STATES["open"])
+        from hub.brain.intents.text import detect_language
+
+        zh_name = next((a for a in (d.name, *d.aliases) if detect_language(a) == "zh"), d.name)
+        label = zh_name if lang == "zh" else f"the {d.name[:1].lower()}{d.name[1:]}"
+        said = f"{label}{verb[1]}" if lang == "zh" else f"{label} {verb[0]}"
+        desk.watch_home(
+            task.task_id,
+            device=task.device_id,
+            entity=d.entity,
+            states=states,
+            what=said,
+            lang=lang,
+            trace=task.trace_id,
+        )
+        return say("watch.set", lang, what=said)
+
+    def _move_reminder(self, task: TaskRecord, s: Mapping[str, Any], lang: str) -> str:
+        """ "move my 5 pm reminder to 6", "把提醒改到六点": the reminder named by its words or
+        its time (the only one, if neither is said) is due at the new time instead."""
+        from hub.brain.when import parse, parse_moved
+        from hub.schedule import recurrence
+
+        desk = self.reminders
+        assert desk is not None
+        now = desk.now()
+        old = str(s.get("old") or s.get("what") or "").strip()
+        found = desk.all(old) if old else desk.all()
+        if old and not found:  # "my 5 pm reminder": by its time
+            t = parse(old if lang == "zh" else f"at {old}", lang, now)
+            if t is not None:
+                found = [
+                    r
+                    for r in desk.all()
+                    if (at := desk.at(r)) is not None and (at.hour, at.minute) == (t.hour, t.minute)
+                ]
+        if not found:
+            self.store.move(task.task_id, "failed", "no such reminder")
+            if old:
+                return say("reminder.none_match", lang, what=old)
+            return say("reminder.none", lang)
+        if len(found) > 1:
+            lines = join(
+                [say("reminder.item", lang, when=r.when, what=r.what) for r in found], lang
+            )
+            return say("reminder.which", lang, lines=lines)
+        view = found[0]
+        was = desk.at(view)
+        when = parse_moved(str(s.get("when") or ""), lang, now, was)
+        if when is None:
+            self.store.move(task.task_id, "failed", "no time")
+            return say("reminder.move_when", lang)
+        at, rule, days = when.at, when.rule, when.days
+        clock = dt.time(when.hour, when.minute) if at is None else at.time()
+        if view.recurring and not rule:  # "every day at 8" moved "to 9": every day at 9
+            job = desk.scheduler.store.get(view.id)
+            assert job is not None
+            at, rule = None, recurrence.at_time(job.rule, clock.hour, clock.minute)
+            days = recurrence.days_of(job.rule)
+        spoken = spoken_when(at, days if at is None else None, clock, now, lang)
+        if at is not None and at <= now:
+            self.store.move(task.task_id, "failed", "in the past")
+            return say("reminder.past", lang, when=spoken)
+        moved = desk.move(view, when=spoken, at=at, rule=rule)
+        if moved is None:
+            return say("reminder.none", lang)
+        return say("reminder.moved", lang, when=spoken, what=view.what)
 
     async def _schedule_run(self, task: TaskRecord, command: str, lang: str) -> str:
         """ "every Monday at 9 e-mail …": the command runs at those times as a scheduled run
@@ -832,6 +943,8 @@ def _title(intent: Intent) -> str:
         "YimiRemind": f"reminder: {g('what')}",
         "YimiReminderList": "the reminders",
         "YimiReminderCancel": f"cancel a reminder: {g('what')}",
+        "YimiReminderMove": f"move a reminder: {g('old') or g('what')}",
+        "YimiWatch": f"watch: {g('name') or g('what')}",
         "YimiScheduleRun": f"every {g('command')}",
     }
     if intent.name in TIMERS:

@@ -346,3 +346,22 @@ def parse(text: str, lang: str, now: dt.datetime) -> When | None:
     else:
         at = base if base > now else base + relativedelta(days=1)
     return When(at, "", rest, (), hour, minute)
+
+
+_DAY_WORDS = re.compile(
+    r"\b(today|tonight|tomorrow|monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"in|next|every|each|daily)\b|今天|明天|后天|今晚|周|星期|礼拜|后|每",
+    re.IGNORECASE,
+)
+
+
+def parse_moved(text: str, lang: str, now: dt.datetime, was: dt.datetime | None) -> When | None:
+    """The new time of a reminder due at ``was`` that is moved "to ``text``": a bare clock
+    time ("to 6", "改到六点") is the next one after its old time (the same evening, not
+    this morning); a time with a day or a delay ("to tomorrow at 6", "in an hour") is read
+    from ``now``."""
+    if lang != "zh" and re.fullmatch(r"\s*\d{1,2}([:.]\d{2})?\s*(am|pm|a\.m\.|p\.m\.)?\s*", text):
+        text = f"at {text}"
+    if was is None or was <= now or _DAY_WORDS.search(text):
+        return parse(text, lang, now)
+    return parse(text, lang, was)

@@ -44,14 +44,17 @@ from hub.mesh.status import HubStatus, remove_status, write_status
 from hub.schedule import Clock, JobStore, Scheduler
 from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
+from hub.schedule.watches import WatchDesk
 from hub.timeline import HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
+from hub.turns.briefing import Briefing, BriefingSettings
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
+from hub.turns.watching import Watching, gateway_reader
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -180,6 +183,7 @@ class HubDaemon:
             self.scheduler,
             devices=self._live_devices,
             settings=NotifySettings.of(cfg_notify if isinstance(cfg_notify, Mapping) else None),
+            last_used=self.store.last_used_device,
         )
         """notifications: ordered devices, ACK deadline, quiet hours (``notifications:``)"""
         self.later = Later(
@@ -191,6 +195,23 @@ class HubDaemon:
         self.scheduler.on_missed.update(self.later.on_missed())
         self.timers = TimerDesk(self.scheduler)
         self.reminders = ReminderDesk(self.scheduler)
+        cfg_brief = home.config.get("briefing")
+        self.briefing = Briefing(
+            self.store,
+            self.reminders,
+            self.notifier,
+            cards=self._waiting_cards,
+            settings=BriefingSettings.of(cfg_brief if isinstance(cfg_brief, Mapping) else None),
+        )
+        """the morning briefing (``briefing:``), a daily job"""
+        self.scheduler.handlers.update(self.briefing.handlers())
+        self.briefing.ensure()
+        self.watches = WatchDesk(self.scheduler)
+        self.watching = Watching(
+            self.watches, self.notifier, read_state=gateway_reader(self._gateway)
+        )
+        """watches: home devices polled, timeline entries pushed (``on_entries``)"""
+        self.scheduler.handlers.update(self.watching.handlers())
         self.turns = Turns(
             home,
             self.store,
@@ -202,6 +223,7 @@ class HubDaemon:
             count=port.count,
             timers=self.timers,
             reminders=self.reminders,
+            watches=self.watches,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.scheduler.handlers["run"] = self.turns.run_scheduled
@@ -341,6 +363,10 @@ class HubDaemon:
             advertise=self.options.advertise,
             addresses=advertise_addresses(self.options.bind),
         )
+
+    def _waiting_cards(self) -> list[str]:
+        gw = self._gateway()
+        return [] if gw is None else [c.title for c in gw.consent.pending()]
 
     def _live_devices(self) -> list[tuple[str, str]]:
         return [(r.device_id, r.profile) for r in self.registry.devices() if not r.revoked]
@@ -542,6 +568,7 @@ class HubDaemon:
             notes=notes_link(self.replicas, self.sync.publish),
             memory=memory_link(home),
             switches=switch_link(home),
+            reminders=self.reminders,
         )
         self.web = WebApp(link)
         await self._stack.enter_async_context(
@@ -755,6 +782,7 @@ class HubDaemon:
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
+        self.watching.on_entries(entries)
         if self.web is not None:
             self.web.state.pulse()
 

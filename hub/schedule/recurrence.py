@@ -11,6 +11,7 @@ instance.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import zoneinfo
 from functools import lru_cache
 
@@ -81,3 +82,20 @@ def next_after(rule: str, start_ms: int, tz_name: str, after_ms: int) -> int | N
 def first_at_or_after(rule: str, start_ms: int, tz_name: str, at_ms: int) -> int | None:
     """The first occurrence at ``at_ms`` or later."""
     return next_after(rule, start_ms, tz_name, at_ms - 1)
+
+
+WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
+
+
+def at_time(rule: str, hour: int, minute: int) -> str:
+    """``rule`` at ``hour:minute`` instead (its days unchanged)."""
+    parts = [p for p in rule.split(";") if p and not re.match(r"BY(HOUR|MINUTE|SECOND)=", p)]
+    return ";".join([*parts, f"BYHOUR={hour}", f"BYMINUTE={minute}", "BYSECOND=0"])
+
+
+def days_of(rule: str) -> tuple[int, ...]:
+    """The weekdays (0 = Monday) of a weekly ``rule``; ``()`` for every day."""
+    m = re.search(r"BYDAY=([A-Z,]+)", rule)
+    if m is None:
+        return ()
+    return tuple(WEEKDAYS.index(d) for d in m.group(1).split(",") if d in WEEKDAYS)

@@ -97,5 +97,31 @@ class ReminderDesk:
             views = [v for v in views if want in v.what.casefold() or v.what.casefold() in want]
         return views
 
+    def get(self, reminder_id: str) -> ReminderView | None:
+        job = self.scheduler.store.get(reminder_id)
+        if job is None or job.kind != REMINDER or not job.active:
+            return None
+        return self.view(job)
+
     def cancel(self, view: ReminderView) -> None:
         self.scheduler.cancel(view.id)
+
+    def at(self, view: ReminderView) -> dt.datetime | None:
+        """When ``view`` is next due, in the owner's zone."""
+        return None if view.next_ms is None else recurrence.local(view.next_ms, self.scheduler.tz)
+
+    def move(
+        self, view: ReminderView, *, when: str, at: dt.datetime | None = None, rule: str = ""
+    ) -> ReminderView | None:
+        """``view`` due at ``at`` (one-shot) or by ``rule`` (recurring) instead; ``when``:
+        the new time as said back. ``None`` if it is no longer active."""
+        job = self.scheduler.store.get(view.id)
+        if job is None:
+            return None
+        moved = self.scheduler.reschedule(
+            view.id,
+            at_ms=None if at is None else recurrence.to_ms(at),
+            rule=rule,
+            spec={**job.spec, "when": when},
+        )
+        return None if moved is None else self.view(moved)

@@ -184,6 +184,43 @@ class Scheduler:
         self.poke()
         return job
 
+    def reschedule(
+        self,
+        job_id: str,
+        *,
+        at_ms: int | None = None,
+        rule: str = "",
+        spec: Mapping[str, Any] | None = None,
+    ) -> Job | None:
+        """An active job due at another time: one-shot at ``at_ms``, or recurring by ``rule``
+        from now (``spec``: its new spec); ``None`` if it is no longer active."""
+        job = self.store.get(job_id)
+        if job is None or not job.active:
+            return None
+        now = self.now_ms()
+        if rule:
+            recurrence.check(rule, job.tz)
+            first = recurrence.first_at_or_after(rule, now, job.tz, now)
+            if first is None:
+                raise ScheduleError("schedule.rule_invalid", rule=rule, reason="no occurrence")
+            start, nxt = now, first
+        elif at_ms is not None:
+            start = nxt = at_ms
+        else:
+            raise ScheduleError("schedule.rule_invalid", rule="", reason="no time")
+        job = self.store.set(
+            job,
+            rule=rule,
+            start_ms=start,
+            next_ms=nxt,
+            state=PENDING,
+            remaining_ms=None,
+            spec=dict(spec if spec is not None else job.spec),
+            updated_ms=now,
+        )
+        self.poke()
+        return job
+
     def remaining_ms(self, job: Job) -> int:
         if job.state == PAUSED:
             return job.remaining_ms or 0
@@ -316,9 +353,10 @@ class Scheduler:
             if claimed.fire:  # the loop goes on while the handlers run
                 self._tasks.spawn(self._run_fired(claimed.fire), "fire")
             nxt = self.store.next_due_ms()
-            timeout = MAX_SLEEP_S
+            most = min(MAX_SLEEP_S, self.clock.max_sleep_s)
+            timeout = most
             if nxt is not None:
-                timeout = min(MAX_SLEEP_S, max(0.0, (nxt - self.now_ms()) / 1000))
+                timeout = min(most, max(0.0, (nxt - self.now_ms()) / 1000))
             if timeout > 0:
                 try:
                     await asyncio.wait_for(self._wake.wait(), timeout)

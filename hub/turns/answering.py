@@ -43,6 +43,7 @@ from hub.memory.context import ContextSource
 from hub.schedule import Occurrence
 from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
+from hub.schedule.watches import WatchDesk
 from hub.timeline import Admitted, HubStore
 from hub.turns.activity import Activity
 from hub.turns.admission import TurnMeta, meta_of
@@ -101,8 +102,10 @@ class Turns:
         count: Callable[[str], None],
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        watches: WatchDesk | None = None,
     ) -> None:
         self._home = home
+        self.watches = watches
         self.timers = timers
         self.reminders = reminders
         """the hub's timers, handed to the brain"""
@@ -142,6 +145,7 @@ class Turns:
             on_event=self.on_event,
             timers=self.timers,
             reminders=self.reminders,
+            watches=self.watches,
         )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")

@@ -1,8 +1,9 @@
 """Notifications that find the owner: ordered devices, an ACK deadline, quiet hours (issue 17).
 
-A notification goes first to the device the owner is using (the one that asked, if known),
-then along the ordered list of ``notifications.order`` (device profiles, default glasses →
-phone → watch → mac) to each other device, one at a time: every attempt is a reply kept in
+A notification goes first to the device the owner is using (the one they used most recently,
+``last_used``), then to the one that asked, then along the ordered list of
+``notifications.order`` (device profiles, default glasses → phone → watch → mac) to each
+other device, one at a time: every attempt is a reply kept in
 ``hub.db`` until ACKed; when the attempt's device has not ACKed within
 ``notifications.ack_deadline_s`` the next device gets it. Each attempt is a scheduler job
 (kind ``notify``) that first checks the previous attempt's ACK, so a hub restart loses none
@@ -66,7 +67,8 @@ def reply_id(nid: str, attempt: int) -> str:
 
 
 class Notifier:
-    """``devices``: (device id, profile) of every device not revoked."""
+    """``devices``: (device id, profile) of every device not revoked; ``last_used``: the
+    device the owner used most recently ("" if none)."""
 
     def __init__(
         self,
@@ -76,8 +78,10 @@ class Notifier:
         *,
         devices: Callable[[], Sequence[tuple[str, str]]],
         settings: NotifySettings,
+        last_used: Callable[[], str] | None = None,
     ) -> None:
         self.store = store
+        self._last_used = last_used or (lambda: "")
         self.delivery = delivery
         self.scheduler = scheduler
         self._devices = devices
@@ -87,11 +91,13 @@ class Notifier:
         return {NOTIFY: self.attempt}
 
     def order(self, first: str) -> list[str]:
-        """Every device, ``first`` first, then by profile as ``settings.order`` ranks it."""
+        """Every device: the one used last, then ``first`` (the one that asked), then the
+        others by profile as ``settings.order`` ranks them."""
         rank = {p: i for i, p in enumerate(self.settings.order)}
         known = sorted(self._devices(), key=lambda d: (rank.get(d[1], len(rank)), d[0]))
         ids = [d for d, _ in known]
-        return ([first] if first in ids else []) + [d for d in ids if d != first]
+        wanted = [d for d in dict.fromkeys((self._last_used(), first)) if d in ids]
+        return wanted + [d for d in ids if d not in wanted]
 
     def notify(self, nid: str, text: str, *, first: str, urgent: bool, trace: str) -> None:
         """Send ``text`` (once per ``nid``) to ``first``, falling back along the order."""

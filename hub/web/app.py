@@ -46,12 +46,14 @@ from webauthn.helpers import structs
 from hub.errors import HubError
 from hub.gateway.consent import Answer, Card
 from hub.gateway.gateway import Gateway
+from hub.schedule.reminders import ReminderDesk
 from hub.timeline import HubStore
 from hub.web import texts
 from hub.web.errors import WebError
 from hub.web.memory import MemoryLink
 from hub.web.notes import NOTE_KINDS, NotesLink
 from hub.web.operator import OPERATOR_SCOPE, OperatorLink
+from hub.web.reminders import ReminderRoutes, WebHooks
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
 from hub.web.switches import Signable, SwitchLink
 from models.voiceprint import TrustWindow
@@ -113,6 +115,8 @@ class HubLink:
     memory: MemoryLink | None = None
     switches: SwitchLink | None = None
     """model and brain switches confirmed from the page"""
+    reminders: ReminderDesk | None = None
+    """the owner's reminders (:mod:`hub.web.reminders`); ``None``: none on the pages"""
 
 
 @dataclass
@@ -253,6 +257,7 @@ class WebApp:
             Route("/api/switches/model", self.switch_model, methods=["POST"]),
             Route("/api/switches/brain", self.switch_brain, methods=["POST"]),
             Route("/api/switches/confirm", self.switch_confirm, methods=["POST"]),
+            *ReminderRoutes(self._hooks(), lambda: link.reminders).routes(),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),
@@ -279,6 +284,16 @@ class WebApp:
         """The service worker, served at the root so its scope is every page."""
         return FileResponse(
             STATIC / "sw.js", media_type="text/javascript", headers={"Cache-Control": "no-cache"}
+        )
+
+    def _hooks(self) -> WebHooks:
+        """What a route module of its own (:mod:`hub.web.reminders`) may use of the app."""
+        return WebHooks(
+            scoped=self.scoped,
+            check_origin=self._check_origin,
+            body=body_json,
+            field=field_str,
+            pulse=lambda: self.state.pulse(),
         )
 
     def _check_origin(self, request: Request) -> None:

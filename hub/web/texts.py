@@ -266,6 +266,15 @@ TEXTS: dict[str, tuple[str, str]] = {
     "device.exists": ("A device with this name exists", "已有同名设备"),
     "device.name_invalid": ("Use 1-32 of a-z, 0-9, '-', '_'", "请使用 1-32 个 a-z、0-9、'-'、'_'"),
     "certificate.invalid": ("The keys were refused", "密钥被拒绝"),
+    # reminders (hub/web/reminders.py, static/reminders.js)
+    "nav.reminders": ("Reminders", "提醒"),
+    "reminders.empty": ("No reminders", "没有提醒"),
+    "reminders.move": ("Move", "改时间"),
+    "reminders.cancel": ("Cancel", "取消"),
+    "reminders.every": ("repeats", "重复"),
+    "web.reminders_off": ("The hub keeps no reminders", "中枢没有提醒功能"),
+    "web.reminder_unknown": ("No such reminder", "没有这个提醒"),
+    "web.reminder_past": ("{at} has already passed", "{at}已经过去了"),
 }
 """key → (English, Chinese)"""
 

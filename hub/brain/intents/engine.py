@@ -268,6 +268,7 @@ GENERIC_NAMES: Mapping[str, tuple[str, ...]] = types.MappingProxyType(
         "fan": ("fan", "风扇", "电扇"),
         "media_player": ("speaker", "音箱", "音响"),
         "light": ("light", "lamp", "灯"),
+        "lock": ("门", "大门"),
     }
 )
 

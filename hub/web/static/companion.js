@@ -5,6 +5,7 @@ import {
   whileAuthenticating, signBody,
   outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
+import { refreshReminders } from "/static/reminders.js";
 
 const $ = (id) => document.getElementById(id);
 let device = null;
@@ -202,7 +203,7 @@ function reconnect() {
 }
 
 async function refresh() {
-  await Promise.all([refreshChat(), refreshCards()]);
+  await Promise.all([refreshChat(), refreshCards(), refreshReminders()]);
 }
 
 function signedOut() {
@@ -267,6 +268,7 @@ async function start() {
   document.body.dataset.state = "signed-in";
   await firstPage();
   await refreshCards();
+  await refreshReminders();
   listen();
 }
 
