@@ -649,6 +649,23 @@ class HubStore:
         )
         return [Entry(*r) for r in rows]
 
+    def entries_with_scope(self, *, after: int = 0, limit: int = 500) -> list[tuple[Entry, str]]:
+        """Entries after ``seq`` ``after`` with the scope they were admitted in (``""`` for
+        entries that carry none: the hub's own, replicated ones)."""
+        rows = self.conn.execute(
+            "SELECT seq, id, device, kind, text, ts_ms, trace_id, meta FROM timeline "
+            "WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit),
+        )
+        out = []
+        for *fields, meta in rows:
+            try:
+                scope = json.loads(meta).get("scope", "")
+            except (ValueError, AttributeError):
+                scope = ""
+            out.append((Entry(*fields), str(scope or "")))
+        return out
+
     def entries_before(self, before: int, limit: int = 50) -> list[Entry]:
         """The ``limit`` entries just below ``seq`` ``before`` (a page of the timeline, newest
         last; ``before <= 0``: the newest page)."""

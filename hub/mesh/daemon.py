@@ -147,6 +147,8 @@ class HubDaemon:
         port = self.port
         self.ready = asyncio.Event()
         """set once the hub is connected and serving"""
+        self._timeline_grew = asyncio.Event()
+        """set when entries join the timeline: the recall indexer takes them"""
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
         self.sync = HubReplication(
             self.replicas,
@@ -470,6 +472,8 @@ class HubDaemon:
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
         tasks.spawn(self._migrate_recall(), "recall-migrate")
+        if self._timeline_recall():
+            tasks.spawn(self._index_timeline(), "timeline-recall")
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
@@ -606,6 +610,30 @@ class HubDaemon:
             raise
         except Exception:  # the old index stays in use; status shows the failure
             log.exception("recall index migration failed")
+
+    def _timeline_recall(self) -> bool:
+        """``memory: {timeline_recall: false}`` in home.yaml keeps the timeline out of
+        recall (and the embedding model out of the hub process)."""
+        cfg = self.home.config.get("memory")
+        return not (isinstance(cfg, Mapping) and cfg.get("timeline_recall") is False)
+
+    async def _index_timeline(self) -> None:
+        """The timeline in the recall index, as it grows (:mod:`hub.memory.timeline_recall`)."""
+        from hub.memory.index import MemoryIndex
+        from hub.memory.timeline_recall import TimelineIndexer, TimelineText, cursor_path
+
+        def read(after: int, limit: int) -> list[TimelineText]:
+            return [
+                TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, scope)
+                for e, scope in self.store.entries_with_scope(after=after, limit=limit)
+            ]
+
+        index = await asyncio.to_thread(MemoryIndex.for_home, self.home.path)
+        try:
+            indexer = TimelineIndexer(read, index, cursor_path(self.home.path))
+            await indexer.run(self._timeline_grew)
+        finally:
+            index.close()
 
     # ------------------------------------------------------------------ registry
     def _load_registry(self) -> set[str]:
@@ -746,6 +774,7 @@ class HubDaemon:
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
+        self._timeline_grew.set()
         if self.web is not None:
             self.web.state.pulse()
 
@@ -753,6 +782,7 @@ class HubDaemon:
         update = opened.payload
         assert isinstance(update, sync_pb2.SyncUpdate)
         changed, _ = self.sync.apply_from_device(list(update.updates), opened.sender)
+        self._timeline_grew.set()
         await self.sync.publish(changed)  # refusals are counted by self.sync
 
     async def _serve_sync(self, data: bytes) -> bytes:

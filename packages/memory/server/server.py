@@ -2,8 +2,9 @@
 
 It opens the home's memory (``HOME/memory.db``, the recall index ``HOME/recall/<model>.db``
 and the L2 profile files in ``HOME/profile/``), the same files ``yimi memory`` uses.
-``recall`` searches the recall index (keywords fused with vectors); forgotten items are
-skipped.
+``recall`` searches the recall index (keywords fused with vectors; L3 assertions and the
+timeline's entries, which the hub indexes), narrowed to the time a question names ("last
+Tuesday", "昨天"); forgotten items are skipped.
 
 Environment (set by the hub from the package's settings): ``YIMI_MEMORY_HOME`` (default:
 the home holding ``YIMI_STATE_DIR``), ``YIMI_MODEL_LOCATION`` (``cloud`` — the default —
@@ -22,6 +23,7 @@ from common import Found, Tools, memory_home, register
 
 from hub.memory.assertions import AssertionStore
 from hub.memory.home import open_memory
+from hub.memory.timeline_recall import dated, recall
 
 
 def _open() -> AssertionStore:
@@ -32,9 +34,10 @@ def _search(store: AssertionStore, query: str, k: int, include_stale: bool) -> l
     index = store.index
     if index is None or not hasattr(index, "search"):
         return []
+    found = recall(index, query, k, include_stale=include_stale)  # type: ignore[arg-type]
     return [
-        Found(h.item_id, h.text, h.sensitivity, tuple(h.sources), round(h.score, 4))
-        for h in index.search(query, k, include_stale=include_stale)
+        Found(h.item_id, dated(h), h.sensitivity, tuple(h.sources), round(h.score, 4))
+        for h in found.hits
     ]
 
 
