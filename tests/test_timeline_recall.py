@@ -202,3 +202,59 @@ def test_no_time_phrase_no_narrowing() -> None:
     assert past_period("我说过牙医的什么", NOW) is None
     today = past_period("today", NOW)
     assert today is not None and today.end == NOW
+
+
+async def test_call_time_context_wires_all_six_sources(tmp_path: Path, embedder: Embedder) -> None:
+    """Profile, notes, recall (L3 + timeline), today's timeline, time zone, health: each
+    answered within its 1,200 ms, the block within 2,400 characters; a question about
+    yesterday gets what was said yesterday."""
+    from hub.memory.context import BUDGET_CHARS, short_context
+    from hub.memory.home import open_memory
+    from hub.turns.context import ContextSources
+    from sync.documents import Note
+
+    store = HubStore(tmp_path / "hub.db")
+    index = MemoryIndex.for_home(tmp_path, embedder=embedder)
+    memory = open_memory(tmp_path, index=index)
+    memory.commit(None, 0, subject="owner", predicate="health.allergy", value="penicillin")
+    memory.commit(
+        None, 0, subject="owner", predicate="core_profile.entry", value="I live in Hangzhou"
+    )
+    now = dt.datetime.now().astimezone()
+    yesterday = now - dt.timedelta(days=1)
+    for eid, when, text in (
+        ("u-y", yesterday.replace(hour=10), "the dentist moved my filling to next Wednesday"),
+        ("u-now", now, "what did I say yesterday about the dentist?"),
+    ):
+        store.admit_utterance(
+            utterance_id=eid,
+            device="phone",
+            text=text,
+            ts_ms=int(when.timestamp() * 1000),
+            received_ms=int(when.timestamp() * 1000),
+            trace_id="t",
+            meta={"scope": "owner"},
+            replay_state=None,
+        )
+    indexer_for(store, index, tmp_path).catch_up()
+    notes = [Note("n-1", "buy floss", "shopping", False, False, 0, "phone")]
+    sources = ContextSources(tmp_path, store, lambda: notes, memory).sources("owner", "u-now")
+    assert [s.name for s in sources] == [
+        "profile",
+        "notes",
+        "assertions",
+        "timeline",
+        "timezone",
+        "health",
+    ]
+    ctx = await short_context("what did I say yesterday about the dentist?", sources)
+    assert not ctx.dropped, ctx.dropped
+    assert set(ctx.included) >= {"profile", "assertions", "timezone", "health"}
+    assert len(ctx.text) <= BUDGET_CHARS
+    recalled = [line for line in ctx.lines if line.startswith("[assertions]")]
+    assert "filling to next Wednesday" in recalled[0]
+    assert not any("what did I say" in line for line in recalled)  # the question itself
+    assert any("penicillin" in line for line in ctx.lines if line.startswith("[health]"))
+    assert ("timeline", "u-y") in ctx.sources
+    memory.close()
+    store.close()

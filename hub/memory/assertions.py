@@ -355,6 +355,13 @@ class AssertionStore:
             except Exception:
                 log.exception("index re-upsert of derived %s failed", did)
 
+    def registered_sensitivity(self, source: Source) -> str | None:
+        """The level registered for an outside source (None: none registered)."""
+        row = self.conn.execute(
+            "SELECT sensitivity FROM source WHERE kind=? AND id=?", tuple(source)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def source_sensitivity(self, source: Source) -> str:
         """The sensitivity of one source; anything missing or forgotten counts as high."""
         kind, ident = source

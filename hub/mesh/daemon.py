@@ -36,6 +36,7 @@ from hub.brain.providers import ProviderStore
 from hub.errors import HubError
 from hub.gateway import Gateway
 from hub.gateway.courier import MeshConsent
+from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
 from hub.mesh.grpc_server import HubService, start_server, tls_credentials
 from hub.mesh.notify import ServiceNotifier, take_env
@@ -147,6 +148,9 @@ class HubDaemon:
         port = self.port
         self.ready = asyncio.Event()
         """set once the hub is connected and serving"""
+        self.memory = open_memory(home.path)
+        """the home's L3 assertions and recall index (read for call-time context; the
+        timeline is indexed into it); the memory package writes them"""
         self._timeline_grew = asyncio.Event()
         """set when entries join the timeline: the recall indexer takes them"""
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
@@ -198,7 +202,7 @@ class HubDaemon:
             self.store,
             delivery=self.delivery,
             activity=Activity(self.store, publish=self._publish_entries),
-            context=ContextSources(home.path, self.store, self.replicas.notes),
+            context=ContextSources(home.path, self.store, self.replicas.notes, self.memory),
             gateway=self._gateway,
             ready=self.ready,
             count=port.count,
@@ -584,6 +588,7 @@ class HubDaemon:
         self.registry.close()
         self.voiceprints.close()
         self.scheduler.store.close()
+        self.memory.close()
 
     def _write_pidfile(self) -> None:
         write_private(self.home.path / "hub.pid", str(os.getpid()))
@@ -628,12 +633,16 @@ class HubDaemon:
                 for e, scope in self.store.entries_with_scope(after=after, limit=limit)
             ]
 
-        index = await asyncio.to_thread(MemoryIndex.for_home, self.home.path)
-        try:
-            indexer = TimelineIndexer(read, index, cursor_path(self.home.path))
-            await indexer.run(self._timeline_grew)
-        finally:
-            index.close()
+        index = self.memory.index
+        if not isinstance(index, MemoryIndex):
+            return
+        indexer = TimelineIndexer(
+            read,
+            index,
+            cursor_path(self.home.path),
+            sensitivity=self.memory.registered_sensitivity,
+        )
+        await indexer.run(self._timeline_grew)
 
     # ------------------------------------------------------------------ registry
     def _load_registry(self) -> set[str]:
