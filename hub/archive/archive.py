@@ -425,6 +425,24 @@ class Archive:
             rows = self.db.execute(sql + " ORDER BY ts_ms, rowid", args).fetchall()
         return [_info(r) for r in rows]
 
+    def objects_of_utterances(self, utterance_ids: Sequence[str]) -> list[ObjectInfo]:
+        """The live objects (audio, typed originals, images) archived for these utterances
+        (``meta.utterance_id``)."""
+        out: list[ObjectInfo] = []
+        with self._lock:
+            for uid in dict.fromkeys(utterance_ids):
+                out += [
+                    _info(r)
+                    for r in self.db.execute(
+                        "SELECT id, kind, source, trace_id, ts_ms, stored_ms, size, sha256, meta,"
+                        " hot_path, pack_id, deleted_ms, purged_ms, problem FROM objects"
+                        " WHERE deleted_ms IS NULL AND json_extract(meta, '$.utterance_id') = ?"
+                        " ORDER BY ts_ms, rowid",
+                        (uid,),
+                    )
+                ]
+        return out
+
     def hot_file(self, object_id: str) -> Path | None:
         info = self.info(object_id)
         return self.hot / info.hot_path if info.hot_path else None

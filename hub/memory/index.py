@@ -686,11 +686,19 @@ class MemoryIndex:
                 self._touch([h.item_id for h in hits], now)
         return hits
 
-    def search_fts(self, query: str, k: int = 10, *, include_stale: bool = False) -> list[Hit]:
-        """The keyword list alone (its own order; no blending, no touch)."""
+    def search_fts(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        include_stale: bool = False,
+        created: tuple[int, int] | None = None,
+    ) -> list[Hit]:
+        """The keyword list alone (its own order; no blending, no touch); ``created`` as
+        in :meth:`search`."""
         self._check_k(k)
         with self._lock:
-            ranked = self._fts_list(query, None if include_stale else self._cutoff())
+            ranked = self._fts_list(query, None if include_stale else self._cutoff(), created)
             return self._single(ranked, k, fts=True)
 
     def search_vec(
