@@ -343,3 +343,73 @@ def test_an_offline_cold_target_is_reported_and_retried(tmp_path: Path, embedder
             back.stop()
     finally:
         h.close()
+
+
+@pytest.mark.slow
+async def test_forget_by_voice_goes_through_an_approval_card(
+    tmp_path: Path, embedder: Embedder
+) -> None:
+    """The rule brain plans with the real memory package; the plan is a card even though
+    the owner asked; a denied card deletes nothing, an approved one deletes everything."""
+    from hub.brain.base import Turn, collect
+    from hub.brain.rules import RuleBrain
+    from hub.brain.tasks import TaskStore
+    from hub.gateway import open_gateway
+    from protos import consent_pb2
+    from tests.brain_kit import BOOK, PACKAGES
+    from tests.gateway_kit import Phone, RecordingCourier
+
+    h = _home(tmp_path / "home", embedder)
+    courier = RecordingCourier()
+    state = tmp_path / "package-state"
+    state.mkdir()
+    env = {
+        "YIMI_STATE_DIR": str(state),
+        "YIMI_MEMORY_HOME": str(h.path),
+        "YIMI_MODEL_LOCATION": "local",
+    }
+    phone = Phone()
+    store = TaskStore(tmp_path / "tasks.db")
+    try:
+        async with (
+            open_gateway(
+                tmp_path / "gateway",
+                packages=[PACKAGES["memory"]],
+                env_for=lambda _m, _v: env,
+                courier=courier,
+                variant="real",
+                durable=False,
+            ) as gw,
+            RuleBrain(gw, store, contacts=BOOK) as brain,
+        ):
+            before = snapshot(h)
+            said = "forget what I said about the dentist"
+            waiting = await collect(brain.turn(Turn(said, turn_id="t-no")))
+            assert "approv" in waiting, waiting
+            card = courier.shown[-1]
+            assert card.effect == "delete" and "left molar" in card.preview, card.preview
+            assert "cold-pack chunk" in card.preview and "archived original" in card.preview
+            _, denied = await phone.answer(gw, phone.sign(card, decision=consent_pb2.DENY))
+            assert denied is not None and denied.status == "cancelled"
+            await brain.on_receipt(denied)
+            assert snapshot(h) == before  # denied: nothing deleted
+
+            await collect(brain.turn(Turn(said, turn_id="t-yes")))
+            card = courier.shown[-1]
+            _, done = await phone.answer(gw, phone.sign(card))
+            assert done is not None and done.status == "succeeded", done
+            await brain.on_receipt(done)
+            assert brain.store.require("t-yes").state == "done"
+            assert any(e.kind == "memory.deleted" for e in done.effects)
+    finally:
+        store.close()
+    # the package purged the home's replicas on disk; the running hub reloads them and a
+    # device catching up (every 30 s, and on every connection) is behind the purge point:
+    # it gets the snapshot, which carries the tombstones
+    h.replicas.refresh()
+    for doc_id in h.device.doc_ids():
+        have = version(h.device.get(doc_id).doc)
+        blob, snap = updates_since(doc_id, h.replicas.get(doc_id).doc, have)
+        h.device.apply(sync_pb2.DocUpdate(doc=doc_id, blob=blob, snapshot=snap))
+    assert_gone(h)
+    h.close()

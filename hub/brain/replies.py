@@ -213,6 +213,10 @@ REPLIES: Templates = {
         "zh": "你批准之前，什么都不会删除。",
     },
     "erase.done": {"en": "Deleted {n} items:", "zh": "已删除 {n} 项："},
+    "erase.said": {
+        "en": "Forgotten: {n} items deleted.",
+        "zh": "已经忘掉：删除了 {n} 项。",
+    },
     "erase.not_done": {"en": "Not deleted yet ({n}):", "zh": "还没删掉的（{n} 项）："},
     "erase.denied": {
         "en": "Not approved: nothing was deleted.",

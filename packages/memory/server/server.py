@@ -13,6 +13,7 @@ or ``local``), ``YIMI_CLOUD_SOURCES`` (``kind:id,…`` allowed to reach a cloud 
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import Found, Tools, memory_home, register
 
 from hub.memory.assertions import AssertionStore
+from hub.memory.erasure import Erasure
 from hub.memory.home import open_memory
+from hub.memory.index import MemoryIndex
 from hub.memory.timeline_recall import dated, recall
 
 
@@ -41,8 +44,33 @@ def _search(store: AssertionStore, query: str, k: int, include_stale: bool) -> l
     ]
 
 
+def _erasure(store: AssertionStore) -> Erasure:
+    """Forgetting whole over the home's stores (each safe to share with the running hub: the
+    hub broadcasts the replicas' tombstones when it sees them on disk)."""
+    from hub.archive.settings import open_archive
+    from hub.timeline import HubStore
+    from sync.replicas import ReplicaSet
+
+    home = memory_home()
+    index = store.index
+    assert isinstance(index, MemoryIndex)
+    archive = open_archive(home) if (home / "archive").exists() else None
+    return Erasure(
+        home,
+        memory=store,
+        index=index,
+        timeline=HubStore(home / "hub.db"),
+        replicas=ReplicaSet(home / "replicas") if (home / "replicas").exists() else None,
+        archive=archive,
+    )
+
+
+def _plans() -> Path:
+    return Path(os.environ.get("YIMI_STATE_DIR", ".")) / "forget-plans"
+
+
 mcp = MCPServer("memory")
-register(mcp, Tools(_open, _search))
+register(mcp, Tools(_open, _search, erasure=_erasure, plans=_plans()))
 
 if __name__ == "__main__":
     mcp.run("stdio")
