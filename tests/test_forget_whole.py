@@ -413,3 +413,32 @@ async def test_forget_by_voice_goes_through_an_approval_card(
         h.device.apply(sync_pb2.DocUpdate(doc=doc_id, blob=blob, snapshot=snap))
     assert_gone(h)
     h.close()
+
+
+def test_the_cli_shows_the_plan_and_carries_it_out_only_with_yes(
+    tmp_path: Path, embedder: Embedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cli import main as cli
+
+    h = _home(tmp_path, embedder)
+    (tmp_path / "home.yaml").write_text("home_id: test\n")
+    before = snapshot(h)
+    h.close()
+    code = cli.main(["memory", "forget", "--about", "dentist", "--home", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0 and out.startswith("To forget what you said about dentist")
+    assert "left molar" in out and "Nothing is deleted until you approve" in out
+    h = reopen(h)
+    assert snapshot(h) == before
+    h.close()
+    code = cli.main(
+        ["memory", "forget", "--about", "牙医", "--home", str(tmp_path), "--yes", "--lang", "zh"]
+    )
+    out = capsys.readouterr().out
+    assert code == 0 and "要忘掉" in out and "已删除" in out, out
+    code = cli.main(["memory", "reapply-deletions", "--home", str(tmp_path)])
+    assert code == 0 and "nothing to delete again" in capsys.readouterr().out
+    h = reopen(h)
+    rows = {e.id: e.text for e in h.timeline.entries()}
+    assert rows["u-3"] == "" and rows["u-1"]  # only what was approved
+    h.close()

@@ -32,6 +32,8 @@ import grpc
 from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
+from hub.archive.maintainer import DEFAULT_INTERVAL_S as ARCHIVE_UPKEEP_S
+from hub.archive.maintainer import ArchiveMaintainer
 from hub.brain.providers import ProviderStore
 from hub.errors import HubError
 from hub.gateway import Gateway
@@ -151,6 +153,8 @@ class HubDaemon:
         self.memory = open_memory(home.path)
         """the home's L3 assertions and recall index (read for call-time context; the
         timeline is indexed into it); the memory package writes them"""
+        self.archive_upkeep: ArchiveMaintainer | None = None
+        """the archive's own upkeep (``yimi archive status`` reads what it did)"""
         self._timeline_grew = asyncio.Event()
         """set when entries join the timeline: the recall indexer takes them"""
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
@@ -478,6 +482,8 @@ class HubDaemon:
         tasks.spawn(self._migrate_recall(), "recall-migrate")
         if self._timeline_recall():
             tasks.spawn(self._index_timeline(), "timeline-recall")
+        tasks.spawn(self._reapply_forgetting(), "forget-reapply")
+        await self._start_archive_upkeep()
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
@@ -615,6 +621,74 @@ class HubDaemon:
             raise
         except Exception:  # the old index stays in use; status shows the failure
             log.exception("recall index migration failed")
+
+    async def _start_archive_upkeep(self) -> None:
+        """The archive keeps itself (``archive: {upkeep_interval_s: N}`` in home.yaml,
+        default 60; 0 turns it off): packing, verified cold packs, repacking deletions,
+        hot-copy expiry — yielding while a request window is open."""
+        from hub.archive.settings import open_archive
+
+        cfg = self.home.config.get("archive")
+        interval = ARCHIVE_UPKEEP_S
+        if isinstance(cfg, Mapping) and cfg.get("upkeep_interval_s") is not None:
+            interval = float(cfg["upkeep_interval_s"])
+        if interval <= 0:
+            return
+        try:
+            archive = await asyncio.to_thread(open_archive, self.home.path)
+        except Exception as exc:
+            log.error("archive upkeep not started: %s", exc)
+            return
+        self._stack.callback(archive.close)
+        self.archive_upkeep = await self._stack.enter_async_context(
+            Bounded(
+                ArchiveMaintainer(archive, interval_s=interval, busy=self.hearing.busy),
+                "archive upkeep",
+            )
+        )
+
+    async def _reapply_forgetting(self) -> None:
+        """Re-apply every logged forget plan (a store restored from a backup gets its
+        deletions back) in a worker thread, over stores of its own; the replicas' purges
+        reach the devices as the replication sees them on disk."""
+        from hub.memory.erasure import log_path
+
+        if not log_path(self.home.path).exists():
+            return
+
+        def run() -> int:
+            from hub.archive.settings import open_archive
+            from hub.memory.erasure import Erasure
+            from hub.memory.index import MemoryIndex
+
+            memory = open_memory(self.home.path)
+            timeline = HubStore(self.home.path / "hub.db")
+            archive = open_archive(self.home.path)
+            try:
+                assert isinstance(memory.index, MemoryIndex)
+                report = Erasure(
+                    self.home.path,
+                    memory=memory,
+                    index=memory.index,
+                    timeline=timeline,
+                    replicas=ReplicaSet(self.home.path / "replicas"),
+                    archive=archive,
+                ).reapply()
+                for item, why in report.not_deleted:
+                    log.warning("forgetting %s %s: %s", item.layer, item.id, why)
+                return len(report.deleted)
+            finally:
+                archive.close()
+                timeline.close()
+                memory.close()
+
+        try:
+            n = await asyncio.to_thread(run)
+        except Exception:
+            log.exception("re-applying the forget log failed")
+            return
+        if n:
+            log.warning("forget log re-applied: %d restored items deleted again", n)
 
     def _timeline_recall(self) -> bool:
         """``memory: {timeline_recall: false}`` in home.yaml keeps the timeline out of
