@@ -160,9 +160,11 @@ def test_time_phrases_narrow_and_l3_fuses_with_l4(
     assert f"assertion:{fact.id}" not in ids(yesterday.hits)  # made 20 days ago
     assert all(at(1, 0) <= h.created_ms < at(0, 0) for h in yesterday.hits)
     # today: the question itself can be hidden by the caller
-    today = recall(index, "dentist today", 5, now=NOW, hide={timeline_item("u-q")})
+    today = recall(
+        index, "what did I say today about the dentist", 5, now=NOW, hide={timeline_item("u-q")}
+    )
     assert timeline_item("u-q") not in ids(today.hits)
-    monday = recall(index, "dentist on Monday", 5, now=NOW).hits
+    monday = recall(index, "what did I say on Monday about the dentist", 5, now=NOW).hits
     assert dated(monday[0], TZ).startswith("2026-11-30 Mon 09:00 I booked the dentist")
     memory.close()
 
@@ -172,8 +174,13 @@ def test_time_phrases_narrow_and_l3_fuses_with_l4(
     [
         ("what did I say yesterday", (12, 2), (12, 3), "what did I say"),
         ("the day before yesterday", (12, 1), (12, 2), ""),
-        ("on Tuesday about the dentist", (12, 1), (12, 2), "about the dentist"),
-        ("on Thursday", (11, 26), (11, 27), ""),
+        (
+            "what did I say on Tuesday about the dentist",
+            (12, 1),
+            (12, 2),
+            "what did I say about the dentist",
+        ),
+        ("what did I say on Thursday", (11, 26), (11, 27), "what did I say"),
         ("last week", (11, 23), (11, 30), ""),
         ("2 days ago", (12, 1), (12, 2), ""),
         ("last month", (11, 1), (12, 1), ""),
@@ -182,7 +189,7 @@ def test_time_phrases_narrow_and_l3_fuses_with_l4(
         ("上周", (11, 23), (11, 30), ""),
         ("周二我说了什么", (12, 1), (12, 2), "我说了什么"),
         ("上周二", (11, 24), (11, 25), ""),
-        ("星期四", (11, 26), (11, 27), ""),
+        ("星期四说的", (11, 26), (11, 27), "说的"),
         ("三天前", (11, 30), (12, 1), ""),
         ("上个月", (11, 1), (12, 1), ""),
     ],
@@ -200,8 +207,13 @@ def test_time_phrases_in_both_languages(
 def test_no_time_phrase_no_narrowing() -> None:
     assert past_period("what did I say about the dentist", NOW) is None
     assert past_period("我说过牙医的什么", NOW) is None
-    today = past_period("today", NOW)
+    today = past_period("what did I say today", NOW)
     assert today is not None and today.end == NOW
+    # a weekday or "this week" without a past verb is a habit or a plan, not a memory
+    assert past_period("what class is on Tuesday", NOW) is None
+    assert past_period("孩子周末有什么课？", NOW) is None
+    assert past_period("这周购物要带什么？", NOW) is None
+    assert past_period("上周末", NOW) is not None
 
 
 async def test_call_time_context_wires_all_six_sources(tmp_path: Path, embedder: Embedder) -> None:

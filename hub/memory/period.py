@@ -88,6 +88,15 @@ def _month(now: dt.datetime, months_back: int) -> tuple[dt.datetime, dt.datetime
 
 Reader = Callable[[re.Match[str], dt.datetime], tuple[dt.datetime, dt.datetime] | None]
 
+_PAST = re.compile(
+    r"\b(?:said|say|told|tell|mentioned|mention|wrote|did|was|were|had|asked|talked|noted)\b"
+    r"|说过|说的|说了|讲过|讲的|提过|提到|告诉过|问过|记过|聊过|聊的"
+)
+"""words that make a question about the past: a bare weekday or "this week" narrows only
+with one of them ("what did I say on Tuesday", not "what class is on Tuesday")"""
+_CLEARLY_PAST = re.compile(r"yesterday|last|ago|past|昨|前|上")
+"""phrases that name the past by themselves ("last Tuesday", "上周二", "三天前")"""
+
 
 def _count(word: str) -> int | None:
     if word in ("a", "an", "one"):
@@ -191,6 +200,9 @@ def past_period(text: str, now: dt.datetime) -> Period | None:
     if best is None:
         return None
     _, _, m, reader = best
+    phrase = low[m.start() : m.end()]
+    if not _CLEARLY_PAST.search(phrase) and not _PAST.search(low):
+        return None  # "what class is on Tuesday", "孩子周末有什么课": not about the past
     span = reader(m, now)
     if span is None:
         return None
