@@ -333,7 +333,9 @@ class RuleBrain(Brain):
             )
             return _said(r, say("remember.done", lang, fact=fact), "act.remember", lang)
         if name == "YimiRecall":
-            return await self._recall(task, str(s.get("query", "")), asked, lang)
+            # "what did I say last Tuesday about …": the time goes with the question
+            asked_about = " ".join(str(s[k]) for k in ("when", "query") if s.get(k))
+            return await self._recall(task, asked_about, asked, lang)
         if name == "YimiForget":
             return await self._forget(task, str(s.get("query", "")), asked, lang)
         if name == "YimiTimeline":
