@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FILE_SECONDS: dict[str, float] = {
     "test_faults.py": 138,
     "test_forget_whole.py": 75,
+    "test_forget_mesh.py": 70,
     "test_archive_upkeep.py": 45,
     "test_timeline_recall.py": 25,
     "test_pay_modes.py": 133,
