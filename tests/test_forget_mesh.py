@@ -5,6 +5,7 @@ history and files — and the hub's stores."""
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,14 @@ def timeline_of(mesh: Mesh, bundle: Path) -> str:
     return mesh.yimi("timeline", "--bundle", str(bundle)).stdout
 
 
+def shows(mesh: Mesh, bundle: Path, text: str) -> bool:
+    return text in timeline_of(mesh, bundle)
+
+
+def forgotten_on(bundle: Path, needle: str) -> bool:
+    return device_files_holding(bundle, needle) == []
+
+
 @pytest.mark.slow
 async def test_forgetting_reaches_every_devices_replica(mesh: Mesh) -> None:
     mac = mesh.add_device("mac1", "mac")
@@ -39,7 +48,7 @@ async def test_forgetting_reaches_every_devices_replica(mesh: Mesh) -> None:
         await mesh.say_answered(mac, SAID)
         await mesh.say_answered(mac, KEPT)
         for bundle in (mac, phone):
-            await poll(lambda b=bundle: SAID in timeline_of(mesh, b), 30, f"{bundle.name} timeline")
+            await poll(partial(shows, mesh, bundle, SAID), 30, f"{bundle.name} timeline")
             assert device_files_holding(bundle, "dentist")
         recall_dir = mesh.home / "recall"
         await poll(
@@ -60,7 +69,7 @@ async def test_forgetting_reaches_every_devices_replica(mesh: Mesh) -> None:
 
         for bundle in (mac, phone):
             await poll(
-                lambda b=bundle: device_files_holding(b, "dentist") == [],
+                partial(forgotten_on, bundle, "dentist"),
                 60,
                 f"the entry gone from {bundle.name}'s replica files",
             )
