@@ -45,7 +45,19 @@ def cmd_archive_status(args: argparse.Namespace) -> int:
     inodes = "no limit" if a.space.free_inodes is None else f"{a.space.free_inodes:,}"
     verdict = "writes admitted" if a.ok else f"WRITES REFUSED: {a.reason}"
     print(f"disk:     {human_bytes(a.space.free_bytes)} free, inodes {inodes}: {verdict}")
+    room = human_bytes(max(0, s.headroom_bytes))
+    print(f"headroom: {room} above the reserve" if s.headroom_bytes >= 0 else "headroom: none")
+    print(f"last pack:   {_when(s.last_pack_ms)}")
+    print(f"next expiry: {_when(s.next_expiry_ms)}")
     return EXIT_OK
+
+
+def _when(ms: int | None) -> str:
+    if ms is None:
+        return "none"
+    import time
+
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
 
 
 def cmd_archive_pack(args: argparse.Namespace) -> int:

@@ -6,7 +6,9 @@
 | ``yimi memory explain ID --home DIR`` | provenance: sources, versions, dependencies |
 | ``yimi memory commit --home DIR …`` | write a version (compare-and-swap on ``--expect``) |
 | ``yimi memory forget ID --home DIR`` | forget it and all derived; print what was deleted |
-| ``yimi memory reapply-deletions --home DIR`` | after restoring ``memory.db`` from a backup |
+| ``yimi memory forget --about TEXT --home DIR`` | plan forgetting all said about TEXT |
+| ``… --about TEXT --yes`` | the owner approves: carry the plan out, report |
+| ``yimi memory reapply-deletions --home DIR`` | after restoring any store from a backup |
 
 The memory lives in ``HOME/memory.db`` (its deletion log beside it); the recall index in
 ``HOME/recall/<embedding model>.db``; the L2 profile in ``HOME/profile/``. Bad input is refused with
@@ -217,7 +219,68 @@ NOT_CLAIMED = (
 )
 
 
+def _erasure(args: argparse.Namespace, store: Any) -> Any:
+    """Forgetting whole over the home's stores (safe beside a running hub)."""
+    from hub.archive.settings import open_archive
+    from hub.memory.erasure import Erasure
+    from hub.timeline import HubStore
+    from sync.replicas import ReplicaSet
+
+    home = args.home
+    return Erasure(
+        home,
+        memory=store,
+        index=store.index,
+        timeline=HubStore(home / "hub.db"),
+        replicas=ReplicaSet(home / "replicas") if (home / "replicas").exists() else None,
+        archive=open_archive(home) if (home / "archive").exists() else None,
+    )
+
+
+def _close_erasure(erasure: Any) -> None:
+    erasure.timeline.close()
+    if erasure.archive is not None:
+        erasure.archive.close()
+
+
+def cmd_memory_forget_about(args: argparse.Namespace) -> int:
+    """Plan; show it; execute only with ``--yes`` (the owner at the hub's console)."""
+    from hub.brain.replies import say
+
+    lang = args.lang
+    store = _open(args, with_index=True)
+    erasure = _erasure(args, store)
+    try:
+        plan = erasure.plan(args.about)
+        if plan.empty:
+            print(say("erase.nothing", lang, about=plan.about))
+            return EXIT_OK
+        for line in plan.lines(lang):
+            print(line)
+        if not args.yes:
+            print(say("erase.ask", lang) + " (--yes)")
+            return EXIT_OK
+        report = erasure.execute(plan)
+    finally:
+        _close_erasure(erasure)
+        store.close()
+    for line in report.lines(lang):
+        print(line)
+    if report.updates:
+        print(f"({len(report.updates)} timeline documents purged; the hub sends the devices")
+        print(" their tombstones as it sees them)")
+    return EXIT_ERROR if report.not_deleted else EXIT_OK
+
+
 def cmd_memory_forget(args: argparse.Namespace) -> int:
+    if args.about:
+        if args.id:
+            raise MemoryStoreError(
+                "memory.invalid", field="ID", reason="give an ID or --about, not both"
+            )
+        return cmd_memory_forget_about(args)
+    if not args.id:
+        raise MemoryStoreError("memory.invalid", field="ID", reason="give an ID or --about TEXT")
     store = _open(args, with_index=True)
     try:
         report = store.forget(args.id)
@@ -246,13 +309,24 @@ def cmd_memory_reapply(args: argparse.Namespace) -> int:
         report = reapply_deletions(memory_db_path(args.home), index=index)
     finally:
         index.close()
-    if report.empty:
-        print("nothing to delete again: the memory already honours its deletion log")
+    store = _open(args, with_index=True)
+    erasure = _erasure(args, store)
+    try:
+        whole = erasure.reapply()
+    finally:
+        _close_erasure(erasure)
+        store.close()
+    if report.empty and not whole.deleted and not whole.not_deleted:
+        print("nothing to delete again: every store already honours the deletion logs")
         return EXIT_OK
     print("deleted again:")
     for line in report.lines():
         print(f"  {line}")
-    return EXIT_ERROR if report.index_error else EXIT_OK
+    for item in whole.deleted:
+        print(f"  {item.layer} {item.id}")
+    for item, why in whole.not_deleted:
+        print(f"  not yet: {item.layer} {item.id}: {why}")
+    return EXIT_ERROR if report.index_error or whole.not_deleted else EXIT_OK
 
 
 def add_commands(sub: Any, command: Command) -> Any:
@@ -272,9 +346,21 @@ def add_commands(sub: Any, command: Command) -> Any:
     sp.add_argument("id")
     sp.add_argument("--home", type=Path, required=True)
 
-    sp = command(mem_sub, "forget", cmd_memory_forget, "forget an assertion and what came from it")
-    sp.add_argument("id")
+    sp = command(
+        mem_sub,
+        "forget",
+        cmd_memory_forget,
+        "forget an assertion and what came from it, or (--about) everything said about it",
+    )
+    sp.add_argument("id", nargs="?")
     sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument(
+        "--about",
+        help="plan forgetting everything said about TEXT (timeline, archive, memories, "
+        "summaries); shown, and carried out only with --yes",
+    )
+    sp.add_argument("--yes", action="store_true", help="the owner approves the plan shown")
+    sp.add_argument("--lang", default="en", choices=("en", "zh"))
 
     sp = command(mem_sub, "reapply-deletions", cmd_memory_reapply, "after a restore from backup")
     sp.add_argument("--home", type=Path, required=True)

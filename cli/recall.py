@@ -35,6 +35,7 @@ def _rank(rank: int | None) -> str:
 
 def cmd_memory_search(args: argparse.Namespace) -> int:
     from hub.memory.home import open_memory
+    from hub.memory.timeline_recall import dated, recall
     from provisioning.errors import ProvisioningError
 
     k = _k(args.k)
@@ -48,7 +49,8 @@ def cmd_memory_search(args: argparse.Namespace) -> int:
         index = store.index
         if not isinstance(index, MemoryIndex):
             raise RecallError("recall.invalid", field="--home", reason="no recall index")
-        hits = index.search(query, k, include_stale=args.all)
+        found = recall(index, query, k, include_stale=args.all)
+        hits = found.hits
     finally:
         store.close()
     if args.json:
@@ -57,6 +59,9 @@ def cmd_memory_search(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not hits:
         print("nothing found" + ("" if args.all else " (--all also searches stale items)"))
+        if found.period is not None:
+            p = found.period
+            print(f"  (only items from {p.start:%Y-%m-%d %H:%M} to {p.end:%Y-%m-%d %H:%M})")
         return EXIT_OK
     for n, hit in enumerate(hits, 1):
         stale = "  stale" if hit.stale else ""
@@ -64,7 +69,7 @@ def cmd_memory_search(args: argparse.Namespace) -> int:
             f"{n:>2}. {hit.item_id}  score {hit.score:.3f} (keyword #{_rank(hit.fts_rank)},"
             f" vector #{_rank(hit.vec_rank)})  {hit.sensitivity}{stale}"
         )
-        print(f"    {hit.text}")
+        print(f"    {dated(hit)}")
         if hit.sources:
             print("    sources: " + ", ".join(format_source(s) for s in hit.sources))
     return EXIT_OK

@@ -57,6 +57,10 @@ CREATE TABLE IF NOT EXISTS refused_entries (
     sender   TEXT NOT NULL,
     at_ms    INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS forgotten_entries (
+    id       TEXT PRIMARY KEY,
+    at_ms    INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS timeline (
     seq        INTEGER PRIMARY KEY AUTOINCREMENT,
     id         TEXT NOT NULL UNIQUE,
@@ -583,7 +587,9 @@ class HubStore:
             for e in entries:
                 if (
                     self.conn.execute(
-                        "SELECT 1 FROM refused_entries WHERE id=?", (e.id,)
+                        "SELECT 1 FROM refused_entries WHERE id=? UNION ALL "
+                        "SELECT 1 FROM forgotten_entries WHERE id=?",
+                        (e.id, e.id),
                     ).fetchone()
                     is not None
                 ):
@@ -648,6 +654,72 @@ class HubStore:
             (after, limit),
         )
         return [Entry(*r) for r in rows]
+
+    def replies_of(self, utterance_ids: Sequence[str]) -> dict[str, str]:
+        """utterance id → the id of its reply (for those that have one)."""
+        out = {}
+        for uid in utterance_ids:
+            row = self.conn.execute(
+                "SELECT id FROM replies WHERE utterance_id=?", (uid,)
+            ).fetchone()
+            if row is not None:
+                out[uid] = str(row[0])
+        return out
+
+    def forget_entries(self, entry_ids: Sequence[str], at_ms: int) -> list[str]:
+        """Erase these entries' text (timeline rows, replies and their chunks): the rows
+        keep their ids and ``seq`` (the order and the delivery records stay), the payload
+        is overwritten in the file (``secure_delete``), and the ids are tombstoned so a
+        device that pushes one again is refused. Returns the ids whose text was erased
+        here (idempotent: an erased one is not counted again)."""
+        erased = []
+        self.conn.execute("PRAGMA secure_delete=ON").fetchall()
+        with transaction(self.conn):
+            for eid in dict.fromkeys(entry_ids):
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO forgotten_entries(id, at_ms) VALUES (?,?)", (eid, at_ms)
+                )
+                row = self.conn.execute(
+                    "UPDATE timeline SET text='', meta='{}' WHERE id=? AND (text!='' OR meta!='{}')"
+                    " RETURNING id",
+                    (eid,),
+                ).fetchone()
+                reply = self.conn.execute(
+                    "UPDATE replies SET text='' WHERE id=? AND text!='' RETURNING id", (eid,)
+                ).fetchone()
+                chunks = self.conn.execute(
+                    "UPDATE reply_chunks SET text='' WHERE reply_id=? AND text!='' RETURNING idx",
+                    (eid,),
+                ).fetchall()
+                if row is not None or reply is not None or chunks:
+                    erased.append(eid)
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return erased
+
+    def forgotten(self, entry_ids: Sequence[str]) -> set[str]:
+        """Which of these entry ids were forgotten."""
+        return {
+            eid
+            for eid in entry_ids
+            if self.conn.execute("SELECT 1 FROM forgotten_entries WHERE id=?", (eid,)).fetchone()
+        }
+
+    def entries_with_scope(self, *, after: int = 0, limit: int = 500) -> list[tuple[Entry, str]]:
+        """Entries after ``seq`` ``after`` with the scope they were admitted in (``""`` for
+        entries that carry none: the hub's own, replicated ones)."""
+        rows = self.conn.execute(
+            "SELECT seq, id, device, kind, text, ts_ms, trace_id, meta FROM timeline "
+            "WHERE seq > ? ORDER BY seq LIMIT ?",
+            (after, limit),
+        )
+        out = []
+        for *fields, meta in rows:
+            try:
+                scope = json.loads(meta).get("scope", "")
+            except (ValueError, AttributeError):
+                scope = ""
+            out.append((Entry(*fields), str(scope or "")))
+        return out
 
     def entries_before(self, before: int, limit: int = 50) -> list[Entry]:
         """The ``limit`` entries just below ``seq`` ``before`` (a page of the timeline, newest

@@ -125,9 +125,36 @@ def push_entries(doc: LoroDoc, entries: Iterable[Entry]) -> None:
         timeline.push(entry.as_value())
 
 
+FORGOTTEN = "forgotten"
+"""a timeline document's map of the entries the owner had forgotten: ``id → time (ms)``, the
+id only (no payload). The hub deletes the entries from the list and writes their ids here;
+every replica then drops its history (:meth:`sync.replica.Replica.purge_history`), and no
+reader, merge (:func:`reapply`) or device push brings an entry with such an id back."""
+
+
+def forgotten_of(doc: LoroDoc) -> set[str]:
+    raw = doc.get_map(FORGOTTEN).get_value()
+    return {str(k) for k in raw} if isinstance(raw, dict) else set()
+
+
+def forget_entries(doc: LoroDoc, entry_ids: Collection[str], *, at_ms: int) -> None:
+    """Delete every occurrence of these entries from the list and tombstone their ids."""
+    wanted = set(entry_ids)
+    timeline = doc.get_list("entries")
+    values = timeline.get_value()
+    for i in reversed(range(len(values))):  # type: ignore[arg-type]
+        value = values[i]  # type: ignore[index]
+        if isinstance(value, dict) and value.get("id") in wanted:
+            timeline.delete(i, 1)
+    tombs = doc.get_map(FORGOTTEN)
+    for entry_id in sorted(wanted):
+        tombs.insert(entry_id, at_ms)
+
+
 def entries_of(doc: LoroDoc) -> list[Entry]:
-    """The entries of a timeline document, first occurrence of each id wins."""
-    seen: set[str] = set()
+    """The entries of a timeline document, first occurrence of each id wins (forgotten ones
+    never)."""
+    seen: set[str] = forgotten_of(doc)
     out: list[Entry] = []
     for value in doc.get_list("entries").get_value():  # type: ignore[union-attr]
         entry = parse_entry(value)
@@ -300,8 +327,13 @@ def reapply(old: LoroDoc, new: LoroDoc) -> None:
     fields we changed since the state both documents share, unless they changed the same
     field too and their ``updated_at`` is newer (with no shared state: the newer note).
     """
-    present = {e.id for e in entries_of(new)}
+    present = {e.id for e in entries_of(new)} | forgotten_of(new)
     push_entries(new, [e for e in entries_of(old) if e.id not in present])
+    gone = forgotten_of(old) - forgotten_of(new)
+    if gone:  # a tombstone only we had: it holds in the merged document too
+        tombs = new.get_map(FORGOTTEN)
+        for entry_id in sorted(gone):
+            tombs.insert(entry_id, 0)
     theirs = seqs_of(new).keys() | refused_of(new)
     ours = [*seqs_of(old).items(), *((k, REFUSED) for k in refused_of(old))]
     set_seqs(new, [(k, v) for k, v in ours if k not in theirs])

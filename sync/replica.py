@@ -46,6 +46,8 @@ REC_HEADER = struct.Struct(">II")  # length, crc32
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 """bytes: a log record longer than this is treated as damage"""
 DOC_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+PURGED = "purged"
+"""a map a replica writes when it purges history with concurrent heads (joins them)"""
 MAX_POISONED_KEPT = 16
 """documents a Rust panic poisoned that are never freed: loro panics again when one is
 dropped (noise in the log, even at exit), so the first few are leaked on purpose"""
@@ -309,14 +311,17 @@ class Replica:
             return Applied(changed=version(fresh) != before, pending=False)
 
     def _append(self, blob: bytes) -> None:
+        self._append_only(blob)
+        if self.compact_at is not None and self._offset > self.compact_at:
+            self._compact_locked()
+
+    def _append_only(self, blob: bytes) -> None:
         path = self._log(self.gen)
         with open_private(path, "ab") as fh:
             fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
             fh.flush()
             os.fsync(fh.fileno())
             self._offset = fh.tell()
-        if self.compact_at is not None and self._offset > self.compact_at:
-            self._compact_locked()
 
     # ------------------------------------------------------------------ compaction
     def compact(self) -> int:
@@ -333,6 +338,29 @@ class Replica:
         self._write_generation(self.gen + 1, data)
         log.info("replica %s compacted: generation %d, %d bytes", self.doc_id, self.gen, len(data))
         return len(data)
+
+    def purge_history(self) -> int:
+        """Keep only the current state: a shallow snapshot as a new generation, and no
+        fallback generation (what was deleted from the document — a forgotten entry's text —
+        is then in no file). Returns the snapshot's size."""
+        with self._locked():
+            self._refresh_locked()
+            # with concurrent heads a shallow snapshot keeps history back to where they part:
+            # one small local change joins them into one head first
+            before = version(self.doc)
+            self.doc.get_map(PURGED).insert("at", now_ms())
+            self.doc.commit()
+            self._append_only(self._export_since(before))
+            size = self._compact_locked()
+            for g in self._generations():
+                if g < self.gen:
+                    self._snap(g).unlink(missing_ok=True)
+                    self._log(g).unlink(missing_ok=True)
+            for damaged in self.folder.glob(f"{self.doc_id}.g*.damaged.*"):
+                damaged.unlink(missing_ok=True)
+            _fsync_dir(self.folder)
+            log.info("replica %s: history purged (generation %d)", self.doc_id, self.gen)
+            return size
 
     def _write_generation(self, gen: int, snapshot: bytes) -> None:
         tmp = self.folder / f".{self.doc_id}.g{gen}.snap.tmp"

@@ -6,6 +6,7 @@ import logging
 import os
 import re
 import time
+from collections.abc import Collection
 from functools import partial
 from pathlib import Path
 
@@ -142,8 +143,50 @@ class ReplicaSet:
         return [sync_pb2.DocState(doc=d, version=version(self.get(d).doc)) for d in self.doc_ids()]
 
     def apply(self, update: sync_pb2.DocUpdate) -> Applied:
-        """Import a peer's update (the caller checked the sender may write this document)."""
+        """Import a peer's update (the caller checked the sender may write this document).
+
+        An update that forgets timeline entries (new ids in the document's ``forgotten``
+        map) also purges this replica's history: the entries' text is then in no file here.
+        """
         replica = self.get(update.doc)
+        timeline = update.doc.startswith(docs.TIMELINE)
+        before = docs.forgotten_of(replica.doc) if timeline else set()
         if update.snapshot:
-            return replica.replace_with_snapshot(update.blob, docs.reapply)
-        return replica.apply(update.blob)
+            applied = replica.replace_with_snapshot(update.blob, docs.reapply)
+        else:
+            applied = replica.apply(update.blob)
+        if timeline and applied.changed and docs.forgotten_of(replica.doc) - before:
+            replica.purge_history()
+        return applied
+
+    def forget_entries(self, entry_ids: Collection[str], *, at_ms: int) -> list[sync_pb2.DocUpdate]:
+        """Forget timeline entries on this replica: deleted from their documents, their ids
+        tombstoned, the documents' history purged. Returns the updates to send (ids and
+        deletions only, no payload). Entries not here are tombstoned nowhere: a document
+        that never held them cannot resurrect them."""
+        wanted = set(entry_ids)
+        out = []
+        for doc_id in self.doc_ids():
+            if not doc_id.startswith(docs.TIMELINE):
+                continue
+            replica = self.get(doc_id)
+            held = {
+                v.get("id")
+                for v in replica.doc.get_list("entries").get_value()  # type: ignore[union-attr]
+                if isinstance(v, dict)
+            }
+            here = (wanted & held) - docs.forgotten_of(replica.doc)
+            if not here:
+                continue
+            blob = replica.change(partial(docs.forget_entries, entry_ids=here, at_ms=at_ms))
+            replica.purge_history()
+            out.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))
+        return out
+
+    def holds_text(self, needle: str) -> list[str]:
+        """The files of this replica folder whose bytes contain ``needle`` (UTF-8): a check
+        that forgotten text is gone from disk."""
+        raw = needle.encode()
+        return sorted(
+            p.name for p in self.folder.iterdir() if p.is_file() and raw in p.read_bytes()
+        )

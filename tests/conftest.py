@@ -13,6 +13,10 @@ ROOT = Path(__file__).resolve().parent.parent
 
 FILE_SECONDS: dict[str, float] = {
     "test_faults.py": 138,
+    "test_forget_whole.py": 75,
+    "test_forget_mesh.py": 70,
+    "test_archive_upkeep.py": 45,
+    "test_timeline_recall.py": 25,
     "test_pay_modes.py": 133,
     "test_sync_e2e.py": 114,
     "test_turns_mesh.py": 113,

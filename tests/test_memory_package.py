@@ -22,9 +22,12 @@ def test_manifest_declares_the_effects() -> None:
         "show": "observe",
         "commit": "owner_data",
         "forget": "delete",
+        "plan_forget": "observe",
+        "forget_plan": "delete",
     }
     assert m.tools["commit"].trusted_args == ("idempotency_key",)
     assert m.tools["forget"].scopes == ("owner",)
+    assert m.tools["forget_plan"].scopes == ("owner",)
 
 
 @pytest.mark.slow

@@ -626,3 +626,55 @@ def test_real_index_loses_a_deleted_sources_embedding(tmp_path: Path) -> None:
     finally:
         store.close()
         index.close()
+
+
+def test_the_same_fact_committed_twice_is_one_assertion(
+    store: AssertionStore, index: RecordingIndex
+) -> None:
+    store.register_source(("timeline", "u-1"), "low")
+    first = store.commit(
+        None,
+        0,
+        subject="owner",
+        predicate="food.dislike",
+        value="cilantro",
+        sources=[("timeline", "u-1")],
+        sensitivity="low",
+    )
+    store.register_source(("timeline", "u-2"), "medium")
+    again = store.commit(
+        None,
+        0,
+        subject="owner",
+        predicate="food.dislike",
+        value="cilantro",
+        sources=[("timeline", "u-2")],
+        sensitivity="low",
+        request_id="r-2",
+    )
+    assert again.merged and again.id == first.id and again.version == first.version == 1
+    assert [a.id for a in store.current("food.dislike")] == [first.id]
+    head = store.get(first.id).head
+    assert head.sources == (("timeline", "u-1"), ("timeline", "u-2"))
+    assert head.sensitivity == "medium"  # the merged source's level joins
+    assert list(index.entries) == [f"assertion:{first.id}"]
+    assert index.entries[f"assertion:{first.id}"]["sensitivity"] == "medium"
+    # a retry of the merging request gets the same receipt; another value is another fact
+    assert (
+        store.commit(
+            None,
+            0,
+            subject="owner",
+            predicate="food.dislike",
+            value="cilantro",
+            sources=[("timeline", "u-2")],
+            sensitivity="low",
+            request_id="r-2",
+        )
+        == again
+    )
+    other = store.commit(None, 0, subject="owner", predicate="food.dislike", value="olives")
+    assert not other.merged and other.id != first.id
+    # forgetting the one assertion forgets the fact from both sources
+    store.forget_source(("timeline", "u-2"))
+    assert store.current("food.dislike") == [store.get(other.id)]

@@ -130,7 +130,8 @@ def test_only_the_owner_reads_context(tmp_path: Path) -> None:
         "notes",
         "timeline",
         "timezone",
-    ]
+        "health",
+    ]  # recall ("assertions") comes with the memory store: tests/test_timeline_recall.py
     assert turns.sources("owner_uncertain", "u1") == []
     assert turns.sources("guest", "u1") == []
 

@@ -216,6 +216,12 @@ class Status:
     last_refusal: str | None
     admission: Decision
     target: str
+    last_pack_ms: int | None = None
+    """when the newest verified pack was made"""
+    next_expiry_ms: int | None = None
+    """when the next hot copy that is safely packed may be deleted (retention)"""
+    headroom_bytes: int = 0
+    """free bytes above the admission reserve (negative: writes are refused)"""
 
 
 def _pack_name(pack_id: str) -> str:
@@ -424,6 +430,24 @@ class Archive:
         with self._lock:
             rows = self.db.execute(sql + " ORDER BY ts_ms, rowid", args).fetchall()
         return [_info(r) for r in rows]
+
+    def objects_of_utterances(self, utterance_ids: Sequence[str]) -> list[ObjectInfo]:
+        """The live objects (audio, typed originals, images) archived for these utterances
+        (``meta.utterance_id``)."""
+        out: list[ObjectInfo] = []
+        with self._lock:
+            for uid in dict.fromkeys(utterance_ids):
+                out += [
+                    _info(r)
+                    for r in self.db.execute(
+                        "SELECT id, kind, source, trace_id, ts_ms, stored_ms, size, sha256, meta,"
+                        " hot_path, pack_id, deleted_ms, purged_ms, problem FROM objects"
+                        " WHERE deleted_ms IS NULL AND json_extract(meta, '$.utterance_id') = ?"
+                        " ORDER BY ts_ms, rowid",
+                        (uid,),
+                    )
+                ]
+        return out
 
     def hot_file(self, object_id: str) -> Path | None:
         info = self.info(object_id)
@@ -802,6 +826,12 @@ class Archive:
             damaged = one("SELECT count(*) FROM objects WHERE problem IS NOT NULL")[0]
             refusals = one("SELECT count(*) FROM refusals")[0]
             last = one("SELECT ts_ms, kind, size, reason FROM refusals ORDER BY n DESC LIMIT 1")
+            last_pack = one("SELECT max(created_ms) FROM packs WHERE state = ?", VERIFIED)[0]
+            oldest_packed = one(
+                "SELECT min(o.stored_ms) FROM objects o JOIN packs p ON p.id = o.pack_id"
+                " WHERE o.hot_path IS NOT NULL AND p.state = ?",
+                VERIFIED,
+            )[0]
         last_text = None
         if last:
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(last[0] / 1000))
@@ -817,8 +847,13 @@ class Archive:
             damaged=damaged,
             refusals=refusals,
             last_refusal=last_text,
-            admission=self.admit(0),
+            admission=(admission := self.admit(0)),
             target=self.target.describe(),
+            last_pack_ms=last_pack,
+            next_expiry_ms=(
+                None if oldest_packed is None else int(oldest_packed + self.retention_s * 1000)
+            ),
+            headroom_bytes=admission.space.free_bytes - self.policy.reserve_bytes,
         )
 
     def iter_hot_files(self) -> Iterator[Path]:

@@ -2,12 +2,15 @@
 
 An async context manager owning its task; each round runs in a thread (file and network
 I/O). A round packs at most ``max_packs`` packs (2 by default) so one round stays short.
+The hub runs one (:meth:`hub.mesh.daemon.HubDaemon`); it yields while a request window is
+open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import TracebackType
 
@@ -17,6 +20,8 @@ from sync.tasks import TaskOwner
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 60.0
+YIELD_POLL_S = 0.5
+MAX_DEFER_S = 600.0
 
 
 @dataclass
@@ -36,12 +41,28 @@ def run_round(archive: Archive, *, max_packs: int | None = 2) -> RoundReport:
 
 
 class ArchiveMaintainer:
+    """Rounds every ``interval_s``; while ``busy()`` (a call or request window is open) a
+    round waits, checking every ``YIELD_POLL_S``, for at most ``max_defer_s`` — upkeep never
+    competes with a conversation for the CPU, but is not put off for ever either."""
+
     def __init__(
-        self, archive: Archive, *, interval_s: float = DEFAULT_INTERVAL_S, max_packs: int = 2
+        self,
+        archive: Archive,
+        *,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        max_packs: int = 2,
+        busy: Callable[[], bool] | None = None,
+        max_defer_s: float = MAX_DEFER_S,
     ) -> None:
         self.archive = archive
         self.interval_s = interval_s
         self.max_packs = max_packs
+        self.busy = busy
+        self.max_defer_s = max_defer_s
+        self.rounds = 0
+        self.deferred = 0
+        """rounds that waited for a window to close"""
+        self.last: RoundReport | None = None
         self._tasks: TaskOwner | None = None
         self._lock = asyncio.Lock()
 
@@ -59,11 +80,25 @@ class ArchiveMaintainer:
 
     async def run_once(self) -> RoundReport:
         async with self._lock:
-            return await asyncio.to_thread(run_round, self.archive, max_packs=self.max_packs)
+            report = await asyncio.to_thread(run_round, self.archive, max_packs=self.max_packs)
+            self.rounds += 1
+            self.last = report
+            return report
+
+    async def _yield(self) -> None:
+        if self.busy is None or not self.busy():
+            return
+        self.deferred += 1
+        busy = self.busy
+        for _ in range(max(1, int(self.max_defer_s / YIELD_POLL_S))):  # a probe, no event
+            if not busy():
+                return
+            await asyncio.sleep(YIELD_POLL_S)
 
     async def _run(self) -> None:
         while True:
             await asyncio.sleep(self.interval_s)
+            await self._yield()
             try:
                 await self.run_once()
             except Exception:

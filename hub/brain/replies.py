@@ -243,6 +243,36 @@ REPLIES: Templates = {
         "zh": "关于{query}，我没有可以忘掉的记忆。",
     },
     "forget.done": {"en": "Forgotten: {lines}.", "zh": "已经忘掉：{lines}。"},
+    # forgetting whole (hub/memory/erasure.py): the plan card and the report
+    "erase.plan": {
+        "en": "To forget what you said about {about}, I would delete:",
+        "zh": "要忘掉你说过的关于{about}的内容，我会删除：",
+    },
+    "erase.nothing": {
+        "en": "I found nothing about {about} to forget.",
+        "zh": "关于{about}，我没找到可以忘掉的内容。",
+    },
+    "erase.ask": {
+        "en": "Nothing is deleted until you approve.",
+        "zh": "你批准之前，什么都不会删除。",
+    },
+    "erase.done": {"en": "Deleted {n} items:", "zh": "已删除 {n} 项："},
+    "erase.said": {
+        "en": "Forgotten: {n} items deleted.",
+        "zh": "已经忘掉：删除了 {n} 项。",
+    },
+    "erase.not_done": {"en": "Not deleted yet ({n}):", "zh": "还没删掉的（{n} 项）："},
+    "erase.denied": {
+        "en": "Not approved: nothing was deleted.",
+        "zh": "没有批准：什么都没有删除。",
+    },
+    "erase.layer.timeline": {"en": "timeline entry", "zh": "时间线条目"},
+    "erase.layer.reply": {"en": "reply", "zh": "回复"},
+    "erase.layer.assertion": {"en": "memory", "zh": "记忆"},
+    "erase.layer.derived": {"en": "summary", "zh": "摘要"},
+    "erase.layer.index": {"en": "search index entry", "zh": "检索索引条目"},
+    "erase.layer.archive": {"en": "archived original", "zh": "归档原件"},
+    "erase.layer.cold_chunk": {"en": "cold-pack chunk", "zh": "冷存档包片段"},
     # ------------------------------------------------------------ messages
     "send.subject": {"en": "A message from Yimi", "zh": "来自依米的消息"},
     "send.unknown_contact": {

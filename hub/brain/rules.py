@@ -348,7 +348,9 @@ class RuleBrain(Brain):
             )
             return _said(r, say("remember.done", lang, fact=fact), "act.remember", lang)
         if name == "YimiRecall":
-            return await self._recall(task, str(s.get("query", "")), asked, lang)
+            # "what did I say last Tuesday about …": the time goes with the question
+            asked_about = " ".join(str(s[k]) for k in ("when", "query") if s.get(k))
+            return await self._recall(task, asked_about, asked, lang)
         if name == "YimiForget":
             return await self._forget(task, str(s.get("query", "")), asked, lang)
         if name == "YimiTimeline":
@@ -443,6 +445,34 @@ class RuleBrain(Brain):
         return found + extra
 
     async def _forget(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
+        """Forgetting whole where the memory package can plan it (the home's): the plan
+        (everything said about ``query``: timeline, archive, memories, summaries) goes to
+        the owner as a card — always, even when the owner asked — and only the approval
+        executes it. A memory that gives no plan (the fake) forgets the recalled facts."""
+        plan = await self.core.step(
+            task, "plan", "memory", "plan_forget", {"about": query, "lang": lang}, lookup=True
+        )
+        head = next((e for e in plan.effects if e.kind == "memory.forget_plan"), None)
+        if plan.status == "succeeded" and head is not None:
+            if not int(head.fields.get("items") or 0):
+                self.store.move(task.task_id, "failed", "nothing to forget")
+                return say("forget.none", lang, query=query)
+            self.store.move(task.task_id, "acting")
+            r = await self.core.step(
+                task,
+                "forget_plan",
+                "memory",
+                "forget_plan",
+                {
+                    "plan_id": head.target,
+                    "summary": str(head.fields.get("summary") or ""),
+                    "owner_requested": False,  # a plan this wide is always shown first
+                },
+            )
+            return _said(r, say("erase.said", lang, n=_deleted(r)), "act.forget", lang)
+        return await self._forget_facts(task, query, asked, lang)
+
+    async def _forget_facts(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
         r = await self._lookup(task, query, asked)
         if r.status != "succeeded":
             return _said(r, "", "act.forget", lang)
@@ -950,6 +980,10 @@ def _title(intent: Intent) -> str:
     if intent.name in TIMERS:
         return "timer"
     return titles.get(intent.name or "", "help")[:200]
+
+
+def _deleted(r: Receipt) -> int:
+    return sum(1 for e in r.effects if e.kind == "memory.deleted")
 
 
 def _said(r: Receipt, success: str, act: str, lang: str, **fields: Any) -> str:

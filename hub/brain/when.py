@@ -78,7 +78,7 @@ class _Found:
     relative: relativedelta | None = None
 
 
-def _num(word: str) -> int | None:
+def read_number(word: str) -> int | None:
     if word.isdigit():
         return int(word)
     n = zh_to_int(word)
@@ -143,7 +143,7 @@ def _read_en(words: _Text, found: _Found) -> None:
     m = _EN_REL.search(t)
     if m:
         n_word, unit = m.group(1), m.group(2)
-        n = 1 if n_word in ("a", "an", "one") else _num(n_word.replace("-", " "))
+        n = 1 if n_word in ("a", "an", "one") else read_number(n_word.replace("-", " "))
         if n_word == "half an":
             found.relative = relativedelta(minutes=30)
         elif n is not None:
@@ -188,12 +188,12 @@ def _read_en(words: _Text, found: _Found) -> None:
         if special:
             found.hour = 0 if special == "midnight" else 12
         else:
-            hour = _num(h)
+            hour = read_number(h)
             if hour is None or hour > 23:
                 continue
             if not m.group(0).lstrip().startswith("at") and not (mm or ampm):
                 continue  # a bare number is not a time ("call 3 people")
-            minute = int(mm) if mm else (_num(mm_word.replace("-", " ")) if mm_word else 0)
+            minute = int(mm) if mm else (read_number(mm_word.replace("-", " ")) if mm_word else 0)
             if minute is None or minute > 59:
                 continue
             found.hour, found.minute = hour, minute
@@ -227,7 +227,7 @@ def _parse_zh(text: str, found: _Found) -> str:
     m = _ZH_REL.search(t)
     if m:
         n_word, half, unit = m.group(1), m.group(2), m.group(3)
-        n = _num(n_word) if n_word != "半" else None
+        n = read_number(n_word) if n_word != "半" else None
         units = {"秒钟": "seconds", "秒": "seconds", "分钟": "minutes", "分": "minutes"}
         key = units.get(unit, "days" if unit == "天" else "hours")
         if n_word == "半":
@@ -272,10 +272,10 @@ def _parse_zh(text: str, found: _Found) -> str:
     m = _ZH_TIME.search(t)
     if m:
         h, colon, half, q1, q3, mins = m.groups()
-        hour = _num(h)
+        hour = read_number(h)
         minute = int(colon) if colon else 30 if half else 15 if q1 else 45 if q3 else 0
         if mins:
-            minute = _num(mins) or 0
+            minute = read_number(mins) or 0
         if hour is not None and hour <= 24 and minute <= 59:
             found.hour, found.minute = hour % 24, minute
             t = _cut(t, m)

@@ -355,6 +355,13 @@ class AssertionStore:
             except Exception:
                 log.exception("index re-upsert of derived %s failed", did)
 
+    def registered_sensitivity(self, source: Source) -> str | None:
+        """The level registered for an outside source (None: none registered)."""
+        row = self.conn.execute(
+            "SELECT sensitivity FROM source WHERE kind=? AND id=?", tuple(source)
+        ).fetchone()
+        return None if row is None else str(row[0])
+
     def source_sensitivity(self, source: Source) -> str:
         """The sensitivity of one source; anything missing or forgotten counts as high."""
         kind, ident = source
@@ -427,7 +434,7 @@ class AssertionStore:
         digest = hashlib.sha256(
             json.dumps(
                 [
-                    aid,
+                    assertion_id,  # None for a new id: a retry draws another random one
                     expected_version,
                     subject,
                     predicate,
@@ -459,6 +466,13 @@ class AssertionStore:
                         )
                     log.info("commit %s: request %s already committed", aid, request_id)
                     return earlier
+            if assertion_id is None:
+                merged = self._merge_duplicate(
+                    subject, predicate, value_json, parsed_sources, sensitivity, request_id, digest
+                )
+                if merged is not None:
+                    self._after_merge(merged)
+                    return merged
             receipt, correction = self._commit_locked(
                 aid,
                 expected_version,
@@ -490,6 +504,75 @@ class AssertionStore:
             )
         self._after_commit(receipt, subject, predicate, value, parsed_sources, importance)
         return receipt
+
+    def _merge_duplicate(
+        self,
+        subject: str,
+        predicate: str,
+        value_json: str,
+        sources: tuple[Source, ...],
+        declared: str,
+        request_id: str | None,
+        digest: str,
+    ) -> CommitReceipt | None:
+        """A new commit of a fact already current (same subject, predicate and value):
+        its sources join the existing head (no new version, dependents untouched) and its
+        sensitivity rises to the highest of theirs. None: no such fact."""
+        row = self.conn.execute(
+            "SELECT a.id, a.head, v.sources, v.sensitivity FROM assertion a "
+            "JOIN version v ON v.id=a.id AND v.version=a.head "
+            "WHERE a.status='current' AND v.predicate=? AND v.subject=? AND v.value=? "
+            "ORDER BY a.created_ms LIMIT 1",
+            (predicate, subject, value_json),
+        ).fetchone()
+        if row is None:
+            return None
+        aid, head, stored, level = str(row[0]), int(row[1]), row[2], str(row[3] or "high")
+        have = list(_stored_sources(stored))
+        added = [s for s in sources if s not in have]
+        effective = highest([level, declared, *(self.source_sensitivity(s) for s in added)])
+        at = self.clock()
+        if added or effective != level:
+            self.conn.execute(
+                "UPDATE version SET sources=?, sensitivity=? WHERE id=? AND version=?",
+                (
+                    json.dumps([list(s) for s in have + added], ensure_ascii=False),
+                    effective,
+                    aid,
+                    head,
+                ),
+            )
+            self.conn.execute("UPDATE assertion SET updated_ms=? WHERE id=?", (at, aid))
+        for source_kind, source_id in added:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO assertion_source(kind, source_id, id) VALUES (?,?,?)",
+                (source_kind, source_id, aid),
+            )
+        receipt = CommitReceipt(
+            id=aid,
+            version=head,
+            status="current",
+            sensitivity=effective,
+            committed_ms=at,
+            request_id=request_id,
+            merged=True,
+        )
+        if request_id is not None:
+            self.conn.execute(
+                "INSERT INTO request(request_id, id, digest, receipt) VALUES (?,?,?,?)",
+                (request_id, aid, digest, receipt.to_json()),
+            )
+        log.info(
+            "commit of a fact already held as %s v%d: %d sources merged", aid, head, len(added)
+        )
+        return receipt
+
+    def _after_merge(self, receipt: CommitReceipt) -> None:
+        """The index entry of a merged fact carries its new sources and level."""
+        self._reindex([receipt.id], [])
+        found = self.find(receipt.id)
+        predicates = {found.head.predicate} if found and found.head.predicate else set()
+        self._changed(Change(frozenset({receipt.id}), frozenset(predicates)))
 
     def _parse_dependencies(self, aid: str, depends_on: Sequence[Any]) -> tuple[Dependency, ...]:
         out: dict[str, int] = {}

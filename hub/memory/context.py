@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -68,16 +68,29 @@ class ShortContext:
 
 # ---------------------------------------------------------------- adapters
 class IndexSource:
-    """Recall-index hits as snippets (the search runs in a worker thread)."""
+    """Recall-index hits as snippets (the search runs in a worker thread): L3 assertions
+    and timeline entries fused by rank, narrowed to the time the question names ("what did
+    I say on Tuesday", :func:`hub.memory.timeline_recall.recall`); ``hide``: item ids never
+    given (the turn's own utterance)."""
 
-    def __init__(self, index: MemoryIndex, name: str = "assertions", k: int = 5) -> None:
+    def __init__(
+        self,
+        index: MemoryIndex,
+        name: str = "assertions",
+        k: int = 5,
+        *,
+        hide: Collection[str] = (),
+    ) -> None:
         self.index = index
         self.name = name
         self.k = k
+        self.hide = frozenset(hide)
 
     async def fetch(self, query: str) -> Sequence[Snippet]:
-        hits = await asyncio.to_thread(self.index.search, query, self.k)
-        return [Snippet(h.text, h.sensitivity, h.sources) for h in hits]
+        from hub.memory.timeline_recall import dated, recall  # imports hub.brain.when
+
+        found = await asyncio.to_thread(recall, self.index, query, self.k, hide=self.hide)
+        return [Snippet(dated(h), h.sensitivity, h.sources) for h in found.hits]
 
 
 class FunctionSource:

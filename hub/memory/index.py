@@ -72,6 +72,8 @@ always 100 deep, and on a small memory that is most of it: every keyword hit wou
 vector hit, and RRF would rank any item in both lists above the best vector-only answer."""
 FTS_CANDIDATES = 4 * LIST_LIMIT
 """trigram hits read to re-check terms at word starts before the keyword list is cut"""
+WINDOW_NEAREST = 10
+"""in a time window, the nearest this many are in the vector list whatever their cosine"""
 W_RELEVANCE, W_IMPORTANCE, W_RECENCY = 0.65, 0.20, 0.15
 DECAY_PER_DAY = 0.95
 STALE_DAYS = 30
@@ -640,15 +642,25 @@ class MemoryIndex:
         include_stale: bool = False,
         touch: bool = True,
         query_vector: Vectors | None = None,
+        created: tuple[int, int] | None = None,
     ) -> list[Hit]:
-        """The ``k`` best items for ``query``: keyword and vector lists fused, then blended."""
+        """The ``k`` best items for ``query``: keyword and vector lists fused, then blended.
+
+        ``created`` ``(start_ms, end_ms)``: only items created in ``[start, end)`` are
+        candidates (a question about "last Tuesday"); the vector list is then exact over
+        those items, so an old item is not crowded out by newer neighbours.
+        """
         self._check_k(k)
         with self._lock:
             self._follow()
             qvec = self._query_vector(query, query_vector)
             cutoff = None if include_stale else self._cutoff()
-            fts = self._fts_list(query, cutoff)
-            vec = self._vec_list(qvec, cutoff, k)
+            fts = self._fts_list(query, cutoff, created)
+            vec = (
+                self._vec_list(qvec, cutoff, k)
+                if created is None
+                else self._vec_window(qvec, cutoff, created)
+            )
             fused = rrf([fts, vec])
             rows = self._rows_by_rid(list(fused))
             live = self._live({rid: row[1] for rid, row in rows.items()})
@@ -674,11 +686,19 @@ class MemoryIndex:
                 self._touch([h.item_id for h in hits], now)
         return hits
 
-    def search_fts(self, query: str, k: int = 10, *, include_stale: bool = False) -> list[Hit]:
-        """The keyword list alone (its own order; no blending, no touch)."""
+    def search_fts(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        include_stale: bool = False,
+        created: tuple[int, int] | None = None,
+    ) -> list[Hit]:
+        """The keyword list alone (its own order; no blending, no touch); ``created`` as
+        in :meth:`search`."""
         self._check_k(k)
         with self._lock:
-            ranked = self._fts_list(query, None if include_stale else self._cutoff())
+            ranked = self._fts_list(query, None if include_stale else self._cutoff(), created)
             return self._single(ranked, k, fts=True)
 
     def search_vec(
@@ -716,7 +736,9 @@ class MemoryIndex:
     def _cutoff(self) -> int:
         return self._clock() - STALE_DAYS * DAY_MS
 
-    def _fts_list(self, query: str, cutoff: int | None) -> list[int]:
+    def _fts_list(
+        self, query: str, cutoff: int | None, created: tuple[int, int] | None = None
+    ) -> list[int]:
         """The keyword list: items holding the most query terms first, then by bm25.
 
         The trigram index finds substrings; an English term must also start a word in the
@@ -724,6 +746,7 @@ class MemoryIndex:
         """
         long_terms, short_terms = query_terms(query)
         floor = cutoff if cutoff is not None else -(2**62)
+        since, until = created if created is not None else (-(2**62), 2**62)
         ranked: list[int] = []
         if long_terms:
             expr = " OR ".join(_fts_phrase(t) for t in long_terms)
@@ -731,8 +754,9 @@ class MemoryIndex:
                 "SELECT items_fts.rowid, items.text FROM items_fts"
                 " JOIN items ON items.rid = items_fts.rowid"
                 " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
+                " AND items.created_ms >= ? AND items.created_ms < ?"
                 " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT ?",
-                (expr, floor, FTS_CANDIDATES),
+                (expr, floor, since, until, FTS_CANDIDATES),
             ).fetchall()
             patterns = [_term_pattern(t) for t in long_terms]
             scored: list[tuple[int, int, int]] = []
@@ -745,16 +769,23 @@ class MemoryIndex:
             ranked = [rid for _, _, rid in scored[:LIST_LIMIT]]
         if short_terms and len(ranked) < LIST_LIMIT:
             seen = set(ranked)
-            extra = [rid for rid in self._substring_list(short_terms, floor) if rid not in seen]
+            extra = [
+                rid
+                for rid in self._substring_list(short_terms, floor, (since, until))
+                if rid not in seen
+            ]
             ranked.extend(extra[: LIST_LIMIT - len(ranked)])
         return ranked
 
-    def _substring_list(self, terms: list[str], floor: int) -> list[int]:
+    def _substring_list(
+        self, terms: list[str], floor: int, created: tuple[int, int] = (-(2**62), 2**62)
+    ) -> list[int]:
         """Items containing any of ``terms`` (1–2 characters), rarest matches first."""
         where = " OR ".join("text LIKE ? ESCAPE '\\'" for _ in terms)
         rows = self._conn.execute(
-            f"SELECT rid, text FROM items WHERE last_access_ms >= ? AND ({where})",
-            (floor, *(_like_pattern(t) for t in terms)),
+            "SELECT rid, text FROM items WHERE last_access_ms >= ?"
+            f" AND created_ms >= ? AND created_ms < ? AND ({where})",
+            (floor, *created, *(_like_pattern(t) for t in terms)),
         ).fetchall()
         if not rows:
             return []
@@ -789,6 +820,23 @@ class MemoryIndex:
             int(str(rid))
             for rank, (rid, distance) in enumerate(self._conn.execute(sql, args))
             if rank < k or float(str(distance)) <= max_distance
+        ]
+
+    def _vec_window(self, qvec: Vectors, cutoff: int | None, created: tuple[int, int]) -> list[int]:
+        """The vector list over the items created in ``[start, end)``: exact cosine over
+        them, the first few always, deeper ranks at cosine ≥ ``MIN_COSINE``."""
+        floor = cutoff if cutoff is not None else -(2**62)
+        rows = self._conn.execute(
+            "SELECT v.rowid, vec_distance_cosine(v.embedding, ?) AS d FROM items_vec v"
+            " WHERE v.rowid IN (SELECT rid FROM items WHERE created_ms >= ? AND created_ms < ?"
+            " AND last_access_ms >= ?) ORDER BY d LIMIT ?",
+            (qvec.tobytes(), *created, floor, LIST_LIMIT),
+        ).fetchall()
+        max_distance = 1.0 - MIN_COSINE
+        return [
+            int(str(rid))
+            for rank, (rid, distance) in enumerate(rows)
+            if rank < WINDOW_NEAREST or float(str(distance)) <= max_distance
         ]
 
     _COLUMNS = "rid, item_id, text, sensitivity, sources, importance, created_ms, last_access_ms"

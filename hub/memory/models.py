@@ -102,6 +102,9 @@ class CommitReceipt:
     """earlier versions whose payload this commit erased (``erase_previous``)"""
     forgotten: tuple[str, ...] = ()
     """assertions forgotten with them (they depended on an erased version)"""
+    merged: bool = False
+    """the fact was already current (same subject, predicate, value): this commit's sources
+    joined it and no version was written"""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -32,10 +32,13 @@ import grpc
 from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
+from hub.archive.maintainer import DEFAULT_INTERVAL_S as ARCHIVE_UPKEEP_S
+from hub.archive.maintainer import ArchiveMaintainer
 from hub.brain.providers import ProviderStore
 from hub.errors import HubError
 from hub.gateway import Gateway
 from hub.gateway.courier import MeshConsent
+from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
 from hub.mesh.grpc_server import HubService, start_server, tls_credentials
 from hub.mesh.notify import ServiceNotifier, take_env
@@ -150,6 +153,13 @@ class HubDaemon:
         port = self.port
         self.ready = asyncio.Event()
         """set once the hub is connected and serving"""
+        self.memory = open_memory(home.path)
+        """the home's L3 assertions and recall index (read for call-time context; the
+        timeline is indexed into it); the memory package writes them"""
+        self.archive_upkeep: ArchiveMaintainer | None = None
+        """the archive's own upkeep (``yimi archive status`` reads what it did)"""
+        self._timeline_grew = asyncio.Event()
+        """set when entries join the timeline: the recall indexer takes them"""
         self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
         self.sync = HubReplication(
             self.replicas,
@@ -217,7 +227,7 @@ class HubDaemon:
             self.store,
             delivery=self.delivery,
             activity=Activity(self.store, publish=self._publish_entries),
-            context=ContextSources(home.path, self.store, self.replicas.notes),
+            context=ContextSources(home.path, self.store, self.replicas.notes, self.memory),
             gateway=self._gateway,
             ready=self.ready,
             count=port.count,
@@ -496,6 +506,10 @@ class HubDaemon:
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
         tasks.spawn(self._migrate_recall(), "recall-migrate")
+        if self._timeline_recall():
+            tasks.spawn(self._index_timeline(), "timeline-recall")
+        tasks.spawn(self._reapply_forgetting(), "forget-reapply")
+        await self._start_archive_upkeep()
         self._write_pidfile()
         self._stack.callback(self._remove_pidfile)
         await asyncio.wait_for(self.mqtt.connected.wait(), timeout=15)
@@ -616,6 +630,7 @@ class HubDaemon:
         self.registry.close()
         self.voiceprints.close()
         self.scheduler.store.close()
+        self.memory.close()
 
     def _write_pidfile(self) -> None:
         write_private(self.home.path / "hub.pid", str(os.getpid()))
@@ -642,6 +657,102 @@ class HubDaemon:
             raise
         except Exception:  # the old index stays in use; status shows the failure
             log.exception("recall index migration failed")
+
+    async def _start_archive_upkeep(self) -> None:
+        """The archive keeps itself (``archive: {upkeep_interval_s: N}`` in home.yaml,
+        default 60; 0 turns it off): packing, verified cold packs, repacking deletions,
+        hot-copy expiry — yielding while a request window is open."""
+        from hub.archive.settings import open_archive
+
+        cfg = self.home.config.get("archive")
+        interval = ARCHIVE_UPKEEP_S
+        if isinstance(cfg, Mapping) and cfg.get("upkeep_interval_s") is not None:
+            interval = float(cfg["upkeep_interval_s"])
+        if interval <= 0:
+            return
+        try:
+            archive = await asyncio.to_thread(open_archive, self.home.path)
+        except Exception as exc:
+            log.error("archive upkeep not started: %s", exc)
+            return
+        self._stack.callback(archive.close)
+        self.archive_upkeep = await self._stack.enter_async_context(
+            Bounded(
+                ArchiveMaintainer(archive, interval_s=interval, busy=self.hearing.busy),
+                "archive upkeep",
+            )
+        )
+
+    async def _reapply_forgetting(self) -> None:
+        """Re-apply every logged forget plan (a store restored from a backup gets its
+        deletions back) in a worker thread, over stores of its own; the replicas' purges
+        reach the devices as the replication sees them on disk."""
+        from hub.memory.erasure import log_path
+
+        if not log_path(self.home.path).exists():
+            return
+
+        def run() -> int:
+            from hub.archive.settings import open_archive
+            from hub.memory.erasure import Erasure
+            from hub.memory.index import MemoryIndex
+
+            memory = open_memory(self.home.path)
+            timeline = HubStore(self.home.path / "hub.db")
+            archive = open_archive(self.home.path)
+            try:
+                assert isinstance(memory.index, MemoryIndex)
+                report = Erasure(
+                    self.home.path,
+                    memory=memory,
+                    index=memory.index,
+                    timeline=timeline,
+                    replicas=ReplicaSet(self.home.path / "replicas"),
+                    archive=archive,
+                ).reapply()
+                for item, why in report.not_deleted:
+                    log.warning("forgetting %s %s: %s", item.layer, item.id, why)
+                return len(report.deleted)
+            finally:
+                archive.close()
+                timeline.close()
+                memory.close()
+
+        try:
+            n = await asyncio.to_thread(run)
+        except Exception:
+            log.exception("re-applying the forget log failed")
+            return
+        if n:
+            log.warning("forget log re-applied: %d restored items deleted again", n)
+
+    def _timeline_recall(self) -> bool:
+        """``memory: {timeline_recall: false}`` in home.yaml keeps the timeline out of
+        recall (and the embedding model out of the hub process)."""
+        cfg = self.home.config.get("memory")
+        return not (isinstance(cfg, Mapping) and cfg.get("timeline_recall") is False)
+
+    async def _index_timeline(self) -> None:
+        """The timeline in the recall index, as it grows (:mod:`hub.memory.timeline_recall`)."""
+        from hub.memory.index import MemoryIndex
+        from hub.memory.timeline_recall import TimelineIndexer, TimelineText, cursor_path
+
+        def read(after: int, limit: int) -> list[TimelineText]:
+            return [
+                TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, scope)
+                for e, scope in self.store.entries_with_scope(after=after, limit=limit)
+            ]
+
+        index = self.memory.index
+        if not isinstance(index, MemoryIndex):
+            return
+        indexer = TimelineIndexer(
+            read,
+            index,
+            cursor_path(self.home.path),
+            sensitivity=self.memory.registered_sensitivity,
+        )
+        await indexer.run(self._timeline_grew)
 
     # ------------------------------------------------------------------ registry
     def _load_registry(self) -> set[str]:
@@ -783,6 +894,7 @@ class HubDaemon:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
         self.watching.on_entries(entries)
+        self._timeline_grew.set()
         if self.web is not None:
             self.web.state.pulse()
 
@@ -790,6 +902,7 @@ class HubDaemon:
         update = opened.payload
         assert isinstance(update, sync_pb2.SyncUpdate)
         changed, _ = self.sync.apply_from_device(list(update.updates), opened.sender)
+        self._timeline_grew.set()
         await self.sync.publish(changed)  # refusals are counted by self.sync
 
     async def _serve_sync(self, data: bytes) -> bytes:

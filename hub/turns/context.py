@@ -1,5 +1,6 @@
-"""Context sources of a turn: the owner's profile, notes, today's timeline, the time zone;
-and the address book the brain reads (``HOME/contacts.yaml``).
+"""Context sources of a turn: the owner's profile, notes, recall (L3 and the timeline),
+today's timeline, the time zone and health facts; and the address book the brain reads
+(``HOME/contacts.yaml``).
 
 Only ``owner`` turns get them (:meth:`ContextSources.sources`); ``owner_uncertain`` and
 ``guest`` turns read no private memory.
@@ -16,7 +17,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hub.brain import AddressBook, Contact
-from hub.memory.context import ContextSource, FunctionSource, Snippet, StaticSource
+from hub.memory.assertions import AssertionStore
+from hub.memory.context import (
+    ContextSource,
+    FunctionSource,
+    IndexSource,
+    Snippet,
+    StaticSource,
+)
+from hub.memory.index import MemoryIndex
+from hub.memory.timeline_recall import timeline_item
 from hub.timeline import HubStore
 from hub.turns.activity import ACTIVITY_KIND
 from protos.errors import YimiError
@@ -27,6 +37,8 @@ log = logging.getLogger(__name__)
 NOTE_STOP = frozenset("a an the my our your of to for from about with and or notes note".split())
 MAX_NOTES = 10
 TIMELINE_SNIPPETS = 12
+HEALTH_PREFIX = "health."
+MAX_HEALTH = 8
 
 
 class FileContacts:
@@ -62,25 +74,61 @@ class FileContacts:
 
 class ContextSources:
     """The context sources of turns: ``home`` (``profile/``), the timeline in ``store``,
-    the replicated notes (``notes``)."""
+    the replicated notes (``notes``) and, with ``memory`` (the home's assertion store and
+    its recall index), recall and the owner's health facts — the six of
+    ARCHITECTURE § Memory."""
 
     def __init__(
-        self, home: Path, store: HubStore | None, notes: Callable[[], Sequence[Note]]
+        self,
+        home: Path,
+        store: HubStore | None,
+        notes: Callable[[], Sequence[Note]],
+        memory: AssertionStore | None = None,
     ) -> None:
         self.home = home
         self.store = store
         self._all_notes = notes
+        self.memory = memory
 
     def sources(self, scope: str, turn_id: str) -> list[ContextSource]:
         """The context sources of a turn: all of them for the owner, none otherwise."""
         if scope != "owner":
             return []
-        return [
+        out: list[ContextSource] = [
             FunctionSource("profile", self._profile),
             FunctionSource("notes", self._notes),
+        ]
+        index = self.memory.index if self.memory is not None else None
+        if isinstance(index, MemoryIndex):
+            out.append(IndexSource(index, "assertions", hide={timeline_item(turn_id)}))
+        out += [
             FunctionSource("timeline", lambda q: self._timeline(q, turn_id)),
             StaticSource("timezone", [timezone()]),
+            FunctionSource("health", self._health),
         ]
+        return out
+
+    async def _health(self, query: str) -> Sequence[Snippet]:
+        """The owner's health facts (current ``health.*`` assertions: allergies, medication,
+        conditions) and notes of kind ``health``: always given, whatever the question."""
+        memory = self.memory
+
+        def read() -> list[Snippet]:
+            if memory is None:
+                return []
+            return [
+                Snippet(a.head.sentence, a.sensitivity, (("assertion", a.id),))
+                for a in memory.current()
+                if (a.head.predicate or "").startswith(HEALTH_PREFIX) and a.head.sentence
+            ][:MAX_HEALTH]
+
+        facts = await asyncio.to_thread(read)
+        notes = [
+            Snippet(n.text, "high", (("note", n.id),))
+            for n in self._all_notes()
+            if n.kind == "health"
+        ]
+        return facts + notes[: max(0, MAX_HEALTH - len(facts))]
 
     async def _profile(self, query: str) -> Sequence[Snippet]:
         def read() -> list[Snippet]:

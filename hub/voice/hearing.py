@@ -900,6 +900,11 @@ class Hearing:
             self._providers = self._open_providers()
         return self._providers
 
+    def busy(self) -> bool:
+        """A request window is open: audio arriving or an utterance being heard (archive
+        upkeep yields meanwhile)."""
+        return bool(self._in_flight) or self.assembler.pending > 0
+
     def _get_archive(self) -> Archive | None:
         if self._archive is None and not self._archive_failed:
             try:

@@ -87,15 +87,28 @@ class Found:
 
 
 Search = Callable[[AssertionStore, str, int, bool], list[Found]]
+OpenErasure = Callable[[AssertionStore], Any]
+"""the store → a ``hub.memory.erasure.Erasure`` over the home (the real server only)"""
 
 
 class Tools:
     """The tool bodies; one lock, so one call at a time touches the store's connection."""
 
-    def __init__(self, open_store: Callable[[], AssertionStore], search: Search) -> None:
+    def __init__(
+        self,
+        open_store: Callable[[], AssertionStore],
+        search: Search,
+        *,
+        erasure: OpenErasure | None = None,
+        plans: Path | None = None,
+    ) -> None:
         self._open_store = open_store
         self._store: AssertionStore | None = None
         self._search = search
+        self._open_erasure = erasure
+        self._erasure: Any = None
+        self._plans = plans
+        """where plans wait for the owner's approval (one JSON file each)"""
         self._lock = threading.Lock()
         self.gate = Gate.from_env()
 
@@ -252,6 +265,88 @@ class Tools:
                 return failed(exc)
         return forget_receipt(report)
 
+    # ------------------------------------------------------------------ forgetting whole
+    def _whole(self) -> Any:
+        if self._open_erasure is None or self._plans is None:
+            return None
+        if self._erasure is None:
+            self._erasure = self._open_erasure(self.store)
+        return self._erasure
+
+    def plan_forget(self, about: str, lang: str = "en") -> dict[str, Any]:
+        """Everything that holds ``about`` (nothing is deleted): the plan the owner approves."""
+        if not isinstance(about, str) or not about.strip():
+            return receipt("failed", error=("INVALID", "about: say what to forget"))
+        with self._lock:
+            erasure = self._whole()
+            if erasure is None:  # the fake: no timeline, no archive — nothing planned
+                return receipt(
+                    "succeeded",
+                    unknowns=["no plan: forgetting whole needs the hub's home (forget facts)"],
+                )
+            plan = erasure.plan(about)
+            assert self._plans is not None
+            self._plans.mkdir(parents=True, exist_ok=True)
+            (self._plans / f"{plan.plan_id}.json").write_text(plan.to_json(), encoding="utf-8")
+        lines = plan.lines(lang) if self.gate.local else [plan.lines(lang)[0]]
+        if not self.gate.local:
+            lines += [f"- {layer}: {n}" for layer, n in sorted(plan.counts().items())]
+        effects = [
+            {
+                "kind": "memory.forget_plan",
+                "state": "verified",
+                "target": plan.plan_id,
+                "fields": {"items": len(plan.items), "summary": "\n".join(lines)},
+            }
+        ]
+        effects += [
+            {
+                "kind": "memory.forget_planned",
+                "state": "verified",
+                "target": f"{i.layer}:{i.id}",
+                "fields": {"layer": i.layer, "id": i.id},
+            }
+            for i in plan.items
+        ]
+        return receipt(
+            "succeeded",
+            effects=effects,
+            values=[{"name": "items to delete", "value": len(plan.items), "unit": "items"}],
+        )
+
+    def forget_plan(self, plan_id: str, summary: str = "") -> dict[str, Any]:
+        """Carry out a plan the owner approved (the gateway's card showed ``summary``)."""
+        from hub.memory.erasure import ErasePlan
+
+        with self._lock:
+            erasure = self._whole()
+            if erasure is None:
+                return receipt(
+                    "failed", error=("UNAVAILABLE", "forgetting whole needs the hub's home")
+                )
+            assert self._plans is not None
+            path = self._plans / f"{Path(plan_id).name}.json"
+            if not path.exists():
+                return receipt("failed", error=("NOT_FOUND", f"no forget plan {plan_id}"))
+            report = erasure.execute(ErasePlan.from_json(path.read_text(encoding="utf-8")))
+            path.unlink()
+        effects = [
+            {
+                "kind": "memory.deleted",
+                "state": "verified",
+                "target": f"{i.layer}:{i.id}",
+                "fields": {"layer": i.layer},
+            }
+            for i in report.deleted
+        ]
+        unknowns = [f"{i.layer} {i.id} not deleted yet: {why}" for i, why in report.not_deleted]
+        values = [
+            {"name": "items deleted", "value": len(report.deleted), "unit": "items"},
+            {"name": "items not deleted yet", "value": len(report.not_deleted), "unit": "items"},
+        ]
+        status = "partial" if report.not_deleted else "succeeded"
+        return receipt(status, effects=effects, values=values, unknowns=unknowns)
+
 
 def forget_receipt(report: ForgetReport) -> dict[str, Any]:
     """Exactly what was deleted, one effect per thing; nothing claimed beyond it."""
@@ -350,6 +445,21 @@ def register(mcp: Any, tools: Tools) -> None:
             importance,
             idempotency_key,
         )
+
+    @mcp.tool()
+    def plan_forget(about: str, lang: str = "en") -> dict[str, Any]:
+        """Plan forgetting everything the owner said about something ("the dentist", "what
+        I said yesterday about the dentist"): timeline entries, replies, memories, summaries,
+        search entries, archived audio and cold-pack chunks. Deletes nothing; returns the
+        plan id and its summary for forget_plan."""
+        return tools.plan_forget(about, lang)
+
+    @mcp.tool()
+    def forget_plan(plan_id: str, summary: str = "") -> dict[str, Any]:
+        """Carry out a plan from plan_forget once the owner approved it (summary: the plan's
+        summary, shown to the owner on the approval card). The receipt lists what was
+        deleted and what could not be yet."""
+        return tools.forget_plan(plan_id, summary)
 
     @mcp.tool()
     def forget(id: str) -> dict[str, Any]:

@@ -1,0 +1,237 @@
+"""Recall over the timeline (L4): its entries in the recall index, and questions narrowed by
+the time they name.
+
+:class:`TimelineIndexer` puts timeline entries (utterances, replies, activity, reminders;
+photos' text later) into the same recall index as the L3 assertions — item
+``timeline:<entry id>``, source ``("timeline", <entry id>)``, created at the entry's time —
+so one search fuses both by rank. It reads the timeline from a cursor (the last ``seq``
+indexed, ``HOME/recall/timeline.seq``) in batches, so a restart or a burst loses nothing and
+indexes nothing twice. Guest utterances are not the owner's memory and are left out; an
+entry is ``medium`` (what the call-time context gives timeline snippets) unless the memory
+store registered its source higher. Questions the owner asked are indexed with low
+importance: "what did I say about the dentist?" should not outrank what was said.
+
+:func:`recall` is the search the memory package and ``yimi recall`` run: a past time phrase
+in the question ("last Tuesday", "昨天", see :mod:`hub.memory.period`) narrows the
+candidates to items created then, and the rest of the question is what is searched for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime as dt
+import logging
+import os
+import re
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from hub.memory.index import RECALL_DIR, Entry, Hit
+from hub.memory.period import Period, past_period
+from hub.memory.sensitivity import Source
+from storage.private import private_dir
+
+log = logging.getLogger(__name__)
+
+TIMELINE_ITEM = "timeline:"
+INDEXED_KINDS = frozenset({"utterance", "reply", "activity", "reminder", "photo", "note"})
+"""entry kinds whose text is recalled (device entries of other kinds: status, sensor…, not)"""
+CURSOR_NAME = "timeline.seq"
+BATCH = 64
+WAKE_INTERVAL_S = 10.0
+IMPORTANCE = {"utterance": 0.5, "reply": 0.3}
+QUESTION_IMPORTANCE = 0.1
+DEFAULT_IMPORTANCE = 0.4
+SKIP_SCOPES = frozenset({"guest"})
+_QUESTION = re.compile(
+    r"[?？]\s*$|^\s*(?:what|when|where|who|why|how|do you|did i|can you)\b|什么|吗\s*$|哪|几",
+    re.IGNORECASE,
+)
+
+
+def timeline_item(entry_id: str) -> str:
+    return TIMELINE_ITEM + entry_id
+
+
+@dataclass(frozen=True)
+class TimelineText:
+    """One timeline entry as the indexer reads it."""
+
+    seq: int
+    id: str
+    kind: str
+    text: str
+    ts_ms: int
+    scope: str = ""
+
+
+class IndexWriter(Protocol):
+    """What the indexer needs of the recall index (``MemoryIndex``)."""
+
+    def upsert_many(self, entries: Sequence[Entry]) -> None: ...
+
+
+ReadTimeline = Callable[[int, int], Sequence[TimelineText]]
+"""``(after seq, limit)`` → the next entries in ``seq`` order"""
+Sensitivity = Callable[[Source], str | None]
+"""the registered level of a source, if any"""
+
+
+def cursor_path(home: Path) -> Path:
+    return home / RECALL_DIR / CURSOR_NAME
+
+
+class TimelineIndexer:
+    """Indexes timeline entries after its cursor; :meth:`catch_up` is one pass (blocking:
+    it embeds, so the hub runs it in a worker thread)."""
+
+    def __init__(
+        self,
+        read: ReadTimeline,
+        index: IndexWriter,
+        cursor: Path,
+        *,
+        sensitivity: Sensitivity | None = None,
+        batch: int = BATCH,
+    ) -> None:
+        self._read = read
+        self._index = index
+        self._cursor = cursor
+        self._sensitivity = sensitivity
+        self._batch = batch
+
+    @property
+    def position(self) -> int:
+        try:
+            return int(self._cursor.read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    def _save(self, seq: int) -> None:
+        private_dir(self._cursor.parent)
+        tmp = self._cursor.with_suffix(".tmp")
+        tmp.write_text(str(seq))
+        os.replace(tmp, self._cursor)
+
+    def entry(self, t: TimelineText) -> Entry | None:
+        """The index entry of one timeline entry (None: not recalled)."""
+        if t.kind not in INDEXED_KINDS or t.scope in SKIP_SCOPES or not t.text.strip():
+            return None
+        level = self._sensitivity(("timeline", t.id)) if self._sensitivity else None
+        importance = IMPORTANCE.get(t.kind, DEFAULT_IMPORTANCE)
+        if t.kind == "utterance" and _QUESTION.search(t.text):
+            importance = QUESTION_IMPORTANCE
+        return Entry(
+            timeline_item(t.id),
+            t.text,
+            level or "medium",
+            (("timeline", t.id),),
+            importance,
+            t.ts_ms,
+        )
+
+    async def run(self, wake: asyncio.Event, *, interval_s: float = WAKE_INTERVAL_S) -> None:
+        """Keep the index up with the timeline (an owned task): a pass whenever ``wake`` is
+        set (new entries) and every ``interval_s``. The timeline is read on the loop; only
+        the embedding and the index write run in a worker thread. The cursor moves after a
+        batch is written, so a cancelled pass is redone (upserts are idempotent)."""
+        while True:
+            wake.clear()
+            try:
+                done = 0
+                while True:
+                    rows = self._read(self.position, self._batch)
+                    if not rows:
+                        break
+                    entries = [e for e in (self.entry(t) for t in rows) if e is not None]
+                    if entries:
+                        await asyncio.to_thread(self._index.upsert_many, entries)
+                    self._save(rows[-1].seq)
+                    done += len(entries)
+                    if len(rows) < self._batch:
+                        break
+                if done:
+                    log.info("recall index: %d timeline entries indexed", done)
+            except Exception:  # the index is behind; the next pass tries again
+                log.exception("indexing the timeline failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), interval_s)
+
+    def catch_up(self, limit: int = 10_000) -> int:
+        """Index what came after the cursor (at most ``limit`` entries); the count indexed."""
+        done = 0
+        seq = self.position
+        while done < limit:
+            rows = self._read(seq, self._batch)
+            if not rows:
+                break
+            entries = [e for e in (self.entry(t) for t in rows) if e is not None]
+            if entries:
+                self._index.upsert_many(entries)
+            seq = rows[-1].seq
+            self._save(seq)
+            done += len(entries)
+            if len(rows) < self._batch:
+                break
+        if done:
+            log.info("recall index: %d timeline entries indexed (up to seq %d)", done, seq)
+        return done
+
+
+# ---------------------------------------------------------------- asking
+class Searchable(Protocol):
+    def search(
+        self,
+        query: str,
+        k: int = 10,
+        *,
+        include_stale: bool = False,
+        created: tuple[int, int] | None = None,
+    ) -> list[Hit]: ...
+
+
+@dataclass(frozen=True)
+class Recalled:
+    hits: list[Hit]
+    period: Period | None
+
+
+def recall(
+    index: Searchable,
+    query: str,
+    k: int = 5,
+    *,
+    include_stale: bool = False,
+    now: dt.datetime | None = None,
+    hide: Collection[str] = (),
+) -> Recalled:
+    """The ``k`` best items for a question, narrowed to the time it names (if any).
+
+    A question narrowed by time also finds items unused for 30 days (it asks for them by
+    their time). ``hide``: item ids never to return (the question's own entry).
+    """
+    local = (now or dt.datetime.now()).astimezone()
+    period = past_period(query, local)
+    if period is None:
+        hits = index.search(query, min(100, k + len(hide)), include_stale=include_stale)
+    else:
+        hits = index.search(
+            period.rest or query,
+            min(100, k + len(hide)),
+            include_stale=True,
+            created=(period.start_ms, period.end_ms),
+        )
+    return Recalled([h for h in hits if h.item_id not in hide][:k], period)
+
+
+def dated(hit: Hit, tz: dt.tzinfo | None = None) -> str:
+    """A timeline hit's text with its local date ("2026-12-01 Tue …"); others as they are."""
+    if not hit.item_id.startswith(TIMELINE_ITEM):
+        return hit.text
+    when = dt.datetime.fromtimestamp(
+        hit.created_ms / 1000, tz or dt.datetime.now().astimezone().tzinfo
+    )
+    return f"{when:%Y-%m-%d %a %H:%M} {hit.text}"

@@ -1,0 +1,272 @@
+"""Recall over the timeline (issue 22): L4 entries in the recall index beside L3 assertions,
+time phrases in English and Chinese narrowing the search."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hub.memory.assertions import AssertionStore
+from hub.memory.index import MemoryIndex
+from hub.memory.period import past_period
+from hub.memory.timeline_recall import (
+    TimelineIndexer,
+    TimelineText,
+    cursor_path,
+    dated,
+    recall,
+    timeline_item,
+)
+from hub.timeline import HubStore
+from models.embed import Embedder, shared_embedder
+
+TZ = dt.timezone(dt.timedelta(hours=8))
+NOW = dt.datetime(2026, 12, 3, 15, 0, tzinfo=TZ)
+"""a Thursday afternoon"""
+NOW_MS = int(NOW.timestamp() * 1000)
+
+
+def at(days_back: int, hour: int) -> int:
+    day = NOW.date() - dt.timedelta(days=days_back)
+    return int(dt.datetime.combine(day, dt.time(hour), tzinfo=TZ).timestamp() * 1000)
+
+
+SAID = [
+    # (id, days back, hour, scope, text)
+    ("u-mon", 3, 9, "owner", "I booked the dentist for Friday at three, the left molar hurts"),
+    ("u-tue", 2, 20, "owner", "我跟牙医约了下周一补牙，记得提醒我别吃太硬的东西"),
+    ("u-wed", 1, 8, "owner", "the plumber is coming on Saturday to fix the kitchen sink"),
+    ("u-lastwk", 9, 10, "owner", "my sister's flight lands at terminal two next month"),
+    ("u-lastwk-zh", 8, 19, "owner", "上周我把护照放在书房抽屉里了"),
+    ("u-guest", 1, 12, "guest", "the dentist said the door code is 4321"),
+    ("u-q", 0, 14, "owner", "what did I say about the dentist?"),
+]
+
+
+@pytest.fixture(scope="module")
+def embedder() -> Embedder:
+    return shared_embedder()
+
+
+@pytest.fixture
+def home(tmp_path: Path, embedder: Embedder) -> Iterator[tuple[HubStore, MemoryIndex, Path]]:
+    store = HubStore(tmp_path / "hub.db")
+    for eid, back, hour, scope, text in SAID:
+        store.admit_utterance(
+            utterance_id=eid,
+            device="phone",
+            text=text,
+            ts_ms=at(back, hour),
+            received_ms=at(back, hour),
+            trace_id="t",
+            meta={"scope": scope},
+            replay_state=None,
+        )
+    store.append_entry(
+        "r-mon",
+        device="phone",
+        kind="reply",
+        text="Noted: dentist on Friday at 3 pm.",
+        ts_ms=at(3, 9) + 2000,
+        trace_id="t",
+        meta={},
+    )
+    index = MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: NOW_MS)
+    yield store, index, tmp_path
+    index.close()
+    store.close()
+
+
+def indexer_for(store: HubStore, index: MemoryIndex, home: Path) -> TimelineIndexer:
+    def read(after: int, limit: int) -> list[TimelineText]:
+        return [
+            TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, scope)
+            for e, scope in store.entries_with_scope(after=after, limit=limit)
+        ]
+
+    return TimelineIndexer(read, index, cursor_path(home), batch=3)
+
+
+def ids(hits: list) -> list[str]:  # type: ignore[type-arg]
+    return [h.item_id for h in hits]
+
+
+def test_indexer_follows_its_cursor_and_leaves_guests_out(
+    home: tuple[HubStore, MemoryIndex, Path],
+) -> None:
+    store, index, path = home
+    indexer = indexer_for(store, index, path)
+    assert indexer.catch_up() == len(SAID)  # 7 utterances + 1 reply − 1 guest
+    assert timeline_item("u-guest") not in set(index.ids())
+    assert indexer.catch_up() == 0  # nothing twice
+    store.append_entry(
+        "a-1",
+        device="hub",
+        kind="activity",
+        text="Paid the electricity bill",
+        ts_ms=NOW_MS,
+        trace_id="t",
+        meta={},
+    )
+    again = indexer_for(store, index, path)  # a restart reads the cursor back
+    assert again.catch_up() == 1
+    hit = index.get(timeline_item("a-1"))
+    assert hit is not None and hit.sensitivity == "medium"
+    assert hit.sources == (("timeline", "a-1"),)
+    question = index.get(timeline_item("u-q"))
+    assert question is not None and question.importance < 0.2
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("what did I say about the dentist on Monday", "u-mon"),
+        ("what did I tell you about the dentist three days ago", "u-mon"),
+        ("我周二说的牙医的事", "u-tue"),
+        ("前天我跟你说过补牙的什么", "u-tue"),
+        ("what did I say yesterday about the sink", "u-wed"),
+        ("昨天说的水管工", "u-wed"),
+        ("where did I say I put my passport last week", "u-lastwk-zh"),
+        ("what did I say about my sister's flight last week", "u-lastwk"),
+        ("上周我说护照放哪了", "u-lastwk-zh"),
+    ],
+)
+def test_a_question_about_days_ago_finds_the_timeline_entry(
+    home: tuple[HubStore, MemoryIndex, Path], question: str, expected: str
+) -> None:
+    store, index, path = home
+    indexer_for(store, index, path).catch_up()
+    found = recall(index, question, 5, now=NOW)
+    assert found.period is not None
+    assert ids(found.hits)[0] == timeline_item(expected), [h.text for h in found.hits]
+
+
+def test_time_phrases_narrow_and_l3_fuses_with_l4(
+    home: tuple[HubStore, MemoryIndex, Path], tmp_path: Path
+) -> None:
+    store, index, path = home
+    indexer_for(store, index, path).catch_up()
+    memory = AssertionStore.open(tmp_path / "memory.db", index=index, clock=lambda: at(20, 9))
+    fact = memory.commit(None, 0, subject="owner", predicate="health.dentist", value="Dr. Lin")
+    # no time phrase: the fact and what was said about the dentist, fused by rank
+    both = ids(recall(index, "the dentist", 5, now=NOW).hits)
+    assert f"assertion:{fact.id}" in both and timeline_item("u-mon") in both
+    # "yesterday" holds nothing about the dentist from the owner: Monday's entry is out
+    yesterday = recall(index, "what did I say about the dentist yesterday", 5, now=NOW)
+    assert timeline_item("u-mon") not in ids(yesterday.hits)
+    assert f"assertion:{fact.id}" not in ids(yesterday.hits)  # made 20 days ago
+    assert all(at(1, 0) <= h.created_ms < at(0, 0) for h in yesterday.hits)
+    # today: the question itself can be hidden by the caller
+    today = recall(
+        index, "what did I say today about the dentist", 5, now=NOW, hide={timeline_item("u-q")}
+    )
+    assert timeline_item("u-q") not in ids(today.hits)
+    monday = recall(index, "what did I say on Monday about the dentist", 5, now=NOW).hits
+    assert dated(monday[0], TZ).startswith("2026-11-30 Mon 09:00 I booked the dentist")
+    memory.close()
+
+
+@pytest.mark.parametrize(
+    ("phrase", "start", "end", "rest"),
+    [
+        ("what did I say yesterday", (12, 2), (12, 3), "what did I say"),
+        ("the day before yesterday", (12, 1), (12, 2), ""),
+        (
+            "what did I say on Tuesday about the dentist",
+            (12, 1),
+            (12, 2),
+            "what did I say about the dentist",
+        ),
+        ("what did I say on Thursday", (11, 26), (11, 27), "what did I say"),
+        ("last week", (11, 23), (11, 30), ""),
+        ("2 days ago", (12, 1), (12, 2), ""),
+        ("last month", (11, 1), (12, 1), ""),
+        ("last weekend", (11, 28), (11, 30), ""),
+        ("昨天的牙医", (12, 2), (12, 3), "的牙医"),
+        ("上周", (11, 23), (11, 30), ""),
+        ("周二我说了什么", (12, 1), (12, 2), "我说了什么"),
+        ("上周二", (11, 24), (11, 25), ""),
+        ("星期四说的", (11, 26), (11, 27), "说的"),
+        ("三天前", (11, 30), (12, 1), ""),
+        ("上个月", (11, 1), (12, 1), ""),
+    ],
+)
+def test_time_phrases_in_both_languages(
+    phrase: str, start: tuple[int, int], end: tuple[int, int], rest: str
+) -> None:
+    p = past_period(phrase, NOW)
+    assert p is not None
+    assert (p.start.month, p.start.day) == start and p.start.hour == 0
+    assert (p.end.month, p.end.day) == end
+    assert p.rest == rest
+
+
+def test_no_time_phrase_no_narrowing() -> None:
+    assert past_period("what did I say about the dentist", NOW) is None
+    assert past_period("我说过牙医的什么", NOW) is None
+    today = past_period("what did I say today", NOW)
+    assert today is not None and today.end == NOW
+    # a weekday or "this week" without a past verb is a habit or a plan, not a memory
+    assert past_period("what class is on Tuesday", NOW) is None
+    assert past_period("孩子周末有什么课？", NOW) is None
+    assert past_period("这周购物要带什么？", NOW) is None
+    assert past_period("上周末", NOW) is not None
+
+
+async def test_call_time_context_wires_all_six_sources(tmp_path: Path, embedder: Embedder) -> None:
+    """Profile, notes, recall (L3 + timeline), today's timeline, time zone, health: each
+    answered within its 1,200 ms, the block within 2,400 characters; a question about
+    yesterday gets what was said yesterday."""
+    from hub.memory.context import BUDGET_CHARS, short_context
+    from hub.memory.home import open_memory
+    from hub.turns.context import ContextSources
+    from sync.documents import Note
+
+    store = HubStore(tmp_path / "hub.db")
+    index = MemoryIndex.for_home(tmp_path, embedder=embedder)
+    memory = open_memory(tmp_path, index=index)
+    memory.commit(None, 0, subject="owner", predicate="health.allergy", value="penicillin")
+    memory.commit(
+        None, 0, subject="owner", predicate="core_profile.entry", value="I live in Hangzhou"
+    )
+    now = dt.datetime.now().astimezone()
+    yesterday = now - dt.timedelta(days=1)
+    for eid, when, text in (
+        ("u-y", yesterday.replace(hour=10), "the dentist moved my filling to next Wednesday"),
+        ("u-now", now, "what did I say yesterday about the dentist?"),
+    ):
+        store.admit_utterance(
+            utterance_id=eid,
+            device="phone",
+            text=text,
+            ts_ms=int(when.timestamp() * 1000),
+            received_ms=int(when.timestamp() * 1000),
+            trace_id="t",
+            meta={"scope": "owner"},
+            replay_state=None,
+        )
+    indexer_for(store, index, tmp_path).catch_up()
+    notes = [Note("n-1", "buy floss", "shopping", False, False, 0, "phone")]
+    sources = ContextSources(tmp_path, store, lambda: notes, memory).sources("owner", "u-now")
+    assert [s.name for s in sources] == [
+        "profile",
+        "notes",
+        "assertions",
+        "timeline",
+        "timezone",
+        "health",
+    ]
+    ctx = await short_context("what did I say yesterday about the dentist?", sources)
+    assert not ctx.dropped, ctx.dropped
+    assert set(ctx.included) >= {"profile", "assertions", "timezone", "health"}
+    assert len(ctx.text) <= BUDGET_CHARS
+    recalled = [line for line in ctx.lines if line.startswith("[assertions]")]
+    assert "filling to next Wednesday" in recalled[0]
+    assert not any("what did I say" in line for line in recalled)  # the question itself
+    assert any("penicillin" in line for line in ctx.lines if line.startswith("[health]"))
+    assert ("timeline", "u-y") in ctx.sources
+    memory.close()
+    store.close()
