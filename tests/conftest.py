@@ -21,6 +21,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_voice_e2e.py": 77,
     "test_security_broker.py": 75,
     "test_wake.py": 70,
+    "test_vision_mesh.py": 70,
     "test_demo.py": 68,
     "test_security.py": 64,
     "test_understanding_mesh.py": 62,

@@ -189,8 +189,9 @@ class Mesh:
         assert hub.alive(), f"hub exited: {hub.text()}"
         return hub
 
-    def start_edge(self, bundle: Path, *, hub: str | None = None) -> Proc:
-        args = ["edge", "run", "--bundle", str(bundle)]
+    def start_edge(self, bundle: Path, *extra: str, hub: str | None = None) -> Proc:
+        """``yimi edge run`` for ``bundle`` (``extra``: more of its options, ``--camera …``)."""
+        args = ["edge", "run", "--bundle", str(bundle), *extra]
         if hub:
             args += ["--hub", hub]
         edge = self.spawn(f"edge-{bundle.name}", *args)

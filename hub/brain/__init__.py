@@ -58,6 +58,7 @@ from hub.brain.rules import AddressBook, Contact, Contacts
 
 if TYPE_CHECKING:
     from hub.brain.configured import ConfiguredBrain
+    from hub.brain.vision import VisionDesk
     from hub.gateway import Gateway
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
@@ -86,6 +87,7 @@ async def open_brain(
     durable: bool = True,
     timers: TimerDesk | None = None,
     reminders: ReminderDesk | None = None,
+    vision: VisionDesk | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
     """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
     from hub.brain.configured import ConfiguredBrain
@@ -103,6 +105,7 @@ async def open_brain(
             on_event=on_event,
             timers=timers,
             reminders=reminders,
+            vision=vision,
         ) as brain:
             yield brain
     finally:

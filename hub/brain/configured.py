@@ -34,6 +34,7 @@ from hub.gateway import Gateway, Receipt
 if TYPE_CHECKING:
     from hub.brain.agents import PydanticBrain
     from hub.brain.intents import IntentEngine
+    from hub.brain.vision import VisionDesk
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
 
@@ -52,13 +53,20 @@ class ConfiguredBrain(Brain):
         engine: IntentEngine | None = None,
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        vision: VisionDesk | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
         self.providers = providers
         self.on_event = on_event
         self.rules = RuleBrain(
-            gateway, store, contacts=contacts, on_event=on_event, timers=timers, reminders=reminders
+            gateway,
+            store,
+            contacts=contacts,
+            on_event=on_event,
+            timers=timers,
+            reminders=reminders,
+            vision=vision,
         )
         self._llm: PydanticBrain | None = None
         self._engine = engine

@@ -37,6 +37,7 @@ from typing import Any
 from hub.archive.archive import Archive, NewObject
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
+from hub.brain.vision import VisionDesk
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
@@ -101,8 +102,10 @@ class Turns:
         count: Callable[[str], None],
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
+        vision: VisionDesk | None = None,
     ) -> None:
         self._home = home
+        self.vision = vision
         self.timers = timers
         self.reminders = reminders
         """the hub's timers, handed to the brain"""
@@ -142,6 +145,7 @@ class Turns:
             on_event=self.on_event,
             timers=self.timers,
             reminders=self.reminders,
+            vision=self.vision,
         )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")
