@@ -126,4 +126,6 @@ async def test_what_was_that_sign_answers_from_ocr_in_english_and_chinese(
         out = await mesh.say_answered(glasses, "那个牌子上写的是什么")
         assert kit.SIGN_ZH in out and "照片上写着" in out, out
         listed = await asyncio.to_thread(mesh.yimi, "photos", "--bundle", str(phone), check=True)
-        assert kit.SIGN_ZH in listed.stdout, listed.stdout
+        assert listed.stdout.count("photo · 照片 (specs)") == 2, listed.stdout
+        hub_list = await asyncio.to_thread(mesh.yimi, "photos", "--home", str(mesh.home))
+        assert kit.SIGN_EN in hub_list.stdout and kit.SIGN_ZH in hub_list.stdout, hub_list.stdout

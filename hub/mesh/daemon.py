@@ -202,6 +202,7 @@ class HubDaemon:
             drop=port.drop,
             count=port.count,
             config=cfg_vision if isinstance(cfg_vision, Mapping) else None,
+            name_of=self._device_name,
         )
         """snapshots the owner asks for: archive, faces, text, ``photo`` entries"""
         self.turns = Turns(
@@ -307,6 +308,10 @@ class HubDaemon:
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
+
+    def _device_name(self, device_id: str) -> str:
+        names = {d.device_id: d.name for d in self.registry.devices()}
+        return names.get(device_id, device_id)
 
     async def _photo_entry(
         self, entry_id: str, kind: str, text: str, trace_id: str, meta: dict[str, object]

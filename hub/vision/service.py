@@ -7,8 +7,9 @@
    match is refused (dropped, counted, logged) — nothing is stored;
 3. the JPEG goes to the L5 archive as an ``image`` (``sensitivity: high``) within the photos'
    own budget (``vision.budget_mb``, default 2048), faces are described and recognised, text
-   is read (Tesseract), and a ``photo`` entry (a reference: the archive id and digest, never
-   the image) is put on the timeline, which replicates it to every device.
+   is read (Tesseract); a ``photo`` entry (a reference: the archive id and digest, never
+   the image, nor the names or text found on it) is put on the timeline as soon as the JPEG
+   is stored, and the timeline replicates it to every device.
 
 Face descriptors are never stored for a snapshot: only the names recognised on it.
 """
@@ -88,12 +89,10 @@ def describe(device: str, taken_ms: int, a: Analysis) -> str:
     return "; ".join(parts)
 
 
-def entry_text(device: str, a: Analysis) -> str:
-    """The timeline words of a photo (a reference, not the image)."""
-    text = f"photo · 照片 ({device})"
-    if a.text:
-        text += f": “{a.text[:80]}”"
-    return text
+def entry_text(device: str) -> str:
+    """The timeline words of a photo (a reference, not the image; what was read or
+    recognised on it stays on the hub, in vision.db)."""
+    return f"photo · 照片 ({device})"
 
 
 class Vision:
@@ -110,8 +109,11 @@ class Vision:
         faces: FaceModel | None = None,
         ocr: Callable[[bytes], str] = read_text,
         clock: Callable[[], int] = now_ms,
+        name_of: Callable[[str], str] = str,
     ) -> None:
         self.home = home
+        self._name_of = name_of
+        """device id → the name the owner gave it (for the entry's words)"""
         self.store = VisionStore.for_home(home)
         self._send = send
         self._entry = entry
@@ -267,6 +269,21 @@ class Vision:
             log.error("photo %s from %s not kept: %s", photo.photo_id, device, exc)
             self._count("vision.not_stored")
             return
+        # the entry first (a reference: archive id and digest), so every device shows the
+        # snapshot at once; faces and text follow into vision.db (seconds of CPU)
+        await self._entry(
+            f"photo-{photo.photo_id}",
+            PHOTO_KIND,
+            entry_text(self._name_of(device)),
+            pending.trace_id,
+            {
+                "photo": photo.photo_id,
+                "archive": archive_id,
+                "sha256": photo.sha256.hex(),
+                "device": device,
+                "sensitivity": "high",
+            },
+        )
         try:
             analysis = await asyncio.to_thread(self.analyse, data)
         except VisionError as exc:  # kept, not read: no face model or no Tesseract here
@@ -287,23 +304,9 @@ class Vision:
             faces=analysis.faces,
             people=analysis.people,
             text=analysis.text,
-            description=describe(device, taken, analysis),
+            description=describe(self._name_of(device), taken, analysis),
         )
         await asyncio.to_thread(self.store.add_photo, record)
-        await self._entry(
-            f"photo-{photo.photo_id}",
-            PHOTO_KIND,
-            entry_text(device, analysis),
-            pending.trace_id,
-            {
-                "photo": photo.photo_id,
-                "archive": archive_id,
-                "sha256": record.sha256,
-                "device": device,
-                "faces": analysis.faces,
-                "sensitivity": "high",
-            },
-        )
         self._count("vision.stored")
         log.info("photo %s from %s: %s", photo.photo_id, device, record.description)
         self.stored.set()
