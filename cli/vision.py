@@ -57,17 +57,24 @@ def cmd_people_list(args: argparse.Namespace) -> int:
 
 
 def cmd_people_forget(args: argparse.Namespace) -> int:
+    from hub.vision.recall import PhotoIndex
     from hub.vision.store import VisionStore
     from provisioning.home import Home
 
-    store = VisionStore.for_home(Home.load(args.home).path)
+    home = Home.load(args.home).path
+    store = VisionStore.for_home(home)
     try:
         gone = store.forget(" ".join(args.name.split()))
     finally:
         store.close()
+    index = PhotoIndex(home)
+    try:  # the photos' recall items lose the name too
+        index.put(gone.photos)
+    finally:
+        index.close()
     print(
         f"forgot {gone.name}: {gone.samples} face samples deleted, their name taken off "
-        f"{gone.photos} photo(s)"
+        f"{len(gone.photos)} photo(s) and their recall items"
     )
     return EXIT_OK
 

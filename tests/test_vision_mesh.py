@@ -107,6 +107,9 @@ async def test_a_named_person_is_recognised_on_a_new_snapshot_and_forgotten(
         assert read_rows(mesh.home / "vision.db", "SELECT count(*) FROM samples") == [(0,)]
         out = await mesh.say_answered(glasses, "who did I meet today?")
         assert "nobody" in out, out
+        search = ["memory", "search", "--home", str(mesh.home), "--json", "photo", kit.ASTRONAUT]
+        found = await asyncio.to_thread(mesh.yimi, *search, check=True)
+        assert '"photo:' in found.stdout and kit.ASTRONAUT not in found.stdout, found.stdout
 
 
 async def test_what_was_that_sign_answers_from_ocr_in_english_and_chinese(
@@ -129,3 +132,8 @@ async def test_what_was_that_sign_answers_from_ocr_in_english_and_chinese(
         assert listed.stdout.count("photo · 照片 (specs)") == 2, listed.stdout
         hub_list = await asyncio.to_thread(mesh.yimi, "photos", "--home", str(mesh.home))
         assert kit.SIGN_EN in hub_list.stdout and kit.SIGN_ZH in hub_list.stdout, hub_list.stdout
+        # recall finds the snapshot by what was read on it
+        search = ["memory", "search", "--home", str(mesh.home), "--json", "bookshop"]
+        found = await asyncio.to_thread(mesh.yimi, *search, check=True)
+        first_hit = found.stdout.splitlines()[0]
+        assert f'"photo:{first.id}"' in first_hit and kit.SIGN_EN in first_hit, found.stdout

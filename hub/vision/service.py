@@ -17,7 +17,6 @@ Face descriptors are never stored for a snapshot: only the names recognised on i
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Mapping
@@ -33,7 +32,8 @@ from hub.vision.errors import VisionError
 from hub.vision.faces import FaceModel
 from hub.vision.ocr import read_text
 from hub.vision.people import recognise
-from hub.vision.store import PhotoRecord, VisionStore
+from hub.vision.recall import PhotoIndex
+from hub.vision.store import Analysis, PhotoRecord, VisionStore, describe
 from protos import mesh_pb2, vision_pb2
 from protos.clock import now_ms
 from sync.envelope import DropReason, Opened, random_id
@@ -67,26 +67,6 @@ class _Pending:
     asked_ms: int
     pieces: dict[int, bytes] = field(default_factory=dict)
     total: int = 0
-
-
-@dataclass(frozen=True)
-class Analysis:
-    faces: int
-    people: tuple[str, ...]
-    text: str
-
-
-def describe(device: str, taken_ms: int, a: Analysis) -> str:
-    """The local description of a snapshot: time, device, faces, people, text."""
-    when = dt.datetime.fromtimestamp(taken_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M")
-    parts = [f"photo taken {when} on {device} / {device} 拍的照片"]
-    if a.faces:
-        parts.append(f"{a.faces} face(s) / {a.faces} 张人脸")
-    if a.people:
-        parts.append("people / 人物: " + ", ".join(a.people))
-    if a.text:
-        parts.append(f"text / 文字: {a.text[:300]}")
-    return "; ".join(parts)
 
 
 def entry_text(device: str) -> str:
@@ -128,6 +108,8 @@ class Vision:
         self._clock = clock
         self._pending: dict[str, _Pending] = {}
         self._tasks: TaskOwner | None = None
+        self.index = PhotoIndex(home)
+        """the snapshots' items in the recall index (opened on first use)"""
         self.stored = asyncio.Event()
         """set each time a photo was stored (tests and the bench wait on it)"""
 
@@ -148,6 +130,7 @@ class Vision:
         finally:
             if self._archive is not None:
                 self._archive.close()
+            self.index.close()
             self.store.close()
 
     # ------------------------------------------------------------------ asking
@@ -305,8 +288,14 @@ class Vision:
             people=analysis.people,
             text=analysis.text,
             description=describe(self._name_of(device), taken, analysis),
+            device_name=self._name_of(device),
         )
         await asyncio.to_thread(self.store.add_photo, record)
+        try:  # recall finds it by its text, people and description
+            await asyncio.to_thread(self.index.put, [record])
+        except Exception as exc:
+            log.error("photo %s not indexed for recall: %s", photo.photo_id, exc)
+            self._count("vision.not_indexed")
         self._count("vision.stored")
         log.info("photo %s from %s: %s", photo.photo_id, device, record.description)
         self.stored.set()

@@ -5,10 +5,11 @@ sensitivity; face descriptors never leave the hub. Both the hub and ``yimi peopl
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS photos (
     faces INTEGER NOT NULL,
     people TEXT NOT NULL,
     text TEXT NOT NULL,
-    description TEXT NOT NULL
+    description TEXT NOT NULL,
+    device_name TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS photos_taken ON photos(taken_ms);
 CREATE TABLE IF NOT EXISTS samples (
@@ -45,6 +47,26 @@ CREATE TABLE IF NOT EXISTS samples (
 );
 CREATE INDEX IF NOT EXISTS samples_name ON samples(name);
 """
+
+
+@dataclass(frozen=True)
+class Analysis:
+    faces: int
+    people: tuple[str, ...]
+    text: str
+
+
+def describe(device: str, taken_ms: int, a: Analysis) -> str:
+    """The local description of a snapshot: time, device, faces, people, text."""
+    when = dt.datetime.fromtimestamp(taken_ms / 1000).astimezone().strftime("%Y-%m-%d %H:%M")
+    parts = [f"photo taken {when} on {device} / {device} 拍的照片"]
+    if a.faces:
+        parts.append(f"{a.faces} face(s) / {a.faces} 张人脸")
+    if a.people:
+        parts.append("people / 人物: " + ", ".join(a.people))
+    if a.text:
+        parts.append(f"text / 文字: {a.text[:300]}")
+    return "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -62,14 +84,15 @@ class PhotoRecord:
     people: tuple[str, ...]
     text: str
     description: str
+    device_name: str = ""
 
 
 @dataclass(frozen=True)
 class Forgotten:
     name: str
     samples: int
-    photos: int
-    """photos whose recognised names lost this one"""
+    photos: list[PhotoRecord]
+    """the photos whose recognised names lost this one (as they are now)"""
 
 
 def _blob(v: Any) -> bytes:
@@ -131,15 +154,20 @@ class VisionStore:
             if not count:
                 raise VisionError("vision.unknown_person", name=name)
             self.db.execute("DELETE FROM samples WHERE name = ?", (name,))
-            touched = 0
-            for pid, people in self._rows("SELECT id, people FROM photos"):
-                names = json.loads(str(people))
-                if name in names:
-                    names = [n for n in names if n != name]
-                    self.db.execute(
-                        "UPDATE photos SET people = ? WHERE id = ?", (json.dumps(names), pid)
+            touched: list[PhotoRecord] = []
+            for row in self._rows("SELECT * FROM photos"):
+                p = _photo(row)
+                if name in p.people:
+                    people = tuple(n for n in p.people if n != name)
+                    what = Analysis(p.faces, people, p.text)
+                    p = replace(
+                        p, people=people, description=describe(p.device_name, p.taken_ms, what)
                     )
-                    touched += 1
+                    self.db.execute(
+                        "UPDATE photos SET people = ?, description = ? WHERE id = ?",
+                        (json.dumps(list(people), ensure_ascii=False), p.description, p.id),
+                    )
+                    touched.append(p)
         with self._lock:
             self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         return Forgotten(name, count, touched)
@@ -148,7 +176,7 @@ class VisionStore:
     def add_photo(self, p: PhotoRecord) -> bool:
         with self._lock, transaction(self.db):
             self.db.execute(
-                "INSERT OR IGNORE INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR IGNORE INTO photos VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     p.id,
                     p.device,
@@ -163,6 +191,7 @@ class VisionStore:
                     json.dumps(list(p.people), ensure_ascii=False),
                     p.text,
                     p.description,
+                    p.device_name,
                 ),
             )
             return bool(self.db.changes())
@@ -195,4 +224,5 @@ def _photo(r: Sequence[Any]) -> PhotoRecord:
         people=tuple(json.loads(r[10])),
         text=str(r[11]),
         description=str(r[12]),
+        device_name=str(r[13]),
     )
