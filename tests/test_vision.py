@@ -55,8 +55,8 @@ def test_enrolment_needs_three_consistent_photos_with_one_face_each() -> None:
 def test_the_folder_camera_takes_its_frames_in_order_then_repeats_the_last(
     tmp_path: Path,
 ) -> None:
-    for name, shade in (("b.png", 200), ("a.png", 50)):
-        kit.write_png(np.full((40, 60, 3), shade, np.uint8), tmp_path / name)
+    for name, level in (("b.png", 200), ("a.png", 50)):
+        kit.write_png(np.full((40, 60, 3), level, np.uint8), tmp_path / name)
     cam = open_camera(str(tmp_path))
     assert isinstance(cam, FolderCamera)
 
