@@ -309,6 +309,10 @@ MESSAGES: dict[str, str] = {
         "{line:.2f}) / {name}：{label} 与其他照片不像同一个人"
     ),
     "vision.name_invalid": "person name {name!r} is invalid / 人名 {name!r} 无效",
+    "vision.no_recent_photo": (
+        "no photo in the last {minutes} minutes to name anyone on / "
+        "最近 {minutes} 分钟没有可以命名的照片"
+    ),
     "vision.unknown_person": "no person named {name!r} / 没有名叫 {name!r} 的人",
     "vision.ocr_missing": "tesseract is not installed ({reason}) / 未安装 tesseract",
     "vision.ocr_failed": "OCR failed: {reason} / 文字识别失败：{reason}",

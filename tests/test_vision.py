@@ -174,3 +174,69 @@ async def test_the_hub_keeps_only_photos_it_asked_for_with_the_right_digest(
         (kept,) = vision.store.photos()
         assert kept.sha256 == hashlib.sha256(shot.jpeg).hexdigest()
         assert kit.SIGN_EN in kept.text and entries == ["photo · 照片 (glasses-1)"]
+
+
+class HubEyes:
+    """A :class:`Vision` over a real archive in ``root``, its device side played here."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.asked: list[vision_pb2.CaptureRequest] = []
+        self.entries: list[str] = []
+
+    async def send(self, device: str, kind: int, msg: Message, trace_id: str | None = None) -> bool:
+        assert isinstance(msg, vision_pb2.CaptureRequest)
+        self.asked.append(msg)
+        return True
+
+    async def entry(
+        self, eid: str, kind: str, text: str, trace: str, meta: dict[str, object]
+    ) -> bool:
+        self.entries.append(text)
+        return True
+
+    def vision(self) -> Vision:
+        v = Vision(
+            self.root,
+            send=self.send,
+            entry=self.entry,
+            archive=lambda: Archive(self.root / "archive", disk=lambda _: DiskSpace(1 << 40, None)),
+            drop=lambda *_: None,
+            count=lambda _: None,
+            ocr=lambda _: "",
+        )
+        v.index.put = lambda photos: None  # type: ignore[method-assign]  # no text model here
+        return v
+
+    async def snap(self, vision: Vision, rgb: Any) -> None:
+        """The owner asks, the glasses send ``rgb``; returns once the hub has read it."""
+        count = len(vision.store.photos())
+        assert await vision.capture("glasses-1", f"u-{count}", f"t-{count}")
+        data = encode_jpeg(cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2BGR), "t").jpeg
+        pid = self.asked[-1].request_id
+        await vision.on_chunk(
+            opened(mesh_pb2.PHOTO_CHUNK, vision_pb2.PhotoChunk(photo_id=pid, total=1, data=data))
+        )
+        photo = vision_pb2.Photo(
+            photo_id=pid, chunks=1, size=len(data), sha256=hashlib.sha256(data).digest()
+        )
+        await vision.on_photo(opened(mesh_pb2.PHOTO, photo))
+        await poll(lambda: len(vision.store.photos()) > count, 30, "the photo read")
+
+
+async def test_this_is_my_sister_names_the_face_on_the_latest_photos(tmp_path: Path) -> None:
+    eyes = HubEyes(tmp_path)
+    async with eyes.vision() as vision:
+        with pytest.raises(VisionError, match="no photo in the last 10 minutes"):
+            await vision.name_last("sister")
+        for rgb in kit.enrolment_variants()[:3]:
+            await eyes.snap(vision, rgb)
+            assert vision.store.photos()[0].people == ()
+            count, needed = await vision.name_last("sister")
+        assert (count, needed) == (3, 3)
+        assert vision.store.photos()[0].people == ("sister",)  # the photo named
+        await eyes.snap(vision, kit.new_photo())
+        assert vision.store.photos()[0].people == ("sister",)  # recognised on a new one
+        await eyes.snap(vision, kit.cameraman())
+        with pytest.raises(VisionError, match="no face"):
+            await vision.name_last("sister")

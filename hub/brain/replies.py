@@ -36,6 +36,15 @@ REPLIES: Templates = {
         "en": "None of the recent photos had text I could read.",
         "zh": "最近的照片上没有我能读出的文字。",
     },
+    "named.known": {
+        "en": "Noted: that is {name}. I'll recognise {name} on your photos from now on.",
+        "zh": "记下了：这是{name}。以后照片里我会认出{name}。",
+    },
+    "named.more": {
+        "en": "Noted: that is {name} ({count} of {needed} photos; a few more and I'll "
+        "recognise {name}).",
+        "zh": "记下了：这是{name}（{count}/{needed} 张照片，再多几张我就能认出{name}）。",
+    },
     "seen.people": {"en": "On your photos: {people}.", "zh": "照片里有：{people}。"},
     "seen.nobody": {
         "en": "I recognised nobody you named on the recent photos.",

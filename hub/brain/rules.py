@@ -71,6 +71,7 @@ from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.gateway.gateway import SCHEDULED_BLOCK
 from hub.memory.context import ContextSource, Snippet
+from protos.errors import YimiError
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
@@ -95,7 +96,7 @@ TIMERS = frozenset(
     }
 )
 REMINDERS = frozenset({"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiScheduleRun"})
-VISION = frozenset({"YimiPhoto", "YimiSeenText", "YimiSeenPeople"})
+VISION = frozenset({"YimiPhoto", "YimiSeenText", "YimiSeenPeople", "YimiNamePerson"})
 NOT_SCHEDULED = TIMERS | REMINDERS | VISION | {"HassNevermind", "YimiHelp"}
 """intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
@@ -403,6 +404,17 @@ class RuleBrain(Brain):
                 return say("photo.owner_only", lang)
             asked = await self.vision.capture(task.device_id, task.task_id, task.trace_id)
             return say("photo.taking" if asked else "photo.no_camera", lang)
+        if name == "YimiNamePerson":
+            if task.scope != "owner":
+                return say("photo.owner_only", lang)
+            person = str(s.get("person", "")).strip()
+            try:
+                count, needed = await self.vision.name_last(person)
+            except YimiError as exc:
+                return str(exc)
+            if count >= needed:
+                return say("named.known", lang, name=person)
+            return say("named.more", lang, name=person, count=count, needed=needed)
         today = self.now().replace(hour=0, minute=0, second=0, microsecond=0)
         since = today - dt.timedelta(days=1) if s.get("when") == "yesterday" else today
         if name == "YimiSeenText":
@@ -854,6 +866,7 @@ def _title(intent: Intent) -> str:
         "YimiPhoto": "take a picture",
         "YimiSeenText": "what the last photo said",
         "YimiSeenPeople": "who was on the photos",
+        "YimiNamePerson": f"name the face on the photo: {g('person')}",
         "YimiListRead": f"read the {g('name') or 'shopping'} list",
         "HassShoppingListAddItem": f"add to the shopping list: {g('item')}",
         "HassListAddItem": f"add to the {g('name')} list: {g('item')}",

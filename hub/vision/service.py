@@ -31,7 +31,7 @@ from hub.archive.archive import Archive, NewObject
 from hub.vision.errors import VisionError
 from hub.vision.faces import FaceModel
 from hub.vision.ocr import read_text
-from hub.vision.people import recognise
+from hub.vision.people import MIN_PHOTOS, check_name, enrol, one_face, recognise
 from hub.vision.recall import PhotoIndex
 from hub.vision.store import Analysis, PhotoRecord, VisionStore, describe
 from protos import mesh_pb2, vision_pb2
@@ -47,6 +47,8 @@ MAX_PIECE_BYTES = 192 * 1024
 REQUEST_TTL_MS = 60_000
 """a capture request older than this is no longer answered"""
 DEFAULT_BUDGET_MB = 2048
+NAMING_MS = 10 * 60_000
+"""how recent a snapshot "this is my sister" names"""
 
 
 class Send(Protocol):
@@ -299,6 +301,31 @@ class Vision:
         self._count("vision.stored")
         log.info("photo %s from %s: %s", photo.photo_id, device, record.description)
         self.stored.set()
+
+    # ------------------------------------------------------------------ naming
+    async def name_last(self, name: str) -> tuple[int, int]:
+        """The owner's "this is my sister" on the latest snapshot (within ``NAMING_MS``): its
+        one face becomes a sample of ``name`` (checked against the others as enrolment is);
+        returns (samples now, samples needed to recognise)."""
+        name = check_name(name)
+        since = self._clock() - NAMING_MS
+        photo = next(iter(self.store.photos(since_ms=since, limit=1)), None)
+        if photo is None:
+            raise VisionError("vision.no_recent_photo", minutes=NAMING_MS // 60_000)
+
+        def add() -> int:
+            data = self._get_archive().read(photo.archive_id)
+            sample = one_face(f"photo {photo.id}", self.faces.faces(data))
+            existing = self.store.samples(name)
+            if len(existing) + 1 >= MIN_PHOTOS:
+                enrol(name, [sample], existing)
+            count = self.store.add_samples(name, [sample])
+            record = self.store.add_person_to(photo.id, name)
+            if record is not None:
+                self.index.put([record])
+            return count
+
+        return await asyncio.to_thread(add), MIN_PHOTOS
 
     # ------------------------------------------------------------------ recall
     def last_text(self, since_ms: int = 0) -> PhotoRecord | None:

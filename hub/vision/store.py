@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hub.vision.errors import VisionError
-from hub.vision.people import Person, Sample, centroid
+from hub.vision.people import MIN_PHOTOS, Person, Sample, centroid
 from protos.clock import now_ms
 from storage.sqlite import open_db, transaction
 
@@ -145,7 +145,26 @@ class VisionStore:
         by_name: dict[str, list[Any]] = {}
         for name, blob in self._rows("SELECT name, embedding FROM samples ORDER BY id"):
             by_name.setdefault(str(name), []).append(_vec(blob))
-        return {n: Person(n, centroid(vs), len(vs)) for n, vs in sorted(by_name.items())}
+        return {
+            n: Person(n, centroid(vs), len(vs))
+            for n, vs in sorted(by_name.items())
+            if len(vs) >= MIN_PHOTOS  # fewer: being named, not recognised yet
+        }
+
+    def add_person_to(self, photo_id: str, name: str) -> PhotoRecord | None:
+        """``name`` recognised on a photo after all (the owner said so): the new record."""
+        with self._lock, transaction(self.db):
+            p = self.photo(photo_id)
+            if p is None or name in p.people:
+                return p
+            people = (*p.people, name)
+            what = Analysis(p.faces, people, p.text)
+            p = replace(p, people=people, description=describe(p.device_name, p.taken_ms, what))
+            self.db.execute(
+                "UPDATE photos SET people = ?, description = ? WHERE id = ?",
+                (json.dumps(list(people), ensure_ascii=False), p.description, p.id),
+            )
+            return p
 
     def forget(self, name: str) -> Forgotten:
         """Delete the person's face samples and their name wherever it was recognised."""
