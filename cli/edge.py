@@ -46,7 +46,7 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     elif args.out or args.realtime or args.audio_start_ms is not None or args.once:
         print("yimi: --out, --realtime, --audio-start-ms and --once need --audio", file=sys.stderr)
         return EXIT_USAGE
-    return run_service(lambda: run_edge(bundle, hub=args.hub, voice=voice))
+    return run_service(lambda: run_edge(bundle, hub=args.hub, voice=voice, camera=args.camera))
 
 
 def cmd_say(args: argparse.Namespace) -> int:
@@ -73,6 +73,11 @@ def add_commands(sub: Any, command: Command) -> None:
         metavar="HOST:PORT",
         help="hear and speak through a wyoming-satellite (connects to it as Home Assistant "
         "would; Yimi's wake word, VAD and voiceprint run here)",
+    )
+    sp.add_argument(
+        "--camera",
+        help="see (only when the owner asks): cam, cam:INDEX, an image, a folder of frames "
+        "(one per snapshot, in name order) or a video file",
     )
     sp.add_argument("--out", help="speak replies into: speaker, speaker:DEVICE, null or a WAV file")
     sp.add_argument("--realtime", action="store_true", help="pace a file like a microphone")

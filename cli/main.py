@@ -30,6 +30,7 @@ from cli import (
     pay,
     recall,
     timeline,
+    vision,
     voice,
     wake,
     wyoming,
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_commands(sub, command)
     memory_sub = memory.add_commands(sub, command)
     recall.add_search_command(memory_sub, command)
-    for group in (pay, models, brain, voice, wake, wyoming, narrated):
+    for group in (pay, models, brain, voice, vision, wake, wyoming, narrated):
         group.add_commands(sub, command)
     return p
 

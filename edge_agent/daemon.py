@@ -23,7 +23,7 @@ import sys
 import time
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from edge_agent.errors import EdgeError
 from edge_agent.node import DeviceNode, NodeOptions
@@ -34,6 +34,9 @@ from protos.clock import now_ms
 from protos.errors import render
 from provisioning.bundle import Bundle
 from sync.envelope import Opened
+
+if TYPE_CHECKING:
+    from hardware.camera import Camera
 
 log = logging.getLogger(__name__)
 
@@ -80,9 +83,28 @@ class NodeUplink:
         await self.node.ack(reply, state)
 
 
-async def run_edge(bundle: Bundle, *, hub: str | None, voice: VoiceOptions | None = None) -> int:
+def attach_camera(node: DeviceNode, bundle: Bundle, camera: str | None) -> Camera | None:
+    """Answer the hub's capture requests on a device with the camera role: from the camera
+    ``--camera`` names (:func:`hardware.camera.open_camera`), or with "no camera"."""
+    if not bundle.profile.has("camera"):
+        return None
+    from edge_agent.eyes import Eyes
+    from hardware.camera import open_camera
+
+    cam = open_camera(camera) if camera else None
+    node.handlers.update(Eyes(bundle.name, cam, node.send).handlers())
+    return cam
+
+
+async def run_edge(
+    bundle: Bundle,
+    *,
+    hub: str | None,
+    voice: VoiceOptions | None = None,
+    camera: str | None = None,
+) -> int:
     if voice is not None:
-        return await run_voice(bundle, hub=hub, voice=voice)
+        return await run_voice(bundle, hub=hub, voice=voice, camera=camera)
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
         # A reply the hub re-sends (it never saw our ACK) is ACKed again, not shown twice.
@@ -91,13 +113,20 @@ async def run_edge(bundle: Bundle, *, hub: str | None, voice: VoiceOptions | Non
         await node.ack(reply, mesh_pb2.RENDERED)
 
     node = DeviceNode(bundle, NodeOptions(mode="edge", hub=hub), on_reply)
-    async with node, lock_watch(bundle, node):  # a phone reports its lock state
-        log.info("edge agent %s (%s) running", bundle.name, bundle.device_id)
-        await asyncio.Event().wait()
+    cam = attach_camera(node, bundle, camera)
+    try:
+        async with node, lock_watch(bundle, node):  # a phone reports its lock state
+            log.info("edge agent %s (%s) running", bundle.name, bundle.device_id)
+            await asyncio.Event().wait()
+    finally:
+        if cam is not None:
+            cam.close()
     return 0
 
 
-async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> int:
+async def run_voice(
+    bundle: Bundle, *, hub: str | None, voice: VoiceOptions, camera: str | None = None
+) -> int:
     from edge_agent.ears import load_ears
     from hardware.audio import WavSource, open_sink, open_source
 
@@ -137,6 +166,9 @@ async def run_voice(bundle: Bundle, *, hub: str | None, voice: VoiceOptions) -> 
         node = DeviceNode(bundle, NodeOptions(mode="edge", hub=hub), on_reply)
         pipeline = VoicePipeline(device, ears, NodeUplink(node), bundle.state_dir, sink=sink)
         node.handlers[mesh_pb2.WAKE_DECISION] = pipeline.on_wake_decision
+        cam = attach_camera(node, bundle, camera)
+        if cam is not None:
+            stack.callback(cam.close)
         await stack.enter_async_context(pipeline)
         await stack.enter_async_context(node)
         await stack.enter_async_context(lock_watch(bundle, node))

@@ -272,6 +272,55 @@ MESSAGES: dict[str, str] = {
     "espeak.failed": "espeak-ng could not speak with voice {voice}: {reason}",
     "tts.missing": "the voice {voice} is not installed ({reason}): replies use espeak-ng",
     "tts.failed": "the voice {voice} could not speak: {reason}",
+    # cameras and IMUs (hardware/camera.py, hardware/imu.py)
+    "camera.no_opencv": (
+        "no camera support: OpenCV is not installed ({reason}); install the vision extra "
+        "(scripts/setup) / 没有摄像头支持：未安装 OpenCV"
+    ),
+    "camera.missing": "no image, folder or video {path} / 找不到图像、文件夹或视频 {path}",
+    "camera.not_image": "{path} is not an image this machine can read / {path} 不是可读的图像",
+    "camera.empty": "the folder {path} holds no images / 文件夹 {path} 里没有图像",
+    "camera.unavailable": "camera {camera} could not be opened / 无法打开摄像头 {camera}",
+    "camera.no_frame": "camera {camera} gave no frame / 摄像头 {camera} 没有画面",
+    "camera.too_large": (
+        "a snapshot from {camera} does not fit in {limit} bytes / "
+        "来自 {camera} 的照片超过 {limit} 字节"
+    ),
+    "camera.spec": "--camera {spec!r}: use cam, cam:INDEX, an image, a folder or a video",
+    "imu.missing": "no IMU recording {path} / 找不到 IMU 记录 {path}",
+    "imu.malformed": (
+        "IMU recording {path} line {line}: {reason} / IMU 记录 {path} 第 {line} 行格式错误"
+    ),
+    # vision on the hub (hub/vision)
+    "vision.unavailable": (
+        "face recognition is not installed ({reason}): install the vision extra (scripts/setup) "
+        "/ 未安装人脸识别"
+    ),
+    "vision.no_face": "{label}: no face found / {label}：没有找到人脸",
+    "vision.many_faces": (
+        "{label}: {count} faces, one is needed / {label}：有 {count} 张人脸，需要一张"
+    ),
+    "vision.few_photos": (
+        "{name}: {count} photos with a face; at least {needed} are needed / "
+        "{name}：只有 {count} 张有人脸的照片，至少需要 {needed} 张"
+    ),
+    "vision.inconsistent": (
+        "{name}: {label} does not look like the other photos (distance {distance:.2f} > "
+        "{line:.2f}) / {name}：{label} 与其他照片不像同一个人"
+    ),
+    "vision.name_invalid": "person name {name!r} is invalid / 人名 {name!r} 无效",
+    "vision.no_recent_photo": (
+        "no photo in the last {minutes} minutes to name anyone on / "
+        "最近 {minutes} 分钟没有可以命名的照片"
+    ),
+    "vision.unknown_person": "no person named {name!r} / 没有名叫 {name!r} 的人",
+    "vision.ocr_missing": "tesseract is not installed ({reason}) / 未安装 tesseract",
+    "vision.ocr_failed": "OCR failed: {reason} / 文字识别失败：{reason}",
+    "vision.photo_refused": "photo {id} refused: {reason} / 照片 {id} 被拒绝：{reason}",
+    "vision.budget": (
+        "photo not stored: the photos' archive budget of {budget} bytes is used up / "
+        "照片未保存：照片存档配额 {budget} 字节已用完"
+    ),
     # audio sources, sinks and files (hardware/audio.py)
     "audio.missing": "no audio file {path}",
     "audio.empty": "{what} holds no audio",

@@ -32,6 +32,9 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     VOICEPRINT: _ClassVar[Kind]
     TRUST_WINDOW: _ClassVar[Kind]
     GROUP_KEY: _ClassVar[Kind]
+    CAPTURE_REQUEST: _ClassVar[Kind]
+    PHOTO_CHUNK: _ClassVar[Kind]
+    PHOTO: _ClassVar[Kind]
     AUDIT_HEAD: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -73,6 +76,9 @@ VOICE_ENROL_RESULT: Kind
 VOICEPRINT: Kind
 TRUST_WINDOW: Kind
 GROUP_KEY: Kind
+CAPTURE_REQUEST: Kind
+PHOTO_CHUNK: Kind
+PHOTO: Kind
 AUDIT_HEAD: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal

@@ -21,7 +21,7 @@ from nacl.public import Box, PrivateKey, PublicKey
 from nacl.secret import SecretBox
 from nacl.signing import SigningKey, VerifyKey
 
-from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2, voice_pb2
+from protos import consent_pb2, executor_pb2, mesh_pb2, sync_pb2, vision_pb2, voice_pb2
 from protos.clock import now_ms
 from protos.codec import ENVELOPE_CONTEXT, parse, signing_input
 
@@ -60,6 +60,9 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.TRUST_WINDOW: voice_pb2.TrustWindow,
     mesh_pb2.GROUP_KEY: mesh_pb2.GroupKey,
     mesh_pb2.AUDIT_HEAD: consent_pb2.AuditHead,
+    mesh_pb2.CAPTURE_REQUEST: vision_pb2.CaptureRequest,
+    mesh_pb2.PHOTO_CHUNK: vision_pb2.PhotoChunk,
+    mesh_pb2.PHOTO: vision_pb2.Photo,
 }
 """Kind → payload message class; a kind not here is malformed."""
 

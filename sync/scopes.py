@@ -29,6 +29,10 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.WAKE_CLAIM: "utter",
     mesh_pb2.VOICE_ENROL: "utter",
     mesh_pb2.TRUST_WINDOW: "utter",
+    # a snapshot answers the hub's CAPTURE_REQUEST for the owner's request (the hub takes a
+    # photo only from the device it asked)
+    mesh_pb2.PHOTO_CHUNK: "utter",
+    mesh_pb2.PHOTO: "utter",
     mesh_pb2.DELIVERY_ACK: "ack",
     mesh_pb2.APPROVAL: "approve",
     mesh_pb2.EXEC_RESULT: "execute",
@@ -44,6 +48,7 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.VOICE_ENROL_RESULT: HUB_ONLY,
     mesh_pb2.VOICEPRINT: HUB_ONLY,
     mesh_pb2.GROUP_KEY: HUB_ONLY,
+    mesh_pb2.CAPTURE_REQUEST: HUB_ONLY,
     mesh_pb2.AUDIT_HEAD: None,  # a witness's highest head: the hub only compares it with its log
 }
 """envelope kind → the scope the sender's certificate must carry (a kind not here: refused)"""
@@ -51,9 +56,9 @@ KIND_SCOPE: dict[int, str | None] = {
 BROADCAST_KINDS: frozenset[int] = frozenset({mesh_pb2.SYNC_UPDATE})
 """the kinds a device may seal with the group key to ``*``; every other kind is boxed"""
 
-HUB_ENTRY_KINDS: frozenset[str] = frozenset({"reply", "utterance", "reminder"})
+HUB_ENTRY_KINDS: frozenset[str] = frozenset({"reply", "utterance", "reminder", "photo"})
 """timeline entry kinds only the hub writes (the assistant's words, admitted utterances,
-reminders that came due): a
+reminders that came due, the snapshots it stored): a
 device's replicated entry of one of these kinds is refused even with ``timeline.write``"""
 
 

@@ -58,6 +58,7 @@ from hub.brain.rules import AddressBook, Contact, Contacts
 
 if TYPE_CHECKING:
     from hub.brain.configured import ConfiguredBrain
+    from hub.brain.vision import VisionDesk
     from hub.gateway import Gateway
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
@@ -88,6 +89,7 @@ async def open_brain(
     timers: TimerDesk | None = None,
     reminders: ReminderDesk | None = None,
     watches: WatchDesk | None = None,
+    vision: VisionDesk | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
     """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
     from hub.brain.configured import ConfiguredBrain
@@ -106,6 +108,7 @@ async def open_brain(
             timers=timers,
             reminders=reminders,
             watches=watches,
+            vision=vision,
         ) as brain:
             yield brain
     finally:

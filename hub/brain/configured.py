@@ -34,6 +34,7 @@ from hub.gateway import Gateway, Receipt
 if TYPE_CHECKING:
     from hub.brain.agents import PydanticBrain
     from hub.brain.intents import IntentEngine
+    from hub.brain.vision import VisionDesk
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk
     from hub.schedule.watches import WatchDesk
@@ -54,6 +55,7 @@ class ConfiguredBrain(Brain):
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
         watches: WatchDesk | None = None,
+        vision: VisionDesk | None = None,
     ) -> None:
         self.gateway = gateway
         self.store = store
@@ -67,6 +69,7 @@ class ConfiguredBrain(Brain):
             timers=timers,
             reminders=reminders,
             watches=watches,
+            vision=vision,
         )
         self._llm: PydanticBrain | None = None
         self._engine = engine

@@ -17,6 +17,39 @@ REPLIES: Templates = {
     "report.no_tool": {"en": "No tool was used for this job.", "zh": "这项工作没有用到任何工具。"},
     "already": {"en": "(already answered)", "zh": "（已经回答过了）"},
     "nevermind": {"en": "OK.", "zh": "好的。"},
+    # the glasses' camera (hub/vision)
+    "photo.taking": {"en": "Taking a picture.", "zh": "好的，拍照。"},
+    "photo.no_camera": {
+        "en": "This device has no camera I can reach; no picture was taken.",
+        "zh": "这台设备没有可用的摄像头，没有拍照。",
+    },
+    "photo.owner_only": {
+        "en": "Only the owner can ask for a picture; none was taken.",
+        "zh": "只有主人可以让我拍照，没有拍照。",
+    },
+    "not_yet.vision": {
+        "en": "Not yet: pictures come with the hub's vision. Nothing was taken.",
+        "zh": "还不行：拍照要等视觉功能上线。没有拍照。",
+    },
+    "seen.text": {"en": "The photo from {time} said: {text}", "zh": "{time}的照片上写着：{text}"},
+    "seen.no_text": {
+        "en": "None of the recent photos had text I could read.",
+        "zh": "最近的照片上没有我能读出的文字。",
+    },
+    "named.known": {
+        "en": "Noted: that is {name}. I'll recognise {name} on your photos from now on.",
+        "zh": "记下了：这是{name}。以后照片里我会认出{name}。",
+    },
+    "named.more": {
+        "en": "Noted: that is {name} ({count} of {needed} photos; a few more and I'll "
+        "recognise {name}).",
+        "zh": "记下了：这是{name}（{count}/{needed} 张照片，再多几张我就能认出{name}）。",
+    },
+    "seen.people": {"en": "On your photos: {people}.", "zh": "照片里有：{people}。"},
+    "seen.nobody": {
+        "en": "I recognised nobody you named on the recent photos.",
+        "zh": "最近的照片里没有认出你命名过的人。",
+    },
     # the hub's own words to a Wyoming peer (hub/voice/wyoming.py), spoken by Home Assistant
     "wyoming.reply_late": {
         "en": "This is taking longer than {seconds} seconds; the answer will be on your timeline.",

@@ -73,9 +73,11 @@ from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.gateway.gateway import SCHEDULED_BLOCK
 from hub.memory.context import ContextSource, Snippet
+from protos.errors import YimiError
 
 if TYPE_CHECKING:
     from hub.brain.intents import IntentEngine
+    from hub.brain.vision import VisionDesk
     from hub.schedule.reminders import ReminderDesk
     from hub.schedule.timers import TimerDesk, TimerView
     from hub.schedule.watches import WatchDesk
@@ -106,7 +108,8 @@ WATCH_STATES: Mapping[str, tuple[tuple[str, ...], tuple[str, str]]] = {
 REMINDERS = frozenset(
     {"YimiRemind", "YimiReminderList", "YimiReminderCancel", "YimiReminderMove", "YimiScheduleRun"}
 )
-NOT_SCHEDULED = TIMERS | REMINDERS | {"HassNevermind", "YimiHelp"}
+VISION = frozenset({"YimiPhoto", "YimiSeenText", "YimiSeenPeople", "YimiNamePerson"})
+NOT_SCHEDULED = TIMERS | REMINDERS | VISION | {"HassNevermind", "YimiHelp"}
 """intents a scheduled run never repeats (besides payments, which need the owner now)"""
 LEVELS = {
     "HassLightSet": ("brightness", "brightness", "device.brightness"),
@@ -226,8 +229,11 @@ class RuleBrain(Brain):
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
         watches: WatchDesk | None = None,
+        vision: VisionDesk | None = None,
     ) -> None:
         self.core = BrainCore(gateway, store, on_event)
+        self.vision = vision
+        """the hub's eyes (``None``: "take a picture" answers "not yet")"""
         self.timers = timers
         self.reminders = reminders
         self.watches = watches
@@ -387,6 +393,10 @@ class RuleBrain(Brain):
             if self.reminders is None:
                 return self._finish(task, say("not_yet.reminder", lang))
             return self._finish(task, await self._reminder(task, name, s, lang))
+        if name in VISION:
+            if self.vision is None:
+                return self._finish(task, say("not_yet.vision", lang))
+            return self._finish(task, await self._see(task, name, s, lang))
         if name == "HassNevermind":
             return self._finish(task, say("nevermind", lang))
         if name == "YimiHelp":
@@ -406,6 +416,41 @@ class RuleBrain(Brain):
         heard = " ".join(str(task.spec.get("heard", "")).split()).rstrip(".。!！?？")
         said = say("heard", lang, heard=heard) if heard else ""
         return self._finish(task, joined([said, say("unknown", lang)], lang))
+
+    async def _see(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
+        """A snapshot on the asking device, or what recent snapshots showed."""
+        assert self.vision is not None
+        if name == "YimiPhoto":
+            if task.scope != "owner":
+                return say("photo.owner_only", lang)
+            asked = await self.vision.capture(task.device_id, task.task_id, task.trace_id)
+            return say("photo.taking" if asked else "photo.no_camera", lang)
+        if name == "YimiNamePerson":
+            if task.scope != "owner":
+                return say("photo.owner_only", lang)
+            person = str(s.get("person", "")).strip()
+            try:
+                count, needed = await self.vision.name_last(person)
+            except YimiError as exc:
+                return str(exc)
+            if count >= needed:
+                return say("named.known", lang, name=person)
+            return say("named.more", lang, name=person, count=count, needed=needed)
+        today = self.now().replace(hour=0, minute=0, second=0, microsecond=0)
+        since = today - dt.timedelta(days=1) if s.get("when") == "yesterday" else today
+        if name == "YimiSeenText":
+            photo = self.vision.last_text()
+            if photo is None:
+                return say("seen.no_text", lang)
+            when = spoken_time(dt.datetime.fromtimestamp(photo.taken_ms / 1000).astimezone(), lang)
+            return say("seen.text", lang, text=photo.text[:300], time=when)
+        seen = self.vision.people_seen(int(since.timestamp() * 1000) if s.get("when") else 0)
+        names: list[str] = []
+        for photo in seen:
+            names += [n for n in photo.people if n not in names]
+        if not names:
+            return say("seen.nobody", lang)
+        return say("seen.people", lang, people=join(names, lang))
 
     def _finish(self, task: TaskRecord, text: str, state: str = "done") -> str:
         """A task answered without any action: verifying → ``state``."""
@@ -959,6 +1004,10 @@ def _title(intent: Intent) -> str:
         "HassSetVolume": f"volume {g('volume_level')}: {g('name')}",
         "HassGetState": f"state of {g('name') or g('area')}",
         "YimiTimeline": f"timeline: {g('period') or 'today'}",
+        "YimiPhoto": "take a picture",
+        "YimiSeenText": "what the last photo said",
+        "YimiSeenPeople": "who was on the photos",
+        "YimiNamePerson": f"name the face on the photo: {g('person')}",
         "YimiListRead": f"read the {g('name') or 'shopping'} list",
         "HassShoppingListAddItem": f"add to the shopping list: {g('item')}",
         "HassListAddItem": f"add to the {g('name')} list: {g('item')}",

@@ -34,6 +34,7 @@ from zeroconf import get_all_addresses
 
 from hub.archive.maintainer import DEFAULT_INTERVAL_S as ARCHIVE_UPKEEP_S
 from hub.archive.maintainer import ArchiveMaintainer
+from hub.archive.settings import open_archive
 from hub.brain.providers import ProviderStore
 from hub.errors import HubError
 from hub.gateway import Gateway
@@ -49,7 +50,7 @@ from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
 from hub.schedule.watches import WatchDesk
 from hub.timeline import HubStore
-from hub.turns.activity import Activity
+from hub.turns.activity import Activity, hub_entry
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
 from hub.turns.briefing import Briefing, BriefingSettings
@@ -58,6 +59,7 @@ from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
 from hub.turns.watching import Watching, gateway_reader
+from hub.vision.service import Vision
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
 from hub.voice.wake_arbiter import Decision, WakeArbiter
@@ -222,6 +224,18 @@ class HubDaemon:
         )
         """watches: home devices polled, timeline entries pushed (``on_entries``)"""
         self.scheduler.handlers.update(self.watching.handlers())
+        cfg_vision = home.config.get("vision")
+        self.vision = Vision(
+            home.path,
+            send=port.send,
+            entry=self._photo_entry,
+            archive=lambda: open_archive(home.path),
+            drop=port.drop,
+            count=port.count,
+            config=cfg_vision if isinstance(cfg_vision, Mapping) else None,
+            name_of=self._device_name,
+        )
+        """snapshots the owner asks for: archive, faces, text, ``photo`` entries"""
         self.turns = Turns(
             home,
             self.store,
@@ -234,6 +248,7 @@ class HubDaemon:
             timers=self.timers,
             reminders=self.reminders,
             watches=self.watches,
+            vision=self.vision,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.scheduler.handlers["run"] = self.turns.run_scheduled
@@ -305,6 +320,8 @@ class HubDaemon:
             mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
             mesh_pb2.WAKE_CLAIM: self.wake.on_claim,
             mesh_pb2.TRUST_WINDOW: self.voiceprints.on_trust_window,
+            mesh_pb2.PHOTO_CHUNK: self.vision.on_chunk,
+            mesh_pb2.PHOTO: self.vision.on_photo,
         }
         """kind → its handler (see :data:`COMMITTED_BY_HANDLER` for the replay window)"""
         self._stack = AsyncExitStack()
@@ -323,6 +340,17 @@ class HubDaemon:
 
     def _gateway(self) -> Gateway | None:
         return self.consent.gateway
+
+    def _device_name(self, device_id: str) -> str:
+        names = {d.device_id: d.name for d in self.registry.devices()}
+        return names.get(device_id, device_id)
+
+    async def _photo_entry(
+        self, entry_id: str, kind: str, text: str, trace_id: str, meta: dict[str, object]
+    ) -> bool:
+        return await hub_entry(
+            self.store, self._publish_entries, entry_id, kind, text, trace_id=trace_id, meta=meta
+        )
 
     async def _send_reply(
         self, device: str, kind: int, message: Message, trace_id: str | None
@@ -493,6 +521,7 @@ class HubDaemon:
             (self.voiceprints, "voiceprints"),
             (self.wake, "the wake arbiter"),
             (self.hearing, "hearing"),
+            (self.vision, "vision"),
         )
         for part, what in parts:
             await self._stack.enter_async_context(Bounded(part, what))

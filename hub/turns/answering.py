@@ -37,6 +37,7 @@ from typing import Any
 from hub.archive.archive import Archive, NewObject
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
+from hub.brain.vision import VisionDesk
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
 from hub.memory.context import ContextSource
@@ -103,9 +104,11 @@ class Turns:
         timers: TimerDesk | None = None,
         reminders: ReminderDesk | None = None,
         watches: WatchDesk | None = None,
+        vision: VisionDesk | None = None,
     ) -> None:
         self._home = home
         self.watches = watches
+        self.vision = vision
         self.timers = timers
         self.reminders = reminders
         """the hub's timers, handed to the brain"""
@@ -146,6 +149,7 @@ class Turns:
             timers=self.timers,
             reminders=self.reminders,
             watches=self.watches,
+            vision=self.vision,
         )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")
