@@ -57,7 +57,7 @@ def world(tmp_path: Any) -> Iterator[tuple[Hub, ReminderDesk, str]]:
         origins=(ORIGIN,),
         reminders=desk,
     )
-    hub = Hub(home, WebApp(link), [])
+    hub = Hub(home, WebApp(link), [], [])
     key = SigningKey.generate()
     code, _ = issue_code(home)
     status, granted = pair(hub, code, "page-phone", key)
