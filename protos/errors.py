@@ -84,6 +84,11 @@ MESSAGES: dict[str, str] = {
     "package.unknown": "no capability package named {package!r}",
     "package.no_fake": "package {package} declares no fake server",
     "package.start_failed": "package {package} did not start: {reason}",
+    "package.sandbox_missing": (
+        "package {package} not started: bubblewrap (bwrap) is not installed, and every package "
+        "runs in a sandbox; install it (apt-get install bubblewrap) or set {env}=off to run "
+        "packages unsandboxed"
+    ),
     "package.tool_missing": (
         "{file}: tool {tool!r} is declared, but its server does not offer it (it offers: {offered})"
     ),
@@ -391,6 +396,10 @@ MESSAGES_ZH: dict[str, str] = {
     ),
     # capabilities: wrapping third-party MCP servers (yimi package check / add / list)
     "package.start_failed": "软件包 {package} 没能启动：{reason}",
+    "package.sandbox_missing": (
+        "软件包 {package} 没有启动：没有安装 bubblewrap（bwrap），而每个软件包都要在沙箱里运行；"
+        "请安装它（apt-get install bubblewrap），或设置 {env}=off 在沙箱外运行软件包"
+    ),
     "package.tool_missing": (
         "{file}：声明了工具 {tool!r}，但它的服务器没有提供（提供的是：{offered}）"
     ),

@@ -1,0 +1,209 @@
+"""Every package server in a sandbox (``hub.capabilities.sandbox``), with real processes.
+
+``tests/packages/hostile`` tries what its sandbox must refuse: the hub's keys, its memory
+database, another package's state, writes outside its state folder, undeclared 127.0.0.1
+ports, a fork bomb, memory past its limit, CPU past its limit. Each is refused or killed,
+the host keeps serving (a killed server is started again), and the audit log (the real
+hash-chained one) records what the hub saw. Its declared egress, one local port, works.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from hub.capabilities.host import PackageHost
+from hub.capabilities.manifest import load
+from hub.capabilities.sandbox import bwrap, profile_for
+from hub.gateway.audit import AuditLog, records
+from tests.gateway_kit import REPO
+from tests.mesh_harness import env
+
+if bwrap() is None:
+    pytest.skip("bubblewrap (bwrap) is not installed", allow_module_level=True)
+
+pytestmark = pytest.mark.slow
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+HOSTILE = REPO / "tests" / "packages" / "hostile"
+
+
+@dataclass
+class Rig:
+    host: PackageHost
+    home: Path
+    state: Path
+    audit_dir: Path
+    allowed: int
+    other: int
+
+    async def call(self, tool: str, **args: object) -> str:
+        out = await self.host.call("hostile", tool, dict(args))
+        return out.text
+
+    def audited(self, kind: str) -> list[dict[str, object]]:
+        return [r["data"] for r in records(self.audit_dir) if r.get("kind") == kind]
+
+
+async def _pong(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await reader.readline()
+    writer.write(b"pong\n")
+    await writer.drain()
+    writer.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
+    home = tmp_path_factory.mktemp("hub-home")
+    (home / "keys").mkdir()
+    (home / "keys" / "home.key").write_bytes(b"secret key")
+    db = sqlite3.connect(home / "memory.db")
+    db.execute("CREATE TABLE assertions (x)")
+    db.commit()
+    db.close()
+    (home / "package-state" / "memory").mkdir(parents=True)
+    (home / "package-state" / "memory" / "notes").write_text("someone else's")
+    state = home / "package-state" / "hostile"
+    state.mkdir()
+    allowed = await asyncio.start_server(_pong, "127.0.0.1", 0)
+    other = await asyncio.start_server(_pong, "127.0.0.1", 0)
+    a_port = allowed.sockets[0].getsockname()[1]
+    o_port = other.sockets[0].getsockname()[1]
+    audit = AuditLog(home / "audit", durable=False)
+    m = load(HOSTILE)
+    extra = {"YIMI_STATE_DIR": str(state), "YIMI_ALLOWED_PORT": str(a_port)}
+    try:
+        async with PackageHost(
+            {m.name: m}, env_for=lambda *_: dict(extra), audit=audit.append
+        ) as host:
+            yield Rig(host, home, state, home / "audit", a_port, o_port)
+    finally:
+        audit.close()
+        allowed.close()
+        other.close()
+
+
+@in_module_loop
+async def test_it_runs_as_a_temporary_uid_with_only_loopback(rig: Rig) -> None:
+    out = await rig.call("whoami")
+    assert out.startswith("OK uid=6") and "ifaces=lo " in out, out
+    assert f"home={rig.state}" in out
+
+
+@in_module_loop
+async def test_the_hubs_keys_databases_and_other_state_are_not_there(rig: Rig) -> None:
+    for path in (rig.home / "keys" / "home.key", rig.home / "package-state/memory/notes"):
+        assert path.exists()
+        out = await rig.call("read_file", path=str(path))
+        assert out.startswith("REFUSED FileNotFoundError"), out
+    out = await rig.call("open_db", path=str(rig.home / "memory.db"))
+    assert out.startswith("REFUSED"), out
+    assert (await rig.call("read_file", path="/etc/shadow")).startswith("REFUSED")
+    assert (await rig.call("read_file", path=str(REPO / "pyproject.toml"))).startswith("REFUSED")
+
+
+@in_module_loop
+async def test_it_writes_only_its_state_folder(rig: Rig) -> None:
+    assert await rig.call("write_file", path=str(rig.state / "mine")) == "OK written"
+    assert (rig.state / "mine").read_text() == "x"
+    for path in (HOSTILE / "evil", REPO / "hub" / "evil", Path("/usr/evil")):
+        out = await rig.call("write_file", path=str(path))
+        assert out.startswith("REFUSED OSError: [Errno 30] Read-only file system"), (path, out)
+        assert not path.exists()
+    # the home's folder is not there: under /tmp a write lands in the sandbox's own scratch
+    # tmpfs (gone with it), never in the hub's home
+    await rig.call("write_file", path=str(rig.home / "evil"))
+    await rig.call("write_file", path=str(rig.home / "keys" / "home.key"))
+    assert not (rig.home / "evil").exists()
+    assert (rig.home / "keys" / "home.key").read_bytes() == b"secret key"
+
+
+@in_module_loop
+async def test_declared_egress_reaches_its_port_and_nothing_else(rig: Rig) -> None:
+    assert await rig.call("connect", host="127.0.0.1", port=rig.allowed) == "OK pong"
+    out = await rig.call("connect", host="127.0.0.1", port=rig.other)
+    assert out.startswith("REFUSED ConnectionRefusedError"), "a listening but undeclared port"
+    out = await rig.call("via_proxy", target=f"127.0.0.1:{rig.other}")
+    assert out == "REFUSED REFUSED not declared", out
+    assert await rig.call("via_proxy", target=f"127.0.0.1:{rig.allowed}") == "OK pong"
+    refused = rig.audited("sandbox.egress_refused")
+    assert {"package": "hostile", "target": f"127.0.0.1:{rig.other}", "reason": "not declared"} in (
+        refused
+    )
+    assert any(r["target"] == f"127.0.0.1:{rig.allowed}" for r in rig.audited("sandbox.egress"))
+
+
+@in_module_loop
+async def test_a_fork_bomb_and_too_much_memory_are_refused(rig: Rig) -> None:
+    out = await rig.call("fork_many", n=10_000)
+    assert out.startswith("REFUSED BlockingIOError"), out
+    assert int(out.rsplit(" after ", 1)[1].split()[0]) < 64
+    if rig.host.sandbox and any(s.sandbox and s.sandbox.cgroup for s in rig.host._servers.values()):
+        assert rig.audited("sandbox.pids_limit"), "the refused forks are audited"
+    out = await rig.call("allocate", mb=2000)
+    assert out.startswith("REFUSED MemoryError"), out
+    assert (await rig.call("allocate", mb=16)) == "OK 16 MiB", "it still serves"
+
+
+@in_module_loop
+async def test_burning_cpu_gets_it_killed_and_the_host_starts_it_again(rig: Rig) -> None:
+    starts = rig.host.starts
+    out = await rig.host.call("hostile", "burn_cpu", {}, timeout=40)
+    assert out.error_code == "DISCONNECTED", out
+    await asyncio.wait_for(rig.host.ended("hostile"), 20)
+    killed = rig.audited("sandbox.killed")
+    assert killed and killed[-1]["package"] == "hostile", killed
+    assert killed[-1]["signal"] == "SIGXCPU" and killed[-1]["exit_code"] == 128 + 24
+    assert (await rig.call("whoami")).startswith("OK uid="), "the next call starts it again"
+    assert rig.host.starts == starts + 1
+
+
+def test_the_profile_shows_what_a_package_may_use(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    state = home / "package-state" / "memory"
+    state.mkdir(parents=True)
+    (home / "keys").mkdir()
+    (home / "memory.db").write_bytes(b"")
+    p = profile_for(load(REPO / "packages" / "memory"), {"YIMI_STATE_DIR": str(state)})
+    assert str(home) in p.read_write and str(home / "keys") in p.masked
+    assert str(home / "memory.db") not in p.masked
+    assert not p.egress and p.network == "none (loopback only)"
+    out = subprocess.run(
+        [sys.executable, "-m", "cli", "package", "show", str(HOSTILE)],
+        capture_output=True,
+        text=True,
+        env={**env(), "YIMI_ALLOWED_PORT": "8025"},
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "egress allowed: 127.0.0.1:8025" in out.stdout
+    assert "limits: cpu 8 s, memory 768 MiB, processes 40, open files 64" in out.stdout
+
+
+def test_without_bubblewrap_the_host_refuses_and_says_so(tmp_path: Path) -> None:
+    code = (
+        "import asyncio, shutil, sys; from pathlib import Path\n"
+        "import hub.capabilities.sandbox as sb, hub.capabilities.host as h\n"
+        "from hub.capabilities.manifest import load\n"
+        "h.bwrap = lambda: None\n"
+        f"m = load(Path({str(HOSTILE)!r}))\n"
+        "async def main():\n"
+        "    async with h.PackageHost({'hostile': m}) as host:\n"
+        "        r = await host.call('hostile', 'whoami', {})\n"
+        "        print(r.error_code, r.text)\n"
+        "asyncio.run(main())\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env(), timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("START_FAILED package hostile not started: bubblewrap"), out
+    assert "YIMI_SANDBOX=off" in out.stdout
+    assert "YIMI_SANDBOX=off" in out.stderr, "the log says how to opt out"
