@@ -361,16 +361,26 @@ def prepare(profile: SandboxProfile) -> Prepared:
 
 def bwrap_args(profile: SandboxProfile, prepared: Prepared, cwd: str) -> list[str]:
     """bwrap's options for the profile (without the command)."""
+    low = any(e.port < 1024 for e in profile.egress)
+    """a declared port below 1024: the relay binds it as the namespace's own root, with
+    only CAP_NET_BIND_SERVICE, which counts only in the sandbox's empty netns"""
     a = [
         "--unshare-all",
         "--die-with-parent",
         "--new-session",
         "--cap-drop",
         "ALL",
+        # a declared port below 1024 is served by the relay inside: binding it needs this
+        # capability, which only counts in the sandbox's own (empty) network namespace
+        *(
+            ["--cap-add", "CAP_NET_BIND_SERVICE"]
+            if any(e.port < 1024 for e in profile.egress)
+            else []
+        ),
         "--uid",
-        str(profile.uid),
+        str(0 if low else profile.uid),
         "--gid",
-        str(profile.uid),
+        str(0 if low else profile.uid),
         "--hostname",
         f"yimi-{profile.package}",
         "--ro-bind",
@@ -427,7 +437,11 @@ def wrap_command(
         relay = [sys.executable, "-I", "-S", str(RELAY), INSIDE_SOCKET]
         relay += [f"{e.inside}:{e.port}={e.target}" for e in profile.egress]
         inner = [*relay, "--", *inner]
-    bw = [bwrap() or "bwrap", "--json-status-fd", "3", *bwrap_args(profile, prepared, cwd), "--"]
+    # a server script its manifest names outside the package's folder is readable too
+    files = [str(Path(x).resolve()) for x in args if "/" in x and Path(x).is_file()]
+    named = [o for f in files for o in ("--ro-bind", f, f)]
+    bw = [bwrap() or "bwrap", "--json-status-fd", "3", *bwrap_args(profile, prepared, cwd)]
+    bw += [*named, "--"]
     limits = [
         "prlimit",
         f"--cpu={lim.cpu_s}:{lim.cpu_s + 2}",

@@ -52,7 +52,10 @@ def _handler(sock: str, target: str):  # type: ignore[no-untyped-def]
 
 async def _relay(sock: str, routes: list[tuple[str, int, str]], ready: int) -> None:
     for addr, port, target in routes:
-        await asyncio.start_server(_handler(sock, target), addr, port)
+        try:
+            await asyncio.start_server(_handler(sock, target), addr, port)
+        except OSError as exc:  # that route is not served; the others and the server are
+            print(f"egress relay: {addr}:{port} for {target}: {exc}", file=sys.stderr)
     os.write(ready, b"1")
     os.close(ready)
     # forever: when the server (our parent, the sandbox's main process) ends, bwrap ends
