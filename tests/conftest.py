@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 FILE_SECONDS: dict[str, float] = {
-    "test_sandbox.py": 45,
-    "test_worldlines.py": 26,
+    "test_sandbox.py": 90,
+    "test_worldlines.py": 60,
     "test_faults.py": 138,
     "test_pay_modes.py": 133,
     "test_sync_e2e.py": 114,

@@ -24,6 +24,7 @@ from hub.capabilities.host import PackageHost
 from hub.capabilities.manifest import load
 from hub.capabilities.sandbox import bwrap, profile_for
 from hub.gateway.audit import AuditLog, records
+from hub.worldlines.store import Worldlines
 from tests.gateway_kit import REPO
 from tests.mesh_harness import env
 
@@ -43,6 +44,8 @@ class Rig:
     audit_dir: Path
     allowed: int
     other: int
+    workspace: Path
+    fork: Path
 
     async def call(self, tool: str, **args: object) -> str:
         out = await self.host.call("hostile", tool, dict(args))
@@ -78,12 +81,21 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     o_port = other.sockets[0].getsockname()[1]
     audit = AuditLog(home / "audit", durable=False)
     m = load(HOSTILE)
-    extra = {"YIMI_STATE_DIR": str(state), "YIMI_ALLOWED_PORT": str(a_port)}
+    workspace = tmp_path_factory.mktemp("owner") / "ws"
+    workspace.mkdir()
+    (workspace / "notes.txt").write_text("buy milk\n")
+    lines = Worldlines(workspace)
+    fork = lines.path(lines.fork("try").id)
+    extra = {
+        "YIMI_STATE_DIR": str(state),
+        "YIMI_ALLOWED_PORT": str(a_port),
+        "YIMI_WORKSPACE": str(fork),
+    }
     try:
         async with PackageHost(
             {m.name: m}, env_for=lambda *_: dict(extra), audit=audit.append
         ) as host:
-            yield Rig(host, home, state, home / "audit", a_port, o_port)
+            yield Rig(host, home, state, home / "audit", a_port, o_port, workspace, fork)
     finally:
         audit.close()
         allowed.close()
@@ -123,6 +135,20 @@ async def test_it_writes_only_its_state_folder(rig: Rig) -> None:
     await rig.call("write_file", path=str(rig.home / "keys" / "home.key"))
     assert not (rig.home / "evil").exists()
     assert (rig.home / "keys" / "home.key").read_bytes() == b"secret key"
+
+
+@in_module_loop
+async def test_it_runs_on_its_worldline_fork_with_only_the_fork_writable(rig: Rig) -> None:
+    assert (await rig.call("read_file", path=str(rig.fork / "notes.txt"))) == "OK 9 bytes"
+    assert await rig.call("write_file", path=str(rig.fork / "notes.txt"), text="changed") == (
+        "OK written"
+    )
+    assert (rig.fork / "notes.txt").read_text() == "changed"
+    out = await rig.call("read_file", path=str(rig.workspace / "notes.txt"))
+    assert out.startswith("REFUSED FileNotFoundError"), "the current workspace is not there"
+    await rig.call("write_file", path=str(rig.workspace / "notes.txt"))
+    assert (rig.workspace / "notes.txt").read_text() == "buy milk\n"
+    assert Worldlines(rig.workspace).diff(rig.fork.name).changed == ("notes.txt",)
 
 
 @in_module_loop
@@ -184,7 +210,7 @@ def test_the_profile_shows_what_a_package_may_use(tmp_path: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "egress allowed: 127.0.0.1:8025" in out.stdout
-    assert "limits: cpu 8 s, memory 768 MiB, processes 40, open files 64" in out.stdout
+    assert "limits: cpu 5 s, memory 768 MiB, processes 40, open files 64" in out.stdout
 
 
 def test_without_bubblewrap_the_host_refuses_and_says_so(tmp_path: Path) -> None:

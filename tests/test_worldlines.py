@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -156,3 +157,54 @@ def test_the_cli_lists_shows_commits_and_rolls_back(tmp_path: Path) -> None:
     assert (ws / "notes.txt").read_text() == "buy milk\nbuy eggs\n"
     bad = yimi("show", "nope")
     assert bad.returncode == 1 and "no worldline 'nope'" in bad.stderr
+
+
+# ---------------------------------------------------------------- through the gateway
+@pytest.mark.slow
+async def test_a_commit_is_an_owner_data_effect_through_the_gateway(tmp_path: Path) -> None:
+    """The worldlines package (sandboxed: only the workspace and its forks writable): a fork
+    is a workspace effect; a commit the owner did not ask for waits for their card; one they
+    asked for makes the fork current; a stale base is refused; a rollback restores it."""
+    from hub.gateway import CallContext, ToolCall, open_gateway
+    from tests.gateway_kit import REPO
+
+    ws = tmp_path / "owner" / "ws"
+    ws.parent.mkdir()
+    seed(ws)
+    before = tree_hash(ws)
+    owner = CallContext(owner="owner", scope="owner", session_id="s", run_id="r")
+    state = tmp_path / "state"
+    state.mkdir()
+    env_for = {"YIMI_STATE_DIR": str(state), "YIMI_WORKSPACE": str(ws)}
+    n = 0
+    async with open_gateway(
+        tmp_path / "gw",
+        packages=[REPO / "packages" / "worldlines"],
+        env_for=lambda *_: dict(env_for),
+    ) as gw:
+
+        async def call(tool: str, **args: object) -> Any:
+            nonlocal n
+            n += 1
+            return await gw.call(ToolCall("worldlines", tool, dict(args), f"c{n}", f"t{n}"), owner)
+
+        a = await call("fork", label="a")
+        b = await call("fork", label="b")
+        assert a.status == b.status == "succeeded", a
+        a_id, b_id = a.effects[0].target, b.effects[0].target
+        w = Worldlines(ws)
+        (w.path(a_id) / "notes.txt").write_text("version A\n")
+        (w.path(b_id) / "notes.txt").write_text("version B\n")
+        shown = await call("show", id=a_id)
+        assert shown.status == "succeeded" and "version A" in str(shown.effects[0].fields)
+        unasked = await call("commit", id=a_id)
+        assert unasked.status == "waiting", unasked
+        assert tree_hash(ws) == before
+        done = await call("commit", id=a_id, owner_requested=True)
+        assert done.status == "succeeded", done
+        assert (ws / "notes.txt").read_text() == "version A\n"
+        stale = await call("commit", id=b_id, owner_requested=True)
+        assert stale.status == "failed" and stale.error_code == "STALE_BASE", stale
+        back = await call("rollback", id=a_id, owner_requested=True)
+        assert back.status == "succeeded", back
+        assert tree_hash(ws) == before

@@ -18,7 +18,8 @@ Rules beyond the schema:
   needs ``check_with``;
 - ``target`` and ``effect_by_arg.arg`` are argument names (identifiers);
 - ``runtime.server`` / ``runtime.fake`` name entries of ``mcpServers``;
-- only a ``core`` package may declare ``sandbox.home`` (entries of the hub's home).
+- only a ``core`` package may declare ``sandbox.home`` (entries of the hub's home) or
+  ``sandbox.workspace_parent``.
 """
 
 from __future__ import annotations
@@ -244,10 +245,9 @@ def validate(data: Any, file: Path) -> None:
             raise _refuse(
                 file, f"{_EXT_PATH}.runtime.server", "several mcpServers: name the real one"
             )
-    if cap.get("sandbox", {}).get("home") and cap["maintainer"] != "core":
-        raise _refuse(
-            file, f"{_EXT_PATH}.sandbox.home", "only a core package may use the hub's home"
-        )
+    for key in ("home", "workspace_parent"):
+        if cap.get("sandbox", {}).get(key) and cap["maintainer"] != "core":
+            raise _refuse(file, f"{_EXT_PATH}.sandbox.{key}", "only a core package may declare it")
     tools = cap["tools"]
     for name, spec in tools.items():
         where = f"{_EXT_PATH}.tools.{name}"

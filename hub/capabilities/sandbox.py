@@ -246,6 +246,9 @@ def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
     for key in ("YIMI_STATE_DIR", "YIMI_WORKSPACE"):
         if env.get(key):
             rw.append(Path(env[key]).resolve())
+    if spec.get("workspace_parent") and env.get("YIMI_WORKSPACE") and m.maintainer == "core":
+        # the worldlines authority: the workspace and its forks, one mount (commits rename)
+        rw.append(Path(env["YIMI_WORKSPACE"]).resolve().parent)
     home = _home_of(env, m)
     granted = tuple(spec.get("home", ()))
     if granted and home is not None and home.is_dir() and m.maintainer == "core":
