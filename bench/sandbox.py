@@ -9,6 +9,9 @@ Run::
    sandboxed (bubblewrap, rlimits, pids cgroup) and plain, alternating, ``--rounds`` times;
    then ``--rounds``×10 calls on the live server (the sandbox costs nothing per call once
    the server runs: it is the same stdio pipe). Printed: medians and sandboxed/plain ratios.
+   And the bare process cost: ``python -c pass`` plain and wrapped the same way (prlimit,
+   pids cgroup, bwrap with the probe's profile), ``--rounds``×3 each — the sandbox's own
+   start-up, without the MCP server's imports.
 2. **Fork cost** of a ``--files``-file workspace (1 KiB each, 100 folders) per method the
    machine offers: plain copy, ``cp --reflink=always`` (only where the filesystem shares
    extents), a Btrfs snapshot (a loop-mounted image, when mkfs.btrfs and mounting work).
@@ -72,6 +75,34 @@ def bench_start(rounds: int) -> None:
     print("call on a live server (ms):")
     print(f"  plain      median {plain * 1000:.2f}")
     print(f"  sandboxed  median {boxed * 1000:.2f}  ratio {boxed / plain:.2f}")
+
+
+def bench_spawn(rounds: int) -> None:
+    from hub.capabilities.sandbox import prepare, profile_for, wrap_command
+
+    m = load(REPO / "tests" / "packages" / "probe")
+    with tempfile.TemporaryDirectory() as tmp:
+        profile = profile_for(m, {"YIMI_STATE_DIR": tmp})
+
+        def once(sandbox: bool) -> float:
+            cmd, args = sys.executable, ["-c", "pass"]
+            prepared = prepare(profile) if sandbox else None
+            if prepared is not None:
+                cmd, args = wrap_command(profile, prepared, cmd, args, str(m.root))
+            t0 = time.perf_counter()
+            subprocess.run([cmd, *args], check=True)
+            took = time.perf_counter() - t0
+            if prepared is not None:
+                prepared.close()
+            return took
+
+        once(True), once(False)
+        plain = statistics.median(once(False) for _ in range(rounds * 3))
+        boxed = statistics.median(once(True) for _ in range(rounds * 3))
+    print("bare process, python -c pass (ms):")
+    print(f"  plain      median {plain * 1000:.1f}")
+    extra = (boxed - plain) * 1000
+    print(f"  sandboxed  median {boxed * 1000:.1f}  ratio {boxed / plain:.2f}  (+{extra:.1f} ms)")
 
 
 def _seed(ws: Path, files: int) -> None:
@@ -147,6 +178,7 @@ def main() -> None:
     p.add_argument("--files", type=int, default=10_000)
     args = p.parse_args()
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    bench_spawn(args.rounds)
     bench_start(args.rounds)
     bench_fork(args.rounds, args.files)
 

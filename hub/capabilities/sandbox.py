@@ -445,8 +445,10 @@ def wrap_command(
     named = [o for f in files for o in ("--ro-bind", f, f)]
     bw = [bwrap() or "bwrap", "--json-status-fd", "3", *bwrap_args(profile, prepared, cwd)]
     bw += [*named, "--"]
+    # the rlimits are set inside the sandbox's user namespace: RLIMIT_NPROC then counts the
+    # sandbox's own processes, not every process of the hub's user
     limits = [
-        "prlimit",
+        "/usr/bin/prlimit",
         f"--cpu={lim.cpu_s}:{lim.cpu_s + 2}",
         f"--as={lim.memory_mb * 1024 * 1024}",
         f"--nofile={lim.open_files}",
@@ -457,7 +459,7 @@ def wrap_command(
     if prepared.cgroup is not None:
         script += f'echo $$ > "{prepared.cgroup}/cgroup.procs" || exit 97; '
     script += 'exec "$@"'
-    return "/bin/sh", ["-c", script, str(prepared.status), *limits, *bw, *inner]
+    return "/bin/sh", ["-c", script, str(prepared.status), *bw, *limits, *inner]
 
 
 # --------------------------------------------------------------------------- egress proxy
