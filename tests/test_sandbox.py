@@ -198,7 +198,8 @@ def test_the_profile_shows_what_a_package_may_use(tmp_path: Path) -> None:
     (home / "keys").mkdir()
     (home / "memory.db").write_bytes(b"")
     p = profile_for(load(REPO / "packages" / "memory"), {"YIMI_STATE_DIR": str(state)})
-    assert str(home) in p.read_write and str(home / "keys") in p.masked
+    assert p.home == str(home) and str(home / "keys") in p.masked
+    assert str(home / "package-state") in p.masked and str(state) in p.read_write
     assert str(home / "memory.db") not in p.masked
     assert not p.egress and p.network == "none (loopback only)"
     out = subprocess.run(
@@ -233,3 +234,27 @@ def test_without_bubblewrap_the_host_refuses_and_says_so(tmp_path: Path) -> None
     assert out.stdout.startswith("START_FAILED package hostile not started: bubblewrap"), out
     assert "YIMI_SANDBOX=off" in out.stdout
     assert "YIMI_SANDBOX=off" in out.stderr, "the log says how to opt out"
+
+
+@pytest.mark.asyncio
+async def test_the_memory_package_uses_the_homes_database_and_nothing_else(
+    tmp_path: Path,
+) -> None:
+    """A core package that declares entries of the home (``sandbox.home``) gets those, read-
+    write, beside its own state: the memory database lands in the home; the keys do not
+    show."""
+    home = tmp_path / "home"
+    state = home / "package-state" / "memory"
+    state.mkdir(parents=True)
+    (home / "keys").mkdir()
+    (home / "keys" / "home.key").write_bytes(b"secret")
+    m = load(REPO / "packages" / "memory")
+    env_for = {"YIMI_STATE_DIR": str(state), "YIMI_MODEL_LOCATION": "local"}
+    async with PackageHost({m.name: m}, env_for=lambda *_: dict(env_for)) as host:
+        args = {"id": "tea", "subject": "owner", "predicate": "drinks", "value": "tea"}
+        out = await host.call("memory", "commit", {**args, "idempotency_key": "k1"})
+        assert not out.is_error and out.structured and out.structured["status"] == "succeeded"
+        shown = await host.call("memory", "show", {"id": "tea"})
+        assert shown.structured and shown.structured["status"] == "succeeded", shown
+    assert (home / "memory.db").is_file(), "the home's database, not a copy in the sandbox"
+    assert (home / "keys" / "home.key").read_bytes() == b"secret"

@@ -106,8 +106,10 @@ class SandboxProfile:
     uid: int
     read_only: tuple[str, ...]
     read_write: tuple[str, ...]
+    home: str = ""
+    """the hub's home, read-write, for a core package that declares entries of it"""
     masked: tuple[str, ...] = ()
-    """entries of a granted home hidden from the package (everything it did not declare)"""
+    """entries of that home hidden from the package (everything it did not declare)"""
     sockets: tuple[str, ...] = ()
     egress: tuple[Endpoint, ...] = ()
     unresolved: tuple[str, ...] = ()
@@ -134,6 +136,8 @@ class SandboxProfile:
         )
         lines += [f"  read-only: {p}" for p in self.read_only]
         lines += [f"  read-write: {p}" for p in self.read_write]
+        if self.home:
+            lines.append(f"  read-write: {self.home} (the hub's home, only what it declared)")
         lines += [f"  socket: {p}" for p in self.sockets]
         lines += [f"  hidden: {p}" for p in self.masked]
         return lines
@@ -251,17 +255,12 @@ def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
         rw.append(Path(env["YIMI_WORKSPACE"]).resolve().parent)
     home = _home_of(env, m)
     granted = tuple(spec.get("home", ()))
+    shared_home = ""
     if granted and home is not None and home.is_dir() and m.maintainer == "core":
-        rw.append(home)
-        keep = set(granted)
-        state = Path(env.get("YIMI_STATE_DIR", "")).resolve()
-        for entry in sorted(home.iterdir()):
-            if entry.name in keep:
-                continue
-            if entry == state.parent and entry.name == "package-state":
-                masked.append(str(entry))  # its own state is bound again on top
-                continue
-            masked.append(str(entry))
+        # the home, read-write, with every entry it did not declare hidden (its own state
+        # folder, inside the hidden package-state, is bound again on top)
+        shared_home = str(home)
+        masked += [str(e) for e in sorted(home.iterdir()) if e.name not in set(granted)]
     sockets = tuple(
         str(Path(v).resolve())
         for k, v in sorted(env.items())
@@ -275,6 +274,7 @@ def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
         uid=sandbox_uid(m.name),
         read_only=tuple(dict.fromkeys(str(p) for p in ro if p.exists())),
         read_write=tuple(dict.fromkeys(str(p) for p in rw)),
+        home=shared_home,
         masked=tuple(masked),
         sockets=sockets,
         egress=tuple(endpoints),
@@ -375,11 +375,7 @@ def bwrap_args(profile: SandboxProfile, prepared: Prepared, cwd: str) -> list[st
         "ALL",
         # a declared port below 1024 is served by the relay inside: binding it needs this
         # capability, which only counts in the sandbox's own (empty) network namespace
-        *(
-            ["--cap-add", "CAP_NET_BIND_SERVICE"]
-            if any(e.port < 1024 for e in profile.egress)
-            else []
-        ),
+        *(["--cap-add", "CAP_NET_BIND_SERVICE"] if low else []),
         "--uid",
         str(0 if low else profile.uid),
         "--gid",
@@ -405,17 +401,16 @@ def bwrap_args(profile: SandboxProfile, prepared: Prepared, cwd: str) -> list[st
         a += ["--ro-bind", str(prepared.run_dir / name), f"/etc/{name}"]
     for ro in profile.read_only:
         a += ["--ro-bind", ro, ro]
-    for rw in profile.read_write:
-        Path(rw).mkdir(parents=True, exist_ok=True)
-        a += ["--bind", rw, rw]
+    if profile.home:
+        a += ["--bind", profile.home, profile.home]
     for hidden in profile.masked:
         if Path(hidden).is_dir():
             a += ["--tmpfs", hidden]
         else:
             a += ["--ro-bind", "/dev/null", hidden]
-    state = next((p for p in profile.read_write if "package-state" in p), None)
-    if state is not None and profile.masked:
-        a += ["--bind", state, state]  # its own state, back on top of the hidden folder
+    for rw in profile.read_write:  # after the home: its own state goes back on top
+        Path(rw).mkdir(parents=True, exist_ok=True)
+        a += ["--bind", rw, rw]
     for sock in profile.sockets:
         a += ["--bind", sock, sock]
     if profile.egress:
