@@ -10,12 +10,14 @@ hash-chained one) records what the hub saw. Its declared egress, one local port,
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -23,7 +25,8 @@ import pytest_asyncio
 from hub.capabilities.host import PackageHost
 from hub.capabilities.manifest import load
 from hub.capabilities.sandbox import bwrap, profile_for
-from hub.gateway.audit import AuditLog, records
+from hub.gateway import CallContext, Gateway, ToolCall, open_gateway
+from hub.gateway.audit import records
 from hub.worldlines.store import Worldlines
 from tests.gateway_kit import REPO
 from tests.mesh_harness import env
@@ -34,10 +37,12 @@ if bwrap() is None:
 pytestmark = pytest.mark.slow
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
 HOSTILE = REPO / "tests" / "packages" / "hostile"
+OWNER = CallContext(owner="owner", scope="owner", session_id="s", run_id="r")
 
 
 @dataclass
 class Rig:
+    gw: Gateway
     host: PackageHost
     home: Path
     state: Path
@@ -47,11 +52,18 @@ class Rig:
     workspace: Path
     fork: Path
 
-    async def call(self, tool: str, **args: object) -> str:
-        out = await self.host.call("hostile", tool, dict(args))
-        return out.text
+    calls: int = 0
 
-    def audited(self, kind: str) -> list[dict[str, object]]:
+    async def call(self, tool: str, **args: object) -> str:
+        """The tool called through the gateway (its receipt audited); its text result."""
+        self.calls += 1
+        c = ToolCall("hostile", tool, dict(args), f"c{self.calls}", f"task-{self.calls}")
+        r = await self.gw.call(c, OWNER)
+        assert r.status == "succeeded", r
+        result: str = json.loads(r.output)["result"]
+        return result
+
+    def audited(self, kind: str) -> list[dict[str, Any]]:
         return [r["data"] for r in records(self.audit_dir) if r.get("kind") == kind]
 
 
@@ -79,7 +91,6 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     other = await asyncio.start_server(_pong, "127.0.0.1", 0)
     a_port = allowed.sockets[0].getsockname()[1]
     o_port = other.sockets[0].getsockname()[1]
-    audit = AuditLog(home / "audit", durable=False)
     m = load(HOSTILE)
     workspace = tmp_path_factory.mktemp("owner") / "ws"
     workspace.mkdir()
@@ -91,13 +102,14 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
         "YIMI_ALLOWED_PORT": str(a_port),
         "YIMI_WORKSPACE": str(fork),
     }
+    gw_dir = home / "gateway"
     try:
-        async with PackageHost(
-            {m.name: m}, env_for=lambda *_: dict(extra), audit=audit.append
-        ) as host:
-            yield Rig(host, home, state, home / "audit", a_port, o_port, workspace, fork)
+        async with open_gateway(
+            gw_dir, manifests={m.name: m}, env_for=lambda *_: dict(extra), durable=False
+        ) as gw:
+            assert gw.host is not None
+            yield Rig(gw, gw.host, home, state, gw_dir / "audit", a_port, o_port, workspace, fork)
     finally:
-        audit.close()
         allowed.close()
         other.close()
 
@@ -119,6 +131,10 @@ async def test_the_hubs_keys_databases_and_other_state_are_not_there(rig: Rig) -
     assert out.startswith("REFUSED"), out
     assert (await rig.call("read_file", path="/etc/shadow")).startswith("REFUSED")
     assert (await rig.call("read_file", path=str(REPO / "pyproject.toml"))).startswith("REFUSED")
+    keys = str(rig.home / "keys" / "home.key")
+    hits = [r["receipt"] for r in rig.audited("receipt") if r["receipt"]["target"] == keys]
+    assert hits, "each attempt, and what it got, is in the audit log (its receipt)"
+    assert "REFUSED FileNotFoundError" in hits[0]["output"]
 
 
 @in_module_loop
