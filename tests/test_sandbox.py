@@ -10,7 +10,9 @@ hash-chained one) records what the hub saw. Its declared egress, one local port,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -99,6 +101,7 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     fork = lines.path(lines.fork("try").id)
     extra = {
         "YIMI_STATE_DIR": str(state),
+        "YIMI_ALLOWED_HOST": "127.0.0.1",
         "YIMI_ALLOWED_PORT": str(a_port),
         "YIMI_WORKSPACE": str(fork),
     }
@@ -222,7 +225,7 @@ def test_the_profile_shows_what_a_package_may_use(tmp_path: Path) -> None:
         [sys.executable, "-m", "cli", "package", "show", str(HOSTILE)],
         capture_output=True,
         text=True,
-        env={**env(), "YIMI_ALLOWED_PORT": "8025"},
+        env={**env(), "YIMI_ALLOWED_HOST": "127.0.0.1", "YIMI_ALLOWED_PORT": "8025"},
         timeout=60,
     )
     assert out.returncode == 0, out.stderr
@@ -274,3 +277,44 @@ async def test_the_memory_package_uses_the_homes_database_and_nothing_else(
         assert shown.structured and shown.structured["status"] == "succeeded", shown
     assert (home / "memory.db").is_file(), "the home's database, not a copy in the sandbox"
     assert (home / "keys" / "home.key").read_bytes() == b"secret"
+
+
+def test_a_declared_lan_address_is_reached_through_the_relay() -> None:
+    m = load(REPO / "packages" / "home")
+    p = profile_for(m, {"YIMI_MQTT_HOST": "192.168.1.5", "YIMI_MQTT_PORT": "1883"})
+    (e,) = p.egress
+    assert (e.host, e.port) == ("192.168.1.5", 1883) and e.inside.startswith("127.0.0.")
+    assert p.env_rewrites == (("YIMI_MQTT_HOST", e.inside),), "the server dials the relay"
+    named = profile_for(m, {"YIMI_MQTT_HOST": "broker.lan", "YIMI_MQTT_PORT": "1883"})
+    assert not named.env_rewrites and named.egress[0].host == "broker.lan"
+    assert profile_for(m, {}).unresolved == ("${MQTT_HOST}:${MQTT_PORT}",)
+
+
+def _lan_address() -> str | None:
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("192.0.2.1", 9))  # no packet is sent: it only picks the route's address
+        address: str = s.getsockname()[0]
+        return None if address.startswith("127.") else address
+    return None
+
+
+@pytest.mark.asyncio
+async def test_a_declared_lan_address_is_reached_and_its_other_ports_are_not(
+    tmp_path: Path,
+) -> None:
+    lan = _lan_address()
+    if lan is None:
+        pytest.skip("this machine has no address outside loopback")
+    server = await asyncio.start_server(_pong, lan, 0)
+    port = server.sockets[0].getsockname()[1]
+    extra = {"YIMI_STATE_DIR": str(tmp_path), "YIMI_ALLOWED_HOST": lan}
+    extra["YIMI_ALLOWED_PORT"] = str(port)
+    m = load(HOSTILE)
+    try:
+        async with PackageHost({m.name: m}, env_for=lambda *_: dict(extra)) as host:
+            out = await host.call("hostile", "connect_configured", {})
+            assert out.structured == {"result": "OK pong"}, out
+            out = await host.call("hostile", "connect", {"host": lan, "port": port})
+            assert "REFUSED" in out.text, "the address itself is not routed: only the relay"
+    finally:
+        server.close()

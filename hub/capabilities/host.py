@@ -301,6 +301,7 @@ class PackageHost:
         if bwrap() is None:
             raise refuse_unsandboxed(s.manifest.name)
         profile = profile_for(s.manifest, env)
+        env.update(profile.env_rewrites)
         prepared = await asyncio.to_thread(prepare, profile)
         s.sandbox = prepared
         if profile.egress:

@@ -33,6 +33,7 @@ import ipaddress
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import time
@@ -114,6 +115,8 @@ class SandboxProfile:
     egress: tuple[Endpoint, ...] = ()
     unresolved: tuple[str, ...] = ()
     """declared egress whose placeholders have no value: not reachable"""
+    env_rewrites: tuple[tuple[str, str], ...] = ()
+    """settings naming a declared IP address, handed to the server as the relay's address"""
     limits: Limits = field(default_factory=Limits)
 
     @property
@@ -130,6 +133,7 @@ class SandboxProfile:
         ]
         lines += [f"  egress allowed: {e.target}" for e in self.egress]
         lines += [f"  egress unresolved (not reachable): {u}" for u in self.unresolved]
+        lines += [f"  {k} inside: {v} (the relay)" for k, v in self.env_rewrites]
         lines.append(
             f"  limits: cpu {lim.cpu_s} s, memory {lim.memory_mb} MiB, "
             f"processes {lim.processes}, open files {lim.open_files}"
@@ -220,9 +224,18 @@ def parse_endpoint(text: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port_text)
 
 
-def _endpoints(m: Manifest, env: Mapping[str, str]) -> tuple[list[Endpoint], list[str]]:
+_HOST_VAR = re.compile(r"^\$\{([A-Z][A-Z0-9_]*)\}:")
+
+
+def _endpoints(
+    m: Manifest, env: Mapping[str, str]
+) -> tuple[list[Endpoint], list[str], list[tuple[str, str]]]:
+    """(endpoints, declarations with no value, environment rewrites): a declared host that
+    is an IP address outside loopback cannot be named in ``/etc/hosts``, so the setting it
+    came from (``${MQTT_HOST}:…``) is handed to the server as the relay's address instead."""
     out: list[Endpoint] = []
     unresolved: list[str] = []
+    rewrites: list[tuple[str, str]] = []
     n = 10
     for declared in m.egress:
         filled = _fill(declared, env)
@@ -232,13 +245,20 @@ def _endpoints(m: Manifest, env: Mapping[str, str]) -> tuple[list[Endpoint], lis
             continue
         host, port = parsed
         try:
-            loopback = ipaddress.ip_address(host).is_loopback
+            literal: bool | None = ipaddress.ip_address(host).is_loopback
         except ValueError:
-            loopback = False
-        inside = host if loopback else f"127.0.0.{n}"
+            literal = None  # a name: /etc/hosts maps it
+        inside = host if literal else f"127.0.0.{n}"
         n += 1
+        if literal is False:
+            var = _HOST_VAR.match(declared)
+            if var is None:
+                unresolved.append(declared)
+                continue
+            name = var.group(1)
+            rewrites.append((name if name in env else f"YIMI_{name}", inside))
         out.append(Endpoint(host, port, inside))
-    return out, unresolved
+    return out, unresolved, rewrites
 
 
 def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
@@ -268,7 +288,7 @@ def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
     )
     limits_spec = spec.get("limits", {})
     limits = Limits(**{k: int(v) for k, v in limits_spec.items()})
-    endpoints, unresolved = _endpoints(m, env)
+    endpoints, unresolved, rewrites = _endpoints(m, env)
     return SandboxProfile(
         package=m.name,
         uid=sandbox_uid(m.name),
@@ -279,6 +299,7 @@ def profile_for(m: Manifest, env: Mapping[str, str]) -> SandboxProfile:
         sockets=sockets,
         egress=tuple(endpoints),
         unresolved=tuple(unresolved),
+        env_rewrites=tuple(rewrites),
         limits=limits,
     )
 

@@ -65,6 +65,14 @@ def connect(host: str, port: int, text: str = "ping") -> str:
 
 
 @mcp.tool()
+def connect_configured(text: str = "ping") -> str:
+    """Connect to the configured YIMI_ALLOWED_HOST:YIMI_ALLOWED_PORT (as a real package
+    reads its broker's address from its settings)."""
+    host, port = os.environ["YIMI_ALLOWED_HOST"], int(os.environ["YIMI_ALLOWED_PORT"])
+    return connect(host, port, text)
+
+
+@mcp.tool()
 def via_proxy(target: str, text: str = "ping") -> str:
     """Ask the hub's egress proxy for target (host:port) directly."""
     path = os.environ.get("YIMI_EGRESS_SOCKET", "")
