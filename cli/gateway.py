@@ -8,6 +8,8 @@
   MCP server (a PyPI distribution), to ``H/packages.yaml`` |
 | ``yimi package list --home H`` | every package the hub runs (or not): tools and effects |
 | ``yimi package test DIR [--variant fake|real]`` | run ``tests/contract.yaml`` on fake and real |
+| ``yimi package show NAME|DIR [--home H]`` | a package's sandbox profile: what it may read, write,
+  reach, and its limits |
 | ``yimi cards --bundle PHONE`` | the cards waiting for the owner (synced from the hub) |
 | ``yimi approve --bundle PHONE [CARD_ID]`` | approve a card, signed with the phone's key |
 | ``yimi deny --bundle PHONE [CARD_ID]`` | deny it |
@@ -140,6 +142,36 @@ def cmd_package_list(args: argparse.Namespace) -> int:
         print(f"{name} {m.version}  {state}  {m.maintainer}, receipts {m.receipts}  {kind}")
         for t in m.tools.values():
             print(f"  {t.name}: {_effect_text(t)}")
+    return EXIT_OK
+
+
+def cmd_package_show(args: argparse.Namespace) -> int:
+    import os
+
+    from hub.capabilities.manifest import load
+    from hub.capabilities.sandbox import bwrap, opted_out, profile_for
+    from hub.capabilities.settings import read_settings
+
+    root = Path(args.name)
+    state = Path("/HOME/package-state")
+    if not (root / "plugin.json").is_file():
+        settings = read_settings(args.home) if args.home else {}
+        if args.name not in settings:
+            from hub.capabilities.errors import CapabilityError
+
+            raise CapabilityError("package.unknown", package=args.name)
+        root = settings[args.name].root
+    m = load(root)
+    state = (args.home.resolve() if args.home else state.parent) / "package-state" / m.name
+    env = {k: v for k, v in os.environ.items() if k.startswith("YIMI_")}
+    env["YIMI_STATE_DIR"] = str(state)
+    print(f"{m.name} {m.version}  {m.maintainer}  {m.root}")
+    if opted_out():
+        print("sandbox: OFF (YIMI_SANDBOX=off: the operator runs packages unsandboxed)")
+    elif bwrap() is None:
+        print("sandbox: bubblewrap is not installed: the hub will not start this package")
+    for line in profile_for(m, env).describe():
+        print(line)
     return EXIT_OK
 
 
@@ -335,6 +367,9 @@ def add_commands(sub: Any, command: Command) -> None:
     )
     sp = command(pkg_sub, "list", cmd_package_list, "the hub's packages: tools and effects")
     sp.add_argument("--home", type=Path, required=True)
+    sp = command(pkg_sub, "show", cmd_package_show, "a package's sandbox profile")
+    sp.add_argument("name", help="a package's name (with --home) or folder")
+    sp.add_argument("--home", type=Path)
     sp = command(pkg_sub, "test", cmd_package_test, "run a package's contract (fake and real)")
     sp.add_argument("dir", type=Path)
     sp.add_argument("--variant", action="append", choices=["fake", "real"])

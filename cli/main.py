@@ -33,6 +33,7 @@ from cli import (
     vision,
     voice,
     wake,
+    worldline,
     wyoming,
 )
 from cli.common import EXIT_ERROR, EXIT_LATE, EXIT_OK, EXIT_QUEUED, EXIT_USAGE, Handler, exit_now
@@ -66,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         group.add_commands(sub, command)
     memory_sub = memory.add_commands(sub, command)
     recall.add_search_command(memory_sub, command)
-    for group in (pay, models, brain, voice, vision, wake, wyoming, narrated):
+    for group in (pay, models, brain, voice, vision, wake, wyoming, worldline, narrated):
         group.add_commands(sub, command)
     return p
 

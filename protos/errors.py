@@ -84,6 +84,18 @@ MESSAGES: dict[str, str] = {
     "package.unknown": "no capability package named {package!r}",
     "package.no_fake": "package {package} declares no fake server",
     "package.start_failed": "package {package} did not start: {reason}",
+    "worldline.unknown": "no worldline {id!r} in this workspace",
+    "worldline.closed": "worldline {id} is {status}: it can no longer change",
+    "worldline.stale_base": (
+        "worldline {id} was forked from generation {base}, but the workspace is at {current} "
+        "now: fork it again"
+    ),
+    "worldline.no_history": "no commit {id!r} in the workspace's history to roll back",
+    "package.sandbox_missing": (
+        "package {package} not started: bubblewrap (bwrap) is not installed, and every package "
+        "runs in a sandbox; install it (apt-get install bubblewrap) or set {env}=off to run "
+        "packages unsandboxed"
+    ),
     "package.tool_missing": (
         "{file}: tool {tool!r} is declared, but its server does not offer it (it offers: {offered})"
     ),
@@ -440,6 +452,16 @@ MESSAGES_ZH: dict[str, str] = {
     ),
     # capabilities: wrapping third-party MCP servers (yimi package check / add / list)
     "package.start_failed": "软件包 {package} 没能启动：{reason}",
+    "worldline.unknown": "这个工作区里没有世界线 {id!r}",
+    "worldline.closed": "世界线 {id} 已经{status}：不能再改动",
+    "worldline.stale_base": (
+        "世界线 {id} 是从第 {base} 代分出来的，但工作区现在是第 {current} 代：请重新分叉"
+    ),
+    "worldline.no_history": "工作区的历史里没有可以回滚的提交 {id!r}",
+    "package.sandbox_missing": (
+        "软件包 {package} 没有启动：没有安装 bubblewrap（bwrap），而每个软件包都要在沙箱里运行；"
+        "请安装它（apt-get install bubblewrap），或设置 {env}=off 在沙箱外运行软件包"
+    ),
     "package.tool_missing": (
         "{file}：声明了工具 {tool!r}，但它的服务器没有提供（提供的是：{offered}）"
     ),

@@ -12,6 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 FILE_SECONDS: dict[str, float] = {
+    "test_sandbox.py": 90,
+    "test_worldlines.py": 60,
     "test_faults.py": 138,
     "test_forget_whole.py": 75,
     "test_forget_mesh.py": 70,

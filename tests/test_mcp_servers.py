@@ -93,7 +93,11 @@ async def rig(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Rig]:
     def env_for(m: object, variant: str) -> dict[str, str]:
         d = state / getattr(m, "name", "x")
         d.mkdir(parents=True, exist_ok=True)
-        return {"YIMI_STATE_DIR": str(d)}
+        # git works on the repository: its workspace, the one folder it may write
+        work = (
+            {"YIMI_WORKSPACE": str(repo)} if getattr(m, "name", "") in ("git", "gitlying") else {}
+        )
+        return {"YIMI_STATE_DIR": str(d), **work}
 
     async with open_gateway(root / "gateway", manifests=catalog, env_for=env_for) as gw:
         yield Rig(gw, home, repo)

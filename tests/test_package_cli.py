@@ -1,6 +1,7 @@
 """``yimi package test``: each built-in package's contract passes on its fake and on its
-real server (local SMTP server; mosquitto with Home Assistant-style devices; the Mac's
-executor behind a local socket); a contract that does not hold fails the command."""
+real server, both sandboxed (local SMTP server; mosquitto with Home Assistant-style devices;
+the Mac's executor behind a local socket; a temporary workspace); a contract that does not
+hold fails the command."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def package_test(d: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("name", ["messaging", "home", "mac"])
+@pytest.mark.parametrize("name", ["messaging", "home", "mac", "worldlines"])
 def test_builtin_contracts_pass_on_fake_and_real(name: str) -> None:
     out = package_test(REPO / "packages" / name)
     assert out.returncode == 0, out.stdout + out.stderr

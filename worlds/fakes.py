@@ -515,3 +515,28 @@ def sandbox_shop() -> Any:
 
 
 WORLDS["sandbox_shop"] = sandbox_shop
+
+
+# ---------------------------------------------------------------- a workspace folder
+class WorkspaceWorld:
+    """A temporary owner's workspace (``notes.txt`` in it) for the worldlines package."""
+
+    def __init__(self) -> None:
+        self._tmp = tempfile.TemporaryDirectory(prefix="yimi-workspace-")
+        self.root = Path(self._tmp.name) / "ws"
+
+    def env(self) -> dict[str, str]:
+        return {"YIMI_WORKSPACE": str(self.root)}
+
+    async def __aenter__(self) -> WorkspaceWorld:
+        self.root.mkdir()
+        (self.root / "notes.txt").write_text("buy milk\n")
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._tmp.cleanup()
+
+
+WORLDS["workspace"] = WorkspaceWorld

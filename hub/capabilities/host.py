@@ -33,6 +33,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from hub.capabilities.errors import CapabilityError
 from hub.capabilities.manifest import Manifest, ServerSpec
+from hub.capabilities.sandbox import (
+    SIGNALS,
+    Audit,
+    EgressProxy,
+    Prepared,
+    bwrap,
+    opted_out,
+    prepare,
+    profile_for,
+    refuse_unsandboxed,
+    wrap_command,
+)
 from storage.private import private_dir, private_file
 from sync.tasks import TaskOwner
 
@@ -124,6 +136,10 @@ class _Server:
     """what ``env_for`` gave this server at its start"""
     destructive: frozenset[str] = frozenset()
     """tools a third-party server annotates destructive (``destructiveHint``), read at start"""
+    sandbox: Prepared | None = None
+    pids_refused: int = 0
+    died: bool = False
+    """a call found the server dead (its pipe closed)"""
 
 
 class PackageHost:
@@ -134,6 +150,8 @@ class PackageHost:
         variant: str = "real",
         env_for: EnvFor | None = None,
         log_dir: Path | None = None,
+        sandbox: bool | None = None,
+        audit: Audit | None = None,
     ) -> None:
         if variant not in ("real", "fake"):
             raise ValueError(f"variant {variant!r} is not real or fake")
@@ -147,6 +165,17 @@ class PackageHost:
         self._logs: list[TextIO] = []
         self.starts = 0
         """server processes started so far"""
+        self.sandbox = not opted_out() if sandbox is None else sandbox
+        """every server starts inside its sandbox (``hub.capabilities.sandbox``); off only
+        by the operator's explicit choice (``YIMI_SANDBOX=off`` or ``sandbox=False``)"""
+        self._audit = audit
+        if not self.sandbox:
+            log.warning("package servers run WITHOUT a sandbox (the operator turned it off)")
+        elif bwrap() is None:
+            log.error(
+                "bubblewrap (bwrap) is not installed: package servers will not start; "
+                "install it, or set YIMI_SANDBOX=off to run them unsandboxed"
+            )
 
     async def __aenter__(self) -> PackageHost:
         for m in self.manifests.values():
@@ -232,9 +261,12 @@ class PackageHost:
             if name in os.environ and name not in extra:
                 extra[name] = os.environ[name]
         mcp = await _mcp()
-        params = mcp.StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
         try:
-            async with mcp.Client(params, raise_exceptions=False) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                if self.sandbox:
+                    command, args = await self._sandboxed(s, stack, command, args, extra, cwd)
+                params = mcp.StdioServerParameters(command=command, args=args, env=extra, cwd=cwd)
+                client = await stack.enter_async_context(mcp.Client(params, raise_exceptions=False))
                 if m.maintainer == "third_party" or m.receipts == "mcp":
                     s.destructive = await _destructive(client, m.name)
                 s.client = client
@@ -242,14 +274,66 @@ class PackageHost:
                 s.ready.set()
                 log.info("package %s (%s) started", m.name, self.variant)
                 await self._idle(s)
+        except CapabilityError as exc:
+            s.failed = exc.text()
+            log.error("package %s (%s) not started: %s", m.name, self.variant, s.failed)
         except Exception as exc:  # a server that cannot start or dies: its calls fail
             s.failed = f"{type(exc).__name__}: {exc}"
             log.warning("package %s (%s) server ended: %s", m.name, self.variant, s.failed)
         finally:
             s.client = None
             s.ready.set()
+            if s.sandbox is not None:
+                self._ended_sandbox(s)
             s.ended.set()
             log.info("package %s (%s) stopped", m.name, self.variant)
+
+    async def _sandboxed(
+        self,
+        s: _Server,
+        stack: contextlib.AsyncExitStack,
+        command: str,
+        args: list[str],
+        env: dict[str, str],
+        cwd: str,
+    ) -> tuple[str, list[str]]:
+        """The server's command wrapped in its sandbox; its egress proxy started."""
+        if bwrap() is None:
+            raise refuse_unsandboxed(s.manifest.name)
+        profile = profile_for(s.manifest, env)
+        env.update(profile.env_rewrites)
+        prepared = await asyncio.to_thread(prepare, profile)
+        s.sandbox = prepared
+        if profile.egress:
+            proxy = EgressProxy(prepared.run_dir / "egress.sock", profile, self._audit)
+            await stack.enter_async_context(proxy)
+        return wrap_command(profile, prepared, command, args, cwd)
+
+    def _ended_sandbox(self, s: _Server) -> None:
+        """Audit how a sandboxed server ended if it was not asked to; reclaim its files."""
+        assert s.sandbox is not None
+        self._check_pids(s)
+        code = s.sandbox.exit_code()
+        asked = (s.stop.is_set() or s.stopping) and not s.died
+        if code is not None and code != 0 and not asked and self._audit is not None:
+            signal = SIGNALS.get(code - 128, f"signal {code - 128}") if code > 128 else ""
+            kind = "sandbox.killed" if signal else "sandbox.ended"
+            self._audit(kind, {"package": s.manifest.name, "exit_code": code, "signal": signal})
+            log.warning("package %s: its sandboxed server ended: %s", s.manifest.name, code)
+        s.sandbox.close()
+        s.sandbox = None
+
+    def _check_pids(self, s: _Server) -> None:
+        """Audit forks the sandbox's pids limit refused since the last look."""
+        if s.sandbox is None:
+            return
+        refused = s.sandbox.pids_refused()
+        if refused > s.pids_refused and self._audit is not None:
+            self._audit(
+                "sandbox.pids_limit",
+                {"package": s.manifest.name, "refused_forks": refused - s.pids_refused},
+            )
+        s.pids_refused = refused
 
     async def _idle(self, s: _Server) -> None:
         idle = s.manifest.runtime.idle_reclaim_s
@@ -317,6 +401,9 @@ class PackageHost:
                 elapsed_s=time.monotonic() - started,
             )
         except Exception as exc:
+            # the server died or its pipe broke: the next call starts a new one
+            s.died = True
+            s.stopping = True
             return ToolOutcome(
                 text=f"{type(exc).__name__}: {exc}",
                 is_error=True,
@@ -327,6 +414,7 @@ class PackageHost:
             s.inflight -= 1
             s.last_used = time.monotonic()
             s.activity.set()
+            self._check_pids(s)
         text = "".join(getattr(c, "text", "") for c in result.content)[:MAX_TEXT_CHARS]
         structured = result.structured_content
         return ToolOutcome(

@@ -17,7 +17,9 @@ Rules beyond the schema:
 - ``check_with`` names an ``observe`` tool of the same package; ``retry: after_check``
   needs ``check_with``;
 - ``target`` and ``effect_by_arg.arg`` are argument names (identifiers);
-- ``runtime.server`` / ``runtime.fake`` name entries of ``mcpServers``.
+- ``runtime.server`` / ``runtime.fake`` name entries of ``mcpServers``;
+- only a ``core`` package may declare ``sandbox.home`` (entries of the hub's home) or
+  ``sandbox.workspace_parent``.
 """
 
 from __future__ import annotations
@@ -243,6 +245,9 @@ def validate(data: Any, file: Path) -> None:
             raise _refuse(
                 file, f"{_EXT_PATH}.runtime.server", "several mcpServers: name the real one"
             )
+    for key in ("home", "workspace_parent"):
+        if cap.get("sandbox", {}).get(key) and cap["maintainer"] != "core":
+            raise _refuse(file, f"{_EXT_PATH}.sandbox.{key}", "only a core package may declare it")
     tools = cap["tools"]
     for name, spec in tools.items():
         where = f"{_EXT_PATH}.tools.{name}"

@@ -92,7 +92,11 @@ async def open_gateway(
     audit = AuditLog(state_dir / "audit", durable=durable, signer=audit_signer)
     try:
         async with PackageHost(
-            catalog, variant=variant, env_for=env_for, log_dir=state_dir / "package-logs"
+            catalog,
+            variant=variant,
+            env_for=env_for,
+            log_dir=state_dir / "package-logs",
+            audit=audit.append,
         ) as host:
             gw = Gateway(catalog, ledger, audit, host=host, courier=courier)
             try:
