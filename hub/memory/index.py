@@ -20,7 +20,8 @@ Search, as in ARCHITECTURE § Memory:
    then bm25; query parts shorter than 3 characters (Chinese two-character words, "tv")
    fall back to a substring scan ranked by how rare the matched parts are, appended after
    the trigram hits. The vector list: exact cosine k-NN — the ``k`` nearest always, deeper
-   ranks only at cosine ≥ ``MIN_COSINE``;
+   ranks only at cosine ≥ ``MIN_COSINE`` — over the vectors held in memory, in step with
+   ``items_vec`` (:mod:`hub.memory.vector_matrix`);
 2. items unused for 30 days are not candidates in default recall (``include_stale`` makes
    them candidates again);
 3. ``RRF(x) = Σ 1/(60 + rank)`` over the lists holding x;
@@ -39,6 +40,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -47,6 +49,7 @@ import apsw
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
+from hub.memory.vector_matrix import VectorMatrix
 from protos.clock import now_ms
 from storage.private import private_dir, private_file
 
@@ -347,6 +350,9 @@ class MemoryIndex:
         except BaseException:
             self._conn.close()
             raise
+        self._matrix = VectorMatrix(self.dim)
+        """``items_vec`` in memory for k-NN (:mod:`hub.memory.vector_matrix`), loaded on
+        the first search"""
 
     def _create(self, dim: int | None) -> None:
         with self._conn:
@@ -502,7 +508,7 @@ class MemoryIndex:
                     reason=f"shape {vectors.shape} for {self.dim}-d",
                 )
             vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-            with self._conn:
+            with self._writing():
                 replaced_text = self._write(entries, vectors)
                 if replaced_text:  # the old text's tokens must not linger in older segments
                     self._conn.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
@@ -556,6 +562,7 @@ class MemoryIndex:
                 "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
                 (rid, vec.tobytes(), last_access),
             )
+            self._matrix.upsert(rid, vec, last_access)
         return replaced_text
 
     @staticmethod
@@ -588,7 +595,7 @@ class MemoryIndex:
         removed: list[str] = []
         with self._lock:
             self._follow()
-            with self._conn:
+            with self._writing():
                 cur = self._conn.cursor()
                 for item_id in dict.fromkeys(item_ids):
                     row = cur.execute(
@@ -600,6 +607,7 @@ class MemoryIndex:
                     cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
                     cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
                     cur.execute("DELETE FROM items WHERE rid = ?", (rid,))
+                    self._matrix.remove(rid)
                     removed.append(item_id)
                 if removed:
                     cur.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
@@ -772,23 +780,18 @@ class MemoryIndex:
         The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
         only at cosine ≥ ``MIN_COSINE``.
         """
-        if cutoff is None:
-            sql = (
-                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
-                " ORDER BY distance"
+        matrix = self._matrix
+        version = self._scalar("PRAGMA data_version")  # changes on another connection's commit
+        if not matrix.loaded or matrix.version != version:
+            matrix.load(
+                self._conn.execute("SELECT rowid, embedding, last_access_ms FROM items_vec")
             )
-            args: tuple[Any, ...] = (qvec.tobytes(), LIST_LIMIT)
-        else:
-            sql = (
-                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
-                " AND last_access_ms >= ? ORDER BY distance"
-            )
-            args = (qvec.tobytes(), LIST_LIMIT, cutoff)
+            matrix.version = version
         max_distance = 1.0 - MIN_COSINE
         return [
-            int(str(rid))
-            for rank, (rid, distance) in enumerate(self._conn.execute(sql, args))
-            if rank < k or float(str(distance)) <= max_distance
+            rid
+            for rank, (rid, distance) in enumerate(matrix.nearest(qvec, LIST_LIMIT, cutoff))
+            if rank < k or distance <= max_distance
         ]
 
     _COLUMNS = "rid, item_id, text, sensitivity, sources, importance, created_ms, last_access_ms"
@@ -869,7 +872,7 @@ class MemoryIndex:
         )
 
     def _touch(self, item_ids: list[str], now: int) -> None:
-        with self._conn:
+        with self._writing():
             rows = self._rows_by_id(item_ids)
             for row in rows.values():
                 self._conn.execute(
@@ -878,6 +881,17 @@ class MemoryIndex:
                 self._conn.execute(
                     "UPDATE items_vec SET last_access_ms = ? WHERE rowid = ?", (now, row[0])
                 )
+                self._matrix.touch(int(row[0]), now)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; if it fails the in-memory vectors are reloaded on next use."""
+        try:
+            with self._conn:
+                yield
+        except BaseException:
+            self._matrix.invalidate()
+            raise
 
 
 # ---------------------------------------------------------------- files per model
