@@ -313,7 +313,7 @@ class Replica:
         with open_private(path, "ab") as fh:
             fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
             fh.flush()
-            os.fsync(fh.fileno())
+            os.fdatasync(fh.fileno())  # an append: the new size is flushed with the data
             self._offset = fh.tell()
         if self.compact_at is not None and self._offset > self.compact_at:
             self._compact_locked()
