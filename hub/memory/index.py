@@ -42,6 +42,7 @@ import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -216,9 +217,13 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
     return long_terms, short_terms
 
 
+@lru_cache(maxsize=16384)  # the same candidates' texts come back query after query
 def _fold(text: str) -> str:
     """Lower case without diacritics (as the trigram tokenizer's ``remove_diacritics``)."""
-    decomposed = unicodedata.normalize("NFKD", text.lower())
+    lowered = text.lower()
+    if lowered.isascii():  # nothing to decompose
+        return lowered
+    decomposed = unicodedata.normalize("NFKD", lowered)
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
@@ -664,20 +669,19 @@ class MemoryIndex:
             vec_rank = {rid: i for i, rid in enumerate(vec)}
             max_rrf = 2.0 / RRF_K
             now = self._clock()
+            ranked = []  # the blended order first: Hits are made for the k kept only
+            for rid, score in fused.items():
+                if rid in live:
+                    row = rows[rid]
+                    relevance = score / max_rrf
+                    days = max(0.0, (now - int(row[7])) / DAY_MS)
+                    final = blend(relevance, float(row[5]), days)
+                    ranked.append((-final, -relevance, str(row[1]), rid))
+            ranked.sort()
             hits = [
-                self._hit(
-                    rows[rid],
-                    None,
-                    score / max_rrf,
-                    fts_rank.get(rid),
-                    vec_rank.get(rid),
-                    now=now,
-                )
-                for rid, score in fused.items()
-                if rid in live
+                self._hit(rows[rid], None, -neg_rel, fts_rank.get(rid), vec_rank.get(rid), now=now)
+                for _, neg_rel, _, rid in ranked[:k]
             ]
-            hits.sort(key=lambda h: (-h.score, -h.relevance, h.item_id))
-            hits = hits[:k]
             if touch and hits:
                 self._touch([h.item_id for h in hits], now)
         return hits
