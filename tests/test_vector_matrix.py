@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from hub.memory.index import DAY_MS, LIST_LIMIT, STALE_DAYS, Entry, MemoryIndex
-from hub.memory.vector_matrix import VectorMatrix
+from hub.memory.vector_matrix import QueryVectors, VectorMatrix
 
 T0 = 1_780_000_000_000
 DIM = 32
@@ -117,3 +117,21 @@ def test_an_empty_or_all_stale_matrix_answers_nothing() -> None:
     assert m.nearest(q, 10, None) == []
     m.upsert(5, q, T0)
     assert m.nearest(q, 10, T0 + 1) == [] and m.nearest(q, 10, T0)[0][0] == 5
+
+
+def test_a_query_is_embedded_once_while_it_is_among_the_recent_ones() -> None:
+    calls: list[str] = []
+
+    def embed(text: str) -> npt.NDArray[np.float32]:
+        calls.append(text)
+        return np.full(DIM, float(len(text)), dtype=np.float32)
+
+    cache = QueryVectors(size=2)
+    first = cache.get("m", "tea", embed)
+    assert cache.get("m", "tea", embed) is first and calls == ["tea"]
+    cache.get("other-model", "tea", embed)  # another model: its own vector
+    cache.get("m", "coffee", embed)  # "tea" on m is now the oldest of two: dropped
+    cache.get("m", "tea", embed)
+    assert calls == ["tea", "tea", "coffee", "tea"]
+    with pytest.raises(ValueError):
+        first[0] = 1.0  # what the cache hands out is read-only

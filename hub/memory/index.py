@@ -50,7 +50,7 @@ import apsw
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
-from hub.memory.vector_matrix import VectorMatrix
+from hub.memory.vector_matrix import QueryVectors, VectorMatrix
 from protos.clock import now_ms
 from storage.private import private_dir, private_file
 
@@ -335,6 +335,7 @@ class MemoryIndex:
         self.is_live = is_live
         self._lock = threading.RLock()
         self._home: Path | None = None
+        self._queries = QueryVectors()
         """set by :meth:`for_home`: the index follows the home's switch of embedding model"""
         self._open(dim)
 
@@ -723,7 +724,12 @@ class MemoryIndex:
 
         if given is not None:
             return np.ascontiguousarray(given, dtype=np.float32).reshape(self.dim)
-        return np.ascontiguousarray(self.embedder.embed([query])[0], dtype=np.float32)
+        embedder = self.embedder
+        return self._queries.get(
+            embedder.model_id,
+            query,
+            lambda text: np.ascontiguousarray(embedder.embed([text])[0], dtype=np.float32),
+        )
 
     def _cutoff(self) -> int:
         return self._clock() - STALE_DAYS * DAY_MS

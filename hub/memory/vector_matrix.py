@@ -14,14 +14,15 @@ at or after the cutoff, nearest first (equal distances by rowid).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy is imported where the matrix is first built (a large import)
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["VectorMatrix"]
+__all__ = ["QueryVectors", "VectorMatrix"]
 
 _MIN_CAPACITY = 1024
 
@@ -164,3 +165,31 @@ def _unit(vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     return np.asarray(vecs / norms, dtype=np.float32)
+
+
+class QueryVectors:
+    """The last few queries' embeddings, by (model, text): a turn's recall asks for the same
+    words more than once (its context, then the model's own search), and embedding them
+    costs milliseconds each time. Embeddings are deterministic, so a remembered one is the
+    one the model would give again."""
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self._held: dict[tuple[str, str], npt.NDArray[np.float32]] = {}
+        self._lock = threading.Lock()  # searches embed outside the index's lock
+
+    def get(
+        self, model_id: str, text: str, embed: Callable[[str], npt.NDArray[np.float32]]
+    ) -> npt.NDArray[np.float32]:
+        key = (model_id, text)
+        with self._lock:
+            vec = self._held.pop(key, None)
+        if vec is None:
+            vec = embed(text)
+            vec.setflags(write=False)
+        with self._lock:
+            self._held.pop(key, None)
+            while len(self._held) >= self.size:
+                del self._held[next(iter(self._held))]  # the oldest
+            self._held[key] = vec  # newest last
+        return vec
