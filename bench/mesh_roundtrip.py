@@ -51,6 +51,7 @@ import apsw
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
+import edge_agent.node as node_module
 from bench.hubproc import HubProcess, child_env, cpu_seconds, die_with_parent, finish
 from bench.stats import percentile
 from edge_agent.node import DeviceNode, NodeOptions
@@ -61,6 +62,10 @@ from sync.envelope import Opened
 from sync.mqtt import SOCKET_OPTIONS, transient_username
 from sync.tls import ClientTls
 from worlds import ports
+
+node_module.REPLY_TIMEOUT_S = 60.0
+"""the first turn after the hub's start also starts its packages (10 s and more on a loaded
+machine): the bench waits for it rather than failing; timed trips are far below either"""
 
 SCRIPT = Path(__file__).resolve()
 REPO = SCRIPT.parent.parent
