@@ -38,10 +38,12 @@ sys.path.insert(0, str(ROOT))
 from nacl.signing import SigningKey
 
 from hub.capabilities.host import ToolOutcome
-from hub.gateway import CallContext, ToolCall, open_gateway
+from hub.gateway import CallContext, Decision, ToolCall, open_gateway
 
 PROBE = ROOT / "tests" / "packages" / "probe"
 MESSAGING = ROOT / "packages" / "messaging"
+CALLERS = 8
+"""concurrent callers for the receipts' group-commit figure (issue 21's target)"""
 CTX = CallContext(owner="owner", scope="owner", session_id="s", run_id="r", trace_id="bench")
 
 
@@ -107,6 +109,19 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
             for c, d in prepared:
                 await gw.receipt(c, CTX, d, outcome)
             rec_s = time.perf_counter() - t0
+            # the same with CALLERS concurrent callers (the issue's target is for 8)
+            prepared = []
+            for i in range(receipts):
+                c = ToolCall("probe", "echo", {"text": str(i)}, f"q{i}", f"task-q{i % 50}")
+                prepared.append((c, await gw.decide(c, CTX)))
+
+            async def caller(part: list[tuple[ToolCall, Decision]]) -> None:
+                for c, d in part:
+                    await gw.receipt(c, CTX, d, outcome)
+
+            t0 = time.perf_counter()
+            await asyncio.gather(*(caller(prepared[k::CALLERS]) for k in range(CALLERS)))
+            conc_s = time.perf_counter() - t0
 
             # 3. overhead on a real MCP tool call
             direct: list[float] = []
@@ -143,6 +158,10 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
         f"durable receipts            n={receipts:<6} {receipts / rec_s:8.0f} receipts/s   "
         f"({ms(rec_s / receipts)} each)"
     )
+    print(
+        f"  with {CALLERS} callers at once    n={receipts:<6} {receipts / conc_s:8.0f} receipts/s "
+        f"(x{rec_s / conc_s:.2f} the one-caller rate, same run)"
+    )
     d50, g50 = statistics.median(direct), statistics.median(gated)
     d99, g99 = pct(direct, 99), pct(gated, 99)
     print(f"MCP tool call, direct       n={len(direct):<6} p50 {ms(d50)}   p99 {ms(d99)}")
@@ -150,6 +169,22 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
     print(
         f"gateway overhead            p50 +{ms(g50 - d50).strip()}   "
         f"ratio gated/direct p50 {g50 / d50:.2f}x   p99 {g99 / d99:.2f}x"
+    )
+    print()
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
+    decide50 = pct(lat, 50) * 1000
+    rate = receipts / conc_s
+    print(f"target (#21)  decide p50 ≤ 0.3 ms: {decide50:.3f} ms -> {verdict(decide50 <= 0.3)}")
+    print(
+        f"              ≥ 5,000 durable receipts/s with {CALLERS} callers: {rate:.0f}/s"
+        f" -> {verdict(rate >= 5000)}"
+    )
+    print(
+        f"              MCP call via the gateway ≤ 1.3x direct: {g50 / d50:.2f}x"
+        f" -> {verdict(g50 / d50 <= 1.3)}"
     )
 
 

@@ -93,8 +93,11 @@ class HubProcess:
             self.popen = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "cli",
+                    *(
+                        [str(REPO / "bench" / "profile_hub.py")]
+                        if os.environ.get("YIMI_BENCH_PROFILE")
+                        else ["-m", "cli"]
+                    ),
                     *loopback_hub_args(self.home, self.mqtt_port, self.grpc_port),
                     "--no-advertise",
                 ],

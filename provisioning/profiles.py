@@ -244,8 +244,23 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or "\\" in text or text.endswith(_SUFFIXES) or text in {".", ".."}
 
 
+_LOADED: dict[str, tuple[tuple[int, int, int, int], Profile]] = {}
+"""profiles already read, by file, with the file's (device, inode, size, mtime_ns) then: a
+hub asks for a device's profile on hot paths (audit witnesses, HUDs), and parsing the YAML
+and checking the schema costs milliseconds; a changed file is read again"""
+_LOADED_MAX = 256
+
+
 def _load_file(path: Path) -> Profile:
     file = str(path)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise _invalid(file, DOCUMENT, f"cannot read the file: {exc.strerror or exc}") from None
+    stamp = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+    cached = _LOADED.get(file)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
     try:
         blob = path.read_bytes()
     except OSError as exc:
@@ -254,7 +269,11 @@ def _load_file(path: Path) -> Profile:
         text = blob.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise _invalid(file, DOCUMENT, f"not UTF-8 text (byte {exc.start})") from None
-    return parse_profile(_parse_yaml(text, file), file=file)
+    profile = parse_profile(_parse_yaml(text, file), file=file)
+    if len(_LOADED) >= _LOADED_MAX:
+        _LOADED.clear()
+    _LOADED[file] = (stamp, profile)
+    return profile
 
 
 def _parse_yaml(text: str, file: str) -> object:

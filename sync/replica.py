@@ -320,7 +320,7 @@ class Replica:
         with open_private(path, "ab") as fh:
             fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
             fh.flush()
-            os.fsync(fh.fileno())
+            os.fdatasync(fh.fileno())  # an append: the new size is flushed with the data
             self._offset = fh.tell()
 
     # ------------------------------------------------------------------ compaction

@@ -65,6 +65,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_pay_phone.py": 16,
     "test_hub_service.py": 16,
     "test_home_modes.py": 13,
+    "test_intent_script.py": 12,
 }
 """Seconds the longest test files take on one worker (``--durations``, one file at a time, a
 loaded 2-core machine, December 2026): only the order in which the workers are handed the

@@ -20,7 +20,8 @@ Search, as in ARCHITECTURE § Memory:
    then bm25; query parts shorter than 3 characters (Chinese two-character words, "tv")
    fall back to a substring scan ranked by how rare the matched parts are, appended after
    the trigram hits. The vector list: exact cosine k-NN — the ``k`` nearest always, deeper
-   ranks only at cosine ≥ ``MIN_COSINE``;
+   ranks only at cosine ≥ ``MIN_COSINE`` — over the vectors held in memory, in step with
+   ``items_vec`` (:mod:`hub.memory.vector_matrix`);
 2. items unused for 30 days are not candidates in default recall (``include_stale`` makes
    them candidates again);
 3. ``RRF(x) = Σ 1/(60 + rank)`` over the lists holding x;
@@ -39,7 +40,9 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -47,6 +50,7 @@ import apsw
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
+from hub.memory.vector_matrix import QueryVectors, VectorMatrix
 from protos.clock import now_ms
 from storage.private import private_dir, private_file
 
@@ -215,9 +219,13 @@ def query_terms(query: str) -> tuple[list[str], list[str]]:
     return long_terms, short_terms
 
 
+@lru_cache(maxsize=16384)  # the same candidates' texts come back query after query
 def _fold(text: str) -> str:
     """Lower case without diacritics (as the trigram tokenizer's ``remove_diacritics``)."""
-    decomposed = unicodedata.normalize("NFKD", text.lower())
+    lowered = text.lower()
+    if lowered.isascii():  # nothing to decompose
+        return lowered
+    decomposed = unicodedata.normalize("NFKD", lowered)
     return "".join(c for c in decomposed if not unicodedata.combining(c))
 
 
@@ -329,6 +337,7 @@ class MemoryIndex:
         self.is_live = is_live
         self._lock = threading.RLock()
         self._home: Path | None = None
+        self._queries = QueryVectors()
         """set by :meth:`for_home`: the index follows the home's switch of embedding model"""
         self._open(dim)
 
@@ -349,6 +358,9 @@ class MemoryIndex:
         except BaseException:
             self._conn.close()
             raise
+        self._matrix = VectorMatrix(self.dim)
+        """``items_vec`` in memory for k-NN (:mod:`hub.memory.vector_matrix`), loaded on
+        the first search"""
 
     def _create(self, dim: int | None) -> None:
         with self._conn:
@@ -504,7 +516,7 @@ class MemoryIndex:
                     reason=f"shape {vectors.shape} for {self.dim}-d",
                 )
             vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-            with self._conn:
+            with self._writing():
                 replaced_text = self._write(entries, vectors)
                 if replaced_text:  # the old text's tokens must not linger in older segments
                     self._conn.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
@@ -558,6 +570,7 @@ class MemoryIndex:
                 "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
                 (rid, vec.tobytes(), last_access),
             )
+            self._matrix.upsert(rid, vec, last_access)
         return replaced_text
 
     @staticmethod
@@ -590,7 +603,7 @@ class MemoryIndex:
         removed: list[str] = []
         with self._lock:
             self._follow()
-            with self._conn:
+            with self._writing():
                 cur = self._conn.cursor()
                 for item_id in dict.fromkeys(item_ids):
                     row = cur.execute(
@@ -602,6 +615,7 @@ class MemoryIndex:
                     cur.execute("DELETE FROM items_fts WHERE rowid = ?", (rid,))
                     cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
                     cur.execute("DELETE FROM items WHERE rid = ?", (rid,))
+                    self._matrix.remove(rid)
                     removed.append(item_id)
                 if removed:
                     cur.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
@@ -668,20 +682,19 @@ class MemoryIndex:
             vec_rank = {rid: i for i, rid in enumerate(vec)}
             max_rrf = 2.0 / RRF_K
             now = self._clock()
+            ranked = []  # the blended order first: Hits are made for the k kept only
+            for rid, score in fused.items():
+                if rid in live:
+                    row = rows[rid]
+                    relevance = score / max_rrf
+                    days = max(0.0, (now - int(row[7])) / DAY_MS)
+                    final = blend(relevance, float(row[5]), days)
+                    ranked.append((-final, -relevance, str(row[1]), rid))
+            ranked.sort()
             hits = [
-                self._hit(
-                    rows[rid],
-                    None,
-                    score / max_rrf,
-                    fts_rank.get(rid),
-                    vec_rank.get(rid),
-                    now=now,
-                )
-                for rid, score in fused.items()
-                if rid in live
+                self._hit(rows[rid], None, -neg_rel, fts_rank.get(rid), vec_rank.get(rid), now=now)
+                for _, neg_rel, _, rid in ranked[:k]
             ]
-            hits.sort(key=lambda h: (-h.score, -h.relevance, h.item_id))
-            hits = hits[:k]
             if touch and hits:
                 self._touch([h.item_id for h in hits], now)
         return hits
@@ -731,7 +744,12 @@ class MemoryIndex:
 
         if given is not None:
             return np.ascontiguousarray(given, dtype=np.float32).reshape(self.dim)
-        return np.ascontiguousarray(self.embedder.embed([query])[0], dtype=np.float32)
+        embedder = self.embedder
+        return self._queries.get(
+            embedder.model_id,
+            query,
+            lambda text: np.ascontiguousarray(embedder.embed([text])[0], dtype=np.float32),
+        )
 
     def _cutoff(self) -> int:
         return self._clock() - STALE_DAYS * DAY_MS
@@ -803,23 +821,18 @@ class MemoryIndex:
         The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
         only at cosine ≥ ``MIN_COSINE``.
         """
-        if cutoff is None:
-            sql = (
-                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
-                " ORDER BY distance"
+        matrix = self._matrix
+        version = self._scalar("PRAGMA data_version")  # changes on another connection's commit
+        if not matrix.loaded or matrix.version != version:
+            matrix.load(
+                self._conn.execute("SELECT rowid, embedding, last_access_ms FROM items_vec")
             )
-            args: tuple[Any, ...] = (qvec.tobytes(), LIST_LIMIT)
-        else:
-            sql = (
-                "SELECT rowid, distance FROM items_vec WHERE embedding MATCH ? AND k = ?"
-                " AND last_access_ms >= ? ORDER BY distance"
-            )
-            args = (qvec.tobytes(), LIST_LIMIT, cutoff)
+            matrix.version = version
         max_distance = 1.0 - MIN_COSINE
         return [
-            int(str(rid))
-            for rank, (rid, distance) in enumerate(self._conn.execute(sql, args))
-            if rank < k or float(str(distance)) <= max_distance
+            rid
+            for rank, (rid, distance) in enumerate(matrix.nearest(qvec, LIST_LIMIT, cutoff))
+            if rank < k or distance <= max_distance
         ]
 
     def _vec_window(self, qvec: Vectors, cutoff: int | None, created: tuple[int, int]) -> list[int]:
@@ -917,7 +930,7 @@ class MemoryIndex:
         )
 
     def _touch(self, item_ids: list[str], now: int) -> None:
-        with self._conn:
+        with self._writing():
             rows = self._rows_by_id(item_ids)
             for row in rows.values():
                 self._conn.execute(
@@ -926,6 +939,17 @@ class MemoryIndex:
                 self._conn.execute(
                     "UPDATE items_vec SET last_access_ms = ? WHERE rowid = ?", (now, row[0])
                 )
+                self._matrix.touch(int(row[0]), now)
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """One transaction; if it fails the in-memory vectors are reloaded on next use."""
+        try:
+            with self._conn:
+                yield
+        except BaseException:
+            self._matrix.invalidate()
+            raise
 
 
 # ---------------------------------------------------------------- files per model

@@ -327,7 +327,7 @@ class Admission:
         if adm.duplicate:
             await self.turns.repeat(adm, opened.sender)
             return
-        log.info("turn %s from %s admitted as %s (seq %d)", utt.id, opened.sender, scope, adm.seq)
+        log.debug("turn %s from %s admitted as %s (seq %d)", utt.id, opened.sender, scope, adm.seq)
         entry = docs.Entry(adm.utterance_id, adm.device, adm.ts_ms, "utterance", text, adm.seq)
         await self._publish([entry])
         raw = None if utt.HasField("voice") else utt.SerializeToString()

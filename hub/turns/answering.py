@@ -282,7 +282,7 @@ class Turns:
             )
         finally:
             self._in_turn.discard(uid)
-        log.info(
+        log.debug(  # every turn: not at INFO on the hot path
             "turn %s answered in %.0f ms (%s)", uid, (time.perf_counter() - t0) * 1000, brain.kind
         )
 

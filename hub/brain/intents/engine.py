@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -29,6 +29,7 @@ import yaml
 from hassil import Intents, RecognizeResult, recognize_all
 from hassil.expression import TextChunk
 from hassil.intents import SlotList, TextSlotList, TextSlotValue
+from hassil.util import fold_case, normalize_for_matching
 from home_assistant_intents import get_intents
 
 from hub.brain.intents.numerals import parse_number
@@ -233,6 +234,58 @@ def _intents_dict(lang: Lang) -> dict[str, Any]:
 @lru_cache(maxsize=4)
 def _intents(lang: Lang) -> Intents:
     return Intents.from_dict(_intents_dict(lang))
+
+
+def _ascii_letter(ch: str) -> bool:
+    return "a" <= ch <= "z"
+
+
+def _not_ascii(ch: str) -> bool:
+    return ord(ch) > 127
+
+
+SCRIPT: dict[Lang, Callable[[str], bool]] = {"en": _ascii_letter, "zh": _not_ascii}
+"""a character of the language's script (on hassil's folded text): a request without one
+can only match the language's templates that need none (:func:`_without_script`)"""
+
+
+def _has_script(request: str, lang: Lang) -> bool:
+    """Whether the text hassil matches ``request`` as holds a character of ``lang``'s
+    script (hassil normalises and folds the text first: full-width letters, the Kelvin
+    sign)."""
+    folded = fold_case(normalize_for_matching(request).text)
+    is_script = SCRIPT[lang]
+    return any(is_script(ch) for ch in folded) or any(is_script(ch) for ch in request.lower())
+
+
+def _without_script(intents: Intents, lang: Lang) -> Intents:
+    """The templates of ``intents`` a request with no character of ``lang``'s script can
+    match: those without a required clause (hassil's sound pre-filter,
+    ``Sentence.get_required_clauses``) whose every fragment holds such a character. Every
+    other template is one hassil itself would skip for such a request, so matching against
+    this subset gives the same results, in the same order, from a few templates instead of
+    hundreds ("bench trip 3" heard in English and tried against the Chinese templates)."""
+    is_script = SCRIPT[lang]
+    kept_intents = {}
+    for name, intent in intents.intents.items():
+        data = []
+        for d in intent.data:
+            rules = {**intents.expansion_rules, **d.expansion_rules}  # what hassil uses
+            kept = [
+                sentence
+                for sentence in d.sentences
+                if not any(
+                    all(any(is_script(ch) for ch in fragment) for fragment in clause)
+                    for clause in sentence.get_required_clauses(rules)
+                )
+            ]
+            if kept:
+                sub = dataclasses.replace(d, sentence_texts=[str(x.text) for x in kept])
+                sub.__dict__["sentences"] = kept  # the same parsed templates, same order
+                data.append(sub)
+        if data:
+            kept_intents[name] = dataclasses.replace(intent, data=data)
+    return dataclasses.replace(intents, intents=kept_intents)
 
 
 def _text_list(
@@ -630,6 +683,8 @@ class IntentEngine:
 
     def __init__(self, lists: SlotLists = SlotLists()) -> None:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
+        self._scriptless = {lang: _without_script(self._intents[lang], lang) for lang in HA_LANG}
+        """per language: the templates a request without its script can match"""
         self._live = _Live.of(lists)
         # hassil builds its number-word tries and template indexes lazily (120-200 ms on the
         # first sentence): pay that here, once, not in the owner's first turn.
@@ -693,8 +748,9 @@ class IntentEngine:
         for name, indexed in live.indexed.items():
             slot_lists[name] = indexed.narrowed(request_key)
         results = []
+        intents = self._intents if _has_script(request, language) else self._scriptless
         for result in recognize_all(
-            request, self._intents[language], slot_lists=slot_lists, language=HA_LANG[language]
+            request, intents[language], slot_lists=slot_lists, language=HA_LANG[language]
         ):
             if not _plausible(result, request, language):
                 continue
