@@ -666,6 +666,20 @@ class HubStore:
                 out[uid] = str(row[0])
         return out
 
+    def replies_naming(self, words: str, limit: int = 500) -> dict[str, str]:
+        """The hub's replies whose text holds ``words`` (ASCII case-insensitive), id → text, oldest
+        first; read from ``hub.db`` itself, so a reply the recall index has not caught up
+        with yet is found too."""
+        needle = " ".join(words.split())
+        if not needle:
+            return {}
+        rows = self.conn.execute(
+            "SELECT id, text FROM timeline WHERE kind='reply' AND instr(lower(text), lower(?))"
+            " ORDER BY seq LIMIT ?",
+            (needle, limit),
+        )
+        return {str(eid): str(text) for eid, text in rows}
+
     def forget_entries(self, entry_ids: Sequence[str], at_ms: int) -> list[str]:
         """Erase these entries' text (timeline rows, replies and their chunks): the rows
         keep their ids and ``seq`` (the order and the delivery records stay), the payload

@@ -240,6 +240,31 @@ def test_plan_lists_every_layer_and_writes_nothing(home: Home) -> None:
     assert set(zh_plan.timeline) == {"u-3", "r-u-3"}
 
 
+def test_the_hubs_replies_naming_someone_are_planned_and_erased_alone(home: Home) -> None:
+    """``yimi people forget``'s part of the plan: the hub's replies that hold the words
+    (from hub.db, in either language), not the owner's utterance they answered."""
+    assert home.erasure.plan_replies("牙医").timeline == ("r-u-3",)
+    plan = home.erasure.plan_replies("OAT milk")
+    assert plan.timeline == ("r-u-2",)
+    assert {(i.layer, i.id) for i in plan.items} == {
+        ("reply", "r-u-2"),
+        ("index", timeline_item("r-u-2")),
+    }
+    assert "Noted: buy oat milk" in plan.lines("en")[1]
+    report = home.erasure.execute(plan)
+    assert {(i.layer, i.id) for i in report.deleted} == {(i.layer, i.id) for i in plan.items}
+    for u in report.updates:
+        home.device.apply(u)
+    texts = {e.id: e.text for e in home.timeline.entries()}
+    assert texts["r-u-2"] == "" and texts["u-2"] == SAID[1][1]
+    assert timeline_item("r-u-2") not in home.index.ids()
+    assert timeline_item("u-2") in home.index.ids()
+    for replicas in (home.replicas, home.device):
+        ids = [e.id for e in replicas.timeline()]
+        assert "r-u-2" not in ids and "u-2" in ids
+    assert home.erasure.plan_replies("oat milk").empty
+
+
 def test_an_approved_plan_reaches_every_layer_and_survives_a_restore(home: Home) -> None:
     backup = home.path / "backup"
     backup.mkdir()
