@@ -263,6 +263,7 @@ def test_the_hubs_replies_naming_someone_are_planned_and_erased_alone(home: Home
         ids = [e.id for e in replicas.timeline()]
         assert "r-u-2" not in ids and "u-2" in ids
     assert home.erasure.plan_replies("oat milk").empty
+    assert home.erasure.plan_replies("dent").empty  # whole words: not "dentist"
 
 
 def test_an_approved_plan_reaches_every_layer_and_survives_a_restore(home: Home) -> None:
