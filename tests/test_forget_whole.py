@@ -468,3 +468,45 @@ def test_the_cli_shows_the_plan_and_carries_it_out_only_with_yes(
     rows = {e.id: e.text for e in h.timeline.entries()}
     assert rows["u-3"] == "" and rows["u-1"]  # only what was approved
     h.close()
+
+
+def test_people_forget_shows_the_plan_and_deletes_only_with_yes_in_chinese(
+    tmp_path: Path, embedder: Embedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``yimi people forget`` (the vision side of forgetting whole): the face samples and
+    the hub's replies that named the person, shown first, deleted only with ``--yes``."""
+    import numpy as np
+
+    from cli import main as cli
+    from hub.vision.people import Sample
+    from hub.vision.store import VisionStore
+    from provisioning.home import Home as Provisioned
+
+    path = Provisioned.init(tmp_path / "home").path
+    h = _home(path, embedder)
+    seen = "照片里有：王芳。"
+    h.timeline.append_entry(
+        "r-seen", device="phone", kind="reply", text=seen, ts_ms=T0_MS, trace_id="t", meta={}
+    )
+    h.close()
+    store = VisionStore.for_home(path)
+    store.add_samples("王芳", [Sample(f"p{i}", np.full(128, 0.1 * i)) for i in range(3)])
+    store.close()
+    forget = ["people", "forget", "王芳", "--home", str(path), "--lang", "zh"]
+    assert cli.main(forget) == 0
+    out = capsys.readouterr().out
+    assert "要忘掉王芳，我会删除其 3 个人脸样本" in out and seen in out, out
+    assert "你批准之前，什么都不会删除" in out, out
+    store = VisionStore.for_home(path)
+    assert "王芳" in store.people()
+    store.close()
+    assert cli.main([*forget, "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "已忘掉王芳：删除了 3 个人脸样本" in out and "删除了 1 条时间线条目" in out, out
+    store = VisionStore.for_home(path)
+    assert store.people() == {}
+    store.close()
+    h = reopen(h)
+    rows = {e.id: e.text for e in h.timeline.entries()}
+    assert rows["r-seen"] == "" and all(rows[f"r-{uid}"] for uid, _ in SAID)
+    h.close()
