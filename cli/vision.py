@@ -9,7 +9,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from cli.common import EXIT_OK, Command, fmt_ms
+from cli.common import EXIT_ERROR, EXIT_OK, Command, fmt_ms
 
 
 def cmd_people_add(args: argparse.Namespace) -> int:
@@ -57,26 +57,66 @@ def cmd_people_list(args: argparse.Namespace) -> int:
 
 
 def cmd_people_forget(args: argparse.Namespace) -> int:
-    from hub.vision.recall import PhotoIndex
+    """Show what forgetting a person deletes; only ``--yes`` carries it out (as ``yimi
+    memory forget --about``: it erases timeline entries on every device)."""
+    from cli.memory import _close_erasure, _erasure
+    from hub.brain.replies import say
+    from hub.memory.erasure import EraseReport
+    from hub.memory.home import open_memory
+    from hub.vision.recall import entries
     from hub.vision.store import VisionStore
     from provisioning.home import Home
 
+    lang = args.lang
     home = Home.load(args.home).path
+    name = " ".join(args.name.split())
     store = VisionStore.for_home(home)
     try:
-        gone = store.forget(" ".join(args.name.split()))
+        samples, photos = store.held(name)
+        memory = open_memory(home, with_index=True)
+        erasure = _erasure(args, memory)
+        try:
+            plan = erasure.plan_replies(name)
+            replies = sum(1 for i in plan.items if i.layer == "reply")
+            print(
+                say(
+                    "people.plan",
+                    lang,
+                    name=name,
+                    samples=samples,
+                    photos=len(photos),
+                    replies=replies,
+                )
+            )
+            for line in plan.lines(lang)[1:]:
+                print(line)
+            if not args.yes:
+                print(say("erase.ask", lang) + " (--yes)")
+                return EXIT_OK
+            # the replies first (logged in forget.log, so a restore deletes them again);
+            # then the face data: a failure in between leaves the person to forget again
+            report = erasure.execute(plan) if not plan.empty else EraseReport(plan.plan_id)
+            gone = store.forget(name)
+            erasure.index.upsert_many(entries(gone.photos))  # the photos' items lose the name
+        finally:
+            _close_erasure(erasure)
+            memory.close()
     finally:
         store.close()
-    index = PhotoIndex(home)
-    try:  # the photos' recall items lose the name too
-        index.put(gone.photos)
-    finally:
-        index.close()
+    for line in report.lines(lang):
+        print(line)
+    erased = sum(1 for i in report.deleted if i.layer in ("reply", "timeline"))
     print(
-        f"forgot {gone.name}: {gone.samples} face samples deleted, their name taken off "
-        f"{len(gone.photos)} photo(s) and their recall items"
+        say(
+            "people.forgot",
+            lang,
+            name=gone.name,
+            samples=gone.samples,
+            photos=len(gone.photos),
+            replies=erased,
+        )
     )
-    return EXIT_OK
+    return EXIT_ERROR if report.not_deleted else EXIT_OK
 
 
 def cmd_photos(args: argparse.Namespace) -> int:
@@ -129,8 +169,17 @@ def add_commands(sub: Any, command: Command) -> None:
     sp.add_argument("name")
     sp = command(people_sub, "list", cmd_people_list, "the people named")
     sp.add_argument("--home", type=Path, required=True)
-    sp = command(people_sub, "forget", cmd_people_forget, "delete a person's face data")
+    sp = command(
+        people_sub,
+        "forget",
+        cmd_people_forget,
+        "forget a person: shows what it deletes (their face samples, their name on the "
+        "photos and in recall, the hub's replies that named them, on the hub and every "
+        "device); carried out only with --yes, like yimi memory forget --about",
+    )
     sp.add_argument("--home", type=Path, required=True)
+    sp.add_argument("--yes", action="store_true", help="the owner approves what is shown")
+    sp.add_argument("--lang", default="en", choices=("en", "zh"))
     sp.add_argument("name")
 
     sp = command(sub, "photos", cmd_photos, "list (or export) the snapshots")

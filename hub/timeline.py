@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -223,6 +224,10 @@ CHUNK_FROM = "reply_chunks c LEFT JOIN timeline t ON t.id = c.reply_id"
 def _chunk(row: tuple[Any, ...]) -> Chunk:
     rid, idx, device, uid, task, text, final, brain, trace, useq, rseq, acked = row
     return Chunk(rid, idx, device, uid, task, text, bool(final), brain, trace, useq, rseq, acked)
+
+
+def _ascii_word(char: str) -> bool:
+    return char.isascii() and char.isalnum()
 
 
 class HubStore:
@@ -664,6 +669,32 @@ class HubStore:
             ).fetchone()
             if row is not None:
                 out[uid] = str(row[0])
+        return out
+
+    def replies_naming(self, words: str, limit: int = 500) -> dict[str, str]:
+        """The hub's replies whose text holds ``words`` as whole words (ASCII
+        case-insensitive), id → text, oldest first; read from ``hub.db`` itself, so a reply
+        the recall index has not caught up with yet is found too."""
+        needle = " ".join(words.split())
+        if not needle:
+            return {}
+        whole = re.compile(
+            ("(?<![a-z0-9])" if _ascii_word(needle[0]) else "")
+            + re.escape(needle)
+            + ("(?![a-z0-9])" if _ascii_word(needle[-1]) else ""),
+            re.IGNORECASE,
+        )
+        rows = self.conn.execute(
+            "SELECT id, text FROM timeline WHERE kind='reply' AND instr(lower(text), lower(?))"
+            " ORDER BY seq",
+            (needle,),
+        )
+        out: dict[str, str] = {}
+        for eid, text in rows:
+            if whole.search(str(text)):  # "Al" is not in "Always" (a Chinese name has no edges)
+                out[str(eid)] = str(text)
+                if len(out) >= limit:
+                    break
         return out
 
     def forget_entries(self, entry_ids: Sequence[str], at_ms: int) -> list[str]:

@@ -22,7 +22,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_pay_modes.py": 133,
     "test_sync_e2e.py": 114,
     "test_turns_mesh.py": 113,
-    "test_vision_mesh.py": 110,
+    "test_vision_mesh.py": 120,
     "test_brain_mesh.py": 96,
     "test_brain_llm.py": 84,
     "test_voice_e2e.py": 77,

@@ -240,6 +240,32 @@ def test_plan_lists_every_layer_and_writes_nothing(home: Home) -> None:
     assert set(zh_plan.timeline) == {"u-3", "r-u-3"}
 
 
+def test_the_hubs_replies_naming_someone_are_planned_and_erased_alone(home: Home) -> None:
+    """``yimi people forget``'s part of the plan: the hub's replies that hold the words
+    (from hub.db, in either language), not the owner's utterance they answered."""
+    assert home.erasure.plan_replies("牙医").timeline == ("r-u-3",)
+    plan = home.erasure.plan_replies("OAT milk")
+    assert plan.timeline == ("r-u-2",)
+    assert {(i.layer, i.id) for i in plan.items} == {
+        ("reply", "r-u-2"),
+        ("index", timeline_item("r-u-2")),
+    }
+    assert "Noted: buy oat milk" in plan.lines("en")[1]
+    report = home.erasure.execute(plan)
+    assert {(i.layer, i.id) for i in report.deleted} == {(i.layer, i.id) for i in plan.items}
+    for u in report.updates:
+        home.device.apply(u)
+    texts = {e.id: e.text for e in home.timeline.entries()}
+    assert texts["r-u-2"] == "" and texts["u-2"] == SAID[1][1]
+    assert timeline_item("r-u-2") not in home.index.ids()
+    assert timeline_item("u-2") in home.index.ids()
+    for replicas in (home.replicas, home.device):
+        ids = [e.id for e in replicas.timeline()]
+        assert "r-u-2" not in ids and "u-2" in ids
+    assert home.erasure.plan_replies("oat milk").empty
+    assert home.erasure.plan_replies("dent").empty  # whole words: not "dentist"
+
+
 def test_an_approved_plan_reaches_every_layer_and_survives_a_restore(home: Home) -> None:
     backup = home.path / "backup"
     backup.mkdir()
@@ -441,4 +467,46 @@ def test_the_cli_shows_the_plan_and_carries_it_out_only_with_yes(
     h = reopen(h)
     rows = {e.id: e.text for e in h.timeline.entries()}
     assert rows["u-3"] == "" and rows["u-1"]  # only what was approved
+    h.close()
+
+
+def test_people_forget_shows_the_plan_and_deletes_only_with_yes_in_chinese(
+    tmp_path: Path, embedder: Embedder, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``yimi people forget`` (the vision side of forgetting whole): the face samples and
+    the hub's replies that named the person, shown first, deleted only with ``--yes``."""
+    import numpy as np
+
+    from cli import main as cli
+    from hub.vision.people import Sample
+    from hub.vision.store import VisionStore
+    from provisioning.home import Home as Provisioned
+
+    path = Provisioned.init(tmp_path / "home").path
+    h = _home(path, embedder)
+    seen = "照片里有：王芳。"
+    h.timeline.append_entry(
+        "r-seen", device="phone", kind="reply", text=seen, ts_ms=T0_MS, trace_id="t", meta={}
+    )
+    h.close()
+    store = VisionStore.for_home(path)
+    store.add_samples("王芳", [Sample(f"p{i}", np.full(128, 0.1 * i)) for i in range(3)])
+    store.close()
+    forget = ["people", "forget", "王芳", "--home", str(path), "--lang", "zh"]
+    assert cli.main(forget) == 0
+    out = capsys.readouterr().out
+    assert "要忘掉王芳，我会删除其 3 个人脸样本" in out and seen in out, out
+    assert "你批准之前，什么都不会删除" in out, out
+    store = VisionStore.for_home(path)
+    assert "王芳" in store.people()
+    store.close()
+    assert cli.main([*forget, "--yes"]) == 0
+    out = capsys.readouterr().out
+    assert "已忘掉王芳：删除了 3 个人脸样本" in out and "删除了 1 条时间线条目" in out, out
+    store = VisionStore.for_home(path)
+    assert store.people() == {}
+    store.close()
+    h = reopen(h)
+    rows = {e.id: e.text for e in h.timeline.entries()}
+    assert rows["r-seen"] == "" and all(rows[f"r-{uid}"] for uid, _ in SAID)
     h.close()

@@ -111,8 +111,18 @@ def test_indexer_follows_its_cursor_and_leaves_guests_out(
         trace_id="t",
         meta={},
     )
+    store.append_entry(  # a snapshot's reference: vision indexes it as photo:<id> itself
+        "photo-ph-1",
+        device="hub",
+        kind="photo",
+        text="photo · 照片 (specs)",
+        ts_ms=NOW_MS,
+        trace_id="t",
+        meta={},
+    )
     again = indexer_for(store, index, path)  # a restart reads the cursor back
     assert again.catch_up() == 1
+    assert timeline_item("photo-ph-1") not in set(index.ids())
     hit = index.get(timeline_item("a-1"))
     assert hit is not None and hit.sensitivity == "medium"
     assert hit.sources == (("timeline", "a-1"),)

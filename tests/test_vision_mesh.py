@@ -7,8 +7,9 @@ snapshot).
 - "Yimi, take a picture" typed on the glasses → the hub asks the glasses, the JPEG comes up
   in sealed pieces, lands in the L5 archive (digest checked) and a ``photo`` entry reaches
   every device; a person named with ``yimi people add`` from augmented photos is recognised
-  on a new photo of her and not on ``camera.png``; ``yimi people forget`` removes her face
-  data and her name from the photos;
+  on a new photo of her and not on ``camera.png``; ``yimi people forget`` shows what it
+  would delete, and with ``--yes`` removes her face data, her name from the photos and the
+  hub's reply that named her (hub.db, recall, every device's replica);
 - "what was that sign?" answers from OCR, in English and in Chinese."""
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ pytestmark = pytest.mark.slow
 def photos_on(bundle: Path) -> list[str]:
     """The photo entries a device's replicas hold."""
     return [e.text for e in device_timeline(Bundle.load(bundle)) if e.kind == "photo"]
+
+
+def replies_on(bundle: Path) -> list[str]:
+    """The reply entries a device's replicas hold."""
+    return [e.text for e in device_timeline(Bundle.load(bundle)) if e.kind == "reply"]
 
 
 @asynccontextmanager
@@ -98,10 +104,20 @@ async def test_a_named_person_is_recognised_on_a_new_snapshot_and_forgotten(
         out = await mesh.say_answered(glasses, "who did I meet today?")
         assert kit.ASTRONAUT in out, out
 
-        gone = await asyncio.to_thread(
-            mesh.yimi, "people", "forget", "--home", str(mesh.home), kit.ASTRONAUT, check=True
-        )
+        # the hub's reply that named her, on the hub and on every device
+        seen = f"On your photos: {kit.ASTRONAUT}."
+        await poll(lambda: seen in replies_on(phone), 20, "the reply on the phone")
+        forget = ["people", "forget", "--home", str(mesh.home), kit.ASTRONAUT]
+        plan = await asyncio.to_thread(mesh.yimi, *forget, check=True)
+        assert "delete their 4 face samples" in plan.stdout and seen in plan.stdout, plan.stdout
+        assert "(--yes)" in plan.stdout and kit.ASTRONAUT in hub.vision.store.people()
+        gone = await asyncio.to_thread(mesh.yimi, *forget, "--yes", check=True)
         assert "4 face samples deleted" in gone.stdout, gone.stdout
+        assert "1 timeline entries deleted" in gone.stdout, gone.stdout
+        texts = [text for _, _, kind, text in mesh.hub_timeline() if kind == "reply"]
+        assert not any(kit.ASTRONAUT in t for t in texts), texts
+        await poll(lambda: seen not in replies_on(phone), 20, "the reply gone from the phone")
+        assert seen not in replies_on(glasses)
         assert hub.vision.store.people() == {}
         assert all(not p.people for p in hub.vision.store.photos())
         assert read_rows(mesh.home / "vision.db", "SELECT count(*) FROM samples") == [(0,)]
@@ -133,5 +149,9 @@ async def test_what_was_that_sign_answers_from_ocr_in_english_and_chinese(
         # recall finds the snapshot by what was read on it
         search = ["memory", "search", "--home", str(mesh.home), "--json", "bookshop"]
         found = await asyncio.to_thread(mesh.yimi, *search, check=True)
+        # the photo item is the best hit (the reply that quoted it ranks below: a reply's
+        # importance is lower), and the one item of the snapshot: its timeline entry (a
+        # reference) is not indexed beside it
         first_hit = found.stdout.splitlines()[0]
         assert f'"photo:{first.id}"' in first_hit and kit.SIGN_EN in first_hit, found.stdout
+        assert '"timeline:photo-' not in found.stdout, found.stdout

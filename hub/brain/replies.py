@@ -299,6 +299,18 @@ REPLIES: Templates = {
         "en": "Not approved: nothing was deleted.",
         "zh": "没有批准：什么都没有删除。",
     },
+    "people.plan": {
+        "en": "To forget {name}, I would delete their {samples} face samples, take their "
+        "name off {photos} photo(s), and delete {replies} of my replies that named them:",
+        "zh": "要忘掉{name}，我会删除其 {samples} 个人脸样本，从 {photos} 张照片上去掉这个名字，"
+        "并删除 {replies} 条提到其名字的回复：",
+    },
+    "people.forgot": {
+        "en": "Forgot {name}: {samples} face samples deleted, their name taken off {photos} "
+        "photo(s) and their recall items, {replies} timeline entries deleted.",
+        "zh": "已忘掉{name}：删除了 {samples} 个人脸样本，从 {photos} 张照片及其检索条目上去掉了"
+        "这个名字，删除了 {replies} 条时间线条目。",
+    },
     "erase.layer.timeline": {"en": "timeline entry", "zh": "时间线条目"},
     "erase.layer.reply": {"en": "reply", "zh": "回复"},
     "erase.layer.assertion": {"en": "memory", "zh": "记忆"},

@@ -30,7 +30,7 @@ import hashlib
 import json
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -177,8 +177,8 @@ class Erasure:
             h.item_id[len(TIMELINE_ITEM) :] for h in hits if h.item_id.startswith(TIMELINE_ITEM)
         ]
         texts = {h.item_id: h.text for h in hits}
-        replies = self.timeline.replies_of(entry_ids)
-        entry_ids += [r for r in replies.values() if r not in entry_ids]
+        replies = set(self.timeline.replies_of(entry_ids).values())
+        entry_ids += [r for r in replies if r not in entry_ids]
         assertion_ids = [
             h.item_id[len(ASSERTION_ITEM) :]
             for h in hits
@@ -190,6 +190,32 @@ class Erasure:
             for h in hits
             if h.item_id.startswith(DERIVED_ITEM) and window is None
         ]
+        return self._plan(
+            about, entry_ids, texts, replies, assertion_ids=assertion_ids, derived_ids=derived_ids
+        )
+
+    def plan_replies(self, words: str) -> ErasePlan:
+        """The hub's own replies that name ``words`` (``yimi people forget``: what it said
+        it recognised on the photos, or was told a face is), and what came from them;
+        writes nothing. Not the owner's own words, nor memories about the person: those
+        are :meth:`plan`'s (``yimi memory forget --about``)."""
+        words = " ".join(words.split())
+        found = self.timeline.replies_naming(words, MAX_MATCHES)
+        return self._plan(words, list(found), found, set(found))
+
+    def _plan(
+        self,
+        about: str,
+        entry_ids: list[str],
+        texts: Mapping[str, str],
+        replies: Collection[str],
+        *,
+        assertion_ids: Sequence[str] = (),
+        derived_ids: Sequence[str] = (),
+    ) -> ErasePlan:
+        """The plan over these timeline entries (``replies``: those that are the hub's
+        replies; ``texts``: what the owner is shown, by entry or index item id) and these
+        assertions and derived items, with all that came from them."""
         sources = [(kind, eid) for eid in entry_ids for kind in ("timeline", "utterance")]
         with transaction(self.memory.conn):
             mem = forgetting.plan(
@@ -197,13 +223,14 @@ class Erasure:
                 forgetting.Roots(
                     assertions=[a for a in assertion_ids if self._live_assertion(a)],
                     sources=sources,
-                    derived=derived_ids,
+                    derived=list(derived_ids),
                 ),
             )
         items: list[PlanItem] = []
         for eid in entry_ids:
-            layer = "reply" if eid in replies.values() else "timeline"
-            items.append(PlanItem(layer, eid, texts.get(timeline_item(eid), "")))
+            layer = "reply" if eid in replies else "timeline"
+            text = texts.get(eid) or texts.get(timeline_item(eid), "")
+            items.append(PlanItem(layer, eid, text))
         for aid in mem.assertions:
             found = self.memory.find(aid)
             items.append(PlanItem("assertion", aid, found.head.sentence if found else ""))

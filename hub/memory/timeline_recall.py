@@ -1,8 +1,8 @@
 """Recall over the timeline (L4): its entries in the recall index, and questions narrowed by
 the time they name.
 
-:class:`TimelineIndexer` puts timeline entries (utterances, replies, activity, reminders;
-photos' text later) into the same recall index as the L3 assertions — item
+:class:`TimelineIndexer` puts timeline entries (utterances, replies, activity, reminders,
+notes) into the same recall index as the L3 assertions — item
 ``timeline:<entry id>``, source ``("timeline", <entry id>)``, created at the entry's time —
 so one search fuses both by rank. It reads the timeline from a cursor (the last ``seq``
 indexed, ``HOME/recall/timeline.seq``) in batches, so a restart or a burst loses nothing and
@@ -10,6 +10,9 @@ indexes nothing twice. Guest utterances are not the owner's memory and are left 
 entry is ``medium`` (what the call-time context gives timeline snippets) unless the memory
 store registered its source higher. Questions the owner asked are indexed with low
 importance: "what did I say about the dentist?" should not outrank what was said.
+``photo`` entries are not indexed here: the entry is only a reference ("photo · 照片
+(specs)"), and the vision service indexes each snapshot itself as ``photo:<id>`` with what
+was read and recognised on it (:mod:`hub.vision.recall`) — one item per snapshot.
 
 :func:`recall` is the search the memory package and ``yimi recall`` run: a past time phrase
 in the question ("last Tuesday", "昨天", see :mod:`hub.memory.period`) narrows the
@@ -37,8 +40,9 @@ from storage.private import private_dir
 log = logging.getLogger(__name__)
 
 TIMELINE_ITEM = "timeline:"
-INDEXED_KINDS = frozenset({"utterance", "reply", "activity", "reminder", "photo", "note"})
-"""entry kinds whose text is recalled (device entries of other kinds: status, sensor…, not)"""
+INDEXED_KINDS = frozenset({"utterance", "reply", "activity", "reminder", "note"})
+"""entry kinds whose text is recalled (device entries of other kinds: status, sensor…, not;
+``photo``: the vision service's ``photo:<id>`` item is the snapshot's one item)"""
 CURSOR_NAME = "timeline.seq"
 BATCH = 64
 WAKE_INTERVAL_S = 10.0

@@ -14,13 +14,23 @@ from typing import TYPE_CHECKING
 from hub.vision.store import PhotoRecord
 
 if TYPE_CHECKING:
-    from hub.memory.index import MemoryIndex
+    from hub.memory.index import Entry, MemoryIndex
 
 SENSITIVITY = "high"
 
 
 def item_id(photo_id: str) -> str:
     return f"photo:{photo_id}"
+
+
+def entries(photos: Sequence[PhotoRecord]) -> list[Entry]:
+    """The photos' recall items (their current descriptions)."""
+    from hub.memory.index import Entry
+
+    return [
+        Entry(item_id(p.id), p.description, SENSITIVITY, [("image", p.id)], created_ms=p.taken_ms)
+        for p in photos
+    ]
 
 
 class PhotoIndex:
@@ -40,22 +50,8 @@ class PhotoIndex:
             return self._index
 
     def put(self, photos: Sequence[PhotoRecord]) -> None:
-        from hub.memory.index import Entry
-
-        if not photos:
-            return
-        self._open().upsert_many(
-            [
-                Entry(
-                    item_id(p.id),
-                    p.description,
-                    SENSITIVITY,
-                    [("image", p.id)],
-                    created_ms=p.taken_ms,
-                )
-                for p in photos
-            ]
-        )
+        if photos:
+            self._open().upsert_many(entries(photos))
 
     def close(self) -> None:
         with self._lock:

@@ -166,6 +166,16 @@ class VisionStore:
             )
             return p
 
+    def held(self, name: str) -> tuple[int, list[str]]:
+        """What forgetting ``name`` deletes here: their face samples' count and the ids of
+        the photos their name is on (an unknown person: :class:`VisionError`)."""
+        with self._lock:
+            count = self._count_of(name)
+            if not count:
+                raise VisionError("vision.unknown_person", name=name)
+            photos = [_photo(row) for row in self._rows("SELECT * FROM photos")]
+        return count, [p.id for p in photos if name in p.people]
+
     def forget(self, name: str) -> Forgotten:
         """Delete the person's face samples and their name wherever it was recognised."""
         with self._lock, transaction(self.db):
