@@ -92,7 +92,14 @@ async def test_main_agent_only_converses_and_delegates(tmp_path: Path) -> None:
         assert reply == "OK, I'll switch on the kitchen light."
         await w.brain.idle()
         main_tools = set(w.fake.chat_requests("brain-model")[0].tool_names)
-        assert main_tools == {"memory__recall", "memory__show", "brain__delegate", "brain__steer"}
+        # the memory package's read-only tools (a forget plan writes nothing), never an action
+        assert main_tools == {
+            "memory__recall",
+            "memory__show",
+            "memory__plan_forget",
+            "brain__delegate",
+            "brain__steer",
+        }
         sub_tools = set(w.fake.chat_requests("sub-model")[0].tool_names)
         assert {"home__set_state", "messaging__send_email", "brain__delegate"} <= sub_tools
         assert "brain__steer" not in sub_tools

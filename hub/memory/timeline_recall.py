@@ -46,6 +46,11 @@ INDEXED_KINDS = frozenset({"utterance", "reply", "activity", "reminder", "note"}
 CURSOR_NAME = "timeline.seq"
 BATCH = 64
 WAKE_INTERVAL_S = 10.0
+SETTLE_S = 1.5
+"""seconds the timeline stays quiet before a pass: a turn's entries arrive as a burst, and
+the embedding model (loaded on the first pass) must not compete with answering it"""
+SETTLE_MAX_S = 10.0
+"""a busy timeline is indexed at least this often all the same"""
 IMPORTANCE = {"utterance": 0.5, "reply": 0.3}
 QUESTION_IMPORTANCE = 0.1
 DEFAULT_IMPORTANCE = 0.4
@@ -137,12 +142,21 @@ class TimelineIndexer:
             t.ts_ms,
         )
 
-    async def run(self, wake: asyncio.Event, *, interval_s: float = WAKE_INTERVAL_S) -> None:
-        """Keep the index up with the timeline (an owned task): a pass whenever ``wake`` is
-        set (new entries) and every ``interval_s``. The timeline is read on the loop; only
-        the embedding and the index write run in a worker thread. The cursor moves after a
-        batch is written, so a cancelled pass is redone (upserts are idempotent)."""
+    async def run(
+        self,
+        wake: asyncio.Event,
+        *,
+        interval_s: float = WAKE_INTERVAL_S,
+        settle_s: float = SETTLE_S,
+    ) -> None:
+        """Keep the index up with the timeline (an owned task): a pass once the timeline has
+        been quiet for ``settle_s`` after ``wake`` is set (new entries), and every
+        ``interval_s``. The timeline is read on the loop; only the embedding and the index
+        write run in a worker thread. The cursor moves after a batch is written, so a
+        cancelled pass is redone (upserts are idempotent)."""
+        loop = asyncio.get_running_loop()
         while True:
+            await self._settle(wake, settle_s, loop.time() + SETTLE_MAX_S)
             wake.clear()
             try:
                 done = 0
@@ -163,6 +177,17 @@ class TimelineIndexer:
                 log.exception("indexing the timeline failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), interval_s)
+
+    @staticmethod
+    async def _settle(wake: asyncio.Event, settle_s: float, until: float) -> None:
+        """Wait until no new entry has come for ``settle_s`` (at most until ``until``)."""
+        loop = asyncio.get_running_loop()
+        while settle_s > 0 and (left := until - loop.time()) > 0:
+            wake.clear()
+            try:
+                await asyncio.wait_for(wake.wait(), min(settle_s, left))
+            except TimeoutError:
+                return
 
     def catch_up(self, limit: int = 10_000) -> int:
         """Index what came after the cursor (at most ``limit`` entries); the count indexed."""
