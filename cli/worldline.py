@@ -2,7 +2,7 @@
 
 | command | what it does |
 |---|---|
-| ``yimi worldline fork --workspace W [--label L]`` | fork it; prints the fork's id and folder |
+| ``yimi worldline fork --workspace W [--label L] [--count N]`` | fork it (N forks, one base) |
 | ``yimi worldline list --workspace W`` | open and kept forks, and the commit history |
 | ``yimi worldline show ID --workspace W`` | a fork's diff against the current workspace |
 | ``yimi worldline commit ID --workspace W`` | the fork becomes current (a stale base: refused) |
@@ -22,15 +22,15 @@ from cli.common import EXIT_OK, Command
 
 
 def _lines(args: argparse.Namespace) -> Any:
-    from hub.worldlines.store import Worldlines
+    from storage.worldlines import Worldlines
 
     return Worldlines(args.workspace)
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
     w = _lines(args)
-    f = w.fork(args.label or "")
-    print(f"{f.id}  {f.method}  base {f.base}  {w.path(f.id)}")
+    for f in w.fork_many(args.count, args.label or ""):
+        print(f"{f.id}  {f.method}  base {f.base}  {w.path(f.id)}")
     return EXIT_OK
 
 
@@ -105,3 +105,4 @@ def add_commands(sub: Any, command: Command) -> None:
             sp.add_argument("id")
         if name == "fork":
             sp.add_argument("--label")
+            sp.add_argument("--count", type=int, default=1, help="forks from the same base")

@@ -15,6 +15,15 @@ The device is the last word on what runs on it:
   A command not listed is refused (``NOT_ALLOWED``); a file read, and every path argument
   of an ``owner_data`` command, must resolve (symlinks followed) inside a root
   (``OUTSIDE_ROOTS``). Commands run without a shell, with a timeout.
+- **Worldlines**: a command that writes (any effect but ``observe``) never writes the
+  allowed folder itself. Its paths must lie in one root; the executor forks that root
+  (:class:`storage.worldlines.Worldlines`: Btrfs snapshot, reflink or copy, from the root's
+  current generation), runs the command on the fork (its path arguments rewritten into the
+  fork, the fork its working directory) and answers the fork's id and diff. The fork
+  becomes the folder only on ``worldline.commit`` (an ``owner_data`` call the hub's gateway
+  gates: ``mac`` package, ``worldline_commit``); ``worldline.show`` / ``.discard`` /
+  ``.keep`` / ``.rollback`` work as on the hub; a fork whose base is no longer current is
+  refused (``STALE_BASE``).
 - **Pause switch**: ``yimi executor pause --bundle MAC`` (a file ``state/executor.paused``)
   refuses everything (``PAUSED``) until ``yimi executor resume``.
 - **Log**: every request, run or refused, is one JSON line in ``state/executor.log``.
@@ -40,6 +49,7 @@ from edge_agent.port import Handlers, SendToHub
 from protos import executor_pb2, mesh_pb2
 from protos.clock import now_ms
 from provisioning.bundle import Bundle
+from storage.worldlines import Diff, WorldlineError, Worldlines
 from sync.envelope import HUB, Opened
 
 log = logging.getLogger(__name__)
@@ -56,6 +66,7 @@ DEFAULT_COMMANDS = {
 }
 MAX_ARGS = 32
 MAX_ARG_CHARS = 1024
+MAX_DIFF_BYTES = 16 * 1024
 
 
 @dataclass
@@ -80,12 +91,81 @@ class Policy:
         return p
 
     def inside(self, path: str) -> Path | None:
+        found = self.root_of(path)
+        return None if found is None else found[1]
+
+    def root_of(self, path: str) -> tuple[Path, Path] | None:
+        """The allowed root ``path`` resolves inside, and the resolved path (both real)."""
         real = Path(os.path.realpath(Path(path).expanduser()))
         for root in self.roots:
             r = Path(os.path.realpath(root))
             if real == r or r in real.parents:
-                return real
+                return r, real
         return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where a write command runs: a fork of one allowed root, its arguments moved into it."""
+
+    lines: Worldlines
+    fork_id: str
+    fork: Path
+    args: list[str]
+
+
+def _with_diff(res: executor_pb2.ExecResult, lines: Worldlines, fork_id: str, d: Diff) -> None:
+    res.worldline_id = fork_id
+    res.worldline_root = str(lines.workspace)
+    res.generation = lines.generation
+    res.added.extend(d.added)
+    res.changed.extend(d.changed)
+    res.removed.extend(d.removed)
+    res.diff = d.text.encode()[:MAX_DIFF_BYTES]
+
+
+def _wl_show(lines: Worldlines, req: executor_pb2.ExecRequest) -> executor_pb2.ExecResult:
+    res = executor_pb2.ExecResult(status="done")
+    _with_diff(res, lines, req.worldline_id, lines.diff(req.worldline_id))
+    return res
+
+
+def _wl_commit(lines: Worldlines, req: executor_pb2.ExecRequest) -> executor_pb2.ExecResult:
+    c = lines.commit(req.worldline_id)
+    return executor_pb2.ExecResult(
+        status="done", worldline_id=req.worldline_id, commit_id=c.id, generation=c.generation
+    )
+
+
+def _wl_rollback(lines: Worldlines, req: executor_pb2.ExecRequest) -> executor_pb2.ExecResult:
+    c = lines.rollback(req.worldline_id)
+    return executor_pb2.ExecResult(
+        status="done", worldline_id=req.worldline_id, commit_id=c.id, generation=c.generation
+    )
+
+
+def _wl_discard(lines: Worldlines, req: executor_pb2.ExecRequest) -> executor_pb2.ExecResult:
+    lines.discard(req.worldline_id)
+    return executor_pb2.ExecResult(
+        status="done", worldline_id=req.worldline_id, generation=lines.generation
+    )
+
+
+def _wl_keep(lines: Worldlines, req: executor_pb2.ExecRequest) -> executor_pb2.ExecResult:
+    lines.keep(req.worldline_id)
+    return executor_pb2.ExecResult(
+        status="done", worldline_id=req.worldline_id, generation=lines.generation
+    )
+
+
+WORLDLINE_OPS = {
+    "worldline.show": _wl_show,
+    "worldline.commit": _wl_commit,
+    "worldline.rollback": _wl_rollback,
+    "worldline.discard": _wl_discard,
+    "worldline.keep": _wl_keep,
+}
+"""``ExecRequest.op`` → what it does to the worldlines of the root ``ExecRequest.path``"""
 
 
 class Executor:
@@ -111,6 +191,7 @@ class Executor:
             "path": req.path,
             "task_id": req.task_id,
             "call_id": req.call_id,
+            "worldline_id": res.worldline_id or req.worldline_id,
             "status": res.status,
             "error_code": res.error_code,
             "exit_code": res.exit_code,
@@ -133,7 +214,44 @@ class Executor:
             return self._read(req, policy)
         if req.op == "run":
             return await self._run(req, policy)
+        if req.op in WORLDLINE_OPS:
+            return await asyncio.to_thread(self._worldline, req, policy)
         return _refused("BAD_REQUEST", f"unknown operation {req.op[:20]!r}")
+
+    def _worldline(self, req: executor_pb2.ExecRequest, policy: Policy) -> executor_pb2.ExecResult:
+        found = policy.root_of(req.path)
+        if found is None or found[0] != found[1]:
+            return _refused("OUTSIDE_ROOTS", f"{req.path} is not an allowed folder")
+        try:
+            return WORLDLINE_OPS[req.op](Worldlines(found[0]), req)
+        except WorldlineError as exc:
+            return executor_pb2.ExecResult(status="failed", error_code=exc.code, error=exc.text())
+
+    def _plan(
+        self, req: executor_pb2.ExecRequest, policy: Policy
+    ) -> Plan | executor_pb2.ExecResult:
+        """Fork the one root a write command's paths lie in; its paths moved into the fork."""
+        placed: list[tuple[Path, Path] | None] = []
+        for a in req.args:
+            where = None if a.startswith("-") else policy.root_of(a)
+            if where is None and not a.startswith("-"):
+                return _refused("OUTSIDE_ROOTS", f"{a} is outside the allowed folders")
+            placed.append(where)
+        roots = {w[0] for w in placed if w is not None}
+        if len(roots) > 1:
+            return _refused("BAD_REQUEST", "a command that writes may touch one allowed folder")
+        if not roots:
+            if not policy.roots:
+                return _refused("OUTSIDE_ROOTS", "no allowed folder to write in")
+            roots = {Path(os.path.realpath(policy.roots[0]))}
+        lines = Worldlines(roots.pop())
+        f = lines.fork(f"{req.command} {req.task_id}".strip())
+        fork = lines.path(f.id)
+        args = [
+            a if w is None else str(fork / w[1].relative_to(w[0]))
+            for a, w in zip(req.args, placed, strict=True)
+        ]
+        return Plan(lines, f.id, fork, args)
 
     def _read(self, req: executor_pb2.ExecRequest, policy: Policy) -> executor_pb2.ExecResult:
         real = policy.inside(req.path)
@@ -161,19 +279,36 @@ class Executor:
             return _refused("NOT_ALLOWED", f"{req.command[:40]!r} is not allowed on this device")
         if len(req.args) > MAX_ARGS or any(len(a) > MAX_ARG_CHARS for a in req.args):
             return _refused("BAD_REQUEST", "too many or too long arguments")
+        plan: Plan | None = None
         if effect != "observe":
-            for a in req.args:
-                if not a.startswith("-") and policy.inside(a) is None:
-                    return _refused("OUTSIDE_ROOTS", f"{a} is outside the allowed folders")
+            planned = await asyncio.to_thread(self._plan, req, policy)
+            if isinstance(planned, executor_pb2.ExecResult):
+                return planned
+            plan = planned
+        res = await self._spawn(req, policy, plan)
+        if plan is not None:
+            d = await asyncio.to_thread(plan.lines.diff, plan.fork_id)
+            _with_diff(res, plan.lines, plan.fork_id, d)
+        return res
+
+    async def _spawn(
+        self, req: executor_pb2.ExecRequest, policy: Policy, plan: Plan | None
+    ) -> executor_pb2.ExecResult:
         timeout = min(float(req.timeout_s or policy.timeout_s), policy.timeout_s)
+        cwd: str | None
+        if plan is not None:
+            args, cwd = plan.args, str(plan.fork)
+        else:
+            args = list(req.args)
+            cwd = str(policy.roots[0]) if policy.roots and policy.roots[0].is_dir() else None
         try:
             proc = await asyncio.create_subprocess_exec(
                 req.command,
-                *req.args,
+                *args,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
-                cwd=str(policy.roots[0]) if policy.roots and policy.roots[0].is_dir() else None,
+                cwd=cwd,
             )
         except OSError as exc:
             return executor_pb2.ExecResult(

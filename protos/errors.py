@@ -91,6 +91,7 @@ MESSAGES: dict[str, str] = {
         "now: fork it again"
     ),
     "worldline.no_history": "no commit {id!r} in the workspace's history to roll back",
+    "worldline.bad_count": "{count} versions asked: one request may fork 1 to {most}",
     "package.sandbox_missing": (
         "package {package} not started: bubblewrap (bwrap) is not installed, and every package "
         "runs in a sandbox; install it (apt-get install bubblewrap) or set {env}=off to run "
@@ -458,6 +459,7 @@ MESSAGES_ZH: dict[str, str] = {
         "世界线 {id} 是从第 {base} 代分出来的，但工作区现在是第 {current} 代：请重新分叉"
     ),
     "worldline.no_history": "工作区的历史里没有可以回滚的提交 {id!r}",
+    "worldline.bad_count": "要了 {count} 个版本：一次请求只能分出 1 到 {most} 个",
     "package.sandbox_missing": (
         "软件包 {package} 没有启动：没有安装 bubblewrap（bwrap），而每个软件包都要在沙箱里运行；"
         "请安装它（apt-get install bubblewrap），或设置 {env}=off 在沙箱外运行软件包"

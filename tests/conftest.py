@@ -14,6 +14,8 @@ ROOT = Path(__file__).resolve().parent.parent
 FILE_SECONDS: dict[str, float] = {
     "test_sandbox.py": 90,
     "test_worldlines.py": 60,
+    "test_mac_executor.py": 55,
+    "test_web_worldlines.py": 25,
     "test_faults.py": 138,
     "test_forget_whole.py": 75,
     "test_forget_mesh.py": 70,

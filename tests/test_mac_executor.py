@@ -5,8 +5,10 @@ owner_data), the Mac's allow-list and folders, its pause switch and its command 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -60,13 +62,14 @@ async def test_mac_commands_and_reads_over_the_mesh(mesh: Mesh, tmp_path: Path) 
         )
         assert outside.status == "failed" and outside.error_code == "OUTSIDE_ROOTS"
 
-        # an unmapped command never leaves the hub; owner_data asks unless requested
+        # an unmapped command never leaves the hub
         rm = await gw.call(run("c4", "rm", "-rf", str(docs)), OWNER)
         assert rm.status == "rejected" and "no effect is declared" in rm.error
-        ask = await gw.call(run("c5", "mkdir", str(docs / "new")), OWNER)
-        assert ask.status == "waiting" and not (docs / "new").exists()
-        made = await gw.call(run("c6", "mkdir", str(docs / "made"), asked=True), OWNER)
-        assert made.status == "succeeded" and (docs / "made").is_dir()
+        # a write runs on a fork of the folder (a workspace effect): the folder is untouched
+        made = await gw.call(run("c6", "mkdir", str(docs / "made")), OWNER)
+        assert made.status == "succeeded" and not (docs / "made").exists(), made
+        assert made.effects[1].kind == "worldline.forked"
+        assert made.effects[1].fields["added"] == "made/"
         escape = await gw.call(run("c7", "touch", str(tmp_path / "x"), asked=True), OWNER)
         assert escape.status == "failed" and escape.error_code == "OUTSIDE_ROOTS"
         assert not (tmp_path / "x").exists()
@@ -92,6 +95,80 @@ async def test_mac_commands_and_reads_over_the_mesh(mesh: Mesh, tmp_path: Path) 
     ]
     shown = mesh.yimi("executor", "log", "--bundle", str(mac)).stdout
     assert "running" in shown and "PAUSED" in shown and "mkdir" in shown
+
+
+def tree_hash(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+        for p in sorted(root.rglob("*"))
+    }
+
+
+async def test_writes_on_the_mac_run_on_worldlines_committed_through_the_gateway(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A write command runs on a fork of the Mac's allowed folder (its receipt: the fork and
+    its diff; the folder untouched); the commit is an owner_data call (waits for the owner
+    unless asked); two forks from one base: committing one makes the other stale; rollback
+    restores the folder byte for byte; discard leaves it untouched."""
+    mac = mesh.add_device("mac1", "mac")
+    docs = tmp_path / "Documents"
+    docs.mkdir()
+    (docs / "notes.txt").write_text("buy milk\n")
+    (mac / "executor.yaml").write_text(yaml.safe_dump({"roots": [str(docs)]}))
+    (mesh.home / "packages.yaml").write_text(
+        yaml.safe_dump(only({"mac": {"config": {"DEVICE": "mac1"}}}))
+    )
+    before = tree_hash(docs)
+    options = HubOptions(
+        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
+    )
+    async with HubDaemon(Home.load(mesh.home), options) as hub:
+        gw = hub.consent.gateway
+        assert gw is not None
+        await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+        n = 0
+
+        async def call(tool: str, **args: object) -> Any:
+            nonlocal n
+            n += 1
+            return await gw.call(ToolCall("mac", tool, dict(args), f"w{n}", f"task-w{n}"), OWNER)
+
+        a = await call("run", command="touch", args=[str(docs / "a.txt")])
+        b = await call("run", command="mkdir", args=[str(docs / "drafts")])
+        assert a.status == b.status == "succeeded", (a, b)
+        fa, fb = a.effects[1].fields, b.effects[1].fields
+        assert (fa["added"], fb["added"]) == ("a.txt", "drafts/")
+        assert fa["folder"] == str(docs.resolve()) and fa["generation"] == 0
+        assert tree_hash(docs) == before, "a write never touches the current folder"
+
+        shown = await call("worldline_show", folder=str(docs), id=fa["id"])
+        assert shown.status == "succeeded" and shown.effects[0].fields["added"] == "a.txt"
+
+        unasked = await call("worldline_commit", folder=str(docs), id=fa["id"])
+        assert unasked.status == "waiting" and tree_hash(docs) == before, unasked
+        done = await call("worldline_commit", folder=str(docs), id=fa["id"], owner_requested=True)
+        assert done.status == "succeeded", done
+        assert (docs / "a.txt").exists() and (docs / "notes.txt").read_text() == "buy milk\n"
+        assert done.effects[0].fields["generation"] == 1
+
+        stale = await call("worldline_commit", folder=str(docs), id=fb["id"], owner_requested=True)
+        assert stale.status == "failed" and stale.error_code == "STALE_BASE", stale
+        assert not (docs / "drafts").exists(), "the refusal changed nothing"
+        gone = await call("worldline_discard", folder=str(docs), id=fb["id"])
+        assert gone.status == "succeeded" and not (docs / "drafts").exists()
+        again = await call("worldline_show", folder=str(docs), id=fb["id"])
+        assert again.status == "failed" and again.error_code == "CLOSED", again
+
+        back = await call("worldline_rollback", folder=str(docs), id=fa["id"], owner_requested=True)
+        assert back.status == "succeeded", back
+        assert tree_hash(docs) == before, "rollback restores the folder byte for byte"
+        outside = await call("worldline_show", folder=str(tmp_path), id=fa["id"])
+        assert outside.status == "failed" and outside.error_code == "OUTSIDE_ROOTS"
+
+    log = [json.loads(x) for x in (mac / "state" / "executor.log").read_text().splitlines()]
+    assert [e["op"] for e in log][:3] == ["run", "run", "worldline.show"]
+    assert log[0]["worldline_id"] == fa["id"]
 
 
 async def test_the_bridge_socket_works_for_a_home_deep_in_the_tree(tmp_path: Path) -> None:

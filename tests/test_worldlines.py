@@ -1,6 +1,7 @@
 """Worldlines on a plain filesystem and, where the test can make one, on loop-mounted Btrfs:
 fork → change → diff → commit → rollback restores byte-identical files; discard leaves the
-workspace untouched; two forks from one base; a stale-base commit refused; history bounded."""
+workspace untouched; two forks from one base (``fork_many``, ``--count 2``, the package's
+``fork(count=2)``); a stale-base commit refused; history bounded."""
 
 from __future__ import annotations
 
@@ -15,8 +16,7 @@ from typing import Any
 
 import pytest
 
-from hub.worldlines.errors import WorldlineError
-from hub.worldlines.store import Worldlines
+from storage.worldlines import MAX_FORKS, WorldlineError, Worldlines
 from tests.mesh_harness import env
 
 
@@ -114,6 +114,29 @@ def test_discard_two_forks_and_a_stale_base(workspace: Path) -> None:
     assert w.path(a.id).exists(), "a kept fork is never reclaimed"
 
 
+def test_two_versions_from_one_base_and_empty_folders(tmp_path: Path) -> None:
+    """``fork_many(2)``: two forks of one base for one request; committing one makes the
+    other stale. An empty folder made on a fork shows in its diff as ``name/``."""
+    ws = tmp_path / "ws"
+    seed(ws)
+    w = Worldlines(ws)
+    a, b = w.fork_many(2, "tidy")
+    assert a.base == b.base == 0 and a.id != b.id
+    assert (a.label, b.label) == ("tidy 1/2", "tidy 2/2")
+    (w.path(a.id) / "drafts").mkdir()
+    (w.path(b.id) / "notes.txt").write_text("version B\n")
+    assert w.diff(a.id).added == ("drafts/",) and w.diff(b.id).changed == ("notes.txt",)
+    w.commit(a.id)
+    assert (ws / "drafts").is_dir()
+    with pytest.raises(WorldlineError) as err:
+        w.commit(b.id)
+    assert err.value.code == "STALE_BASE" and "forked from generation 0" in err.value.text()
+    assert "世界线" in err.value.text("zh")
+    with pytest.raises(WorldlineError) as many:
+        w.fork_many(MAX_FORKS + 1)
+    assert many.value.key == "worldline.bad_count"
+
+
 def test_history_is_bounded(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     seed(ws)
@@ -157,6 +180,11 @@ def test_the_cli_lists_shows_commits_and_rolls_back(tmp_path: Path) -> None:
     assert (ws / "notes.txt").read_text() == "buy milk\nbuy eggs\n"
     bad = yimi("show", "nope")
     assert bad.returncode == 1 and "no worldline 'nope'" in bad.stderr
+    two = yimi("fork", "--count", "2", "--label", "two")
+    assert two.returncode == 0, two.stderr
+    lines = two.stdout.splitlines()
+    assert len(lines) == 2 and all(" base 2 " in x for x in lines), lines
+    assert "two 1/2" in yimi("list").stdout
 
 
 # ---------------------------------------------------------------- through the gateway
@@ -188,10 +216,10 @@ async def test_a_commit_is_an_owner_data_effect_through_the_gateway(tmp_path: Pa
             n += 1
             return await gw.call(ToolCall("worldlines", tool, dict(args), f"c{n}", f"t{n}"), owner)
 
-        a = await call("fork", label="a")
-        b = await call("fork", label="b")
-        assert a.status == b.status == "succeeded", a
-        a_id, b_id = a.effects[0].target, b.effects[0].target
+        two = await call("fork", label="two versions", count=2)  # one request, one base
+        assert two.status == "succeeded" and len(two.effects) == 2, two
+        a_id, b_id = two.effects[0].target, two.effects[1].target
+        assert two.effects[0].fields["base"] == two.effects[1].fields["base"] == 0
         w = Worldlines(ws)
         (w.path(a_id) / "notes.txt").write_text("version A\n")
         (w.path(b_id) / "notes.txt").write_text("version B\n")

@@ -480,6 +480,7 @@ class LocalExecutorWorld:
                 command=body.get("command", ""),
                 args=body.get("args", []),
                 path=body.get("path", ""),
+                worldline_id=body.get("worldline_id", ""),
             )
             res = await executor.handle(req)
             writer.write(json.dumps(result_dict(res)).encode() + b"\n")

@@ -8,6 +8,11 @@ the system's temp dir instead — ``path`` says where) and speaks one JSON line 
     → {"device": "mac", "op": "run", "command": "ls", "args": ["-l"], "timeout_s": 20,
        "task_id": "...", "call_id": "..."}
     ← {"status": "done", "exit_code": 0, "stdout": "...", ...}      (edge_agent.executor)
+    → {"device": "mac", "op": "worldline.commit", "path": ROOT, "worldline_id": "..."}
+    ← {"status": "done", "worldline_id": "...", "generation": 1, ...}
+
+A write command's answer names the fork it ran on (``worldline_id``, ``worldline_root``)
+and its diff (``added`` / ``changed`` / ``removed`` / ``diff``).
 
 It seals an ``EXEC_REQUEST`` to the named device (which must be enrolled with the
 ``execute`` scope), waits for the matching ``EXEC_RESULT`` from that device, and answers.
@@ -57,6 +62,14 @@ def result_dict(res: executor_pb2.ExecResult) -> dict[str, Any]:
         "content": res.content.decode(errors="replace"),
         "truncated": res.truncated,
         "size": res.size,
+        "worldline_id": res.worldline_id,
+        "worldline_root": res.worldline_root,
+        "added": list(res.added),
+        "changed": list(res.changed),
+        "removed": list(res.removed),
+        "diff": res.diff.decode(errors="replace"),
+        "generation": res.generation,
+        "commit_id": res.commit_id,
     }
 
 
@@ -122,13 +135,14 @@ class ExecutorBridge:
         timeout = max(1, min(int(body.get("timeout_s") or 20), 600))
         req = executor_pb2.ExecRequest(
             request_id=random_id("x-"),
-            op=str(body.get("op", ""))[:10],
+            op=str(body.get("op", ""))[:32],
             command=str(body.get("command", ""))[:200],
             args=[str(a)[:1024] for a in list(body.get("args") or [])[:32]],
             path=str(body.get("path", ""))[:4096],
             timeout_s=timeout,
             task_id=str(body.get("task_id", ""))[:128],
             call_id=str(body.get("call_id", ""))[:128],
+            worldline_id=str(body.get("worldline_id", ""))[:128],
         )
         fut: asyncio.Future[executor_pb2.ExecResult] = asyncio.get_running_loop().create_future()
         self._pending[req.request_id] = (rec.device_id, fut)

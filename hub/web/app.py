@@ -56,6 +56,7 @@ from hub.web.operator import OPERATOR_SCOPE, OperatorLink
 from hub.web.reminders import ReminderRoutes, WebHooks
 from hub.web.sessions import COOKIE, SESSION_TTL_S, Passkey, Passkeys, Session, Sessions
 from hub.web.switches import Signable, SwitchLink
+from hub.web.worldlines import WorldlineRoutes
 from models.voiceprint import TrustWindow
 from protos import consent_pb2, mesh_pb2
 from protos.clock import now_ms
@@ -258,6 +259,7 @@ class WebApp:
             Route("/api/switches/brain", self.switch_brain, methods=["POST"]),
             Route("/api/switches/confirm", self.switch_confirm, methods=["POST"]),
             *ReminderRoutes(self._hooks(), lambda: link.reminders).routes(),
+            *WorldlineRoutes(self._hooks(), link.gateway).routes(),
             Route("/texts.json", self.texts),
             Route("/", self.page("companion.html")),
             Route("/dashboard", self.page("dashboard.html")),

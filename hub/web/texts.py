@@ -275,6 +275,17 @@ TEXTS: dict[str, tuple[str, str]] = {
     "web.reminders_off": ("The hub keeps no reminders", "中枢没有提醒功能"),
     "web.reminder_unknown": ("No such reminder", "没有这个提醒"),
     "web.reminder_past": ("{at} has already passed", "{at}已经过去了"),
+    # worldlines (hub/web/worldlines.py, static/worldlines.js)
+    "nav.worldlines": ("Versions", "版本"),
+    "worldlines.empty": ("No changes waiting", "没有待定的改动"),
+    "worldlines.show": ("Show changes", "查看改动"),
+    "worldlines.commit": ("Commit", "采用"),
+    "worldlines.discard": ("Discard", "丢弃"),
+    "worldlines.stale": ("the folder changed since", "之后文件夹已改变"),
+    "worldlines.no_changes": ("No changes", "没有改动"),
+    "worldlines.card": ("Confirm it in Cards", "请在确认卡片中确认"),
+    "web.worldline_package": ("{package} keeps no versions", "{package} 没有版本"),
+    "web.worldline_failed": ("The version could not change: {reason}", "版本无法改动：{reason}"),
 }
 """key → (English, Chinese)"""
 

@@ -1,9 +1,7 @@
-"""The worldlines package's exception root."""
+"""The worldlines package's exception root (defined in :mod:`storage.worldlines`)."""
 
 from __future__ import annotations
 
-from protos.errors import YimiError
+from storage.worldlines import WorldlineError
 
-
-class WorldlineError(YimiError):
-    """A worldline is unknown, stale, or its workspace cannot be forked."""
+__all__ = ["WorldlineError"]

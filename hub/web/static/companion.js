@@ -6,6 +6,7 @@ import {
   outboxAll, outboxPut, outboxDelete, keepEntries, keptEntries, newId,
 } from "/static/device.js";
 import { refreshReminders } from "/static/reminders.js";
+import { refreshWorldlines } from "/static/worldlines.js";
 
 const $ = (id) => document.getElementById(id);
 let device = null;
@@ -203,7 +204,7 @@ function reconnect() {
 }
 
 async function refresh() {
-  await Promise.all([refreshChat(), refreshCards(), refreshReminders()]);
+  await Promise.all([refreshChat(), refreshCards(), refreshReminders(), refreshWorldlines()]);
 }
 
 function signedOut() {
@@ -269,6 +270,7 @@ async function start() {
   await firstPage();
   await refreshCards();
   await refreshReminders();
+  await refreshWorldlines();
   listen();
 }
 

@@ -5,6 +5,7 @@ const CACHE = "yimi-shell-v1";
 const SHELL = [
   "/", "/dashboard", "/texts.json", "/static/companion.js", "/static/dashboard.js",
   "/static/device.js", "/static/i18n.js", "/static/reminders.js", "/static/style.css",
+  "/static/worldlines.js",
   "/static/manifest.webmanifest",
   "/static/icon.svg",
 ];

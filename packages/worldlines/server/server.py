@@ -1,6 +1,7 @@
 """worldlines: the owner's workspace (``YIMI_WORKSPACE``) forked, diffed, committed.
 
-The tools are :class:`hub.worldlines.store.Worldlines`' operations; ``commit`` and
+The tools are :class:`storage.worldlines.Worldlines`' operations (``fork`` with
+``count: 2`` takes two forks from one base: "show me two versions"); ``commit`` and
 ``rollback`` change the owner's files (``owner_data``: the gateway asks the owner unless
 they asked for it). ``--fake`` serves the same tools on a workspace of its own under
 ``YIMI_STATE_DIR`` (seeded with one file), never the owner's.
@@ -16,17 +17,10 @@ from typing import Any
 from mcp.server.mcpserver import MCPServer
 
 from hub.capabilities.package_sdk import receipt
-from hub.worldlines.errors import WorldlineError
-from hub.worldlines.store import Worldlines
+from storage.worldlines import WorldlineError, Worldlines
 
 FAKE = "--fake" in sys.argv
 mcp = MCPServer("worldlines-fake" if FAKE else "worldlines")
-ERROR_CODES = {
-    "worldline.unknown": "NOT_FOUND",
-    "worldline.closed": "CLOSED",
-    "worldline.stale_base": "STALE_BASE",
-    "worldline.no_history": "NOT_FOUND",
-}
 MAX_DIFF = 16_000
 
 
@@ -42,26 +36,39 @@ def _lines() -> Worldlines | None:
 
 
 def _failed(exc: WorldlineError) -> dict[str, Any]:
-    return receipt("failed", error=(ERROR_CODES.get(exc.key, "FAILED"), exc.text()))
+    return receipt("failed", error=(exc.code, exc.text()))
 
 
 NO_WORKSPACE = receipt("failed", error=("NO_WORKSPACE", "no workspace is configured (WORKSPACE)"))
 
 
 @mcp.tool()
-def fork(label: str = "") -> dict[str, Any]:
-    """Fork the owner's workspace: the change is tried on the fork, the workspace untouched."""
+def fork(label: str = "", count: int = 1) -> dict[str, Any]:
+    """Fork the owner's workspace: the change is tried on the fork, the workspace untouched.
+    ``count`` > 1 ("show me two versions"): that many forks from the same base."""
     w = _lines()
     if w is None:
         return NO_WORKSPACE
-    f = w.fork(label)
-    fields = {"id": f.id, "base": f.base, "method": f.method, "path": str(w.path(f.id))}
-    return receipt(
-        "succeeded",
-        effects=[
-            {"kind": "worldline.forked", "state": "verified", "target": f.id, "fields": fields}
-        ],
-    )
+    try:
+        made = w.fork_many(count, label)
+    except WorldlineError as exc:
+        return _failed(exc)
+    effects = [
+        {
+            "kind": "worldline.forked",
+            "state": "verified",
+            "target": f.id,
+            "fields": {
+                "id": f.id,
+                "base": f.base,
+                "method": f.method,
+                "path": str(w.path(f.id)),
+                "label": f.label,
+            },
+        }
+        for f in made
+    ]
+    return receipt("succeeded", effects=effects)
 
 
 @mcp.tool()
