@@ -32,6 +32,8 @@ DAY_S = 86_400.0
 RETENTION_DAYS = 2
 TMPFS_BYTES = 2 << 20
 RESERVE_BYTES = 32 * 1024
+TRAFFIC_DAYS = (0, 2, 3, 5, 6)
+"""days of the week the glasses are spoken to (every utterance is a Whisper run: ~3 s here)"""
 
 
 def index_rows(home: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
@@ -123,9 +125,10 @@ async def test_a_week_in_a_hub_process_packs_expires_reclaims_and_says_not_store
         await poll(glasses.session.connected.is_set, 20, "the glasses connected")
         sizes: list[int] = []
         for day in range(7):
-            archived = await utter(f"u-{day}")
-            # admission never refuses while there is something to reclaim
-            assert archived["stored"] is True, (day, archived)
+            if day in TRAFFIC_DAYS:
+                archived = await utter(f"u-{day}")
+                # admission never refuses while there is something to reclaim
+                assert archived["stored"] is True, (day, archived)
             advance_file(clock, DAY_S)
 
             def kept_on_schedule() -> bool:
@@ -151,9 +154,9 @@ async def test_a_week_in_a_hub_process_packs_expires_reclaims_and_says_not_store
             assert isinstance(hot, int)
             sizes.append(hot)
         total = index_rows(mesh.home, "SELECT sum(size), count(*) FROM objects")[0]
-        assert isinstance(total[0], int) and total[1] == 7
-        per_day = total[0] // 7
-        assert max(sizes) <= (RETENTION_DAYS + 1) * per_day, (sizes, per_day)
+        assert isinstance(total[0], int) and total[1] == len(TRAFFIC_DAYS)
+        # hot: at most the utterances of the retention (two days) and the day before upkeep
+        assert max(sizes) <= 2 * pcm_bytes and sizes[-1] > 0, sizes
 
         # the disk filled by something else: hot copies of verified packs are reclaimed
         # before the next write is refused (emergency reclaim)
