@@ -166,10 +166,16 @@ async def test_a_week_in_a_hub_process_packs_expires_reclaims_and_says_not_store
             " AND pack_id IS NOT NULL",
         )
         assert isinstance(held, int) and held >= pcm_bytes
-        fill(small_disk, "filler-1", leave=max(4096, RESERVE_BYTES + pcm_bytes + 8192 - held))
+        fill(small_disk, "filler-1", leave=max(4096, RESERVE_BYTES + pcm_bytes + 24_576 - held))
         assert free_bytes(small_disk) < RESERVE_BYTES + pcm_bytes  # refused without reclaim
         archived = await utter("u-reclaimed")
         assert archived["stored"] is True, archived
+        ((left,),) = index_rows(
+            mesh.home,
+            "SELECT coalesce(sum(size), 0) FROM objects WHERE hot_path IS NOT NULL"
+            " AND pack_id IS NOT NULL",
+        )
+        assert isinstance(left, int) and left < held  # hot copies went to make room
 
         # really full: once every reclaimable hot copy is gone, a write is refused and said
         # so — never claimed
