@@ -173,6 +173,7 @@ MESSAGES: dict[str, str] = {
     # archive (L5)
     "archive.not_stored": "not stored: {what} ({size} bytes): {reason}",
     "archive.closed": "the archive writer is closed: {what} not stored",
+    "archive.stopping": "the archive is stopping: the cold pack upload waits for the next round",
     "archive.frame_invalid": "audio frame refused: {reason}",
     "archive.unknown": "no archived object {id!r}",
     "archive.deleted": "archived object {id} was deleted (forgotten)",
@@ -446,6 +447,7 @@ MESSAGES: dict[str, str] = {
 
 
 MESSAGES_ZH: dict[str, str] = {
+    "archive.stopping": "归档正在停止：冷包上传留到下一轮",
     # the hub as a service (yimi hub install-service)
     "service.not_written": (
         "没能写入 systemd 单元 {path}：{reason}"

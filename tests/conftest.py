@@ -20,6 +20,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_forget_whole.py": 75,
     "test_forget_mesh.py": 70,
     "test_archive_upkeep.py": 45,
+    "test_archive_week_mesh.py": 45,
     "test_timeline_recall.py": 25,
     "test_pay_modes.py": 133,
     "test_sync_e2e.py": 114,

@@ -231,6 +231,38 @@ async def test_streams_become_separate_objects_and_close_flushes(tmp_path: Path)
             ArchiveWriter(archive).add_audio(b"\x00\x01\x02", trace_id="x", source="y")
 
 
+async def test_frames_added_at_once_are_cut_at_the_limit_with_their_meta(tmp_path: Path) -> None:
+    """45 frames handed over without a pause (an utterance's audio): batches of 20, 20, 5 —
+    never one over the limit — each one object carrying the first frame's meta; a waiter
+    learns "stored" only once its batch is written (fsynced and indexed)."""
+    clock = Clock()
+    with make_archive(tmp_path, clock) as archive:
+        async with ArchiveWriter(archive, clock=clock) as writer:
+            futures = [
+                writer.add_audio(
+                    frame(i), trace_id="t", source="g", meta={"utterance_id": "u-1", "offset_ms": i}
+                )
+                for i in range(45)
+            ]
+            assert writer.pending == 45 and not any(f.done() for f in futures)
+            results = await asyncio.wait_for(asyncio.gather(*futures[:40]), 10)
+            assert not futures[40].done()  # 5 frames: under every limit until 500 ms pass
+            for r in results:
+                assert r.stored and r.object_id and archive.info(r.object_id).size > 0
+            clock.advance(0.5)
+            await writer.poll()
+            rest = await asyncio.wait_for(asyncio.gather(*futures[40:]), 10)
+        assert [(f.reason, f.items) for f in writer.flushes] == [
+            ("frames", 20), ("frames", 20), ("age", 5)
+        ]  # fmt: skip
+        ids = list(dict.fromkeys(r.object_id for r in [*results, *rest]))
+        assert len(ids) == 3
+        objs = archive.objects_of_utterances(["u-1"])
+        assert [o.id for o in objs] == ids
+        assert [o.meta["offset_ms"] for o in objs] == [0, 20, 40]
+        assert b"".join(archive.read(i) for i in ids if i) == b"".join(frame(i) for i in range(45))
+
+
 # ------------------------------------------------------------------ admission
 def test_admission_formula() -> None:
     policy = AdmissionPolicy()

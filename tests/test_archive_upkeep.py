@@ -10,7 +10,10 @@ import numpy as np
 import pytest
 
 from hub.archive.archive import DAY_S, Archive, NewObject
+from hub.archive.errors import ArchiveError
 from hub.archive.maintainer import ArchiveMaintainer
+from hub.archive.pacing import UploadPacer
+from hub.archive.settings import ArchiveSettings
 from tests.test_archive import Clock, Disk, GiB
 from tests.waiting import poll
 
@@ -92,3 +95,46 @@ async def test_upkeep_yields_while_a_request_window_is_open(tmp_path: Path) -> N
             await poll(lambda: upkeep.rounds > 0, 20, "an upkeep round")
         assert upkeep.deferred >= 1 and windows == []  # waited for the window to close
         assert [p["state"] for p in archive.packs()] == ["verified"]
+
+
+async def test_cold_pack_uploads_are_paced(tmp_path: Path) -> None:
+    """``upload_bytes_per_s``: a pack of n bytes takes n / rate seconds of the budget before
+    the next may go (the first goes at once), across rounds; the clock and sleep are
+    injected, so nothing waits for real. A stopping maintainer ends a wait at once."""
+    clock = Clock()
+    pace = Clock()
+    slept: list[float] = []
+
+    def sleep(s: float) -> None:
+        slept.append(s)
+        pace.advance(s)
+
+    pacer = UploadPacer(100_000, clock=pace, sleep=sleep)
+    with Archive(
+        tmp_path / "archive",
+        disk=Disk(),
+        now=clock,
+        pack_after_s=600.0,
+        pack_target_bytes=64_000,  # two utterances a pack
+        pacer=pacer,
+    ) as archive:
+        archive.store([NewObject("audio", utterance(i), "glasses", f"t-{i}", 0) for i in range(6)])
+        clock.advance(HOUR_S)
+        upkeep = ArchiveMaintainer(archive, max_packs=2)
+        first = await upkeep.run_once()
+        second = await upkeep.run_once()
+        packs = [*first.packed, *second.packed]
+        assert len(packs) == 3 and all(p.ok for p in packs)
+        sizes = [p.pack_bytes for p in packs]
+        # the first upload at once; each next one waits out the previous one's share
+        assert slept == pytest.approx([s / 100_000 for s in sizes[:2]], rel=1e-6)
+        assert pacer.waited_s == pytest.approx(sum(sizes[:2]) / 100_000)
+        # the hub stopping: a waiting upload gives up (raises; the objects stay hot)
+        archive.store([NewObject("audio", utterance(9), "glasses", "t-9", 0)])
+        clock.advance(HOUR_S)
+        pacer.stop()
+        with pytest.raises(ArchiveError) as err:
+            archive.pack()
+        assert err.value.key == "archive.stopping"
+        assert archive.objects(trace_id="t-9")[0].pack_id is None
+    assert ArchiveSettings().upload_bytes_per_s == 0  # unpaced unless configured

@@ -38,6 +38,7 @@ import apsw
 from hub.archive import pack as fmt
 from hub.archive.admission import AdmissionPolicy, Decision, DiskReader, disk_space
 from hub.archive.errors import ArchiveError, TargetUnavailable
+from hub.archive.pacing import UploadPacer
 from hub.archive.targets import ColdTarget, DirectoryTarget
 from storage.private import open_private, private_dir
 from storage.sqlite import open_db, transaction
@@ -246,6 +247,7 @@ class Archive:
         pack_after_s: float = DEFAULT_PACK_AFTER_S,
         pack_target_bytes: int = DEFAULT_PACK_TARGET_BYTES,
         emergency_reclaim: bool = True,
+        pacer: UploadPacer | None = None,
     ) -> None:
         self.root = root
         self.hot = root / "hot"
@@ -258,6 +260,8 @@ class Archive:
         self.pack_after_s = pack_after_s
         self.pack_target_bytes = min(pack_target_bytes, fmt.MAX_DECODED_BYTES)
         self.emergency_reclaim = emergency_reclaim
+        self.pacer = pacer
+        """paces cold-pack uploads (``upload_bytes_per_s``); ``None``: as fast as they go"""
         self._lock = threading.RLock()
         self.db: apsw.Connection = open_db(root / "index.db", SCHEMA)
 
@@ -548,6 +552,10 @@ class Archive:
         pack_id, name = header.pack_id, _pack_name(header.pack_id)
         digest = fmt.sha256_hex(blob)
         problems: tuple[str, ...]
+        if self.pacer is not None:  # stopping: raises before anything is recorded
+            waited = self.pacer.wait(len(blob))
+            if waited:
+                log.debug("cold pack %s waited %.1f s for its upload pace", pack_id, waited)
         try:
             self.target.put(name, blob)
             report = fmt.verify(self.target.get(name), name=name, expect_sha256=digest)

@@ -74,6 +74,8 @@ class ArchiveMaintainer:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self.archive.pacer is not None:  # a paced upload waiting gives up (next round)
+            self.archive.pacer.stop()
         if self._tasks is not None:
             await self._tasks.close()
             self._tasks = None

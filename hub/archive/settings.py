@@ -10,6 +10,7 @@
     reserve_bytes: 4294967296
     reserve_inodes: 500000
     emergency_reclaim: true
+    upload_bytes_per_s: 0                   # cold-pack upload pace; 0: unpaced
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import yaml
 from hub.archive.admission import DEFAULT_RESERVE_BYTES, DEFAULT_RESERVE_INODES, AdmissionPolicy
 from hub.archive.archive import DAY_S, DEFAULT_PACK_AFTER_S, Archive
 from hub.archive.errors import ArchiveError
+from hub.archive.pacing import UploadPacer
 from hub.archive.targets import ColdTarget, DirectoryTarget, target_from
 
 SETTINGS_FILE = "archive.yaml"
@@ -39,6 +41,7 @@ class ArchiveSettings:
     reserve_bytes: int = DEFAULT_RESERVE_BYTES
     reserve_inodes: int = DEFAULT_RESERVE_INODES
     emergency_reclaim: bool = True
+    upload_bytes_per_s: float = 0.0
 
     @classmethod
     def load(cls, home: Path) -> ArchiveSettings:
@@ -82,6 +85,7 @@ _CONVERT: dict[str, Any] = {
     "reserve_bytes": _as_number(int),
     "reserve_inodes": _as_number(int),
     "emergency_reclaim": _as_bool,
+    "upload_bytes_per_s": _as_number(float),
 }
 
 
@@ -109,6 +113,7 @@ def open_archive(home: Path, *, target: str | None = None, **overrides: Any) -> 
         "pack_after_s": s.pack_after_s,
         "pack_target_bytes": int(s.pack_target_mib * (1 << 20)),
         "emergency_reclaim": s.emergency_reclaim,
+        "pacer": UploadPacer(s.upload_bytes_per_s) if s.upload_bytes_per_s > 0 else None,
     }
     kwargs.update(overrides)
     return Archive(home / "archive", **kwargs)

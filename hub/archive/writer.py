@@ -86,6 +86,9 @@ class ArchiveWriter:
         self.max_bytes = max_bytes
         self.max_backlog_bytes = max_backlog_bytes
         self._batch = _Batch()
+        self._full: deque[tuple[_Batch, str]] = deque()
+        """batches cut at their frame or byte limit, waiting for the flush task (items added
+        after the cut start a new batch: no batch is ever over a limit)"""
         self._in_flight = 0
         self._wake = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -115,14 +118,22 @@ class ArchiveWriter:
 
     # -------------------------------------------------------------- submitting
     def add_audio(
-        self, pcm: bytes, *, trace_id: str, source: str, ts_ms: int | None = None
+        self,
+        pcm: bytes,
+        *,
+        trace_id: str,
+        source: str,
+        ts_ms: int | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> asyncio.Future[WriteResult]:
-        """One audio frame: 16-bit little-endian PCM, 16 kHz, mono."""
+        """One audio frame: 16-bit little-endian PCM, 16 kHz, mono. Frames of one (source,
+        trace id, ``meta["utterance_id"]``) in one batch become one object, with the first
+        frame's ``meta``."""
         if len(pcm) == 0 or len(pcm) % 2:
             raise ArchiveError(
                 "archive.frame_invalid", reason=f"{len(pcm)} bytes is not whole 16-bit samples"
             )
-        return self._add("audio", pcm, trace_id, source, ts_ms, {})
+        return self._add("audio", pcm, trace_id, source, ts_ms, dict(meta or {}))
 
     def add_image(
         self,
@@ -158,7 +169,8 @@ class ArchiveWriter:
         if self._closed:
             raise ArchiveError("archive.closed", what=kind)
         future: asyncio.Future[WriteResult] = asyncio.get_running_loop().create_future()
-        if self._batch.bytes + self._in_flight + len(data) > self.max_backlog_bytes:
+        queued = sum(b.bytes for b, _ in self._full)
+        if self._batch.bytes + queued + self._in_flight + len(data) > self.max_backlog_bytes:
             reason = "the archive is falling behind (write backlog full)"
             log.warning("NOT STORED: %s of %d bytes: %s", kind, len(data), reason)
             self.not_stored += 1
@@ -171,7 +183,12 @@ class ArchiveWriter:
             b.first_at = self._clock()
         b.items.append(_Item(kind, bytes(data), source, trace_id, ts_ms, meta, future))
         b.bytes += len(data)
-        if self._due() is not None:
+        due = self._due()
+        if due in ("frames", "bytes"):
+            self._full.append((b, due))
+            self._batch = _Batch()
+            self._wake.set()
+        elif due is not None:
             self._wake.set()
         elif len(b.items) == 1:
             self._wake.set()  # the flush task re-arms its timer for the new oldest item
@@ -192,18 +209,32 @@ class ArchiveWriter:
 
     @property
     def pending(self) -> int:
-        return len(self._batch.items)
+        return len(self._batch.items) + sum(len(b.items) for b, _ in self._full)
 
     async def poll(self) -> FlushRecord | None:
-        """Flush if a threshold is reached now (by the clock, frames or bytes)."""
+        """Flush if a threshold is reached now (by the clock, frames or bytes); the last
+        flush's record."""
+        record = None
+        while self._full:
+            record = await self._flush_full()
         reason = self._due()
-        return await self._flush_now(reason) if reason else None
+        return (await self._flush_now(reason) if reason else None) or record
+
+    async def _flush_full(self) -> FlushRecord | None:
+        async with self._flush_lock:
+            if not self._full:
+                return None
+            batch, reason = self._full.popleft()
+            return await self._write(batch, reason)
 
     async def flush(self) -> FlushRecord | None:
         """Write whatever is pending now."""
         return await self._flush_now("flush")
 
     async def _flush_now(self, reason: str) -> FlushRecord | None:
+        if reason in ("flush", "close"):
+            while self._full:  # in the order they were cut
+                await self._flush_full()
         async with self._flush_lock:
             if reason not in ("flush", "close"):
                 reason = self._due() or ""
@@ -256,19 +287,22 @@ class ArchiveWriter:
 
 
 def _group(items: list[_Item]) -> list[tuple[NewObject, list[_Item]]]:
-    """The audio frames of one (source, trace id) join into one object, in arrival order;
-    every image and event is an object of its own."""
-    streams: dict[tuple[str, str], list[_Item]] = {}
+    """The audio frames of one (source, trace id, utterance id) join into one object, in
+    arrival order, with the first frame's meta; every image and event is an object of its
+    own."""
+    streams: dict[tuple[str, str, str], list[_Item]] = {}
     out: list[tuple[NewObject, list[_Item]]] = []
     for item in items:
         if item.kind == "audio":
-            streams.setdefault((item.source, item.trace_id), []).append(item)
+            key = (item.source, item.trace_id, str(item.meta.get("utterance_id", "")))
+            streams.setdefault(key, []).append(item)
         else:
             obj = NewObject(item.kind, item.data, item.source, item.trace_id, item.ts_ms, item.meta)
             out.append((obj, [item]))
     for run in streams.values():
         pcm = b"".join(i.data for i in run)
         meta = {
+            **run[0].meta,
             "sample_rate": fmt.AUDIO_RATE,
             "channels": fmt.AUDIO_CHANNELS,
             "format": fmt.AUDIO_FORMAT,

@@ -465,6 +465,10 @@ REPLIES: Templates = {
         "en": "Cancelled: {what} will not be paid.",
         "zh": "已取消：{what}不会付款。",
     },
+    "archive.not_stored": {
+        "en": "The audio from {device} was not stored: {reason}",
+        "zh": "来自{device}的录音没有保存：{reason}",
+    },
     "undo.nothing": {
         "en": "There is no payment I can still undo.",
         "zh": "没有还能撤销的付款。",

@@ -20,6 +20,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, replace
@@ -32,10 +33,12 @@ import grpc
 from google.protobuf.message import Message
 from zeroconf import get_all_addresses
 
+from hub.archive.archive import Archive
 from hub.archive.maintainer import DEFAULT_INTERVAL_S as ARCHIVE_UPKEEP_S
 from hub.archive.maintainer import ArchiveMaintainer
 from hub.archive.settings import open_archive
 from hub.brain.providers import ProviderStore
+from hub.brain.replies import say
 from hub.errors import HubError
 from hub.gateway import Gateway
 from hub.gateway.courier import MeshConsent
@@ -50,7 +53,7 @@ from hub.schedule.reminders import ReminderDesk
 from hub.schedule.timers import TimerDesk
 from hub.schedule.watches import WatchDesk
 from hub.timeline import HubStore
-from hub.turns.activity import Activity, hub_entry
+from hub.turns.activity import ACTIVITY_KIND, Activity, hub_entry
 from hub.turns.admission import Admission, utterance_problem
 from hub.turns.answering import Turns
 from hub.turns.briefing import Briefing, BriefingSettings
@@ -158,6 +161,15 @@ class HubDaemon:
         self.memory = open_memory(home.path)
         """the home's L3 assertions and recall index (read for call-time context; the
         timeline is indexed into it); the memory package writes them"""
+        archive_now = archive_clock(options.clock)
+        self._archive_now = archive_now
+        self.archive: Archive | None = None
+        """the L5 archive, one instance for hearing and upkeep, on the hub's clock (a test's
+        :class:`hub.schedule.FileClock` moves both); ``None``: it could not be opened"""
+        try:
+            self.archive = open_archive(home.path, now=archive_now)
+        except Exception as exc:  # the hub runs without it; every write says "not stored"
+            log.error("the archive could not be opened: %s", exc)
         self.archive_upkeep: ArchiveMaintainer | None = None
         """the archive's own upkeep (``yimi archive status`` reads what it did)"""
         self._timeline_grew = asyncio.Event()
@@ -229,7 +241,7 @@ class HubDaemon:
             home.path,
             send=port.send,
             entry=self._photo_entry,
-            archive=lambda: open_archive(home.path),
+            archive=lambda: open_archive(home.path, now=archive_now),
             drop=port.drop,
             count=port.count,
             config=cfg_vision if isinstance(cfg_vision, Mapping) else None,
@@ -286,6 +298,8 @@ class HubDaemon:
             arbiter=self.wake,
             scope=authority_scope(self.voiceprints.authority, self.voiceprints.channel_of),
             providers=lambda: ProviderStore.for_home(home),
+            archive=self.archive or (lambda: open_archive(home.path, now=archive_now)),
+            not_stored=self._audio_not_stored,
         )
         """voice utterances: audio pieces, transcription, scope, then admission"""
         self.wyoming_settings = WyomingSettings.from_config(home.config)
@@ -660,6 +674,8 @@ class HubDaemon:
         self.voiceprints.close()
         self.scheduler.store.close()
         self.memory.close()
+        if self.archive is not None:
+            self.archive.close()
 
     def _write_pidfile(self) -> None:
         write_private(self.home.path / "hub.pid", str(os.getpid()))
@@ -691,20 +707,16 @@ class HubDaemon:
         """The archive keeps itself (``archive: {upkeep_interval_s: N}`` in home.yaml,
         default 60; 0 turns it off): packing, verified cold packs, repacking deletions,
         hot-copy expiry — yielding while a request window is open."""
-        from hub.archive.settings import open_archive
-
         cfg = self.home.config.get("archive")
         interval = ARCHIVE_UPKEEP_S
         if isinstance(cfg, Mapping) and cfg.get("upkeep_interval_s") is not None:
             interval = float(cfg["upkeep_interval_s"])
         if interval <= 0:
             return
-        try:
-            archive = await asyncio.to_thread(open_archive, self.home.path)
-        except Exception as exc:
-            log.error("archive upkeep not started: %s", exc)
+        archive = self.archive
+        if archive is None:
+            log.error("archive upkeep not started: the archive could not be opened")
             return
-        self._stack.callback(archive.close)
         self.archive_upkeep = await self._stack.enter_async_context(
             Bounded(
                 ArchiveMaintainer(archive, interval_s=interval, busy=self.hearing.busy),
@@ -919,6 +931,21 @@ class HubDaemon:
     async def _broadcast_sync(self, update: sync_pb2.SyncUpdate) -> None:
         await self.port.broadcast(mesh_pb2.SYNC_UPDATE, update)
 
+    async def _audio_not_stored(self, opened: Opened, reason: str, lang: str) -> None:
+        """A device's audio was not stored (the disk really full): an ``activity`` entry on
+        the timeline says so, replicated to every device."""
+        utt = opened.payload
+        uid = getattr(utt, "id", "") or opened.trace_id
+        await hub_entry(
+            self.store,
+            self._publish_entries,
+            f"not-stored-{uid}",
+            ACTIVITY_KIND,
+            say("archive.not_stored", lang, device=opened.sender, reason=reason),
+            trace_id=opened.trace_id,
+            meta={"utterance_id": uid, "archive": {"stored": False, "reason": reason}},
+        )
+
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
         """Sequence hub-written timeline entries in the documents and broadcast them."""
         await self.sync.publish(self.sync.add_sequenced(entries))
@@ -1002,6 +1029,13 @@ class HubDaemon:
         self._stopping = True
         self._status = None
         remove_status(self.home.path)
+
+
+def archive_clock(clock: Clock | None) -> Callable[[], float]:
+    """The archive's clock (seconds) from the hub's: the system's, or a test's."""
+    if clock is None:
+        return time.time
+    return lambda: clock.now_ms() / 1000
 
 
 def advertise_addresses(bind: str) -> list[str]:

@@ -45,7 +45,8 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import Message
 
-from hub.archive.archive import Archive, NewObject
+from hub.archive.archive import Archive, WriteResult
+from hub.archive.writer import ArchiveWriter
 from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
 from hub.timeline import ReplayState
@@ -95,6 +96,9 @@ MAX_DONE = 4096
 EXPIRE_EVERY_S = 1.0
 EMBEDDING_BYTES = 256 * 4
 AUDIO_SOURCE = "voice"
+ARCHIVE_FRAME_MS = 100
+"""the utterance's audio goes to the archive's batching writer in frames this long"""
+ARCHIVE_FRAME_BYTES = ARCHIVE_FRAME_MS * 32
 
 Key = tuple[str, str]
 """(device, utterance id)"""
@@ -483,6 +487,8 @@ the timeline, then the answer (the hub's words when ``meta.error`` is set)."""
 SendFn = Callable[[str, int, Message, str | None], Awaitable[object]]
 """(device, kind, payload, trace id): seal and publish to one device."""
 DropFn = Callable[[DropReason, str, str], None]
+NotStoredFn = Callable[[Opened, str, str], Awaitable[None]]
+"""(the utterance's envelope, why its audio was not stored, language): tell its device"""
 
 
 def _finite(x: float) -> float | None:
@@ -516,6 +522,7 @@ class Hearing:
         transcriber: Transcriber | Callable[[], Transcriber] | None = None,
         providers: ProviderStore | Callable[[], ProviderStore] | None = None,
         archive: Archive | Callable[[], Archive] | None = None,
+        not_stored: NotStoredFn | None = None,
         wake_word: str = WAKE_WORD,
         assembler: ChunkAssembler | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -551,6 +558,9 @@ class Hearing:
         self._archive_source = archive
         self._archive: Archive | None = archive if isinstance(archive, Archive) else None
         self._archive_failed = False
+        self._writer: ArchiveWriter | None = None
+        """the archive's batching writer (500 ms / 20 frames / 64 KiB), opened at first use"""
+        self._not_stored = not_stored
         self.wake_word = wake_word
         self.assembler = assembler or ChunkAssembler(clock=clock)
         self._clock = clock
@@ -580,6 +590,9 @@ class Hearing:
         pool, self._pool = self._pool, None
         if pool is not None:  # a transcription already running is let finish
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
+        writer, self._writer = self._writer, None
+        if writer is not None:  # what is pending is written (and its waiters told) first
+            await writer.__aexit__(None, None, None)
         archive, self._archive = self._archive, None
         if archive is not None and not isinstance(self._archive_source, Archive):
             archive.close()
@@ -699,6 +712,8 @@ class Hearing:
             if isinstance(archived, BaseException):
                 raise archived
             transcript = transcribed
+            if archived.get("stored") is not True:
+                await self._tell_not_stored(opened, str(archived.get("reason")), transcript)
             raw = transcript.text
             audio = AudioFacts(
                 sha,
@@ -766,11 +781,14 @@ class Hearing:
                 data = self.assembler.take(key)
                 verify_audio(utt.id, data, utt.voice)
                 samples = await self._in_worker(decode_audio, utt.id, data)
-                archived = await self._archive_audio(
+                outcome = await self._archive_audio(
                     opened,
                     samples,
                     {"stood_down": True, "wake_id": decision.wake_id, "winner": decision.winner},
                 )
+                archived = outcome
+                if outcome.get("stored") is not True:
+                    await self._tell_not_stored(opened, str(outcome.get("reason")), None)
             except YimiError as exc:
                 archived = f"not stored: {exc}"
         log.info("stood-down utterance %s audio: %s", utt.id, archived)
@@ -922,43 +940,69 @@ class Hearing:
                 log.error("voice audio will not be archived: %s", exc)
         return self._archive
 
+    async def _get_writer(self) -> ArchiveWriter | None:
+        if self._writer is None:
+            archive = await asyncio.to_thread(self._get_archive)
+            if archive is None or self._writer is not None:
+                return self._writer
+            self._writer = await ArchiveWriter(archive).__aenter__()
+        return self._writer
+
     async def _archive_audio(
         self, opened: Opened, samples: Samples, extra: dict[str, Any]
     ) -> dict[str, object]:
-        """Keep the utterance's audio in the L5 archive; says where, or why not."""
+        """Keep the utterance's audio in the L5 archive through the batching writer (frames
+        of ``ARCHIVE_FRAME_MS``); says where, or why not. Stored only once every frame's
+        batch is written and fsynced."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
-
-        def store() -> dict[str, object]:
-            archive = self._get_archive()
-            if archive is None:
-                return {"stored": False, "reason": "no archive"}
-            meta: dict[str, Any] = {
-                "sample_rate": 16_000,
-                "channels": 1,
-                "format": "s16le",
-                "duration_ms": len(samples) * 1000 // 16_000,
-                "utterance_id": utt.id,
-                **extra,
-            }
-            obj = NewObject(
-                "audio",
-                samples.astype("<i2").tobytes(),
-                opened.sender,
-                opened.trace_id,
-                utt.started_ms or opened.time_ms,
-                meta,
-            )
-            result = archive.store([obj])[0]
-            if result.stored:
-                return {"stored": True, "id": result.object_id}
-            return {"stored": False, "reason": result.reason[:200]}
-
+        pcm = samples.astype("<i2").tobytes()
+        if not pcm:
+            return {"stored": False, "reason": "no audio"}
+        start_ms = utt.started_ms or opened.time_ms
+        total_ms = len(pcm) // 32
         try:
-            return await asyncio.to_thread(store)
+            writer = await self._get_writer()
+            if writer is None:
+                return {"stored": False, "reason": "no archive"}
+            futures = []
+            for off in range(0, len(pcm), ARCHIVE_FRAME_BYTES):
+                ms = off // 32
+                meta = {"utterance_id": utt.id, "offset_ms": ms, "utterance_ms": total_ms, **extra}
+                futures.append(
+                    writer.add_audio(
+                        pcm[off : off + ARCHIVE_FRAME_BYTES],
+                        trace_id=opened.trace_id,
+                        source=opened.sender,
+                        ts_ms=start_ms + ms,
+                        meta=meta,
+                    )
+                )
+            results: list[WriteResult] = await asyncio.gather(*futures)
         except Exception as exc:
             log.exception("archiving the audio of %s failed", utt.id)
             return {"stored": False, "reason": str(exc)[:200]}
+        ids = list(dict.fromkeys(r.object_id for r in results if r.stored and r.object_id))
+        refused = [r for r in results if not r.stored]
+        if refused:
+            out: dict[str, object] = {"stored": False, "reason": refused[0].reason[:200]}
+            if ids:
+                out["stored_ids"] = ids  # the part written before the disk refused the rest
+            return out
+        return {"stored": True, "id": ids[0], "ids": ids}
+
+    async def _tell_not_stored(
+        self, opened: Opened, reason: str, transcript: Transcript | None
+    ) -> None:
+        """Say it to the device (the timeline) when its audio was not stored."""
+        self._count("voice.not_stored")
+        if self._not_stored is None:
+            return
+        lang = transcript.language if transcript is not None else self.settings.language
+        try:
+            await self._not_stored(opened, reason, lang if lang in LANGUAGES else "en")
+        except Exception:
+            log.exception("telling %s its audio was not stored failed", opened.sender)
 
     # -------------------------------------------------------------- upkeep
     def _remember_done(self, key: Key) -> None:
