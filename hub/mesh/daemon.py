@@ -38,6 +38,7 @@ from hub.archive.settings import open_archive
 from hub.brain.providers import ProviderStore
 from hub.errors import HubError
 from hub.gateway import Gateway
+from hub.gateway.consent import gesture_effects
 from hub.gateway.courier import MeshConsent
 from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
@@ -170,8 +171,16 @@ class HubDaemon:
             scopes_of=port.scopes_of,
             count=port.count,
         )
+        try:  # glasses: {nod_effects: [send]} — what a nod on the HUD may answer
+            nod_effects = gesture_effects(home.config)
+        except ValueError as exc:
+            raise HubError("glasses.config", reason=str(exc)) from None
         self.consent = MeshConsent(
-            home.path, audit_signer=home.hub_keys.sign, port=port, devices=self.registry.devices
+            home.path,
+            audit_signer=home.hub_keys.sign,
+            port=port,
+            devices=self.registry.devices,
+            gesture_effects=nod_effects,
         )
         """the capability gateway and its cards (``self.consent.gateway``)"""
         self.delivery = Delivery(
