@@ -60,6 +60,7 @@ from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
 from hub.turns.watching import Watching, gateway_reader
+from hub.vision.describe import provider_describer
 from hub.vision.service import Vision
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
@@ -243,6 +244,7 @@ class HubDaemon:
             count=port.count,
             config=cfg_vision if isinstance(cfg_vision, Mapping) else None,
             name_of=self._device_name,
+            describer=provider_describer(lambda: ProviderStore.for_home(home)),
         )
         """snapshots the owner asks for: archive, faces, text, ``photo`` entries"""
         self.turns = Turns(
