@@ -33,6 +33,8 @@ from sync.tasks import TaskOwner
 log = logging.getLogger(__name__)
 
 Show = Callable[[str], None]
+CLOSED = frozenset({"approved", "executed", "denied", "expired", "voided"})
+"""card states after which the head no longer answers the card"""
 
 
 class HudAnswers:
@@ -95,7 +97,7 @@ class HudAnswers:
         state = STATE_NAMES.get(u.state, "")
         if state == "refused" and self.show is not None:
             self.show(f"card {u.card_id}: the hub refused the answer: {u.reason}")
-        if state not in ("", "pending", "sync_done"):
+        if state in CLOSED:  # a refused answer (ours or the phone's) leaves the card open
             self._closed.add(u.card_id)
 
     def _open(self, card: consent_pb2.ConfirmCard) -> bool:

@@ -11,6 +11,7 @@ allowed for glasses, never a payment; the mesh path is ``test_nod_mesh.py``."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nacl.signing import SigningKey
@@ -24,6 +25,7 @@ from protos import consent_pb2, mesh_pb2, signed
 from protos.clock import now_ms
 from sync.envelope import Opened
 from sync.scopes import GESTURE_SCOPE, kind_refusal
+from tests.waiting import poll
 
 DATA = Path(__file__).parent / "data" / "imu"
 
@@ -166,3 +168,55 @@ def test_an_approval_from_glasses_passes_the_wire_check_only_with_its_narrow_sco
     assert kind_refusal(opened, ("approve",)) is None
     refusal = kind_refusal(opened, ("utter", "ack"))
     assert refusal is not None and "'approve'" in refusal[1]
+
+
+async def test_the_hud_answers_a_full_card_with_the_head_and_never_a_notice(
+    tmp_path: Path,
+) -> None:
+    from edge_agent.errors import EdgeError
+    from edge_agent.gesture import HudAnswers
+    from tests.pay_kit import make_home
+
+    _, phone, glasses = make_home(tmp_path)
+    with pytest.raises(EdgeError):
+        HudAnswers(phone, CsvImuSource(DATA / "nod.csv"), None)  # type: ignore[arg-type]
+    sent: list[consent_pb2.Approval] = []
+
+    async def send(kind: int, payload: Any, *, trace_id: str | None = None) -> None:
+        assert kind == mesh_pb2.APPROVAL
+        sent.append(payload)
+
+    def incoming(kind: int, msg: Any) -> Opened:
+        return Opened("hub", 1, 0, kind, glasses.device_id, "", msg)
+
+    def full(card_id: str, effect: str) -> consent_pb2.ConfirmCard:
+        return consent_pb2.ConfirmCard(
+            card_id=card_id,
+            effect=effect,
+            target="ann@example.org",
+            title="t",
+            expires_ms=now_ms() + 60_000,
+            nonce=b"n" * 16,
+            action_hash=b"h" * 32,
+        )
+
+    handlers: dict[int, Any] = {}
+    answers = HudAnswers(glasses, CsvImuSource(DATA / "nod.csv"), send)
+    answers.wrap(handlers)
+    async with answers:
+        notice = consent_pb2.ConfirmCard(card_id="c-0", effect="send", title="t", short_form=True)
+        await handlers[mesh_pb2.CARD](incoming(mesh_pb2.CARD, notice))
+        await handlers[mesh_pb2.CARD](incoming(mesh_pb2.CARD, full("c-pay", "spend")))
+        mail = full("c-1", "send")
+        await handlers[mesh_pb2.CARD](incoming(mesh_pb2.CARD, mail))
+        await poll(lambda: sent, 10, "the nod's approval")
+    (approval,) = sent
+    body = signed.read_approval(approval)
+    assert body is not None and body.card_id == "c-1" and body.decision == consent_pb2.APPROVE
+    assert body.action_hash == mail.action_hash and body.nonce == mail.nonce
+    assert signed.verify(
+        glasses.keys.sign.verify_key.encode(),
+        signed.APPROVAL_CONTEXT,
+        approval.body,
+        approval.signature,
+    )
