@@ -8,27 +8,30 @@ stands. What goes out is the JPEG and the fixed instruction: no face descriptor,
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 from pathlib import Path
 
 import cv2
 import numpy as np
+import pytest
 from google.protobuf.message import Message
 
 from hardware.camera import encode_jpeg
 from hub.archive.admission import DiskSpace
 from hub.archive.archive import Archive
-from hub.brain.providers import ProviderStore, vision_route
+from hub.brain.providers import Endpoint, ProviderStore, vision_route
 from hub.memory.index import MemoryIndex
-from hub.vision.describe import PROMPT, provider_describer
+from hub.vision.describe import PROMPT, ChatDescriber, provider_describer
+from hub.vision.errors import VisionError
 from hub.vision.service import Vision
 from models.embed import shared_embedder
 from protos import mesh_pb2, vision_pb2
 from sync.envelope import Opened
 from tests import vision_kit as kit
 from tests.brain_kit import configure
-from tests.fake_openai import FakeOpenAI, text
+from tests.fake_openai import FakeOpenAI, Reply, text
 from tests.waiting import poll
 
 SEEN = "a red lighthouse on a rocky shore at sunset"
@@ -135,3 +138,18 @@ def test_the_route_skips_a_remote_vision_endpoint_without_image_sources(tmp_path
         assert endpoint is None and "image:* is in cloud_sources" in skipped[0]
     finally:
         store.close()
+
+
+async def test_a_failing_vision_endpoint_says_why_and_the_local_description_stands(
+    tmp_path: Path,
+) -> None:
+    async with FakeOpenAI() as fake:
+        fake.queue("eyes-model", Reply(status=500))
+        describer = ChatDescriber(Endpoint(fake.base_url, "eyes-model", local=False), None)
+        with pytest.raises(VisionError) as failed:
+            await asyncio.to_thread(describer, b"\xff\xd8 not really a jpeg")
+        assert failed.value.key == "vision.describe_failed" and "HTTP 500" in str(failed.value)
+        fake.queue("eyes-model", Reply(status=500))
+        local, index = await snapshot(tmp_path, True, fake)
+        index.close()
+        assert len(fake.requests) == 2 and "photo taken" in local and "seen" not in local

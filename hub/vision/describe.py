@@ -37,6 +37,8 @@ PROMPT = (
 MAX_RESPONSE_BYTES = 256 * 1024
 MAX_WORDS_CHARS = 600
 """characters of the model's description kept"""
+MAX_WAIT_S = 30.0
+"""seconds a description may take (the photo's analysis is stored after it)"""
 
 Describer = Callable[[bytes], str | None]
 """JPEG → a description, or ``None`` when no model may see it (blocking)"""
@@ -57,6 +59,7 @@ class ChatDescriber:
         self.endpoint = endpoint
         self.url = completions_url(endpoint.base_url)
         self.api_key = api_key
+        self.timeout_s = min(endpoint.call_timeout_s, MAX_WAIT_S)
 
     def __call__(self, jpeg: bytes) -> str:
         image = "data:image/jpeg;base64," + base64.b64encode(jpeg).decode()
@@ -80,7 +83,7 @@ class ChatDescriber:
             self.url, data=json.dumps(body).encode(), headers=headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.endpoint.call_timeout_s) as r:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
                 raw = r.read(MAX_RESPONSE_BYTES + 1)
         except urllib.error.HTTPError as exc:
             raise self._error(f"HTTP {exc.code}") from None
