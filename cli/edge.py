@@ -46,7 +46,9 @@ def cmd_edge_run(args: argparse.Namespace) -> int:
     elif args.out or args.realtime or args.audio_start_ms is not None or args.once:
         print("yimi: --out, --realtime, --audio-start-ms and --once need --audio", file=sys.stderr)
         return EXIT_USAGE
-    return run_service(lambda: run_edge(bundle, hub=args.hub, voice=voice, camera=args.camera))
+    return run_service(
+        lambda: run_edge(bundle, hub=args.hub, voice=voice, camera=args.camera, imu=args.imu)
+    )
 
 
 def cmd_say(args: argparse.Namespace) -> int:
@@ -78,6 +80,11 @@ def add_commands(sub: Any, command: Command) -> None:
         "--camera",
         help="see (only when the owner asks): cam, cam:INDEX, an image, a folder of frames "
         "(one per snapshot, in name order) or a video file",
+    )
+    sp.add_argument(
+        "--imu",
+        help="glasses: a nod or a shake answers the card on the HUD; the head's IMU: device, "
+        "or a recording (CSV t_ms,pitch,yaw,roll, replayed for each card shown)",
     )
     sp.add_argument("--out", help="speak replies into: speaker, speaker:DEVICE, null or a WAV file")
     sp.add_argument("--realtime", action="store_true", help="pace a file like a microphone")

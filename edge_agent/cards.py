@@ -4,7 +4,9 @@ device key.
 A phone (profile role ``confirm_cards``, certificate scope ``approve``) stores every
 ``CARD`` it receives in ``state/cards.db`` and follows its ``CARD_UPDATE``\\ s; the edge
 daemon prints new cards. Glasses (role ``hud``) get a short form: a notice only, they
-cannot answer. ``yimi approve`` / ``yimi deny`` (:mod:`edge_agent.approve`) sign an
+cannot answer — unless they hold ``approve.gesture`` and the hub lets glasses answer the
+card's effect: then the full card is shown, and a nod or a shake answers it
+(:mod:`edge_agent.gesture`). ``yimi approve`` / ``yimi deny`` (:mod:`edge_agent.approve`) sign an
 ``ApprovalBody`` — card id, action hash, expiry, nonce, decision — with the device's
 Ed25519 key over ``"yimi.approval.v1" || 0x00 || body``.
 """
@@ -177,6 +179,8 @@ class CardInbox:
 
 def _how_to_answer(bundle: Bundle, card: consent_pb2.ConfirmCard) -> str:
     b = bundle.path
+    if "approve" not in bundle.certificate.scopes:  # glasses: the hub sent it for a nod
+        return "answer: nod to approve, shake to dismiss"
     if card.effect != "spend":
         return f"answer: yimi approve|deny --bundle {b} {card.card_id}"
     if card.title.startswith(signed.AUTO_PAY_TITLE):  # an auto-payment's notice: deny = undo

@@ -11,6 +11,9 @@ stamps its first frame, so two devices can hear one file "at the same time"). Re
 then spoken into ``--out`` (speaker, null, or a WAV file) on devices with a speaker.
 ``--once`` exits after the audio ended and every request got its reply delivered.
 
+With ``--imu`` (glasses: a recording or ``device``) a nod or a shake answers the card shown
+on the HUD (:mod:`edge_agent.gesture`).
+
 On a phone it also watches the (FAKE) lock sensor: unlocked → a signed unlock lease to the
 hub, locked → the lease ends (:class:`edge_agent.pay.LockWatcher`).
 """
@@ -21,7 +24,7 @@ import asyncio
 import logging
 import sys
 import time
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -83,6 +86,24 @@ class NodeUplink:
         await self.node.ack(reply, state)
 
 
+def attach_imu(
+    node: DeviceNode, bundle: Bundle, imu: str | None
+) -> AbstractAsyncContextManager[object]:
+    """With ``--imu``: a nod or shake answers the cards shown on the glasses' HUD
+    (:class:`edge_agent.gesture.HudAnswers`, an async context manager); else nothing."""
+    if imu is None:
+        return nullcontext()
+    from edge_agent.gesture import HudAnswers
+    from hardware.imu import open_imu
+
+    def show(text: str) -> None:
+        print(f"[{bundle.name}] {text}", flush=True)
+
+    answers = HudAnswers(bundle, open_imu(imu), node.send, show)
+    answers.wrap(node.handlers)
+    return answers
+
+
 def attach_camera(node: DeviceNode, bundle: Bundle, camera: str | None) -> Camera | None:
     """Answer the hub's capture requests on a device with the camera role: from the camera
     ``--camera`` names (:func:`hardware.camera.open_camera`), or with "no camera"."""
@@ -102,9 +123,10 @@ async def run_edge(
     hub: str | None,
     voice: VoiceOptions | None = None,
     camera: str | None = None,
+    imu: str | None = None,
 ) -> int:
     if voice is not None:
-        return await run_voice(bundle, hub=hub, voice=voice, camera=camera)
+        return await run_voice(bundle, hub=hub, voice=voice, camera=camera, imu=imu)
 
     async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
         # A reply the hub re-sends (it never saw our ACK) is ACKed again, not shown twice.
@@ -113,9 +135,10 @@ async def run_edge(
         await node.ack(reply, mesh_pb2.RENDERED)
 
     node = DeviceNode(bundle, NodeOptions(mode="edge", hub=hub), on_reply)
+    head = attach_imu(node, bundle, imu)
     cam = attach_camera(node, bundle, camera)
     try:
-        async with node, lock_watch(bundle, node):  # a phone reports its lock state
+        async with node, lock_watch(bundle, node), head:  # a phone reports its lock state
             log.info("edge agent %s (%s) running", bundle.name, bundle.device_id)
             await asyncio.Event().wait()
     finally:
@@ -125,7 +148,12 @@ async def run_edge(
 
 
 async def run_voice(
-    bundle: Bundle, *, hub: str | None, voice: VoiceOptions, camera: str | None = None
+    bundle: Bundle,
+    *,
+    hub: str | None,
+    voice: VoiceOptions,
+    camera: str | None = None,
+    imu: str | None = None,
 ) -> int:
     from edge_agent.ears import load_ears
     from hardware.audio import WavSource, open_sink, open_source
@@ -169,9 +197,11 @@ async def run_voice(
         cam = attach_camera(node, bundle, camera)
         if cam is not None:
             stack.callback(cam.close)
+        head = attach_imu(node, bundle, imu)
         await stack.enter_async_context(pipeline)
         await stack.enter_async_context(node)
         await stack.enter_async_context(lock_watch(bundle, node))
+        await stack.enter_async_context(head)
         assert node.mqtt is not None
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT_S):

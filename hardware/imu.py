@@ -73,3 +73,14 @@ class CsvImuSource:
                 due = start[0] + (sample.t_ms - start[1]) / 1000
                 await asyncio.sleep(max(0.0, due - loop.time()))
             yield sample
+
+
+def open_imu(spec: str) -> ImuSource:
+    """The IMU ``--imu`` names: ``device`` (the glasses' sensor: no driver yet,
+    :class:`ImuError` ``imu.no_driver``) or a recording, paced like the sensor."""
+    if spec == "device":
+        raise ImuError("imu.no_driver")
+    path = Path(spec)
+    if not path.is_file():
+        raise ImuError("imu.missing", path=spec)
+    return CsvImuSource(path, realtime=True)

@@ -305,6 +305,15 @@ MESSAGES: dict[str, str] = {
     "imu.malformed": (
         "IMU recording {path} line {line}: {reason} / IMU 记录 {path} 第 {line} 行格式错误"
     ),
+    "imu.no_driver": (
+        "--imu device: no driver for this IMU yet; give a recording (t_ms,pitch,yaw,roll CSV) "
+        "/ 还没有这个 IMU 的驱动：请给出一个记录文件"
+    ),
+    "imu.no_hud": (
+        "this bundle's profile ({profile}) has no hud role with the approve.gesture scope: "
+        "--imu answers cards on glasses / 这个设备不能用点头回答确认卡"
+    ),
+    "glasses.config": "home.yaml 'glasses': {reason} / home.yaml 的 glasses 设置有误：{reason}",
     # vision on the hub (hub/vision)
     "vision.unavailable": (
         "face recognition is not installed ({reason}): install the vision extra (scripts/setup) "
@@ -330,6 +339,10 @@ MESSAGES: dict[str, str] = {
     "vision.unknown_person": "no person named {name!r} / 没有名叫 {name!r} 的人",
     "vision.ocr_missing": "tesseract is not installed ({reason}) / 未安装 tesseract",
     "vision.ocr_failed": "OCR failed: {reason} / 文字识别失败：{reason}",
+    "vision.describe_failed": (
+        "the vision endpoint {url} did not describe the photo: {reason} / "
+        "视觉模型 {url} 没能描述照片：{reason}"
+    ),
     "vision.photo_refused": "photo {id} refused: {reason} / 照片 {id} 被拒绝：{reason}",
     "vision.budget": (
         "photo not stored: the photos' archive budget of {budget} bytes is used up / "

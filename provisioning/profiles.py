@@ -30,6 +30,8 @@ A profile is a YAML mapping (see ``profiles/*.yaml`` for the built-in ones and
          profile to hold the ``relay`` role.
    - R9  ``storage.window_days`` is required with ``mode: window`` and refused with
          ``mode: full``.
+   - R11 ``approve.gesture`` (a nod or shake answering a card shown on the HUD, for the
+         effects the hub lets glasses answer) needs the ``hud`` role.
    - R10 ``name``, ``channel`` and ``relay_via`` match their patterns in full (no trailing
          newline) and ``description`` is not blank.
 
@@ -86,6 +88,7 @@ SCOPES: frozenset[str] = frozenset(
         "timeline.write",
         "notes.write",
         "approve",
+        "approve.gesture",
         "execute",
         "relay",
     }
@@ -528,6 +531,9 @@ def _check_rules(raw: dict[str, Any], file: str) -> None:
             raise fail(role_at(role), f"the {role!r} role needs the {scope!r} scope")
         if scope in scopes and role not in roles:
             raise fail(scope_at(scope), f"the {scope!r} scope is only for the {role!r} role")
+    # R11
+    if "approve.gesture" in scopes and "hud" not in roles:
+        raise fail(scope_at("approve.gesture"), "'approve.gesture' is only for the 'hud' role")
     # R6
     if "timeline.write" in scopes and "timeline.read" not in scopes:
         raise fail(scope_at("timeline.write"), "'timeline.write' needs 'timeline.read'")

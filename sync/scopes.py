@@ -22,6 +22,10 @@ from sync.envelope import BROADCAST, DropReason, Opened
 HUB_ONLY = "hub"
 """the "scope" of kinds and documents only the hub writes (no certificate carries it)"""
 
+GESTURE_SCOPE = "approve.gesture"
+"""glasses' narrow scope: a nod or shake answers the cards the hub lets glasses answer (the
+hub checks the card's effect: :mod:`hub.gateway.consent`); never the phone's ``approve``"""
+
 KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.PRESENCE: None,
     mesh_pb2.UTTERANCE: "utter",
@@ -34,7 +38,7 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.PHOTO_CHUNK: "utter",
     mesh_pb2.PHOTO: "utter",
     mesh_pb2.DELIVERY_ACK: "ack",
-    mesh_pb2.APPROVAL: "approve",
+    mesh_pb2.APPROVAL: "approve",  # or GESTURE_SCOPE: ALTERNATIVE_SCOPES
     mesh_pb2.EXEC_RESULT: "execute",
     mesh_pb2.SYNC_REQUEST: "timeline.read",
     mesh_pb2.SYNC_UPDATE: None,  # checked per document: doc_scope
@@ -52,6 +56,10 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.AUDIT_HEAD: None,  # a witness's highest head: the hub only compares it with its log
 }
 """envelope kind → the scope the sender's certificate must carry (a kind not here: refused)"""
+
+ALTERNATIVE_SCOPES: dict[int, frozenset[str]] = {mesh_pb2.APPROVAL: frozenset({GESTURE_SCOPE})}
+"""kinds a narrower scope may also send: the answer of a nod on the glasses is an
+``APPROVAL`` too, checked card by card by the hub"""
 
 BROADCAST_KINDS: frozenset[int] = frozenset({mesh_pb2.SYNC_UPDATE})
 """the kinds a device may seal with the group key to ``*``; every other kind is boxed"""
@@ -77,7 +85,11 @@ def kind_refusal(opened: Opened, scopes: Collection[str]) -> tuple[DropReason, s
     if opened.kind not in KIND_SCOPE:
         return DropReason.SCOPE, f"kind {opened.kind} is not sent by devices"
     needed = KIND_SCOPE[opened.kind]
-    if needed is not None and needed not in scopes:
+    if (
+        needed is not None
+        and needed not in scopes
+        and not ALTERNATIVE_SCOPES.get(opened.kind, frozenset()) & set(scopes)
+    ):
         return DropReason.SCOPE, f"kind {opened.kind} needs the {needed!r} scope"
     if opened.recipient == BROADCAST and opened.kind not in BROADCAST_KINDS:
         return DropReason.NOT_BOXED, f"kind {opened.kind} sealed to the whole mesh"

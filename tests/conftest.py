@@ -40,6 +40,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_security_wire.py": 48,
     "test_intent_set.py": 47,
     "test_pairing.py": 47,
+    "test_nod_mesh.py": 45,
     "test_gateway_rules.py": 42,
     "test_mcp_servers.py": 42,
     "test_schedule_mesh.py": 75,

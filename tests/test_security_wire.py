@@ -290,8 +290,8 @@ def boxed(bundle: Bundle, kind: int, msg: Message, *, via: Sealer | None = None)
 def test_every_kind_is_checked_against_the_senders_certificate(mesh: Mesh) -> None:
     """The attacks of issue 15 (failures 4, 6, 7, 8), each over the attacker's own topics:
     a watch without ``timeline.write`` writes a memo and a ``reply``-kind entry into the
-    timeline; glasses without ``notes.write`` edit a note; glasses send an approval, an
-    executor result and a hub-only ``REPLY``; a mac (an executor) sends a result nobody
+    timeline and sends an approval; glasses without ``notes.write`` edit a note; glasses send
+    an executor result and a hub-only ``REPLY``; a mac (an executor) sends a result nobody
     asked for; glasses send an utterance sealed with the group key to ``*`` and one with
     counter 2^63. Each is refused and counted by reason (``yimi hub status`` shows them),
     none reaches the hub's documents or timeline nor the phone, the hub logs no traceback,
@@ -331,6 +331,9 @@ def test_every_kind_is_checked_against_the_senders_certificate(mesh: Mesh) -> No
         watch,
         (topics.sync(home, watch.device_id), sync_update(watch, memo)),
         (topics.sync(home, watch.device_id), sync_update(watch, fake_reply)),
+        # glasses hold approve.gesture (checked card by card: test_nod_mesh.py); a watch
+        # holds no card scope at all
+        (uplink(watch), boxed(watch, mesh_pb2.APPROVAL, consent_pb2.Approval(body=b"yes"))),
     )
     huge = sealer(glasses, next_counter=lambda: 2**63)
     group_utterance = sealer(glasses).seal(
@@ -342,7 +345,6 @@ def test_every_kind_is_checked_against_the_senders_certificate(mesh: Mesh) -> No
         mesh,
         glasses,
         (topics.sync(home, glasses.device_id), sync_update(glasses, edit)),
-        (uplink(glasses), boxed(glasses, mesh_pb2.APPROVAL, consent_pb2.Approval(body=b"yes"))),
         (
             uplink(glasses),
             boxed(glasses, mesh_pb2.EXEC_RESULT, executor_pb2.ExecResult(request_id="r-1")),

@@ -19,7 +19,11 @@ Provenance of what the brain sends:
 - voice audio for speech recognition (:data:`VOICE_AUDIO`): ``low`` from
   ``("audio", "voice")`` — its own source, so allow-listing the owner's words as text
   (``utterance:owner``) does not send their voice anywhere; ``audio:voice`` must be listed
-  before a remote ``asr`` endpoint hears anything.
+  before a remote ``asr`` endpoint hears anything;
+- a snapshot for a ``vision`` endpoint to describe (:data:`SNAPSHOT_IMAGE`): ``low`` from
+  ``("image", "*")`` — every snapshot the owner asks for; ``image:*`` must be listed before
+  a remote ``vision`` endpoint sees one (only the JPEG goes: never face descriptors, names
+  or the text read on it).
 
 :func:`route` picks, per role, the first configured endpoint that is local or eligible for
 everything; ``None`` means the task waits (nothing is sent anywhere).
@@ -58,6 +62,12 @@ VOICE_AUDIO = Provenance("low", (VOICE_AUDIO_SOURCE,), "voice audio")
 gate is the owner's explicit allow-list entry :data:`VOICE_AUDIO_SOURCE` (a higher level
 could never be allowed: remote recognition would be impossible whatever the owner says)"""
 VOICE_AUDIO_ID = format_source(VOICE_AUDIO_SOURCE)
+SNAPSHOT_SOURCE: Source = ("image", "*")
+"""the structured source of the owner's snapshots (the L5 archive's ``image`` objects)"""
+SNAPSHOT_IMAGE = Provenance("low", (SNAPSHOT_SOURCE,), "snapshot image")
+"""what a remote ``vision`` endpoint would receive; ``low`` for the same reason as
+:data:`VOICE_AUDIO`: the gate is the owner's explicit entry ``image:*``"""
+SNAPSHOT_ID = format_source(SNAPSHOT_SOURCE)
 
 
 def eligible(items: Iterable[Provenance], allowed: Collection[Source]) -> bool:

@@ -3,7 +3,8 @@
 Roles: ``brain`` (the main agent), ``subagent`` (background sub-agents), ``asr`` (the
 hub's speech recognition, :mod:`hub.voice.hearing`: the first usable endpoint's
 ``/v1/audio/transcriptions``, else local faster-whisper; :func:`asr_route`) and ``vision``
-(accepted, but nothing looks at images yet). Each role lists endpoints in order of
+(:func:`vision_route`: the first ``vision`` endpoint that may see a snapshot describes it,
+:mod:`hub.vision.describe`). Each role lists endpoints in order of
 preference; any OpenAI-compatible server works (Ollama, llama.cpp server, vLLM,
 hosted APIs). An endpoint is *local* when its host is a loopback address, or when the
 signed configuration says ``local: true`` (a LAN server the owner vouches for); every other
@@ -50,7 +51,14 @@ import nacl.secret
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
-from hub.brain.cloud import VOICE_AUDIO, VOICE_AUDIO_ID, Provenance, eligible
+from hub.brain.cloud import (
+    SNAPSHOT_ID,
+    SNAPSHOT_IMAGE,
+    VOICE_AUDIO,
+    VOICE_AUDIO_ID,
+    Provenance,
+    eligible,
+)
 from hub.brain.errors import BrainError
 from hub.gateway.receipts import canonical
 from hub.memory.sensitivity import LEVELS, Source, format_source, parse_source
@@ -328,6 +336,22 @@ def asr_route(config: ProviderConfig) -> AsrRoute:
             f"{VOICE_AUDIO_ID} is in cloud_sources"
         )
     return AsrRoute(config.version, None, tuple(skipped))
+
+
+def vision_route(config: ProviderConfig) -> tuple[Endpoint | None, tuple[str, ...]]:
+    """The ``vision`` endpoint that may describe a snapshot under ``config`` (local, or
+    remote with ``image:*`` in ``cloud_sources``; ``None``: the local description only), and
+    why endpoints were skipped."""
+    allowed = eligible([SNAPSHOT_IMAGE], config.cloud_sources)
+    skipped: list[str] = []
+    for ep in config.endpoints("vision"):
+        if ep.is_local or allowed:
+            return ep, tuple(skipped)
+        skipped.append(
+            f"skipped {ep.label()}: a snapshot may reach a remote endpoint only when "
+            f"{SNAPSHOT_ID} is in cloud_sources"
+        )
+    return None, tuple(skipped)
 
 
 # ---------------------------------------------------------------- changes

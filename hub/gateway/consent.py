@@ -15,12 +15,19 @@ Rules (ARCHITECTURE F3):
   guarded by ``state='pending'``) and mints a single-use execution token in the same
   transaction; a replayed or second approval finds the card no longer pending.
 - Denied or expired → the call's receipt becomes ``cancelled``.
+- Glasses hold the narrow ``approve.gesture`` scope, not ``approve``: their answer (a nod or
+  a shake on the HUD, signed with the glasses' key over the same body) is accepted only for a
+  card whose effect the owner allowed for glasses (``home.yaml`` →
+  ``glasses: {nod_effects: [send]}``, the default), a ``send`` only to a named recipient, and
+  never for a payment (``spend``: the phone's lock path only) — the device is not trusted
+  with that choice: :meth:`ConsentAuthority.gesture_refusal`.
 """
 
 from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,12 +35,17 @@ from hub.gateway.ledger import Ledger
 from protos import consent_pb2, signed
 from protos.clock import now_ms
 from storage.sqlite import transaction
+from sync.scopes import GESTURE_SCOPE
 
 CARD_TTL_S = 15 * 60
 """seconds a card waits for the owner before it expires"""
 PREVIEW_CHARS = 600
 EXPIRED_NOW = "card expired"
 """the refusal reason of the answer that found its card just expired (the call is cancelled)"""
+GESTURE_EFFECTS = frozenset({"send"})
+"""the effects a nod on the glasses may answer unless home.yaml says otherwise"""
+NEVER_BY_GESTURE = frozenset({"spend"})
+"""effects no gesture answers, whatever home.yaml says"""
 CARD_EFFECTS_IF_UNASKED = frozenset({"owner_data", "account", "delete", "physical", "self_change"})
 
 _CARD_COLS = (
@@ -93,10 +105,44 @@ class Answer:
     token: str | None = None
 
 
+def gesture_effects(config: Mapping[str, Any]) -> frozenset[str]:
+    """``glasses: {nod_effects: [...]}`` of home.yaml (default ``[send]``); ``spend`` never
+    (:class:`ValueError` if listed, or if the value is not a list of effect names)."""
+    section = config.get("glasses")
+    if section is None:
+        return GESTURE_EFFECTS
+    if not isinstance(section, Mapping) or set(section) - {"nod_effects"}:
+        raise ValueError("glasses: only 'nod_effects' may be set")
+    effects = section.get("nod_effects", sorted(GESTURE_EFFECTS))
+    if not isinstance(effects, list) or not all(isinstance(e, str) for e in effects):
+        raise ValueError("glasses.nod_effects: a list of effect names")
+    if NEVER_BY_GESTURE & set(effects):
+        raise ValueError("glasses.nod_effects: payments are approved only on the phone")
+    return frozenset(effects)
+
+
 class ConsentAuthority:
-    def __init__(self, ledger: Ledger, *, card_ttl_s: float = CARD_TTL_S) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        card_ttl_s: float = CARD_TTL_S,
+        gesture_effects: Collection[str] = GESTURE_EFFECTS,
+    ) -> None:
         self.db = ledger.db
         self.card_ttl_s = card_ttl_s
+        self.gesture_effects = frozenset(gesture_effects) - NEVER_BY_GESTURE
+        """the effects glasses (``approve.gesture``) may answer"""
+
+    def gesture_refusal(self, card: Card) -> str:
+        """Why a nod or shake on the glasses may not answer ``card`` ("" if it may)."""
+        if card.effect in NEVER_BY_GESTURE:
+            return "payments are approved only on the owner's phone, never by a nod"
+        if card.effect not in self.gesture_effects:
+            return f"the owner did not allow glasses to answer {card.effect!r} cards"
+        if card.effect == "send" and not card.target:
+            return "glasses answer a send only to a named recipient"
+        return ""
 
     # ------------------------------------------------------------------ rules
     def remembered(self, owner: str, recipient: str, task_type: str) -> bool:
@@ -265,7 +311,8 @@ class ConsentAuthority:
 
         Never raises on hostile input: refusals come back as ``Answer("refused", reason)``."""
         t = now if now is not None else now_ms()
-        if "approve" not in scopes:
+        gesture = "approve" not in scopes
+        if gesture and GESTURE_SCOPE not in scopes:
             return Answer("refused", "this device may not answer cards")
         body = signed.read_approval(approval)
         if body is None or len(approval.signature) != 64:
@@ -277,6 +324,8 @@ class ConsentAuthority:
         card = self.card(body.card_id[:64])
         if card is None:
             return Answer("refused", "unknown card")
+        if gesture and (why := self.gesture_refusal(card)):
+            return Answer("refused", why, card)
         if card.state != "pending":
             return Answer("refused", f"card already {card.state}", card)
         if t > card.expires_ms:

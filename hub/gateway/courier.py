@@ -18,7 +18,10 @@ Secrets live in ``HOME/keys/package-secrets.json`` (mode 0600; ``{"SMTP_PASSWORD
 and reach only the server of a package that declares the name — never model context.
 
 Cards go as ``CARD`` envelopes to every device whose certificate holds the ``approve``
-scope (the phone), and in short form to devices with the ``hud`` role (glasses). Pending
+scope (the phone), and in short form to devices with the ``hud`` role (glasses) — in full to
+glasses holding ``approve.gesture`` when the owner lets glasses answer the card's effect
+(``glasses: {nod_effects: [send]}`` in home.yaml, the default; never a payment): a nod there
+approves it, a shake denies it, and the hub checks that rule again on the answer. Pending
 cards are sent again when such a device comes online, and on request (an ``Approval``
 with ``sync`` set). Answers (``APPROVAL``) are checked and executed by the gateway; the
 outcome goes back as ``CARD_UPDATE``. Expired cards are cancelled every second. The receipt
@@ -54,7 +57,7 @@ from nacl.signing import SigningKey
 from hub.capabilities.manifest import Manifest
 from hub.capabilities.settings import load_enabled
 from hub.gateway import open_gateway
-from hub.gateway.consent import Answer, Card
+from hub.gateway.consent import GESTURE_EFFECTS, Answer, Card
 from hub.gateway.executor_bridge import ExecutorBridge
 from hub.gateway.gateway import Gateway
 from hub.gateway.receipts import Receipt
@@ -64,6 +67,7 @@ from provisioning.profiles import load_profile
 from provisioning.registry import DeviceRecord
 from storage.private import private_dir
 from sync.audit_head import SignedHead
+from sync.scopes import GESTURE_SCOPE
 from sync.tasks import TaskOwner
 
 if TYPE_CHECKING:
@@ -95,8 +99,11 @@ class MeshConsent:
         audit_signer: SigningKey,
         port: MeshPort,
         devices: Callable[[], Sequence[DeviceRecord]],
+        gesture_effects: frozenset[str] = GESTURE_EFFECTS,
     ) -> None:
         self.home = home
+        self._gesture_effects = gesture_effects
+        """the effects glasses may answer with a nod (home.yaml ``glasses.nod_effects``)"""
         self._audit_signer = audit_signer
         self.port = port
         self._registry_devices = devices
@@ -151,6 +158,7 @@ class MeshConsent:
                     audit_signer=self._audit_signer,
                 )
             )
+            self.gateway.consent.gesture_effects = self._gesture_effects
             from hub.payments import open_payments
 
             self.payments = await self._stack.enter_async_context(
@@ -295,18 +303,26 @@ class MeshConsent:
             return False
 
     # ------------------------------------------------------------------ Courier
+    def _short_for(self, rec: DeviceRecord, card: Card) -> bool:
+        """Whether ``rec`` (a HUD) gets ``card`` only as a notice: unless it may answer it
+        with a nod (``approve.gesture`` and an effect the owner allowed for glasses)."""
+        if GESTURE_SCOPE not in rec.scopes or self.gateway is None:
+            return True
+        return bool(self.gateway.consent.gesture_refusal(card))
+
     async def show(self, card: Card) -> None:
         trace = str(card.context.get("trace_id", ""))
         for rec in self.approvers():
             await self._send(rec.device_id, mesh_pb2.CARD, card.to_proto(), trace)
         for rec in self.huds():
-            await self._send(rec.device_id, mesh_pb2.CARD, card.to_proto(short=True), trace)
+            short = self._short_for(rec, card)
+            await self._send(rec.device_id, mesh_pb2.CARD, card.to_proto(short=short), trace)
 
     async def update(self, update: consent_pb2.CardUpdate, card: Card) -> None:
         for rec in self.approvers():
             await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
-        if update.state != consent_pb2.REFUSED:
-            for rec in self.huds():
+        for rec in self.huds():
+            if update.state != consent_pb2.REFUSED or GESTURE_SCOPE in rec.scopes:
                 await self._send(rec.device_id, mesh_pb2.CARD_UPDATE, update)
 
     # ------------------------------------------------------------------ incoming
@@ -322,10 +338,11 @@ class MeshConsent:
         rec = next((r for r in self._devices() if r.device_id == device_id), None)
         if rec is None:
             return
-        short = "approve" not in rec.scopes
-        if short and not self._has_role(rec, "hud"):
+        approver = "approve" in rec.scopes
+        if not approver and not self._has_role(rec, "hud"):
             return
         for card in self.gateway.consent.pending():
+            short = not approver and self._short_for(rec, card)
             await self._send(device_id, mesh_pb2.CARD, card.to_proto(short=short))
 
     async def on_exec_result(self, opened: Opened) -> None:
@@ -418,6 +435,8 @@ class MeshConsent:
         log.info("answer from %s: %s %s", rec.name, ans.outcome, ans.reason)
         if ans.outcome == "refused":
             self.port.count("rejected.approval")
+            if "approve" not in rec.scopes:  # glasses: a nod the hub does not take
+                self.port.count("rejected.gesture")
         if ans.card is None:  # refused before a card was found: tell the device why
             body = parse(consent_pb2.ApprovalBody, approval.body, 4096)
             await self._send(

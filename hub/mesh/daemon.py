@@ -41,6 +41,7 @@ from hub.brain.providers import ProviderStore
 from hub.brain.replies import say
 from hub.errors import HubError
 from hub.gateway import Gateway
+from hub.gateway.consent import gesture_effects
 from hub.gateway.courier import MeshConsent
 from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
@@ -62,6 +63,7 @@ from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
 from hub.turns.watching import Watching, gateway_reader
+from hub.vision.describe import provider_describer
 from hub.vision.service import Vision
 from hub.voice.hearing import Hearing, authority_scope
 from hub.voice.voiceprints import VoiceprintAuthority, VoiceprintMesh
@@ -182,8 +184,16 @@ class HubDaemon:
             scopes_of=port.scopes_of,
             count=port.count,
         )
+        try:  # glasses: {nod_effects: [send]} — what a nod on the HUD may answer
+            nod_effects = gesture_effects(home.config)
+        except ValueError as exc:
+            raise HubError("glasses.config", reason=str(exc)) from None
         self.consent = MeshConsent(
-            home.path, audit_signer=home.hub_keys.sign, port=port, devices=self.registry.devices
+            home.path,
+            audit_signer=home.hub_keys.sign,
+            port=port,
+            devices=self.registry.devices,
+            gesture_effects=nod_effects,
         )
         """the capability gateway and its cards (``self.consent.gateway``)"""
         self.delivery = Delivery(
@@ -246,6 +256,7 @@ class HubDaemon:
             count=port.count,
             config=cfg_vision if isinstance(cfg_vision, Mapping) else None,
             name_of=self._device_name,
+            describer=provider_describer(lambda: ProviderStore.for_home(home)),
         )
         """snapshots the owner asks for: archive, faces, text, ``photo`` entries"""
         self.turns = Turns(

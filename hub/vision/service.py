@@ -11,7 +11,10 @@
    the image, nor the names or text found on it) is put on the timeline as soon as the JPEG
    is stored, and the timeline replicates it to every device.
 
-Face descriptors are never stored for a snapshot: only the names recognised on it.
+Face descriptors are never stored for a snapshot: only the names recognised on it. A
+configured ``vision`` model adds its description of the JPEG when the owner's cloud rules
+let it see snapshots (:mod:`hub.vision.describe`); it gets the image only, never the face
+descriptors, names or text found on it.
 """
 
 from __future__ import annotations
@@ -92,8 +95,11 @@ class Vision:
         ocr: Callable[[bytes], str] = read_text,
         clock: Callable[[], int] = now_ms,
         name_of: Callable[[str], str] = str,
+        describer: Callable[[bytes], str | None] | None = None,
     ) -> None:
         self.home = home
+        self._describer = describer
+        """JPEG → the ``vision`` model's words (``None``: no model may see it; blocking)"""
         self._name_of = name_of
         """device id → the name the owner gave it (for the entry's words)"""
         self.store = VisionStore.for_home(home)
@@ -276,6 +282,10 @@ class Vision:
             self._count("vision.not_analysed")
             analysis = Analysis(0, (), "")
         taken = photo.taken_ms or self._clock()
+        description = describe(self._name_of(device), taken, analysis)
+        seen = await self._describe(photo.photo_id, data)
+        if seen:
+            description += f"; seen / 看到: {seen}"
         record = PhotoRecord(
             id=photo.photo_id,
             device=device,
@@ -289,7 +299,7 @@ class Vision:
             faces=analysis.faces,
             people=analysis.people,
             text=analysis.text,
-            description=describe(self._name_of(device), taken, analysis),
+            description=description,
             device_name=self._name_of(device),
         )
         await asyncio.to_thread(self.store.add_photo, record)
@@ -301,6 +311,21 @@ class Vision:
         self._count("vision.stored")
         log.info("photo %s from %s: %s", photo.photo_id, device, record.description)
         self.stored.set()
+
+    async def _describe(self, photo_id: str, jpeg: bytes) -> str | None:
+        """The ``vision`` model's description (``None``: not allowed, none configured, or
+        it failed — the local description stands)."""
+        if self._describer is None:
+            return None
+        try:
+            seen = await asyncio.to_thread(self._describer, jpeg)
+        except Exception as exc:
+            log.warning("photo %s: no model description: %s", photo_id, exc)
+            self._count("vision.not_described")
+            return None
+        if seen:
+            self._count("vision.described")
+        return seen
 
     # ------------------------------------------------------------------ naming
     async def name_last(self, name: str) -> tuple[int, int]:
