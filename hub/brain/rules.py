@@ -356,7 +356,7 @@ class RuleBrain(Brain):
         if name == "YimiRecall":
             # "what did I say last Tuesday about …": the time goes with the question
             asked_about = " ".join(str(s[k]) for k in ("when", "query") if s.get(k))
-            return await self._recall(task, asked_about, asked, lang)
+            return await self._recall(task, asked_about, asked, lang, said=bool(s.get("when")))
         if name == "YimiForget":
             return await self._forget(task, str(s.get("query", "")), asked, lang)
         if name == "YimiTimeline":
@@ -471,16 +471,25 @@ class RuleBrain(Brain):
             lookup=True,
         )
 
-    async def _recall(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
+    async def _recall(
+        self, task: TaskRecord, query: str, asked: bool, lang: str, *, said: bool = False
+    ) -> str:
+        """What the memory holds about ``query``. Unless the question is about what was said
+        when (``said``), remembered facts answer it, and the timeline's lines (the "remember
+        …" sentences themselves, the replies) only when no fact matches."""
         r = await self._lookup(task, query, asked)
         if r.status != "succeeded":
             return _said(r, "", "act.recall", lang)
+        effects = list(r.effects)
+        facts = [e for e in effects if not str(e.fields.get("id", "")).startswith("timeline:")]
+        if not said and any(e.fields.get("text") for e in facts):
+            effects = facts
         texts = [
             str(e.fields["text"]).removeprefix("owner: ")  # the owner's own facts: "owner: …"
-            for e in r.effects
+            for e in effects
             if e.fields.get("text")
         ]
-        hidden = len(r.effects) - len(texts)
+        hidden = len(effects) - len(texts)
         if not texts and not hidden:
             return say("recall.none", lang, query=query)
         if not texts:

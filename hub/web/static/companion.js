@@ -204,7 +204,7 @@ function reconnect() {
 }
 
 async function refresh() {
-  await Promise.all([refreshChat(), refreshCards(), refreshReminders(), refreshWorldlines()]);
+  await Promise.all([refreshChat(), refreshCards(), refreshReminders()]);
 }
 
 function signedOut() {
@@ -270,7 +270,6 @@ async function start() {
   await firstPage();
   await refreshCards();
   await refreshReminders();
-  await refreshWorldlines();
   listen();
 }
 
@@ -458,7 +457,8 @@ async function confirmSwitch() {
   }
 }
 
-const VIEW_LOADERS = { notes: refreshNotes, settings: refreshSettings };
+// views read when opened (the versions list is a gateway call: never on every change)
+const VIEW_LOADERS = { notes: refreshNotes, settings: refreshSettings, worldlines: refreshWorldlines };
 
 async function setUpPasskey() {
   const out = $("me-outcome");
