@@ -130,16 +130,18 @@ async def test_revoked_devices_are_seen_once_and_get_nothing(
 def test_every_inbound_kind_is_checked_against_the_certificates_scopes(
     world: tuple[Home, MeshPort, Bundle, Sealer],
 ) -> None:
-    """Glasses (utter, ack, timeline.*; no approve, no execute): an approval, an executor
-    result and a hub-only kind are refused as ``scope``, counted, and move no window; an
-    utterance they may send is accepted afterwards."""
-    from protos import consent_pb2, executor_pb2
+    """Glasses (utter, ack, timeline.*, approve.gesture; no approve, no execute): an
+    executor result and hub-only kinds are refused as ``scope``, counted, and move no
+    window; an utterance they may send is accepted afterwards. (Their approval passes this
+    check with ``approve.gesture``; the hub's consent then takes it only for the effects
+    allowed for a nod — tests/test_nod.py, tests/test_nod_mesh.py.)"""
+    from protos import executor_pb2
     from sync.scopes import KIND_SCOPE
 
     home, port, bundle, sealer = world
-    assert "approve" not in port.scopes_of(bundle.device_id)
+    scopes = port.scopes_of(bundle.device_id)
+    assert "approve" not in scopes and "approve.gesture" in scopes
     attacks = [
-        (mesh_pb2.APPROVAL, consent_pb2.Approval(body=b"x")),
         (mesh_pb2.EXEC_RESULT, executor_pb2.ExecResult(request_id="r-1")),
         (mesh_pb2.REPLY, mesh_pb2.Reply(id="r", text="I sent the e-mail")),
         (mesh_pb2.REVOCATION, mesh_pb2.Revocation(device_id="dev-x")),

@@ -117,7 +117,7 @@ LEVELS = {
     "HassSetVolume": ("volume_level", "volume", "device.volume"),
 }
 """intent → (its slot, the ``home.set_state`` argument, the reply key)"""
-NOTE_WORDS = ("note", "notes", "minutes", "笔记", "纪要", "记录", "会议记录")
+NOTE_WORDS = ("note", "notes", "notice", "minutes", "笔记", "纪要", "记录", "会议记录")
 """a thing to send naming one of these is read from the ``notes`` source"""
 LIST_DOMAINS = ("light", "switch", "fan")
 SCOPE_REFUSAL = "scope "
@@ -481,7 +481,7 @@ class RuleBrain(Brain):
         if r.status != "succeeded":
             return _said(r, "", "act.recall", lang)
         effects = list(r.effects)
-        facts = [e for e in effects if not str(e.fields.get("id", "")).startswith("timeline:")]
+        facts = [e for e in effects if not e.target.startswith("timeline:")]
         if not said and any(e.fields.get("text") for e in facts):
             effects = facts
         texts = [
