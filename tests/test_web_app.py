@@ -115,6 +115,32 @@ class Hub:
     """devices the app opened a voice trust window on"""
 
 
+async def never(*args: Any) -> Any:
+    raise AssertionError("not used here")
+
+
+def page_link(
+    home: Home, registry: Registry, store: HubStore, passkeys: Passkeys, **more: Any
+) -> HubLink:
+    """The pages' link to a hub of stores only: every callable unused unless ``more`` gives it
+    (``gateway=…``, ``answer=…``, ``reminders=…``)."""
+    given: dict[str, Any] = {
+        "typed": never,
+        "gateway": lambda: None,
+        "answer": never,
+        "rendered": never,
+        "count": lambda name: None,
+    }
+    return HubLink(
+        store=store,
+        devices=registry.devices,
+        pairing=PairingAuthority(home, mqtt_port=1, grpc_port=2),
+        passkeys=passkeys,
+        origins=(ORIGIN,),
+        **(given | more),
+    )
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hub]:
     root = tmp_path_factory.mktemp("web")

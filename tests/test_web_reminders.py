@@ -20,12 +20,12 @@ from hub.schedule import JobStore, Scheduler, TestClock
 from hub.schedule.reminders import ReminderDesk
 from hub.timeline import HubStore
 from hub.web import texts
-from hub.web.app import HubLink, WebApp
+from hub.web.app import WebApp
 from hub.web.sessions import Passkeys
 from provisioning.home import Home
-from provisioning.pairing import PairingAuthority, issue_code
+from provisioning.pairing import issue_code
 from provisioning.registry import Registry
-from tests.test_web_app import ORIGIN, Hub, call, pair, signature
+from tests.test_web_app import Hub, call, page_link, pair, signature
 
 TZ = "Asia/Shanghai"
 NOW = dt.datetime(2026, 12, 1, 15, 0, tzinfo=ZoneInfo(TZ))
@@ -41,22 +41,7 @@ def world(tmp_path: Any) -> Iterator[tuple[Hub, ReminderDesk, str]]:
     scheduler = Scheduler(JobStore(home.path / "schedule.db"), clock=clock, tz=TZ)
     desk = ReminderDesk(scheduler)
 
-    async def never(*args: Any) -> Any:
-        raise AssertionError("not used here")
-
-    link = HubLink(
-        store=store,
-        devices=registry.devices,
-        pairing=PairingAuthority(home, mqtt_port=1, grpc_port=2),
-        typed=never,
-        gateway=lambda: None,
-        answer=never,
-        rendered=never,
-        count=lambda name: None,
-        passkeys=passkeys,
-        origins=(ORIGIN,),
-        reminders=desk,
-    )
+    link = page_link(home, registry, store, passkeys, reminders=desk)
     hub = Hub(home, WebApp(link), [], [])
     key = SigningKey.generate()
     code, _ = issue_code(home)

@@ -20,16 +20,16 @@ pytest.importorskip("webauthn")
 from hub.gateway import CallContext, ToolCall, open_gateway
 from hub.timeline import HubStore
 from hub.web import texts
-from hub.web.app import HubLink, WebApp
+from hub.web.app import WebApp
 from hub.web.sessions import Passkeys
 from protos.codec import signing_input
 from protos.signed import APPROVAL_CONTEXT
 from provisioning.home import Home
-from provisioning.pairing import PairingAuthority, issue_code
+from provisioning.pairing import issue_code
 from provisioning.registry import DeviceRecord, Registry
 from storage.worldlines import Worldlines
 from tests.gateway_kit import REPO
-from tests.test_web_app import ORIGIN, call, signature
+from tests.test_web_app import call, page_link, signature
 
 pytestmark = pytest.mark.slow
 
@@ -57,21 +57,7 @@ async def test_a_fork_shown_committed_by_a_signed_card_and_discarded(tmp_path: P
             )
             return ans
 
-        async def never(*args: Any) -> Any:
-            raise AssertionError("not used here")
-
-        link = HubLink(
-            store=store,
-            devices=registry.devices,
-            pairing=PairingAuthority(home, mqtt_port=1, grpc_port=2),
-            typed=never,
-            gateway=lambda: gw,
-            answer=answer,
-            rendered=never,
-            count=lambda name: None,
-            passkeys=passkeys,
-            origins=(ORIGIN,),
-        )
+        link = page_link(home, registry, store, passkeys, gateway=lambda: gw, answer=answer)
         app = WebApp(link)
         key = SigningKey.generate()
         code, _ = issue_code(home)
