@@ -329,7 +329,7 @@ async def test_areas_levels_and_volume_map_to_set_state(tmp_path: Path) -> None:
     here only switches: the arguments are what is asserted.)"""
     async with rule_world(tmp_path) as (brain, _gw, _):
         brain.slots.devices = list(HA_DEVICES)
-        brain.slots._read_at = brain.slots.clock()  # fresh: no listing is read
+        brain.slots._done_at = brain.slots.clock()  # fresh: no listing is read
         cases: list[tuple[str, list[str], dict[str, Any]]] = [
             (
                 "turn off the lights in the kitchen",

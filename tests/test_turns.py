@@ -136,6 +136,21 @@ def test_only_the_owner_reads_context(tmp_path: Path) -> None:
     assert turns.sources("guest", "u1") == []
 
 
+async def test_notes_are_found_by_what_names_them_not_by_the_word_note(tmp_path: Path) -> None:
+    from sync.documents import Note
+
+    notes = [
+        Note("n1", "Meeting notes: ship on Friday", "note", False, False, 1, "mac"),
+        Note("n2", "Shopping: milk", "note", False, False, 2, "mac"),
+    ]
+    turns = ContextSources(tmp_path, None, lambda: notes)
+    source = next(s for s in turns.sources("owner", "u1") if s.name == "notes")
+    for asked in ("the meeting notes", "the meeting notice", "the meeting minutes"):
+        found = await source.fetch(asked)  # Whisper base hears "notes" as "notice"
+        assert [x.text for x in found] == ["Meeting notes: ship on Friday"], asked
+    assert await source.fetch("the budget notes") == []
+
+
 def test_the_address_book_is_read_again_when_it_changes(tmp_path: Path) -> None:
     path = tmp_path / "contacts.yaml"
     book = FileContacts(path)

@@ -353,13 +353,14 @@ async def test_hub_restart_while_a_card_waits_sends_once(mesh: Mesh) -> None:
 
 
 # ---------------------------------------------------------------- an LLM endpoint
-def _configure(home: Path, base_url: str, **endpoint: object) -> None:
-    """The brain and sub-agents on the fake endpoint; ``endpoint``: more fields for both."""
+def _configure(home: Path, base_url: str, *, prefer_local: bool = True, **endpoint: object) -> None:
+    """The brain and sub-agents on the fake endpoint; ``endpoint``: more fields for both;
+    ``prefer_local=False``: every turn goes to the model, even one the intents know."""
     from hub.brain.providers import ProviderStore
     from tests.brain_kit import configure, fake_config
 
     store = ProviderStore.for_home(Home.load(home))
-    config = fake_config(base_url)
+    config = fake_config(base_url, **({} if prefer_local else {"prefer_local": False}))
     for eps in config["roles"].values():
         for ep in eps:
             ep.update(endpoint)
@@ -406,7 +407,7 @@ async def test_the_email_turn_with_a_fake_openai_endpoint(mesh: Mesh) -> None:
 
     async with SmtpWorld() as smtp, FakeOpenAI(responder) as fake:
         prepare(mesh, smtp)
-        _configure(mesh.home, fake.base_url)
+        _configure(mesh.home, fake.base_url, prefer_local=False)  # the intents know MAIL
         async with mesh.hub_in_process() as hub:
             mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             brain = hub.turns.brain

@@ -155,7 +155,9 @@ class LiveSlots:
     clock: Callable[[], float] = time.monotonic
     devices: list[Device] = field(default_factory=list)
     shops: list[Named] = field(default_factory=declared_shops)
-    _read_at: float | None = None
+    _done_at: float | None = None
+    """when the last read ended (``clock``)"""
+    _reading: asyncio.Lock = field(default_factory=asyncio.Lock)
     _lists: SlotLists | None = None
     _calls: Iterator[int] = field(default_factory=itertools.count)
 
@@ -176,15 +178,24 @@ class LiveSlots:
         match = engine.recognize(text, lang)
         if match is not None and match.intent not in LIVE_INTENTS:
             return match
-        age = float("inf") if self._read_at is None else self.clock() - self._read_at
+        age = float("inf") if self._done_at is None else self.clock() - self._done_at
         if age >= (STALE_S if match is not None else RETRY_S):
             await self.refresh()
             match = engine.recognize(text, lang)
         return match
 
     async def refresh(self) -> None:
-        """Read the devices and shops through the gateway, then update the engine."""
-        self._read_at = self.clock()
+        """Read the devices and shops through the gateway, then update the engine. One read
+        at a time: a refresh asked while another runs (the hub's warm-up at start, say)
+        waits for it and reads nothing more."""
+        asked = self.clock()
+        async with self._reading:
+            if self._done_at is not None and self._done_at >= asked:
+                return  # read while this one waited
+            await self._refresh()
+            self._done_at = self.clock()
+
+    async def _refresh(self) -> None:
         # both at once: each may start its package's server (seconds), independently
         listing, shops = await asyncio.gather(
             self._read("home", "list_devices"), self._read("errands", "list_shops")

@@ -56,7 +56,7 @@ from hub.schedule.watches import WatchDesk
 from hub.timeline import HubStore
 from hub.turns.activity import ACTIVITY_KIND, Activity, hub_entry
 from hub.turns.admission import Admission, utterance_problem
-from hub.turns.answering import Turns
+from hub.turns.answering import WARM_UP_S, Turns
 from hub.turns.briefing import Briefing, BriefingSettings
 from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
@@ -583,6 +583,7 @@ class HubDaemon:
         # connected: what came due while the hub was down goes out now (within its grace)
         await self._stack.enter_async_context(Bounded(self.scheduler, "the scheduler"))
         self._since_ms = now_ms()
+        await self.turns.warm(WARM_UP_S)  # "up" once the first turn need not start packages
         self._refresh_status()
         tls = "PLAINTEXT" if opts.plaintext else f"TLS CA {self.tls.fingerprint[:16]}"
         up = (

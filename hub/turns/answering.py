@@ -58,6 +58,8 @@ log = logging.getLogger(__name__)
 
 RERUN_WINDOW_S = 24 * 3600
 """turns admitted but not answered within this long before a start are answered at start"""
+WARM_UP_S = 20.0
+"""the longest a hub's start waits for its first read of the slot lists (package starts)"""
 NOT_HEARD = "I didn't catch anything after the wake word."
 INTERRUPTED = "The hub restarted while I was answering this; please ask again if it still matters."
 
@@ -124,7 +126,10 @@ class Turns:
         self.brain: ConfiguredBrain | None = None
         self.contacts = FileContacts(self.home / "contacts.yaml")
         self.started = asyncio.Event()
-        """set when interrupted turns were answered again and ``brain.resume()`` ran"""
+        """set when interrupted turns were answered again, ``brain.resume()`` ran and the
+        slot lists were first read (or :data:`WARM_UP_S` passed)"""
+        self.warmed = asyncio.Event()
+        """set when the first read of the slot lists (devices, shops) ended, read or not"""
         self.resumed: list[str] = []
         self._tasks: TaskOwner | None = None
         self._queues: dict[str, asyncio.Queue[_Job]] = {}
@@ -155,6 +160,7 @@ class Turns:
         self._tasks = TaskOwner("turns")
         for device in self._queues:
             self._tasks.spawn(self._worker(device), f"device:{device}")
+        self._tasks.spawn(self._warm_up(), "slots-warm-up")
         self._tasks.spawn(self._startup(), "startup")
         log.info("brain ready: %s", self.brain.kind)
         return self
@@ -433,7 +439,33 @@ class Turns:
             task = brain.store.get(adm.utterance_id)
             if task is not None and self.store.reply_for(adm.utterance_id) is None:
                 self.enqueue(adm, None)
+        await self.warm(WARM_UP_S)
         self.started.set()
+
+    async def _warm_up(self) -> None:
+        """Read the slot lists once at start: the packages behind them (home, errands) start
+        now, not in the owner's first turn."""
+        brain = self.brain
+        assert brain is not None
+        t0 = time.monotonic()
+        try:
+            await brain.rules.slots.refresh()
+        except Exception as exc:  # a package that fails is read again on demand
+            log.warning("slot lists not read at start: %s", exc)
+        finally:
+            self.warmed.set()
+        log.info("slot lists read at start in %.1f s", time.monotonic() - t0)
+
+    async def warm(self, timeout: float) -> bool:
+        """Wait at most ``timeout`` seconds for the first read of the slot lists; whether it
+        ended."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.warmed.wait()
+        except TimeoutError:
+            log.warning("slot lists still being read after %.0f s: going on", timeout)
+            return False
+        return True
 
     # ------------------------------------------------------------------ archive
     async def _archive_typed(self, adm: Admitted, raw: bytes) -> None:
