@@ -80,7 +80,8 @@ class Rig:
 @asynccontextmanager
 async def rig(mesh: Mesh, responder: Responder) -> AsyncIterator[Rig]:
     """The memory and home packages (home on fake MQTT devices), the brain and sub-agents
-    on the fake endpoint, the hub up and the Mac's edge daemon connected."""
+    on the fake endpoint (every turn to the model), the hub up and the Mac's edge daemon
+    connected."""
     mac = mesh.add_device("mac1", "mac")
     async with MqttHomeWorld() as world, FakeOpenAI(responder) as fake:
         broker = world.broker
@@ -96,7 +97,9 @@ async def rig(mesh: Mesh, responder: Responder) -> AsyncIterator[Rig]:
                 )
             )
         )
-        _configure(mesh.home, fake.base_url)
+        # every turn to the model: these test its sub-agents ("turn on the kitchen light"
+        # is a local command the hub's intents know once it has read the devices at start)
+        _configure(mesh.home, fake.base_url, prefer_local=False)
         async with mesh.hub_in_process() as hub:
             edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
             try:
