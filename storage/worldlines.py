@@ -136,24 +136,22 @@ def _is_subvolume(path: Path) -> bool:
         return False
 
 
+COPY_COMMANDS: dict[str, tuple[tuple[str, ...], float]] = {
+    "btrfs": (("btrfs", "subvolume", "snapshot"), 120),
+    "reflink": (("cp", "-a", "--reflink=always"), 600),
+}
+"""copy method → the command that copies (``src`` and ``dst`` follow) and its timeout, seconds;
+any other method (``copy``) copies file by file"""
+
+
 def copy_tree(src: Path, dst: Path, method: str) -> None:
     """Copy ``src`` to the new ``dst`` by ``method`` (``btrfs``, ``reflink``, ``copy``)."""
-    if method == "btrfs":
-        subprocess.run(
-            ["btrfs", "subvolume", "snapshot", str(src), str(dst)],
-            check=True,
-            capture_output=True,
-            timeout=120,
-        )
-    elif method == "reflink":
-        subprocess.run(
-            ["cp", "-a", "--reflink=always", str(src), str(dst)],
-            check=True,
-            capture_output=True,
-            timeout=600,
-        )
-    else:
+    command = COPY_COMMANDS.get(method)
+    if command is None:
         shutil.copytree(src, dst, symlinks=True)
+        return
+    argv, timeout = command
+    subprocess.run([*argv, str(src), str(dst)], check=True, capture_output=True, timeout=timeout)
 
 
 def remove_tree(path: Path) -> None:

@@ -13,10 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hub.capabilities.settings import only
 from hub.gateway import CallContext, ToolCall
-from hub.mesh.daemon import HubDaemon, HubOptions
-from provisioning.home import Home
 from tests.mesh_harness import Mesh
 
 pytestmark = pytest.mark.slow
@@ -31,13 +28,8 @@ async def test_mac_commands_and_reads_over_the_mesh(mesh: Mesh, tmp_path: Path) 
     (docs / "todo.txt").write_text("buy milk\n")
     (tmp_path / "secret.txt").write_text("not for you\n")
     (mac / "executor.yaml").write_text(yaml.safe_dump({"roots": [str(docs)]}))
-    (mesh.home / "packages.yaml").write_text(
-        yaml.safe_dump(only({"mac": {"config": {"DEVICE": "mac1"}}}))
-    )
-    options = HubOptions(
-        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-    )
-    async with HubDaemon(Home.load(mesh.home), options) as hub:
+    mesh.use_packages({"mac": {"config": {"DEVICE": "mac1"}}})
+    async with mesh.hub_in_process() as hub:
         gw = hub.consent.gateway
         assert gw is not None
         await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
@@ -116,14 +108,9 @@ async def test_writes_on_the_mac_run_on_worldlines_committed_through_the_gateway
     docs.mkdir()
     (docs / "notes.txt").write_text("buy milk\n")
     (mac / "executor.yaml").write_text(yaml.safe_dump({"roots": [str(docs)]}))
-    (mesh.home / "packages.yaml").write_text(
-        yaml.safe_dump(only({"mac": {"config": {"DEVICE": "mac1"}}}))
-    )
+    mesh.use_packages({"mac": {"config": {"DEVICE": "mac1"}}})
     before = tree_hash(docs)
-    options = HubOptions(
-        mqtt_port=mesh.mqtt_port, grpc_port=mesh.grpc_port, bind="127.0.0.1", advertise=False
-    )
-    async with HubDaemon(Home.load(mesh.home), options) as hub:
+    async with mesh.hub_in_process() as hub:
         gw = hub.consent.gateway
         assert gw is not None
         await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)

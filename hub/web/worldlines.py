@@ -90,6 +90,14 @@ class WorldlineRoutes:
             args["folder"] = folder[:4096]
         return package, tools, args
 
+    async def _posted(self, request: Request, scope: str) -> tuple[str, Tools, dict[str, Any]]:
+        """The fork a POST from a page of this origin, holding ``scope``, names."""
+        self.web.check_origin(request)
+        self.web.scoped(request, scope)
+        data = await self.web.body(request)
+        folder = self.web.field(data, "folder", 4096) if "folder" in data else ""
+        return self._target(request, folder)
+
     @staticmethod
     def _failed(r: Receipt) -> WebError:
         return WebError("web.worldline_failed", 409, code=r.error_code, reason=r.error[:300])
@@ -111,11 +119,7 @@ class WorldlineRoutes:
         return JSONResponse({"id": args["id"], "diff": dict(r.effects[0].fields)})
 
     async def commit(self, request: Request) -> Response:
-        self.web.check_origin(request)
-        self.web.scoped(request, "approve")
-        data = await self.web.body(request)
-        folder = self.web.field(data, "folder", 4096) if "folder" in data else ""
-        package, tools, args = self._target(request, folder)
+        package, tools, args = await self._posted(request, "approve")
         r = await self._call(package, tools.commit, args)
         if r.status not in ("waiting", "succeeded"):
             raise self._failed(r)
@@ -123,11 +127,7 @@ class WorldlineRoutes:
         return JSONResponse({"status": r.status, "card_id": r.card_id})
 
     async def discard(self, request: Request) -> Response:
-        self.web.check_origin(request)
-        self.web.scoped(request, "utter")
-        data = await self.web.body(request)
-        folder = self.web.field(data, "folder", 4096) if "folder" in data else ""
-        package, tools, args = self._target(request, folder)
+        package, tools, args = await self._posted(request, "utter")
         r = await self._call(package, tools.discard, args)
         if r.status != "succeeded":
             raise self._failed(r)
