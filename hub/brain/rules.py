@@ -117,8 +117,11 @@ LEVELS = {
     "HassSetVolume": ("volume_level", "volume", "device.volume"),
 }
 """intent → (its slot, the ``home.set_state`` argument, the reply key)"""
-NOTE_WORDS = ("note", "notes", "notice", "minutes", "笔记", "纪要", "记录", "会议记录")
+NOTE_WORDS = ("note", "notes", "minutes", "笔记", "纪要", "记录", "会议记录")
 """a thing to send naming one of these is read from the ``notes`` source"""
+HEARD_AS_NOTES = {"notice": "notes"}
+"""what the recogniser hears for "notes" (Whisper base: "the meeting notice") → the word meant;
+a thing to send is read with the word meant, and its subject says it"""
 LIST_DOMAINS = ("light", "switch", "fan")
 SCOPE_REFUSAL = "scope "
 """how the gateway's scope refusal begins ("scope 'guest' may not use memory.recall")"""
@@ -906,7 +909,7 @@ class RuleBrain(Brain):
         if s.get("body"):
             subject, body = say("send.subject", lang), str(s["body"])
         else:
-            what = str(s.get("what", ""))
+            what = _meant(str(s.get("what", "")))
             subject = what[:1].upper() + what[1:]
             notes = _names_notes(what)
             found = await _fetch(sources, "notes", what) if notes else []
@@ -986,6 +989,11 @@ def _timer_left(t: TimerView, lang: str) -> str:
 
 def _state_word(state: str, lang: str) -> str:
     return _STATE_WORDS.get(state.lower(), state) if lang == "zh" else state
+
+
+def _meant(what: str) -> str:
+    """``what`` with the words heard for "notes" put back (:data:`HEARD_AS_NOTES`)."""
+    return " ".join(HEARD_AS_NOTES.get(w.lower(), w) for w in what.split(" "))
 
 
 def _names_notes(what: str) -> bool:

@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from hub.brain import AddressBook, Contact
-from hub.brain.rules import NOTE_WORDS
+from hub.brain.rules import HEARD_AS_NOTES, NOTE_WORDS
 from hub.memory.assertions import AssertionStore
 from hub.memory.context import (
     ContextSource,
@@ -36,7 +36,7 @@ from sync.documents import Note
 log = logging.getLogger(__name__)
 
 NOTE_STOP = frozenset("a an the my our your of to for from about with and or".split()) | frozenset(
-    w for w in NOTE_WORDS if w.isascii()
+    [*(w for w in NOTE_WORDS if w.isascii()), *HEARD_AS_NOTES]
 )
 """words of a thing to send that do not narrow which note it is ('the meeting notes', and
 'the meeting notice' as Whisper base hears it)"""
