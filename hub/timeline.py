@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import apsw
 
 from protos.clock import now_ms
+from storage.group_commit import GroupCommit
 from storage.sqlite import open_db, transaction
 from sync.documents import REFUSED as REFUSED_SEQ
 from sync.envelope import HUB as HUB_NAME
@@ -231,9 +232,10 @@ def _ascii_word(char: str) -> bool:
 
 
 class HubStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, group: GroupCommit | None = None) -> None:
+        """``group``: commits are synced by its flush, before the hub sends what they say."""
         self.path = path
-        self.conn: apsw.Connection = open_db(path, SCHEMA)
+        self.conn: apsw.Connection = open_db(path, SCHEMA, group=group)
 
     def close(self) -> None:
         self.conn.close()

@@ -84,6 +84,10 @@ MESSAGES: dict[str, str] = {
     "package.unknown": "no capability package named {package!r}",
     "package.no_fake": "package {package} declares no fake server",
     "package.start_failed": "package {package} did not start: {reason}",
+    "storage.sync_failed": (
+        "{path} could not be synced to disk ({reason}): nothing that depends on it was sent "
+        "/ {path} 无法同步到磁盘（{reason}）：依赖它的消息都没有发出"
+    ),
     "worldline.unknown": "no worldline {id!r} in this workspace",
     "worldline.closed": "worldline {id} is {status}: it can no longer change",
     "worldline.stale_base": (

@@ -5,21 +5,30 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apsw
 
 from storage.private import private_dir, private_file
 
+if TYPE_CHECKING:
+    from storage.group_commit import GroupCommit
+
 BUSY_TIMEOUT_MS = 10_000
 """milliseconds a writer waits for another process's lock"""
 
 
-def open_db(path: Path, schema: str, *, synchronous: str = "FULL") -> apsw.Connection:
+def open_db(
+    path: Path, schema: str, *, synchronous: str = "FULL", group: GroupCommit | None = None
+) -> apsw.Connection:
     """Open (creating if needed) a WAL database at ``path`` and apply ``schema`` (idempotent DDL).
 
-    Files are created with mode 0600: they may hold counters and credentials' hashes.
+    Files are created with mode 0600: they may hold counters and credentials' hashes. With
+    ``group`` a commit does not wait for the disk (``synchronous=NORMAL``): the group syncs
+    the WAL once before anything that depends on it leaves (:mod:`storage.group_commit`).
     """
+    if group is not None and synchronous == "FULL":
+        synchronous = "NORMAL"
     private_dir(path.parent)
     private_file(path)  # SQLite gives -wal and -shm the database file's mode
     conn = apsw.Connection(str(path))
@@ -27,6 +36,8 @@ def open_db(path: Path, schema: str, *, synchronous: str = "FULL") -> apsw.Conne
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous}")
     conn.execute("PRAGMA foreign_keys=ON")
+    if group is not None:
+        group.watch(conn)
     with transaction(conn):
         conn.execute(schema)
     return conn

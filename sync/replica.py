@@ -35,6 +35,7 @@ from pathlib import Path
 from loro import ExportMode, LoroDoc
 
 from protos.clock import now_ms
+from storage.group_commit import GroupCommit
 from storage.private import open_private, private_dir, private_file
 from sync.crdt import PASS_THROUGH, CrdtError, guard, version
 
@@ -79,10 +80,20 @@ def _fsync_dir(path: Path) -> None:
 class Replica:
     """A loro document persisted in ``folder`` under ``doc_id``."""
 
-    def __init__(self, folder: Path, doc_id: str, *, compact_at: int | None = None) -> None:
+    def __init__(
+        self,
+        folder: Path,
+        doc_id: str,
+        *,
+        compact_at: int | None = None,
+        group: GroupCommit | None = None,
+    ) -> None:
         if not DOC_ID_RE.match(doc_id):
             raise CrdtError(doc_id, "invalid document id")
         self.folder = folder
+        self.group = group
+        """with a group, an append is synced by the group's next flush (before anything
+        that tells a peer about it is sent), not by itself"""
         self.doc_id = doc_id
         self.compact_at = compact_at
         """bytes of update log after which the document is compacted (None: never by itself)"""
@@ -320,8 +331,11 @@ class Replica:
         with open_private(path, "ab") as fh:
             fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
             fh.flush()
-            os.fdatasync(fh.fileno())  # an append: the new size is flushed with the data
+            if self.group is None:
+                os.fdatasync(fh.fileno())  # an append: the new size is flushed with the data
             self._offset = fh.tell()
+        if self.group is not None:
+            self.group.wrote(path)
 
     # ------------------------------------------------------------------ compaction
     def compact(self) -> int:

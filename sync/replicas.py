@@ -13,6 +13,7 @@ from pathlib import Path
 from loro import ExportMode, VersionVector
 
 from protos import sync_pb2
+from storage.group_commit import GroupCommit
 from storage.private import private_dir
 from sync import documents as docs
 from sync.crdt import version
@@ -27,9 +28,16 @@ _DOC_FILE = re.compile(r"^(?P<doc>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.g\d+\.(snap|
 
 class ReplicaSet:
     def __init__(
-        self, folder: Path, *, window_days: int | None = None, compact_at: int | None = None
+        self,
+        folder: Path,
+        *,
+        window_days: int | None = None,
+        compact_at: int | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self.folder = folder
+        self.group = group
+        """appends are synced by this group's flush, not each on its own (the hub)"""
         self.compact_at = compact_at
         """bytes of update log after which a document is compacted (the hub sets this)"""
         self.window_days = window_days
@@ -57,7 +65,7 @@ class ReplicaSet:
         replica = self._replicas.get(doc_id)
         if replica is None:
             replica = self._replicas[doc_id] = Replica(
-                self.folder, doc_id, compact_at=self.compact_at
+                self.folder, doc_id, compact_at=self.compact_at, group=self.group
             )
         return replica
 

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from hub.schedule.timers import TimerDesk
     from hub.schedule.watches import WatchDesk
     from provisioning.home import Home
+    from storage.group_commit import GroupCommit
 
 __all__ = [
     "AddressBook",
@@ -90,13 +91,17 @@ async def open_brain(
     reminders: ReminderDesk | None = None,
     watches: WatchDesk | None = None,
     vision: VisionDesk | None = None,
+    group: GroupCommit | None = None,
 ) -> AsyncIterator[ConfiguredBrain]:
-    """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured)."""
+    """The hub's brain over ``HOME/brain/`` (rule-based until a model is configured);
+    ``group``: the task store's commits are synced by its flush (the hub's group commit)."""
     from hub.brain.configured import ConfiguredBrain
     from hub.brain.providers import ProviderStore
     from hub.brain.tasks import TaskStore
 
-    store = TaskStore(home.path / "brain" / "tasks.db", synchronous="FULL" if durable else "OFF")
+    store = TaskStore(
+        home.path / "brain" / "tasks.db", synchronous="FULL" if durable else "OFF", group=group
+    )
     providers = ProviderStore.for_home(home)
     try:
         async with ConfiguredBrain(

@@ -31,6 +31,7 @@ from typing import Any
 
 from hub.brain.errors import BrainError
 from protos.clock import now_ms
+from storage.group_commit import GroupCommit
 from storage.sqlite import open_db, transaction
 
 STATES = (
@@ -175,9 +176,12 @@ def _task(r: Any) -> TaskRecord:
 
 
 class TaskStore:
-    def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
+    def __init__(
+        self, path: Path, *, synchronous: str = "FULL", group: GroupCommit | None = None
+    ) -> None:
+        """``group``: commits are synced by its flush, before the hub sends what they say."""
         self.path = path
-        self.db = open_db(path, SCHEMA, synchronous=synchronous)
+        self.db = open_db(path, SCHEMA, synchronous=synchronous, group=group)
 
     def close(self) -> None:
         self.db.close()

@@ -83,6 +83,7 @@ from provisioning.epochs import rotation_days
 from provisioning.home import Home
 from provisioning.registry import Registry
 from provisioning.tls import HubTls, is_loopback
+from storage.group_commit import GroupCommit
 from storage.private import tighten_top, write_private
 from sync import discovery, topics
 from sync import documents as docs
@@ -149,12 +150,17 @@ class HubDaemon:
             raise HubError("tls.plaintext_not_loopback", host=options.bind)
         self.home = home
         self.options = options
-        self.store = HubStore(home.path / "hub.db")
+        self.group = GroupCommit()
+        """the timeline, the brain's tasks and the CRDT logs commit without waiting for the
+        disk; the port (every envelope out), the web responses and the Wyoming replies await
+        one flush first (:mod:`storage.group_commit`)"""
+        self.store = HubStore(home.path / "hub.db", group=self.group)
         self.registry = Registry(home.path / "registry.db")
         self.port = MeshPort(
             home,
             replay_windows=self.store.replay_windows(),
             counter_path=home.path / "hub-counter.db",
+            durable=self.group.flush,
         )
         """peers, sealer, openers, replay window, drop counters: every envelope in and out"""
         port = self.port
@@ -176,7 +182,9 @@ class HubDaemon:
         """the archive's own upkeep (``yimi archive status`` reads what it did)"""
         self._timeline_grew = asyncio.Event()
         """set when entries join the timeline: the recall indexer takes them"""
-        self.replicas = ReplicaSet(home.path / "replicas", compact_at=COMPACT_AT_BYTES)
+        self.replicas = ReplicaSet(
+            home.path / "replicas", compact_at=COMPACT_AT_BYTES, group=self.group
+        )
         self.sync = HubReplication(
             self.replicas,
             broadcast=self._broadcast_sync,
@@ -272,6 +280,7 @@ class HubDaemon:
             reminders=self.reminders,
             watches=self.watches,
             vision=self.vision,
+            group=self.group,
         )
         """answering: the brain (``self.turns.brain``), one ordered queue per device"""
         self.scheduler.handlers["run"] = self.turns.run_scheduled
@@ -383,6 +392,7 @@ class HubDaemon:
         """Delivery's send: replies to a Wyoming peer go back on its connection, the rest
         on the mesh."""
         if is_wyoming_device(device) and isinstance(message, mesh_pb2.Reply):
+            await self.group.flush()
             await self.wyoming_turns.on_reply(device, message)
             return None
         return await self.port.send(device, kind, message, trace_id)
@@ -463,6 +473,7 @@ class HubDaemon:
             if opts.plaintext
             else ClientTls.pinned(self.tls.ca_pem, home.home_id)
         )
+        await self._stack.enter_async_context(self.group)  # left last: synced at the end
         self.store.mark_all_offline()
         for path in tighten_top(home.path):  # files the owner wrote with a loose umask
             log.warning("%s was readable by others: now owner-only", path)
@@ -599,7 +610,7 @@ class HubDaemon:
         from hub.web.memory import memory_link
         from hub.web.notes import notes_link
         from hub.web.operator import operator_link
-        from hub.web.server import LOOPBACK, WebServer
+        from hub.web.server import LOOPBACK, WebServer, durable_responses
         from hub.web.sessions import Passkeys
         from hub.web.switches import switch_link
         from provisioning.pairing import PairingAuthority
@@ -640,10 +651,9 @@ class HubDaemon:
             reminders=self.reminders,
         )
         self.web = WebApp(link)
+        app = durable_responses(self.web.app, self.group.flush)
         await self._stack.enter_async_context(
-            Bounded(
-                WebServer(self.web.app, host=opts.bind, port=port, tls=web_tls), "the web pages"
-            )
+            Bounded(WebServer(app, host=opts.bind, port=port, tls=web_tls), "the web pages")
         )
         self.web_https = web_tls is not None
 

@@ -65,9 +65,17 @@ Counts = Iterable[tuple[str, int]]
 
 class MeshPort:
     def __init__(
-        self, home: Home, *, replay_windows: Iterable[ReplayState], counter_path: Path
+        self,
+        home: Home,
+        *,
+        replay_windows: Iterable[ReplayState],
+        counter_path: Path,
+        durable: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.home_id = home.home_id
+        self._durable = durable
+        """awaited before every envelope leaves: what it tells a peer is on disk by then
+        (:meth:`storage.group_commit.GroupCommit.flush`)"""
         self.peers: dict[str, Peer] = {}
         self.scopes: dict[str, tuple[str, ...]] = {}
         """device → the scopes its certificate grants"""
@@ -145,6 +153,7 @@ class MeshPort:
         if peer is None or peer.revoked or self.mqtt is None:
             log.info("kind %d not sent to %s: unknown, revoked or no session", kind, device)
             return False
+        await self.durable()
         data = self.sealer.seal(
             kind, msg, recipient=device, recipient_box_pk=peer.box_pk, trace_id=trace_id
         )
@@ -156,8 +165,15 @@ class MeshPort:
         session; raises if the publish fails)."""
         if self.mqtt is None:
             return
+        await self.durable()
         data = self.sealer.seal(kind, msg, recipient="*")
         await self.mqtt.publish(topics.mesh(self.home_id), data, qos=1)
+
+    async def durable(self) -> None:
+        """Wait until what the hub wrote so far is on disk (nothing to wait for without a
+        group commit: every store then syncs its own commits)."""
+        if self._durable is not None:
+            await self._durable()
 
     # ------------------------------------------------------------------ group key epochs
     async def send_group_key(self, device: str) -> bool:
@@ -294,6 +310,7 @@ class MeshPort:
         self.replay.commit(opened.sender, opened.counter)
         self.last_seen[opened.sender] = now_ms()
         answer = await handle(opened, payload)
+        await self.durable()
         return self.sealer.seal(
             kind,
             answer,

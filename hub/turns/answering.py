@@ -52,6 +52,7 @@ from hub.turns.context import ContextSources, FileContacts
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece, reply_id_for, report_id_for
 from protos.errors import YimiError
 from provisioning.home import Home
+from storage.group_commit import GroupCommit
 from sync.tasks import TaskOwner
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,11 @@ class Turns:
         reminders: ReminderDesk | None = None,
         watches: WatchDesk | None = None,
         vision: VisionDesk | None = None,
+        group: GroupCommit | None = None,
     ) -> None:
         self._home = home
+        self._group = group
+        """the hub's group commit: the brain's task store commits through it"""
         self.watches = watches
         self.vision = vision
         self.timers = timers
@@ -155,6 +159,7 @@ class Turns:
             reminders=self.reminders,
             watches=self.watches,
             vision=self.vision,
+            group=self._group,
         )
         self.brain = await self._brain_cm.__aenter__()
         self._tasks = TaskOwner("turns")

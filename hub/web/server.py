@@ -15,11 +15,11 @@ import contextlib
 import logging
 import socket
 import ssl
-from collections.abc import Generator
+from collections.abc import Awaitable, Callable, Generator
 from types import TracebackType
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hub.web.errors import WebError
 from hub.web.options import WebTls
@@ -37,6 +37,27 @@ class _InLoopServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+
+def durable_responses(app: ASGIApp, durable: Callable[[], Awaitable[None]]) -> ASGIApp:
+    """``app``, whose every HTTP response starts only once ``durable`` returned: a page
+    that says "done" (a typed request taken, a card answered) says it after the hub's
+    writes are on disk (:meth:`storage.group_commit.GroupCommit.flush`). A stream (server
+    events) waits once, before its headers."""
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+
+        async def send_durably(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                await durable()
+            await send(message)
+
+        await app(scope, receive, send_durably)
+
+    return wrapped
 
 
 class WebServer:

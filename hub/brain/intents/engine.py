@@ -33,6 +33,7 @@ from hassil.util import fold_case, normalize_for_matching
 from home_assistant_intents import get_intents
 
 from hub.brain.intents.numerals import parse_number
+from hub.brain.intents.prefilter import TemplateIndex
 from hub.brain.intents.text import (
     Lang,
     clean_free_text,
@@ -685,6 +686,9 @@ class IntentEngine:
         self._intents = {lang: _intents(lang) for lang in HA_LANG}
         self._scriptless = {lang: _without_script(self._intents[lang], lang) for lang in HA_LANG}
         """per language: the templates a request without its script can match"""
+        self._index = {lang: TemplateIndex(self._intents[lang]) for lang in HA_LANG}
+        self._scriptless_index = {lang: TemplateIndex(self._scriptless[lang]) for lang in HA_LANG}
+        """the same templates, filed by their required words (:mod:`.prefilter`)"""
         self._live = _Live.of(lists)
         # hassil builds its number-word tries and template indexes lazily (120-200 ms on the
         # first sentence): pay that here, once, not in the owner's first turn.
@@ -748,9 +752,12 @@ class IntentEngine:
         for name, indexed in live.indexed.items():
             slot_lists[name] = indexed.narrowed(request_key)
         results = []
-        intents = self._intents if _has_script(request, language) else self._scriptless
+        index = self._index if _has_script(request, language) else self._scriptless_index
         for result in recognize_all(
-            request, intents[language], slot_lists=slot_lists, language=HA_LANG[language]
+            request,
+            index[language].candidates(request),
+            slot_lists=slot_lists,
+            language=HA_LANG[language],
         ):
             if not _plausible(result, request, language):
                 continue

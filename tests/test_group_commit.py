@@ -1,0 +1,182 @@
+"""Group commit (storage/group_commit.py): commits and appends are marked, not synced; one
+flush syncs each written file once, shared by every caller waiting at the same time; a sync
+that fails fails its callers and keeps the files marked; a flush after a write always syncs
+it. Real SQLite files and real fdatasync calls."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import pytest
+
+import storage.group_commit as gc
+from storage.errors import StorageError
+from storage.group_commit import GroupCommit
+from storage.sqlite import open_db, transaction
+from sync.replica import Replica
+from tests.mesh_harness import Mesh
+
+SCHEMA = "CREATE TABLE IF NOT EXISTS t (x BLOB)"
+
+
+def _insert(conn: object, n: int = 1, size: int = 100) -> None:
+    for _ in range(n):
+        with transaction(conn) as c:  # type: ignore[arg-type]
+            c.execute("INSERT INTO t VALUES (?)", (b"x" * size,))
+
+
+def test_a_grouped_database_commits_without_sync_and_is_marked(tmp_path: Path) -> None:
+    group = GroupCommit()
+    conn = open_db(tmp_path / "a.db", SCHEMA, group=group)
+    plain = open_db(tmp_path / "b.db", SCHEMA)
+    assert conn.execute("PRAGMA synchronous").fetchall()[0][0] == 1  # NORMAL
+    assert plain.execute("PRAGMA synchronous").fetchall()[0][0] == 2  # FULL, unchanged
+    group.sync_now()
+    base = group.files_synced
+    _insert(conn, 5)
+    _insert(plain, 5)
+    assert group.pending == 1  # a.db's WAL only
+    group.sync_now()
+    assert group.files_synced == base + 1 and group.pending == 0
+    group.sync_now()  # nothing written since: nothing synced
+    assert group.files_synced == base + 1
+    conn.close()
+    plain.close()
+
+
+async def test_callers_waiting_together_share_one_flush(tmp_path: Path) -> None:
+    async with GroupCommit() as group:
+        conn = open_db(tmp_path / "a.db", SCHEMA, group=group)
+        await group.flush()
+        flushes = group.flushes
+        _insert(conn, 3)
+        await asyncio.gather(*(group.flush() for _ in range(8)))
+        assert group.flushes == flushes + 1
+        assert group.pending == 0
+        await group.flush()  # nothing new
+        assert group.flushes == flushes + 1
+        conn.close()
+
+
+async def test_a_write_made_during_a_flush_is_synced_by_the_next(tmp_path: Path) -> None:
+    async with GroupCommit() as group:
+        log = tmp_path / "replica"
+        replica = Replica(log, "notes", group=group)
+        replica.change(lambda doc: doc.get_text("t").insert(0, "one"))
+        first = asyncio.create_task(group.flush())
+        await asyncio.sleep(0)  # the first flush has taken what was marked
+        replica.change(lambda doc: doc.get_text("t").insert(0, "two"))
+        second = asyncio.create_task(group.flush())
+        await asyncio.gather(first, second)
+        assert group.flushes == 2 and group.pending == 0
+
+
+async def test_a_failed_sync_fails_its_callers_and_keeps_the_file_marked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async with GroupCommit() as group:
+        conn = open_db(tmp_path / "a.db", SCHEMA, group=group)
+        _insert(conn)
+        real = os.fdatasync
+
+        def broken(fd: int) -> None:
+            raise OSError(5, "Input/output error")
+
+        monkeypatch.setattr(gc.os, "fdatasync", broken)
+        results = await asyncio.gather(group.flush(), group.flush(), return_exceptions=True)
+        assert all(isinstance(r, StorageError) for r in results), results
+        assert results[0].key == "storage.sync_failed"  # type: ignore[union-attr]
+        assert "Input/output error" in str(results[0])
+        assert group.pending == 1  # still to sync
+        monkeypatch.setattr(gc.os, "fdatasync", real)
+        await group.flush()
+        assert group.pending == 0
+        assert conn.execute("SELECT count(*) FROM t").fetchall()[0][0] == 1  # nothing lost
+        conn.close()
+
+
+def test_a_file_gone_before_its_flush_needs_no_sync(tmp_path: Path) -> None:
+    group = GroupCommit()
+    gone = tmp_path / "gone.log"
+    gone.write_bytes(b"x")
+    group.wrote(gone)
+    gone.unlink()
+    group.sync_now()
+    assert group.pending == 0 and group.files_synced == 0
+
+
+def test_the_wal_hook_checkpoints_as_sqlite_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gc, "CHECKPOINT_PAGES", 8)
+    group = GroupCommit()
+    path = tmp_path / "a.db"
+    conn = open_db(path, SCHEMA, group=group)
+    before = path.stat().st_size
+    _insert(conn, 40, size=3000)
+    # copied into the database file by the hook's checkpoints, and the WAL reused
+    assert path.stat().st_size > before + 40 * 3000 // 2
+    assert Path(conn.filename_wal).stat().st_size < 40 * 3000
+    conn.close()
+
+
+async def test_leaving_the_group_syncs_what_is_left(tmp_path: Path) -> None:
+    group = GroupCommit()
+    async with group:
+        conn = open_db(tmp_path / "a.db", SCHEMA, group=group)
+        _insert(conn)
+        assert group.pending == 1
+    assert group.pending == 0
+    conn.close()
+
+
+async def test_a_web_response_starts_only_after_the_flush() -> None:
+    from hub.web.server import durable_responses
+
+    order: list[str] = []
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        order.append("handled")
+        await send({"type": "http.response.start", "status": 200, "headers": []})  # type: ignore[operator]
+        await send({"type": "http.response.body", "body": b"ok"})  # type: ignore[operator]
+
+    async def flush() -> None:
+        order.append("flushed")
+
+    async def send(message: dict[str, object]) -> None:
+        order.append(str(message["type"]))
+
+    async def receive() -> dict[str, object]:
+        return {"type": "http.request", "body": b""}
+
+    wrapped = durable_responses(app, flush)  # type: ignore[arg-type]
+    await wrapped({"type": "http"}, receive, send)  # type: ignore[arg-type]
+    assert order == ["handled", "flushed", "http.response.start", "http.response.body"]
+    order.clear()
+    await wrapped({"type": "lifespan"}, receive, send)  # type: ignore[arg-type]
+    assert "flushed" not in order
+
+
+@pytest.mark.slow
+async def test_the_hub_sends_a_reply_only_after_its_writes_are_synced(mesh: Mesh) -> None:
+    mac = mesh.add_device("mac1", "mac")
+    mesh.use_packages({})
+    async with mesh.hub_in_process() as hub:
+        assert hub.store.conn.execute("PRAGMA synchronous").fetchall()[0][0] == 1  # NORMAL
+        left: list[int] = []
+        flush = hub.group.flush
+
+        async def durable() -> None:  # what every envelope out awaits
+            await flush()
+            left.append(hub.group.pending)
+
+        hub.port._durable = durable
+        synced = hub.group.files_synced
+        out = await mesh.say_answered(mac, "Yimi, what time is it")
+        assert "It's" in out or "现在" in out, out
+        assert left and left[0] == 0, left  # the utterance was on disk before the reply left
+        assert hub.group.files_synced > synced
+        rows = mesh.hub_query("SELECT count(*) FROM timeline WHERE kind='utterance'")
+        assert rows[0][0] == 1

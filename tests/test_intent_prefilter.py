@@ -1,0 +1,85 @@
+"""Templates found through their required words (hub/brain/intents/prefilter.py) give what
+all templates give: every result hassil yields, in the same order, for every sentence of the
+labelled, probe and fresh sets in both languages — while hassil looks at a few dozen
+templates instead of hundreds."""
+
+from __future__ import annotations
+
+from hassil import Intents, recognize_all
+
+from hub.brain.intents.engine import HA_LANG, IntentEngine
+from hub.brain.intents.prefilter import SUBSETS_CACHED, TemplateIndex, haystack
+from hub.brain.intents.text import Lang
+from tests.intent_eval import fixture_lists
+from tests.intent_set import LANGS, SETS, load_set
+
+Found = list[tuple[str, list[tuple[str, str]], str | None]]
+
+
+def _results(engine: IntentEngine, intents: Intents, text: str, lang: Lang) -> Found:
+    return [
+        (
+            r.intent.name,
+            sorted((k, str(v.value)) for k, v in r.entities.items()),
+            r.intent_sentence.text if r.intent_sentence else "",
+        )
+        for r in recognize_all(
+            text, intents, slot_lists=dict(engine._live.lists), language=HA_LANG[lang]
+        )
+    ]
+
+
+def _templates(intents: Intents) -> int:
+    return sum(len(d.sentences) for i in intents.intents.values() for d in i.data)
+
+
+def test_the_indexed_templates_give_what_all_templates_give() -> None:
+    engine = IntentEngine(fixture_lists())
+    texts = [s.text for lang in LANGS for which in SETS for s in load_set(lang, which)]
+    texts += ["Ｔｕｒｎ ｏｎ the fan", "turn-on the living-room lights", "50", "OK", "好的"]
+    texts += ["bench block 1 trip 7", "把 牛奶 加到 购物清单", "打开  厨房的灯", ""]
+    compared = matched = 0
+    looked_at: list[float] = []
+    for text in texts:
+        for lang in LANGS:
+            index = engine._index[lang]
+            subset = index.candidates(text)
+            expected = _results(engine, engine._intents[lang], text, lang)
+            assert _results(engine, subset, text, lang) == expected, (text, lang)
+            compared += 1
+            matched += bool(expected)
+            looked_at.append(_templates(subset) / index.templates)
+    assert compared >= 600 and matched >= 300, (compared, matched)
+    looked_at.sort()
+    assert looked_at[len(looked_at) // 2] < 0.2, looked_at[len(looked_at) // 2]
+
+
+def test_a_template_without_required_words_is_always_a_candidate() -> None:
+    engine = IntentEngine(fixture_lists())
+    index = engine._index["en"]
+    always = [index._places[i].sentence for i in index._always]
+    assert always  # "{query}"-like templates exist in the set
+    subset = index.candidates("zzz qqq")
+    kept = {id(s) for i in subset.intents.values() for d in i.data for s in d.sentences}
+    assert {id(s) for s in always} <= kept
+
+
+def test_the_haystack_is_folded_and_has_both_skip_word_forms() -> None:
+    engine = IntentEngine(fixture_lists())
+    zh = engine._intents["zh"]
+    hay = haystack("请 打开 厨房的灯", zh)
+    assert "打开厨房的灯" in hay  # CJK spaces dropped where whitespace is ignored
+    assert haystack("Please Turn ON the fan", engine._intents["en"]).split("\n") == [
+        "please turn on the fan",  # folded, with the skip word
+        "turn on the fan",  # and without it
+    ]
+
+
+def test_subsets_are_cached_and_bounded() -> None:
+    engine = IntentEngine(fixture_lists())
+    index = TemplateIndex(engine._intents["en"])
+    first = index.candidates("turn on the fan")
+    assert index.candidates("turn on the fan") is first
+    for i in range(SUBSETS_CACHED + 20):
+        index.candidates(f"word{i} " * (i % 7) + "turn on the fan number " + str(i))
+    assert len(index._subsets) <= SUBSETS_CACHED
