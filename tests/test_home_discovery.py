@@ -651,3 +651,31 @@ async def test_the_real_ha_mqtt_discoverable_library_with_and_without_a_device(
             for entity in made:
                 entity.mqtt_client.disconnect()
                 entity.mqtt_client.loop_stop()
+
+
+async def test_with_its_broker_out_of_reach_the_package_lists_at_once(tmp_path: Path) -> None:
+    """Nothing can settle while the broker is unreachable: once the package's first try to
+    reach it failed (in the sandbox, the relay's connection times out after a few seconds),
+    a listing — the hub's slot-list read, which a turn may wait for — answers with what is
+    known at once, not after SETTLE_S each time."""
+    from packages.home.server.server import SETTLE_S
+    from worlds import ports
+
+    closed = ports.port()  # free: nothing listens there
+    async with gateway(
+        tmp_path, "home", env={"YIMI_MQTT_HOST": "127.0.0.1", "YIMI_MQTT_PORT": str(closed)}
+    ) as gw:
+        calls = itertools.count()
+
+        async def timed() -> float:
+            t0 = time.monotonic()
+            n = next(calls)
+            listed = await gw.call(call("home", "list_devices", {}, f"l{n}", f"tl{n}"), OWNER)
+            assert listed.status == "succeeded" and by_target(listed) == {}, listed
+            return time.monotonic() - t0
+
+        deadline = time.monotonic() + 30
+        while await timed() >= SETTLE_S / 2:  # until the first try to connect has failed
+            assert time.monotonic() < deadline, "every listing waited SETTLE_S"
+        took = [await timed() for _ in range(5)]
+        assert max(took) < SETTLE_S / 2, took

@@ -34,6 +34,8 @@ STALE_S = 30.0
 """seconds after which the device and shop lists are read again"""
 RETRY_S = 2.0
 """a request not understood reads the devices again if they are older than this"""
+SLOW_READ_MS = 250.0
+"""a read of the slot lists slower than this is logged at INFO (a turn may wait for it)"""
 LIVE_INTENTS = frozenset(
     {
         "HassTurnOn",
@@ -192,8 +194,13 @@ class LiveSlots:
         async with self._reading:
             if self._done_at is not None and self._done_at >= asked:
                 return  # read while this one waited
+            started = time.perf_counter()
             await self._refresh()
             self._done_at = self.clock()
+            took_ms = (time.perf_counter() - started) * 1000
+            (log.info if took_ms >= SLOW_READ_MS else log.debug)(
+                "slot lists read in %.0f ms", took_ms
+            )
 
     async def _refresh(self) -> None:
         # both at once: each may start its package's server (seconds), independently

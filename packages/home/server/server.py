@@ -63,6 +63,18 @@ class Home(Registry):
         message on ``yimi/home-sync/<random>`` published after subscribing, came back after
         them)"""
         self.marker = f"yimi/home-sync/{uuid.uuid4().hex}"
+        self.unreachable = False
+        """the last try to reach the broker failed: nothing will settle until one succeeds,
+        so a listing answers at once with what is known rather than waiting ``SETTLE_S``"""
+
+    async def wait_settled(self) -> None:
+        """Until the retained messages are in: at most ``SETTLE_S``, and not at all while
+        the broker is out of reach."""
+        if self.unreachable:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SETTLE_S):
+                await self.settled.wait()
 
     # ---------------------------------------------------------------- the broker
     async def run(self) -> None:
@@ -79,6 +91,7 @@ class Home(Registry):
                     timeout=5,
                 ) as client:
                     self.client = client
+                    self.unreachable = False
                     self.settled.clear()
                     await client.subscribe(f"{PREFIX}/#", qos=1)
                     await client.subscribe("#", qos=1)
@@ -91,6 +104,7 @@ class Home(Registry):
             except aiomqtt.MqttError:
                 self.client = None
                 self.connected.clear()
+                self.unreachable = True
                 await asyncio.sleep(1.0)
             finally:
                 if fallback is not None:
@@ -107,6 +121,8 @@ class Home(Registry):
     async def entity(self, entity_id: str) -> Entity | None:
         """The entity, once the retained messages are in (a config arriving later is waited
         for: up to ``SETTLE_S`` in all)."""
+        if self.unreachable:
+            return self.entities.get(entity_id)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(SETTLE_S):
                 await self.settled.wait()
@@ -138,9 +154,7 @@ async def list_devices() -> dict[str, Any]:
     ("unknown" until it reports one, "unavailable" when offline), brightness/position/volume
     (0-100 %) and a thermostat's temperatures where the device has them, and features;
     sensors and thermostats also as values with their units."""
-    with contextlib.suppress(TimeoutError):  # the retained configs and states first
-        async with asyncio.timeout(SETTLE_S):
-            await HOME.settled.wait()
+    await HOME.wait_settled()  # the retained configs and states first
     return listing(list(HOME.entities.values()))
 
 
