@@ -46,6 +46,7 @@ from hub.gateway.courier import MeshConsent
 from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
 from hub.mesh.grpc_server import HubService, start_server, tls_credentials
+from hub.mesh.lanes import LANE_DEPTH, Lanes
 from hub.mesh.notify import ServiceNotifier, take_env
 from hub.mesh.port import MAX_SYNC_BYTES, MeshPort, now_ms
 from hub.mesh.status import HubStatus, remove_status, write_status
@@ -344,6 +345,8 @@ class HubDaemon:
         """what ``HOME/hub-status.json`` says now (``None``: not written, or removed)"""
         self._since_ms = 0
         self._stopping = False
+        self.lanes: Lanes[Opened] = Lanes(self._handle, "hub-lanes")
+        """one ordered lane per sender: a device's messages in order, devices concurrently"""
         self.handlers: dict[int, Handler] = {
             mesh_pb2.UTTERANCE: self._on_utterance,
             mesh_pb2.DELIVERY_ACK: self.delivery.on_ack,
@@ -529,6 +532,8 @@ class HubDaemon:
         async def target() -> tuple[str, int]:
             return host, opts.mqtt_port
 
+        # opened in arrival order, handled per sender (left after the session stops)
+        await self._stack.enter_async_context(self.lanes)
         self.mqtt = await self._stack.enter_async_context(
             Bounded(
                 MqttSession(
@@ -886,9 +891,22 @@ class HubDaemon:
 
     # ------------------------------------------------------------------ incoming
     async def _on_message(self, message: aiomqtt.Message) -> None:
+        """Open a message as it arrives; its sender's lane handles it (:mod:`.lanes`)."""
         payload = message.payload if isinstance(message.payload, bytes) else b""
         opened = self.port.receive(message.topic.value, payload)
         if opened is None:
+            return
+        if not self.lanes.put(opened.sender, opened):  # its outbox sends it again
+            self.port.count("rejected.lane_full")
+            log.warning("message from %s dropped: %d already waiting", opened.sender, LANE_DEPTH)
+
+    async def _handle(self, opened: Opened) -> None:
+        """One opened message, in its sender's lane."""
+        if opened.kind != mesh_pb2.PRESENCE and self.port.replay.check(
+            opened.sender, opened.counter
+        ):
+            # opened again before the first copy was handled (and its counter committed)
+            self.port.drop(DropReason.REPLAYED, opened.sender, f"kind {opened.kind} again")
             return
         if opened.kind == mesh_pb2.PRESENCE:
             await self._on_presence(opened)
