@@ -135,3 +135,135 @@ def test_a_query_is_embedded_once_while_it_is_among_the_recent_ones() -> None:
     assert calls == ["tea", "tea", "coffee", "tea"]
     with pytest.raises(ValueError):
         first[0] = 1.0  # what the cache hands out is read-only
+
+
+def test_nearest_is_the_brute_force_ranking_with_ties_by_rowid() -> None:
+    rng = np.random.default_rng(11)
+    m = VectorMatrix(DIM)
+    vecs = unit(rng, 400)
+    vecs[50] = vecs[7]  # equal scores: the smaller rowid first
+    access = [T0 + (i % 4) * DAY_MS for i in range(400)]
+    m.load((i + 1, vecs[i].tobytes(), access[i]) for i in range(400))
+    for q in [*unit(rng, 3).tolist(), vecs[7].tolist()]:
+        qv = np.asarray(q, dtype=np.float32)
+        for cutoff in (None, T0 + 2 * DAY_MS, T0 + 3 * DAY_MS):
+            eligible = [i for i in range(400) if cutoff is None or access[i] >= cutoff]
+            scores = vecs @ (qv / np.linalg.norm(qv))
+            truth = sorted(eligible, key=lambda i: (-scores[i], i))
+            for limit in (1, 10, LIST_LIMIT, len(eligible), 400, 1000):
+                got = m.nearest(qv, limit, cutoff)
+                assert [r for r, _ in got] == [i + 1 for i in truth[:limit]]
+                assert np.allclose([d for _, d in got], [1 - scores[i] for i in truth[:limit]])
+    assert [r for r, _ in m.nearest(vecs[7], 2, None)] == [8, 51]
+
+
+def test_the_keyword_list_reads_the_narrow_index_and_keeps_its_order(tmp_path: Path) -> None:
+    """The keyword list filters by last access and creation through ``items_times`` and
+    reads only the kept candidates' texts; the list is the one the plain join gave."""
+    rng = np.random.default_rng(12)
+    now = T0 + 40 * DAY_MS
+    words = ["tea", "teapot", "green", "steam", "garden", "tennis", "great", "eaten"]
+    texts = [" ".join(rng.choice(words, size=4)) + f" note {i}" for i in range(900)]
+    with MemoryIndex(tmp_path / "ix.db", clock=lambda: now, dim=DIM) as ix:
+        ix.upsert_many(
+            [
+                Entry(f"m{i}", t, "low", [], 0.5, T0 + (i % 40) * DAY_MS, T0 + (i % 45) * DAY_MS)
+                for i, t in enumerate(texts)
+            ],
+            vectors=unit(rng, len(texts)),
+        )
+        plan = ix._conn.execute(
+            "EXPLAIN QUERY PLAN SELECT rid FROM items INDEXED BY items_times WHERE rid = 1"
+        ).fetchall()
+        assert "items_times" in str(plan)
+
+        def joined(expr: str, floor: int, since: int, until: int) -> list[int]:
+            rows = ix._conn.execute(
+                "SELECT items_fts.rowid FROM items_fts JOIN items ON items.rid = items_fts.rowid"
+                " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
+                " AND items.created_ms >= ? AND items.created_ms < ?"
+                " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT 400",
+                (expr, floor, since, until),
+            ).fetchall()
+            return [int(str(r)) for (r,) in rows]
+
+        cutoff = now - STALE_DAYS * DAY_MS
+        for query in ("tea", "green tea", "steam garden", "tennis"):
+            for floor, window in (
+                (cutoff, None),
+                (-(2**62), None),
+                (cutoff, (T0 + 5 * DAY_MS, T0 + 20 * DAY_MS)),
+            ):
+                got = ix._fts_list(query, None if floor < 0 else floor, window)
+                since, until = window or (-(2**62), 2**62)
+                expr = " OR ".join(f'"{t}"' for t in query.split())
+                plain = joined(expr, floor, since, until)
+                # the join's order, re-ranked by terms matched at a word start (as before)
+                assert set(got) <= set(plain) and got
+                assert [r for r in got if r in plain] == got
+                texts_of = {r: texts[r - 1] for r in plain}
+                matched = {
+                    r: sum(any(w.startswith(t) for w in texts_of[r].split()) for t in query.split())
+                    for r in plain
+                }
+                expect = sorted(
+                    (r for r in plain if matched[r]), key=lambda r: (-matched[r], plain.index(r))
+                )
+                assert got == expect[:LIST_LIMIT]
+
+
+def test_an_index_made_before_the_narrow_index_gets_it_on_open(tmp_path: Path) -> None:
+    rng = np.random.default_rng(13)
+    path = tmp_path / "ix.db"
+    with MemoryIndex(path, clock=lambda: T0, dim=DIM) as ix:
+        ix.upsert_many(entries(0, 20, T0), vectors=unit(rng, 20))
+        ix._conn.execute("DROP INDEX items_times")
+    with MemoryIndex(path, clock=lambda: T0, dim=DIM) as ix:
+        assert ix._scalar("SELECT count(*) FROM sqlite_master WHERE name = 'items_times'") == 1
+        assert len(ix.search_fts("note", k=LIST_LIMIT)) == 20
+
+
+def test_rows_moved_into_the_stale_prefix_or_freshened_there_are_found() -> None:
+    """The matrix is loaded least recently used first and a search reads from its first
+    eligible row: a stale row touched again, or a fresh row moved into a removed row's place
+    near the front, must still be found (against brute force over what is held)."""
+    rng = np.random.default_rng(14)
+    cutoff = T0 + 10 * DAY_MS
+    held: dict[int, tuple[np.ndarray, int]] = {}
+    vecs = unit(rng, 600)
+    for i in range(300):
+        held[i + 1] = (vecs[i], T0 + (i % 20) * DAY_MS)  # about half stale
+    m = VectorMatrix(DIM)
+    m.load((rid, v.tobytes(), a) for rid, (v, a) in held.items())
+    assert m._access[0] < cutoff  # the stale ones first
+
+    def check() -> None:
+        rids = sorted(held)
+        for q in unit(rng, 3):
+            scores = {rid: float(held[rid][0] @ q) for rid in rids}
+            truth = sorted((r for r in rids if held[r][1] >= cutoff), key=lambda r: (-scores[r], r))
+            assert [r for r, _ in m.nearest(q, 10, cutoff)] == truth[:10]
+            assert [r for r, _ in m.nearest(q, 400, cutoff)] == truth
+            alls = sorted(rids, key=lambda r: (-scores[r], r))
+            assert [r for r, _ in m.nearest(q, 10, None)] == alls[:10]
+
+    check()
+    first = int(m._rids[0])
+    m.touch(first, T0 + 30 * DAY_MS)  # the least recently used one, used again
+    held[first] = (held[first][0], T0 + 30 * DAY_MS)
+    check()
+    for rid in [int(r) for r in m._rids[1:6]]:  # the last (fresh) rows take their places
+        m.remove(rid)
+        del held[rid]
+    for i in range(300, 600):  # appended past the capacity: stale and fresh mixed
+        access = T0 + (i % 20) * DAY_MS
+        m.upsert(i + 1, vecs[i], access)
+        held[i + 1] = (vecs[i], access)
+    check()
+    # the best match of a query is a row in the prefix made fresh
+    stale = next(int(r) for r, a in zip(m._rids, m._access, strict=False) if a < cutoff)
+    assert m.nearest(held[stale][0], 1, cutoff)[0][0] != stale
+    m.touch(stale, cutoff)
+    held[stale] = (held[stale][0], cutoff)
+    assert m.nearest(held[stale][0], 1, cutoff)[0][0] == stale
+    check()

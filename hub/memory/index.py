@@ -306,6 +306,7 @@ CREATE TABLE IF NOT EXISTS items(
     last_access_ms INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS items_last_access ON items(last_access_ms);
+CREATE INDEX IF NOT EXISTS items_times ON items(rid, last_access_ms, created_ms);
 CREATE VIRTUAL TABLE IF NOT EXISTS items_fts USING fts5(
     text, content='', contentless_delete=1, tokenize='trigram remove_diacritics 1'
 );
@@ -768,12 +769,16 @@ class MemoryIndex:
         ranked: list[int] = []
         if long_terms:
             expr = " OR ".join(_fts_phrase(t) for t in long_terms)
+            # the filter reads the narrow items_times index, not the rows; only the kept
+            # candidates' texts are read
             rows = self._conn.execute(
-                "SELECT items_fts.rowid, items.text FROM items_fts"
-                " JOIN items ON items.rid = items_fts.rowid"
-                " WHERE items_fts MATCH ? AND items.last_access_ms >= ?"
-                " AND items.created_ms >= ? AND items.created_ms < ?"
-                " ORDER BY bm25(items_fts), items_fts.rowid DESC LIMIT ?",
+                "SELECT f.rid, items.text FROM (SELECT items_fts.rowid AS rid,"
+                " bm25(items_fts) AS score FROM items_fts"
+                " JOIN items AS t INDEXED BY items_times ON t.rid = items_fts.rowid"
+                " WHERE items_fts MATCH ? AND t.last_access_ms >= ?"
+                " AND t.created_ms >= ? AND t.created_ms < ?"
+                " ORDER BY score, rid DESC LIMIT ?) AS f"
+                " JOIN items ON items.rid = f.rid ORDER BY f.score, f.rid DESC",
                 (expr, floor, since, until, FTS_CANDIDATES),
             ).fetchall()
             patterns = [_term_pattern(t) for t in long_terms]

@@ -8,6 +8,9 @@ throws the matrix away (:meth:`invalidate`) and a commit by another connection (
 process re-indexing, forgetting) is seen through ``PRAGMA data_version`` and reloads it.
 
 Rows are stored unit-length, so the cosine distance sqlite-vec reports is ``1 - row · q``.
+They are loaded least recently used first, so the rows past the 30-day rule are mostly a
+prefix: a search multiplies from its first eligible row on (a third less work when a third
+of the memory is stale), and masks the rest.
 The answer is the one ``vec0`` gives: the ``limit`` nearest rows whose ``last_access_ms`` is
 at or after the cutoff, nearest first (equal distances by rowid).
 """
@@ -62,16 +65,20 @@ class VectorMatrix:
             access.append(int(last_access))
         n = len(rids)
         cap = max(_MIN_CAPACITY, n + n // 4)
+        # least recently used first: the rows past the 30-day rule are then a prefix that
+        # a search skips (rows added or touched later go to the end or stay where they are;
+        # a search reads from its first eligible row, wherever that is)
+        order = np.argsort(np.asarray(access, dtype=np.int64), kind="stable")
         self._vecs = np.zeros((cap, self.dim), dtype=np.float32)
         if n:
             vecs = np.frombuffer(b"".join(blobs), dtype=np.float32).reshape(n, self.dim)
-            self._vecs[:n] = _unit(vecs)
+            self._vecs[:n] = _unit(vecs[order])
         self._rids = np.zeros(cap, dtype=np.int64)
-        self._rids[:n] = rids
+        self._rids[:n] = np.asarray(rids, dtype=np.int64)[order]
         self._access = np.zeros(cap, dtype=np.int64)
-        self._access[:n] = access
+        self._access[:n] = np.asarray(access, dtype=np.int64)[order]
         self._n = n
-        self._row = {rid: i for i, rid in enumerate(rids)}
+        self._row = {int(rid): i for i, rid in enumerate(self._rids[:n].tolist())}
         self.loaded = True
 
     def invalidate(self) -> None:
@@ -139,23 +146,28 @@ class VectorMatrix:
         if n == 0 or limit <= 0:
             return []
         q = _unit(np.asarray(query, dtype=np.float32).reshape(1, self.dim))[0]
-        scores = self._vecs[:n] @ q
+        lo = 0
+        fresh = None
         if cutoff is not None:
-            eligible = self._access[:n] >= cutoff
-            count = int(np.count_nonzero(eligible))
-            if count == 0:
+            fresh = self._access[:n] >= cutoff
+            lo = int(np.argmax(fresh))  # the rows before the first eligible one: not read
+            if not fresh[lo]:
                 return []
-            scores = np.where(eligible, scores, -np.inf)
-        else:
-            count = n
+            fresh = fresh[lo:]
+        scores = self._vecs[lo:n] @ q  # the one pass over the matrix; masked in place below
+        m = n - lo
+        count = m if fresh is None else int(np.count_nonzero(fresh))
+        if fresh is not None and count < m:
+            np.copyto(scores, -np.inf, where=~fresh)
         limit = min(limit, count)
-        if limit < n:
-            top = np.argpartition(-scores, limit - 1)[:limit]
+        if limit < m:  # the rows at or above the limit-th score (ties at it included)
+            kth = np.partition(scores, m - limit)[m - limit]
+            top = np.flatnonzero(scores >= kth)
         else:
-            top = np.arange(n)
-        rids = self._rids[top]
+            top = np.arange(m)
+        rids = self._rids[lo + top]
         # nearest first; equal scores by rowid
-        order = np.lexsort((rids, -scores[top]))
+        order = np.lexsort((rids, -scores[top]))[:limit]
         return [(int(rids[j]), float(1.0 - scores[top[j]])) for j in order]
 
 
