@@ -13,6 +13,7 @@ async def test_a_senders_messages_keep_their_order_and_others_are_not_held_up() 
     handled: list[tuple[str, int]] = []
     gate = asyncio.Event()
     b_done = asyncio.Event()
+    all_done = asyncio.Event()
 
     async def handle(item: tuple[str, int]) -> None:
         sender, n = item
@@ -21,6 +22,8 @@ async def test_a_senders_messages_keep_their_order_and_others_are_not_held_up() 
         handled.append(item)
         if item == ("b", 2):
             b_done.set()
+        if len(handled) == 6:
+            all_done.set()
 
     async with Lanes(handle) as lanes:
         for n in range(3):
@@ -30,21 +33,22 @@ async def test_a_senders_messages_keep_their_order_and_others_are_not_held_up() 
         assert handled == [("b", 0), ("b", 1), ("b", 2)]  # b ran while a waited
         assert lanes.waiting() == 2
         gate.set()
-        async with asyncio.timeout(5):
-            while len(handled) < 6:
-                await asyncio.sleep(0)
+        await asyncio.wait_for(all_done.wait(), 5)
         assert [n for s, n in handled if s == "a"] == [0, 1, 2]
 
 
 async def test_a_full_lane_refuses_and_a_failure_does_not_stop_the_lane() -> None:
     gate = asyncio.Event()
     seen: list[int] = []
+    done = asyncio.Event()
 
     async def handle(n: int) -> None:
         await gate.wait()
         if n == 0:
             raise ValueError("a handler bug")
         seen.append(n)
+        if len(seen) == LANE_DEPTH + 1:  # 1..LANE_DEPTH and b's -1
+            done.set()
 
     async with Lanes(handle) as lanes:
         assert all(lanes.put("a", n) for n in range(LANE_DEPTH))
@@ -53,9 +57,7 @@ async def test_a_full_lane_refuses_and_a_failure_does_not_stop_the_lane() -> Non
         assert not lanes.put("a", LANE_DEPTH + 1)  # full
         assert lanes.put("b", -1)  # another sender's lane is not
         gate.set()
-        async with asyncio.timeout(5):
-            while len(seen) < LANE_DEPTH + 1:  # 1..LANE_DEPTH and b's -1
-                await asyncio.sleep(0)
+        await asyncio.wait_for(done.wait(), 5)
         a = [n for n in seen if n != -1]
         assert -1 in seen and a == list(range(1, LANE_DEPTH + 1))
 
