@@ -318,6 +318,7 @@ MESSAGES: dict[str, str] = {
         "--imu answers cards on glasses / 这个设备不能用点头回答确认卡"
     ),
     "glasses.config": "home.yaml 'glasses': {reason} / home.yaml 的 glasses 设置有误：{reason}",
+    "home.config": "home.yaml: {reason} / home.yaml 设置有误：{reason}",
     # vision on the hub (hub/vision)
     "vision.unavailable": (
         "face recognition is not installed ({reason}): install the vision extra (scripts/setup) "

@@ -61,3 +61,19 @@ def test_the_tracked_devices_are_bounded() -> None:
     for i in range(MAX_TRACKED + 10):
         assert rate.admit(f"d{i}", 1)
     assert len(rate._buckets) == MAX_TRACKED
+
+
+def test_the_limits_come_from_home_yaml_and_bad_ones_are_named() -> None:
+    assert RateLimits.of(None) == RateLimits()
+    got = RateLimits.of({"messages_per_s": 500, "burst_messages": 1000})
+    assert (got.messages_per_s, got.burst_messages) == (500.0, 1000.0)
+    assert got.bytes_per_s == RateLimits().bytes_per_s
+    for bad, named in (
+        ({"messages_per_s": 0}, "messages_per_s"),
+        ({"burst_bytes": "lots"}, "burst_bytes"),
+        ({"messages_per_s": True}, "messages_per_s"),
+        ({"per_minute": 5}, "per_minute"),
+        (["messages_per_s"], "mapping"),
+    ):
+        with pytest.raises(ValueError, match=named):
+            RateLimits.of(bad)

@@ -31,7 +31,7 @@ from typing import TypeVar
 from google.protobuf.message import Message
 
 from hub.errors import HubError
-from hub.mesh.ratelimit import PublishRate
+from hub.mesh.ratelimit import PublishRate, RateLimits
 from hub.timeline import ReplayState
 from protos import mesh_pb2
 from protos.clock import now_ms
@@ -84,7 +84,11 @@ class MeshPort:
         self.last_seen: dict[str, int] = {}
         """device → ms of its last accepted message, not yet written to hub.db"""
         self.replay = ReplayGuard()
-        self.rate = PublishRate()
+        try:
+            limits = RateLimits.of(home.config.get("publish_rate"))
+        except ValueError as exc:
+            raise HubError("home.config", reason=str(exc)) from None
+        self.rate = PublishRate(limits)
         """per-device publish rate on MQTT (:mod:`hub.mesh.ratelimit`)"""
         for sender, highest, seen in replay_windows:
             self.replay.restore(sender, highest, seen)

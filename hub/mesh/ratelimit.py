@@ -10,13 +10,16 @@ message, and only that device's own messages are lost (its outbox resends what m
 The defaults leave room for the heaviest legitimate burst — a heard utterance of
 :data:`sync.outbox.MAX_CHUNKS` audio chunks of 192 KiB (6 MiB) plus its envelope — and for a
 device's steady chatter (acks, wake claims, presence, sync updates) well below the rate.
+``publish_rate:`` in ``home.yaml`` changes them (``messages_per_s``, ``burst_messages``,
+``bytes_per_s``, ``burst_bytes``); the round-trip bench raises them for its flood.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -36,7 +39,27 @@ class RateLimits:
     messages_per_s: float = MESSAGES_PER_S
     burst_messages: float = BURST_MESSAGES
     bytes_per_s: float = BYTES_PER_S
+    """bytes per second"""
     burst_bytes: float = BURST_BYTES
+    """bytes"""
+
+    @staticmethod
+    def of(config: object) -> RateLimits:
+        """``publish_rate:`` in ``home.yaml`` (any of the four fields; the rest default).
+        Raises ``ValueError`` naming a field that is not a positive number."""
+        if config is None:
+            return RateLimits()
+        if not isinstance(config, Mapping):
+            raise ValueError("publish_rate: expected a mapping")
+        names = {f.name for f in dataclasses.fields(RateLimits)}
+        if unknown := sorted(set(config) - names):
+            raise ValueError(f"publish_rate: unknown field(s) {', '.join(map(str, unknown))}")
+        values: dict[str, float] = {}
+        for name, value in config.items():
+            if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                raise ValueError(f"publish_rate.{name}: expected a positive number, not {value!r}")
+            values[str(name)] = float(value)
+        return RateLimits(**values)
 
 
 @dataclass
