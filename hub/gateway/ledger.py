@@ -337,7 +337,7 @@ class Ledger:
                 "WHERE task_id=? AND call_id=?",
                 (
                     receipt.status,
-                    receipt.canonical_content.decode(),
+                    json.dumps(receipt.content()),
                     fp,
                     receipt.revision,
                     now_ms(),
