@@ -113,6 +113,7 @@ async def test_a_failed_batch_fails_every_caller_and_keeps_what_was_committed(
         for c, d in ok:
             assert (await gw.receipt(c, CTX, d, ECHOED)).status == "succeeded"
         doomed = await decided(gw, 8, "x")
+        (lone, lone_d) = (await decided(gw, 1, "y"))[0]
         await gw.commits.drain()
         audit_dir = tmp_path / "gw" / "audit"
         log_before = (audit_dir / "audit.jsonl").read_bytes()
@@ -124,6 +125,8 @@ async def test_a_failed_batch_fails_every_caller_and_keeps_what_was_committed(
             results = await asyncio.gather(
                 *(gw.receipt(c, CTX, d, ECHOED) for c, d in doomed), return_exceptions=True
             )
+            with pytest.raises(GatewayError, match="not acknowledged"):  # a batch of one
+                await gw.receipt(lone, CTX, lone_d, ECHOED)
         finally:
             os.dup2(saved, fd)
             os.close(saved)
@@ -140,9 +143,10 @@ async def test_a_failed_batch_fails_every_caller_and_keeps_what_was_committed(
         # the fault is gone: the same receipts again are recorded and audited once each
         again = await asyncio.gather(*(gw.receipt(c, CTX, d, ECHOED) for c, d in doomed))
         assert [r.status for r in again] == ["succeeded"] * 8
-        assert {c.call_id for c, _ in doomed} <= audited(tmp_path)
+        assert (await gw.receipt(lone, CTX, lone_d, ECHOED)).status == "succeeded"
+        assert {c.call_id for c, _ in [*doomed, (lone, lone_d)]} <= audited(tmp_path)
         receipts = [r for r in records(audit_dir) if r["kind"] == "receipt"]
-        assert len(receipts) == len({r["data"]["call_id"] for r in receipts}) == 11
+        assert len(receipts) == len({r["data"]["call_id"] for r in receipts}) == 12
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
 
 

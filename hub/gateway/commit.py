@@ -3,13 +3,14 @@
 A call's writes are staged first: its ledger rows join the ledger's open group transaction
 (:meth:`Ledger.record_receipt` with ``sync=False``, visible at once to every later read) and
 its audit records are queued (:meth:`AuditLog.stage`). :meth:`GroupCommit.durable` then
-waits until a batch holding them is durable. One batch at a time is written: its ledger
-transaction is committed (one ``COMMIT``, without an fsync), then, in a worker thread so
-the event loop goes on, one ``fdatasync`` of the ledger's write-ahead log and, at the same
-time, one write and ``fdatasync`` of the audit records, then one signed head. The calls
-that staged while a batch was being written form the next batch, so under load a batch
-grows with the number of callers and the fsyncs per call fall; a lone caller pays one
-batch.
+waits until a batch holding them is durable. A batch closes once the callers ready in the
+current turn of the event loop have joined it. One batch at a time is written: its ledger
+transaction is committed (one ``COMMIT``, without an fsync), then one ``fdatasync`` of
+the ledger's write-ahead log, one write and ``fdatasync`` of the audit records and one
+signed head. A lone caller's batch is written on the event loop (no thread to wake, the
+three in turn); a larger one in a worker thread, the WAL's sync alongside the audit's, so
+the event loop goes on and the calls that stage meanwhile form the next batch: under load
+a batch grows with the number of callers and the fsyncs per call fall.
 
 Guarantees: nobody waiting on a batch is answered before the whole batch is durable; if
 writing a batch fails, every caller of that batch gets :class:`GatewayError`
@@ -60,6 +61,7 @@ class GroupCommit:
         self.stats = CommitStats()
         self._open: _Batch | None = None
         self._writing: asyncio.Future[None] | None = None
+        self._scheduled: asyncio.Handle | None = None
         self._wal = ThreadPoolExecutor(1, thread_name_prefix="ledger-wal-sync")
 
     async def durable(self) -> None:
@@ -82,9 +84,13 @@ class GroupCommit:
     async def drain(self) -> None:
         """Wait until nothing is staged or being written (at close)."""
         while self._writing is not None or self._open is not None:
-            self._start()
-            if self._writing is not None:
-                await asyncio.wait({self._writing})
+            writing = self._writing
+            if writing is None:
+                self._begin()
+            elif writing.done():
+                await asyncio.sleep(0)  # its callback runs next
+            else:
+                await asyncio.wait({writing})
 
     async def aclose(self) -> None:
         """Drain, then stop the WAL-sync thread."""
@@ -97,22 +103,40 @@ class GroupCommit:
         return self._open
 
     def _start(self) -> None:
-        """Write the open batch if no batch is being written (else it follows that one)."""
+        """Write the open batch once the callers that are ready now have joined it (after
+        this turn of the event loop), unless a batch is being written: then it follows."""
+        if self._writing is not None or self._open is None or self._scheduled is not None:
+            return
+        self._scheduled = asyncio.get_running_loop().call_soon(self._begin)
+
+    def _begin(self) -> None:
+        if self._scheduled is not None:
+            self._scheduled.cancel()
+            self._scheduled = None
         if self._writing is not None or self._open is None:
             return
         batch, self._open = self._open, None
         records = self.audit.take_staged()  # taken here: later records go to the next batch
         loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None]
         try:
             self.ledger.commit_group()  # on this thread (the connection's); no fsync yet
             prepared = self.audit.prepare(records)  # the CPU part here: the thread only syncs
+            if batch.callers == 1:
+                # one caller waits, none is being written: write it here, without waking
+                # threads (what a lone call costs); calls arriving meanwhile form the next
+                # batch, written on the worker thread while the loop goes on
+                self.ledger.sync()
+                self.audit.write_prepared(prepared)
+                fut = loop.create_future()
+                fut.set_result(None)
+            else:
+                fut = loop.run_in_executor(None, self._write, prepared)
         except GatewayError as exc:
-            failed: asyncio.Future[None] = loop.create_future()
-            failed.set_exception(exc)
-            self._writing = failed
-        else:
-            self._writing = loop.run_in_executor(None, self._write, prepared)
-        self._writing.add_done_callback(functools.partial(self._written, batch))
+            fut = loop.create_future()
+            fut.set_exception(exc)
+        self._writing = fut
+        fut.add_done_callback(functools.partial(self._written, batch))
 
     def _write(self, records: Prepared) -> None:
         """In the worker thread: the ledger's WAL is synced (on a second thread) while the
