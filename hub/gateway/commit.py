@@ -7,10 +7,11 @@ waits until a batch holding them is durable. A batch closes once the callers rea
 current turn of the event loop have joined it. One batch at a time is written: its ledger
 transaction is committed (one ``COMMIT``, without an fsync), then one ``fdatasync`` of
 the ledger's write-ahead log, one write and ``fdatasync`` of the audit records and one
-signed head. A lone caller's batch is written on the event loop (no thread to wake, the
-three in turn); a larger one in a worker thread, the WAL's sync alongside the audit's, so
-the event loop goes on and the calls that stage meanwhile form the next batch: under load
-a batch grows with the number of callers and the fsyncs per call fall.
+signed head, the WAL's sync on its own thread alongside the audit's. A lone caller's batch
+is written from the event loop (one thread hand-off fewer: under load hand-offs cost as
+much as the fsyncs); a larger one from a worker thread, so the event loop goes on and the
+calls that stage meanwhile form the next batch: under load a batch grows with the number
+of callers and the fsyncs per call fall.
 
 Guarantees: nobody waiting on a batch is answered before the whole batch is durable; if
 writing a batch fails, every caller of that batch gets :class:`GatewayError`
@@ -123,11 +124,10 @@ class GroupCommit:
             self.ledger.commit_group()  # on this thread (the connection's); no fsync yet
             prepared = self.audit.prepare(records)  # the CPU part here: the thread only syncs
             if batch.callers == 1:
-                # one caller waits, none is being written: write it here, without waking
-                # threads (what a lone call costs); calls arriving meanwhile form the next
-                # batch, written on the worker thread while the loop goes on
-                self.ledger.sync()
-                self.audit.write_prepared(prepared)
+                # one caller waits, none is being written: write it from here (what a lone
+                # call costs); calls arriving meanwhile form the next batch, written from
+                # the worker thread while the loop goes on
+                self._write(prepared)
                 fut = loop.create_future()
                 fut.set_result(None)
             else:
