@@ -8,12 +8,14 @@ Run::
 Everything runs in a temporary folder on this machine, removed afterwards:
 
 1. **decide** — ``Gateway.decide`` on an ``observe`` tool with a fresh call id each time:
-   scope → duplicate/unknown → effect → gate, the decision recorded in the ledger
-   (SQLite WAL, ``synchronous=FULL``) and appended to the audit log (``fsync``). Also
+   scope → duplicate/unknown → effect → gate, the decision written to the ledger and the
+   audit log through the group commit (an allowed ``observe`` call does not wait for the
+   fsync; its decision is durable no later than its receipt). Also
    ``decide`` on a first ``send`` (a card is issued and stored): the slow path.
 2. **receipts** — ``Gateway.receipt`` on a prepared tool result: parse, the five
-   invariants, ledger write, fact split, audit append, each durable before it returns.
-   Reported as receipts per second.
+   invariants, ledger write, fact split, audit append, each durable before it returns
+   (group commit: concurrent receipts share one ledger fsync, one audit write and one
+   signed head per batch). Reported as receipts per second, one caller and 8 at once.
 3. **overhead** — the same tool of the same MCP stdio server (the ``probe`` test package's
    ``echo``): *direct* through the package host (one MCP round trip) versus *gated* through
    ``Gateway.call`` (decide + the same round trip + receipt). Direct and gated alternate in
@@ -119,9 +121,12 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
                 for c, d in part:
                     await gw.receipt(c, CTX, d, outcome)
 
+            await gw.commits.drain()
+            first = gw.commits.stats.batches
             t0 = time.perf_counter()
             await asyncio.gather(*(caller(prepared[k::CALLERS]) for k in range(CALLERS)))
             conc_s = time.perf_counter() - t0
+            batches = gw.commits.stats.batches - first
 
             # 3. overhead on a real MCP tool call
             direct: list[float] = []
@@ -160,7 +165,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
     )
     print(
         f"  with {CALLERS} callers at once    n={receipts:<6} {receipts / conc_s:8.0f} receipts/s "
-        f"(x{rec_s / conc_s:.2f} the one-caller rate, same run)"
+        f"(x{rec_s / conc_s:.2f} the one-caller rate, same run; {receipts / batches:.1f} "
+        f"receipts per durable batch)"
     )
     d50, g50 = statistics.median(direct), statistics.median(gated)
     d99, g99 = pct(direct, 99), pct(gated, 99)

@@ -139,6 +139,13 @@ MESSAGES: dict[str, str] = {
     "card.refused": "the hub refused the answer to card {card}: {reason}",
     "card.no_answer": "no answer from the hub about card {card} within {seconds} s",
     "card.not_phone": "this bundle ({profile}) cannot answer cards: it has no approve scope",
+    "audit.write_failed": "audit log {path}: a batch of records was not written: {reason}",
+    "ledger.sync_failed": "ledger {path}: its write-ahead log was not synced: {reason}",
+    "ledger.commit_failed": "ledger {path}: a batch of writes was not committed: {reason}",
+    "gateway.commit_failed": (
+        "{calls} call(s) not made durable, so not acknowledged: {reason} "
+        "(everything committed before is kept)"
+    ),
     "audit.broken": "audit log {path} fails verification at line {line}: {problem}",
     "audit.rolled_back": ("audit log {path} is behind the head witnessed by {witness}: {problem}"),
     # payments

@@ -103,6 +103,7 @@ async def open_gateway(
                 yield gw
             finally:
                 gw.close()
+                await gw.commits.aclose()
     finally:
         audit.close()
         ledger.close()

@@ -18,16 +18,24 @@ fails when the log ends before it or holds another record at its seq.
 
 Trace ids attribute; they never authorise. Writers take an exclusive ``flock``; appends
 are ``fsync``'d when ``durable`` (the default).
+
+Group commit: :meth:`AuditLog.stage` only queues a record (no I/O);
+:meth:`AuditLog.take_staged` hands the queue to the gateway's group commit
+(:mod:`hub.gateway.commit`), whose :meth:`AuditLog.write` chains, writes and syncs the whole
+batch at once and signs the head once for it. A batch whose write fails leaves the file as
+it was (the bytes written are cut off again) and the head untouched.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
 import logging
 import os
-from collections.abc import Iterator
+import threading
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,6 +43,7 @@ from typing import Any
 from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
+from hub.gateway.errors import GatewayError
 from hub.gateway.receipts import canonical
 from protos.clock import now_ms
 from protos.codec import signing_input
@@ -56,6 +65,26 @@ def record_hash(record: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Staged:
+    """A record queued for the next batch: chained (seq, prev, hash) when it is written."""
+
+    kind: str
+    data: dict[str, Any]
+    trace_id: str
+    ts_ms: int
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A batch chained onto ``tail`` (seq, hash) and encoded, ready to be written."""
+
+    batch: tuple[Staged, ...]
+    tail: tuple[int, str]
+    records: list[dict[str, Any]]
+    blob: bytes
+
+
+@dataclass(frozen=True)
 class Verdict:
     ok: bool
     records: int
@@ -74,18 +103,25 @@ class AuditLog:
         self.head_path = self.dir / "audit.head"
         self.durable = durable
         self.signer = signer
-        fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
-        self._fh = os.fdopen(fd, "ab")
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR | os.O_APPEND, 0o600)
         self._head_fd = os.open(self.head_path, os.O_CREAT | os.O_RDWR, 0o600)
+        self._staged: list[Staged] = []
+        self._staged_lock = threading.Lock()
+        self._write_lock = threading.Lock()
 
     def close(self) -> None:
-        self._fh.close()
-        os.close(self._head_fd)
+        """Write what is still queued, then close."""
+        try:
+            self.write(self.take_staged())
+        finally:
+            with self._write_lock:
+                os.close(self._fd)
+                os.close(self._head_fd)
 
     def _tail(self) -> tuple[int, str]:
         """(seq, hash) to chain onto: the head, else the log's last line, else genesis."""
         try:
-            head = json.loads(self.head_path.read_text())
+            head = json.loads(os.pread(self._head_fd, HEAD_BYTES, 0))
             return int(head["seq"]), str(head["hash"])
         except (OSError, ValueError, KeyError, TypeError):
             pass
@@ -101,26 +137,96 @@ class AuditLog:
         return 0, GENESIS
 
     def append(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> dict[str, Any]:
-        fcntl.flock(self._fh.fileno(), fcntl.LOCK_EX)
-        try:
-            seq, prev = self._tail()
+        """Write one record now (durable when this returns, with ``durable``)."""
+        return self.write([Staged(kind, data, trace_id[:128], now_ms())])[-1]
+
+    def stage(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> None:
+        """Queue a record for the next group commit (no I/O; durable once its batch is)."""
+        with self._staged_lock:
+            self._staged.append(Staged(kind, data, trace_id[:128], now_ms()))
+
+    def take_staged(self) -> list[Staged]:
+        """The records queued so far (a batch takes them all; the queue starts again)."""
+        with self._staged_lock:
+            out, self._staged = self._staged, []
+        return out
+
+    def write(self, batch: Sequence[Staged]) -> list[dict[str, Any]]:
+        """Chain ``batch`` onto the log, write it in one go, sync it, then rewrite (and sign)
+        the head once (:meth:`prepare` then :meth:`write_prepared`)."""
+        return self.write_prepared(self.prepare(batch))
+
+    def prepare(self, batch: Sequence[Staged]) -> Prepared:
+        """Chain ``batch`` onto the current tail and encode it: the CPU part of a write, for
+        the caller's thread (the group commit's event loop), so the writing thread only
+        makes system calls."""
+        seq, prev = expected = self._tail()
+        recs: list[dict[str, Any]] = []
+        for st in batch:
+            seq += 1
             record: dict[str, Any] = {
-                "seq": seq + 1,
-                "ts_ms": now_ms(),
-                "kind": kind,
-                "trace_id": trace_id[:128],
-                "data": data,
+                "seq": seq,
+                "ts_ms": st.ts_ms,
+                "kind": st.kind,
+                "trace_id": st.trace_id,
+                "data": st.data,
                 "prev": prev,
             }
-            record["hash"] = record_hash(record)
-            self._fh.write(canonical(record) + b"\n")
-            self._fh.flush()
+            record["hash"] = prev = record_hash(record)
+            recs.append(record)
+        blob = b"".join(canonical(r) + b"\n" for r in recs)
+        return Prepared(tuple(batch), expected, recs, blob)
+
+    def write_prepared(self, p: Prepared) -> list[dict[str, Any]]:
+        """Write a prepared batch and its head. Thread-safe (one writer at a time, also
+        across processes by ``flock``; a batch prepared on a tail that moved since is
+        chained again). On failure the file is cut back to where it was, the head is
+        untouched and :class:`GatewayError` ``audit.write_failed`` is raised."""
+        if not p.records:
+            return []
+        with self._write_lock:
+            fd = self._fd
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if self._tail() != p.tail:  # another writer came first
+                    p = self.prepare(p.batch)
+                seq, digest = p.records[-1]["seq"], p.records[-1]["hash"]
+                size = os.fstat(fd).st_size
+                try:
+                    view = memoryview(p.blob)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    if self.durable:
+                        os.fdatasync(fd)
+                except OSError as exc:
+                    self._cut(size)
+                    raise GatewayError(
+                        "audit.write_failed", path=str(self.path), reason=str(exc)
+                    ) from exc
+                old_head = os.pread(self._head_fd, HEAD_BYTES, 0)
+                try:
+                    self._write_head(seq, digest)
+                except OSError as exc:
+                    # no head names the records: cut them off again and put the old head
+                    # back, so the log still ends where its head says
+                    self._cut(size)
+                    with contextlib.suppress(OSError):
+                        os.pwrite(self._head_fd, old_head.ljust(HEAD_BYTES), 0)
+                    raise GatewayError(
+                        "audit.write_failed", path=str(self.path), reason=str(exc)
+                    ) from exc
+                return p.records
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _cut(self, size: int) -> None:
+        """Drop whatever a failed write left past ``size``."""
+        try:
+            os.ftruncate(self._fd, size)
             if self.durable:
-                os.fdatasync(self._fh.fileno())
-            self._write_head(record["seq"], record["hash"])
-            return record
-        finally:
-            fcntl.flock(self._fh.fileno(), fcntl.LOCK_UN)
+                os.fdatasync(self._fd)
+        except OSError:
+            log.exception("audit log %s: a failed write could not be cut off", self.path)
 
     def head(self) -> SignedHead | None:
         """The current signed head (``None``: unsigned log, or nothing written yet)."""

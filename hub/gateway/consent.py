@@ -34,7 +34,6 @@ from typing import Any
 from hub.gateway.ledger import Ledger
 from protos import consent_pb2, signed
 from protos.clock import now_ms
-from storage.sqlite import transaction
 from sync.scopes import GESTURE_SCOPE
 
 CARD_TTL_S = 15 * 60
@@ -129,10 +128,14 @@ class ConsentAuthority:
         card_ttl_s: float = CARD_TTL_S,
         gesture_effects: Collection[str] = GESTURE_EFFECTS,
     ) -> None:
+        self.ledger = ledger
         self.db = ledger.db
         self.card_ttl_s = card_ttl_s
         self.gesture_effects = frozenset(gesture_effects) - NEVER_BY_GESTURE
         """the effects glasses (``approve.gesture``) may answer"""
+        self._sends: set[tuple[str, str, str]] | None = None
+        """first-send memory held in memory (read once from the ledger, changed only here:
+        :meth:`remember_send` / :meth:`forget_send` update it with their commit)"""
 
     def gesture_refusal(self, card: Card) -> str:
         """Why a nod or shake on the glasses may not answer ``card`` ("" if it may)."""
@@ -145,20 +148,38 @@ class ConsentAuthority:
         return ""
 
     # ------------------------------------------------------------------ rules
+    def _memory(self) -> set[tuple[str, str, str]]:
+        if self._sends is None:
+            self._sends = {
+                (str(o), str(r), str(t))
+                for o, r, t in self.db.execute(
+                    "SELECT owner, recipient, task_type FROM first_sends"
+                )
+            }
+        return self._sends
+
     def remembered(self, owner: str, recipient: str, task_type: str) -> bool:
-        for _ in self.db.execute(
-            "SELECT 1 FROM first_sends WHERE owner=? AND recipient=? AND task_type=?",
-            (owner, recipient.lower(), task_type),
-        ):
-            return True
-        return False
+        """Whether (owner, recipient, task type) was confirmed once (memory: no I/O)."""
+        return (owner, recipient.lower(), task_type) in self._memory()
 
     def remember_send(self, owner: str, recipient: str, task_type: str) -> None:
-        with transaction(self.db):
+        key = (owner, recipient.lower(), task_type)
+        memory = self._memory()
+        with self.ledger.transaction():
+            self.db.execute("INSERT OR IGNORE INTO first_sends VALUES (?,?,?,?)", (*key, now_ms()))
+        memory.add(key)
+
+    def forget_send(self, owner: str, recipient: str, task_type: str) -> bool:
+        """Revoke a remembered first send: the very next send of this kind to this
+        recipient asks the owner again. ``False`` if it was not remembered."""
+        key = (owner, recipient.lower(), task_type)
+        memory = self._memory()
+        memory.discard(key)  # before the commit: a decide never sees a revoked consent
+        with self.ledger.transaction():
             self.db.execute(
-                "INSERT OR IGNORE INTO first_sends VALUES (?,?,?,?)",
-                (owner, recipient.lower(), task_type, now_ms()),
+                "DELETE FROM first_sends WHERE owner=? AND recipient=? AND task_type=?", key
             )
+            return bool(self.db.changes() == 1)
 
     def required(
         self, effect: str, *, owner_requested: bool, owner: str, target: str, task_type: str
@@ -231,7 +252,7 @@ class ConsentAuthority:
         payment cards live 60 s); returns it and the older cards it voided."""
         t = now_ms()
         card_id = "c-" + secrets.token_hex(8)
-        with transaction(self.db):
+        with self.ledger.transaction():
             voided = [
                 self._card(r)
                 for r in self.db.execute(
@@ -276,7 +297,7 @@ class ConsentAuthority:
     def expire_due(self, now: int | None = None) -> list[Card]:
         """Pending cards past their expiry become ``expired``; returns them."""
         t = now if now is not None else now_ms()
-        with transaction(self.db):
+        with self.ledger.transaction():
             due = [
                 self._card(r)
                 for r in self.db.execute(
@@ -292,7 +313,7 @@ class ConsentAuthority:
         return due
 
     def set_state(self, card_id: str, state: str, reason: str = "") -> None:
-        with transaction(self.db):
+        with self.ledger.transaction():
             self.db.execute(
                 "UPDATE cards SET state=?, reason=? WHERE card_id=?", (state, reason, card_id)
             )
@@ -329,7 +350,7 @@ class ConsentAuthority:
         if card.state != "pending":
             return Answer("refused", f"card already {card.state}", card)
         if t > card.expires_ms:
-            with transaction(self.db):
+            with self.ledger.transaction():
                 self.db.execute(
                     "UPDATE cards SET state='expired', reason='expired', answered_ms=? "
                     "WHERE card_id=? AND state='pending'",
@@ -346,7 +367,7 @@ class ConsentAuthority:
             return Answer("refused", "no decision", card)
         approve = body.decision == consent_pb2.APPROVE
         token = secrets.token_hex(16) if approve else None
-        with transaction(self.db):
+        with self.ledger.transaction():
             self.db.execute(
                 "UPDATE cards SET state=?, answered_by=?, answered_ms=?, reason=? "
                 "WHERE card_id=? AND state='pending' AND nonce=?",
@@ -370,7 +391,7 @@ class ConsentAuthority:
 
     def consume_token(self, token: str, card: Card) -> bool:
         """Spend an execution token once; ``False`` if unknown, spent, or for another action."""
-        with transaction(self.db):
+        with self.ledger.transaction():
             self.db.execute(
                 "UPDATE tokens SET consumed_ms=? WHERE token=? AND card_id=? AND action_hash=? "
                 "AND consumed_ms IS NULL",

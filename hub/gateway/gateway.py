@@ -18,6 +18,15 @@ Outcomes: ``allow``, ``rewrite`` (trusted fields — session, run, call id, idem
 overwrote or filled the model's), ``block`` (a ``rejected`` receipt with the reason) and
 ``confirm`` (a ``waiting`` receipt at once; the card goes to the owner's phone; the rest of
 the batch goes on). ``owner_requested`` is read, then stripped from the arguments.
+
+Durability (issue 21): :meth:`Gateway.decide` reads only memory and the ledger's cached
+pages (policy from the manifests, the consent authority's first-send memory in memory)
+and commits its decision without an fsync; its ledger row and audit record join the next
+group commit (:mod:`.commit`). A decision that lets something other than an ``observe``
+tool run, blocks or asks for a card returns only once that batch is durable; an allowed
+``observe`` call does not wait (running it twice after a crash changes nothing), and its
+decision is durable no later than its receipt. Every receipt returns only once durable:
+concurrent calls share one fsync of the ledger, one of the audit log and one signed head.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from hub.capabilities.host import REFUSED, PackageHost, ToolOutcome
 from hub.capabilities.manifest import Manifest, ToolSpec
 from hub.gateway import facts as factsmod
 from hub.gateway.audit import AuditLog
+from hub.gateway.commit import GroupCommit
 from hub.gateway.consent import EXPIRED_NOW, Answer, Card, ConsentAuthority
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import Ledger
@@ -183,6 +193,11 @@ class Gateway:
         self.ledger = ledger
         self.audit = audit
         self.consent = ConsentAuthority(ledger)
+        self.commits = GroupCommit(ledger, audit)
+        """the group commit every decision and receipt of this gateway goes through"""
+        self._unaudited: set[tuple[str, str, str]] = set()
+        """(task, call, fingerprint) of receipts whose batch failed after their ledger row
+        was written: their audit record is written again when the same receipt comes back"""
         self.host = host
         self.courier = courier
         self.on_result = on_result
@@ -258,6 +273,7 @@ class Gateway:
                     call=call.call_id,
                     what="a different call was already decided",
                 )
+            await self.commits.durable()  # recorded by a caller whose batch may be open
             return self._restore(old.decision, old.receipt)
         decision = self._decide(call, ctx)
         return await self._record(call, ctx, decision, args_fp)
@@ -381,19 +397,26 @@ class Gateway:
             d = replace(d, card=card, receipt=self._stamp(waiting, call, d))
             for old in voided:
                 await self._cancel(old, "voided", "the action changed", ctx.trace_id)
-        self.record_decision(call, ctx, d, args_fp)
-        if d.receipt is not None:
+        self.record_decision(call, ctx, d, args_fp, durable=False)
+        if d.receipt is not None:  # _store waits for the batch (the decision's too)
             stored = self._facts(
                 await self._store(call.task_id, call.call_id, d.receipt, ctx.trace_id)
             )
             d = replace(d, receipt=stored)
+        elif d.runs and d.effect == "observe":
+            self.commits.soon()
+        else:
+            await self.commits.durable()
         if d.card is not None:
             await self.show_card(d.card)
         return d
 
-    def record_decision(self, call: ToolCall, ctx: CallContext, d: Decision, args_fp: str) -> None:
+    def record_decision(
+        self, call: ToolCall, ctx: CallContext, d: Decision, args_fp: str, *, durable: bool = True
+    ) -> None:
         """The ledger row and the audit record of a decision (also for the calls the payment
-        authority makes itself)."""
+        authority makes itself): durable on return, or with ``durable=False`` staged for the
+        group commit (the caller then waits on :attr:`commits` or asks it to write soon)."""
         self.ledger.record_decision(
             task_id=call.task_id,
             call_id=call.call_id,
@@ -405,8 +428,10 @@ class Gateway:
             target=d.target,
             outcome=d.outcome,
             decision=d.to_dict(),
+            sync=durable,
         )
-        self.audit.append(
+        write = self.audit.append if durable else self.audit.stage
+        write(
             "decision",
             {
                 "task_id": call.task_id,
@@ -478,18 +503,41 @@ class Gateway:
         )
         return replace(r, summary=factsmod.summary(r))
 
-    async def _store(self, task_id: str, call_id: str, r: Receipt, trace_id: str) -> Receipt:
-        stored, fresh = self.ledger.record_receipt(task_id, call_id, r, factsmod.fact_map([r]))
-        if fresh:
-            self.audit.append(
+    async def _store(
+        self,
+        task_id: str,
+        call_id: str,
+        r: Receipt,
+        trace_id: str,
+        facts: dict[str, str] | None = None,
+    ) -> Receipt:
+        """Record ``r`` (idempotently) and return the stored receipt once it is durable
+        (group commit: concurrent calls share the batch). ``facts``: ``r``'s fact map, if
+        the caller has it already."""
+        stored, fresh = self.ledger.record_receipt(
+            task_id, call_id, r, factsmod.fact_map([r]) if facts is None else facts, sync=False
+        )
+        key = (task_id, call_id, stored.fingerprint())
+        if fresh or key in self._unaudited:
+            self.audit.stage(
                 "receipt",
                 {"task_id": task_id, "call_id": call_id, "receipt": stored.content()},
                 trace_id=trace_id,
             )
+        try:
+            await self.commits.durable()  # also when not fresh: its first writer may wait
+        except GatewayError:
+            if fresh:  # in the ledger, but its audit record was lost with the batch:
+                self._unaudited.add(key)  # a retry of the same receipt writes it again
+            raise
+        self._unaudited.discard(key)
         return stored
 
-    def _facts(self, r: Receipt) -> Receipt:
-        new, said = self.ledger.fact_states(r.task_id, list(factsmod.fact_map([r])))
+    def _facts(self, r: Receipt, facts: dict[str, str] | None = None) -> Receipt:
+        """``r`` with its new and said facts (``facts``: its fact map, if known; the same
+        for every receipt of the same content)."""
+        ids = list(factsmod.fact_map([r]) if facts is None else facts)
+        new, said = self.ledger.fact_states(r.task_id, ids)
         return replace(r, new_facts=tuple(new), said_facts=tuple(said))
 
     async def record_revision(
@@ -547,7 +595,8 @@ class Gateway:
         r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
         output = raw.output or outcome.text[:MAX_OUTPUT]
         r = replace(self._stamp(r, call, decision, revision), output=output)
-        stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id)
+        facts = factsmod.fact_map([r])
+        stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id, facts)
         if stored.status in ("unknown", "partial") and spec.check_with:
             self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)
         if stored.status == "succeeded" and any(
@@ -555,8 +604,8 @@ class Gateway:
         ):
             self.ledger.check_ran(call.task_id, m.name, spec.name)
         if self.payments is not None and stored.effect == "spend":
-            return await self.payments.on_receipt(call, ctx, decision, self._facts(stored))
-        return self._facts(stored)
+            return await self.payments.on_receipt(call, ctx, decision, self._facts(stored, facts))
+        return self._facts(stored, facts)
 
     # ------------------------------------------------------------------ observe
     async def observe(

@@ -9,11 +9,21 @@ checks, and which facts were already said.
   for (task, package, tool) until a receipt of the check tool arrives in that task.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
+- Group commit: :meth:`Ledger.record_decision` and :meth:`Ledger.record_receipt` with
+  ``sync=False`` join one open transaction (each in its own savepoint; every later read on
+  this connection sees them). The gateway's group commit (:mod:`hub.gateway.commit`)
+  commits it once per batch (:meth:`Ledger.commit_group`) and makes it durable with one
+  fsync of the write-ahead log (:meth:`Ledger.sync`) before any caller of the batch is
+  answered. Every other write (:meth:`Ledger.transaction`) commits the open group first
+  and then itself, durably (``synchronous=FULL``).
 """
 
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,10 +132,82 @@ class CallRow:
 class Ledger:
     def __init__(self, path: Path, *, synchronous: str = "FULL") -> None:
         self.path = path
+        self.synchronous = synchronous.upper()
         self.db: apsw.Connection = open_db(path, SCHEMA, synchronous=synchronous)
+        self._wal_fd: int | None = None
+        if self.synchronous == "FULL":
+            # commits skip SQLite's own fsync; sync() does it (after each transaction() of
+            # its own, once per batch for the group): the same durability as FULL
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self._wal_fd = os.open(f"{path}-wal", os.O_RDONLY)  # open_db made the WAL
+            folder = os.open(path.parent, os.O_RDONLY)  # and its directory entry durable
+            try:
+                os.fsync(folder)
+            finally:
+                os.close(folder)
+        self._group = False
+        """a group transaction is open (writes with ``sync=False`` since the last commit)"""
 
     def close(self) -> None:
+        self.commit_group()
+        if self._wal_fd is not None:
+            os.close(self._wal_fd)
+            self._wal_fd = None
         self.db.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[apsw.Connection]:
+        """A write transaction of its own, durable on return (one fsync of the WAL, as
+        ``synchronous=FULL`` would); the open group of writes is committed first (the fsync
+        covers it too)."""
+        self.commit_group()
+        with transaction(self.db):
+            yield self.db
+        self.sync()
+
+    @contextmanager
+    def _write(self, sync: bool) -> Iterator[None]:
+        """One write. ``sync``: its own durable transaction. Otherwise it joins the open
+        group transaction (begun here if none is), in a savepoint of its own (a write that
+        raises leaves the group as it was); :meth:`commit_group` commits the group and
+        :meth:`sync` makes it durable."""
+        if sync:
+            with self.transaction():
+                yield
+            return
+        if not self._group:
+            self.db.execute("BEGIN IMMEDIATE")
+            self._group = True
+        with self.db:  # a savepoint inside the group
+            yield
+
+    def commit_group(self) -> None:
+        """Commit the open group of writes (no fsync: :meth:`sync` follows); on failure the
+        whole group is rolled back and :class:`GatewayError` ``ledger.commit_failed`` is
+        raised — what earlier groups committed is untouched."""
+        if not self._group:
+            return
+        self._group = False
+        try:
+            self.db.execute("COMMIT")
+        except apsw.Error as exc:
+            if not self.db.getautocommit():
+                self.db.execute("ROLLBACK")
+            raise GatewayError(
+                "ledger.commit_failed", path=str(self.path), reason=str(exc)
+            ) from exc
+
+    def sync(self) -> None:
+        """Make every commit so far durable: one ``fdatasync`` of the write-ahead log (a
+        commit is durable once its WAL frames are). Touches no SQLite state, so a thread may
+        run it while the event loop goes on committing; whatever was committed before it
+        started is covered. Raises :class:`GatewayError` ``ledger.sync_failed``."""
+        if self._wal_fd is None:  # synchronous OFF (or NORMAL: SQLite's own choice)
+            return
+        try:
+            os.fdatasync(self._wal_fd)
+        except OSError as exc:
+            raise GatewayError("ledger.sync_failed", path=str(self.path), reason=str(exc)) from exc
 
     # ------------------------------------------------------------------ calls
     def _row(self, r: Any) -> CallRow:
@@ -170,9 +252,11 @@ class Ledger:
         target: str,
         outcome: str,
         decision: dict[str, Any],
+        sync: bool = True,
     ) -> CallRow:
-        """Record a decision once; the same (task, call) with other arguments conflicts."""
-        with transaction(self.db):
+        """Record a decision once; the same (task, call) with other arguments conflicts.
+        ``sync=False``: durable at the next :meth:`sync` (group commit)."""
+        with self._write(sync):
             old = self.call(task_id, call_id)
             if old is not None:
                 if old.args_fp != args_fp or (old.package, old.tool) != (package, tool):
@@ -208,16 +292,22 @@ class Ledger:
         return row
 
     def record_receipt(
-        self, task_id: str, call_id: str, receipt: Receipt, facts: dict[str, str] | None = None
+        self,
+        task_id: str,
+        call_id: str,
+        receipt: Receipt,
+        facts: dict[str, str] | None = None,
+        *,
+        sync: bool = True,
     ) -> tuple[Receipt, bool]:
         """Store the receipt of a decided call (and its facts, id → text, in the same
-        transaction). Returns (stored receipt, fresh).
+        transaction). Returns (stored receipt, fresh). ``sync=False``: durable at the next
+        :meth:`sync` (group commit).
 
         Same content → the stored record (not fresh); a higher revision replaces it;
         anything else is a conflict."""
-        content = receipt.content()
         fp = receipt.fingerprint()
-        with transaction(self.db):
+        with self._write(sync):
             row = None
             for r in self.db.execute(
                 "SELECT receipt, receipt_fp, revision FROM calls WHERE task_id=? AND call_id=?",
@@ -247,7 +337,7 @@ class Ledger:
                 "WHERE task_id=? AND call_id=?",
                 (
                     receipt.status,
-                    json.dumps(content),
+                    json.dumps(receipt.content()),
                     fp,
                     receipt.revision,
                     now_ms(),
@@ -280,7 +370,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ checks
     def require_check(self, task_id: str, package: str, tool: str, check_with: str) -> None:
-        with transaction(self.db):
+        with self.transaction():
             self.db.execute(
                 "INSERT OR REPLACE INTO checks VALUES (?,?,?,?,?)",
                 (task_id, package, tool, check_with, now_ms()),
@@ -303,7 +393,7 @@ class Ledger:
             break
         else:
             return []  # nothing pending: no write, no sync
-        with transaction(self.db):
+        with self.transaction():
             cleared = [
                 str(t)
                 for (t,) in self.db.execute(
@@ -322,7 +412,7 @@ class Ledger:
         """Record facts (id → text); return (new ids, already said ids)."""
         new: list[str] = []
         said: list[str] = []
-        with transaction(self.db):
+        with self.transaction():
             for fact_id, text in facts.items():
                 self.db.execute(
                     "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
@@ -346,7 +436,7 @@ class Ledger:
 
     def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
         """Only ACKed facts count as said: call this when the reply's delivery is ACKed."""
-        with transaction(self.db):
+        with self.transaction():
             for fact_id in fact_ids:
                 self.db.execute(
                     "UPDATE facts SET said_ms=? WHERE task_id=? AND fact_id=? AND said_ms IS NULL",

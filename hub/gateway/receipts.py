@@ -35,7 +35,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field, replace
+from copy import deepcopy
+from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from typing import Any
 
@@ -124,8 +125,25 @@ class Receipt:
     said_facts: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        """The receipt in its wire form (what a package returns) plus the trusted fields."""
-        d = asdict(self)
+        """The receipt in its wire form (what a package returns) plus the trusted fields
+        (what :func:`dataclasses.asdict` gives, built directly: it is on the hot path)."""
+        d: dict[str, Any] = {name: getattr(self, name) for name in _RECEIPT_FIELDS}
+        d["effects"] = tuple(
+            {"kind": e.kind, "state": e.state, "target": e.target, "fields": deepcopy(e.fields)}
+            for e in self.effects
+        )
+        d["values"] = tuple(
+            {
+                "name": v.name,
+                "value": v.value,
+                "unit": v.unit,
+                "source": v.source,
+                "flagged": v.flagged,
+            }
+            for v in self.values
+        )
+        n = self.next
+        d["next"] = {"retry": n.retry, "check_with": n.check_with, "waiting_for": n.waiting_for}
         d["receipt_version"] = RECEIPT_VERSION
         d["error"] = {"code": d.pop("error_code"), "message": self.error}
         return d
@@ -142,8 +160,13 @@ class Receipt:
         Computed once per receipt; do not modify the returned dict."""
         return self._content
 
+    @cached_property
+    def canonical_content(self) -> bytes:
+        """:func:`canonical` of :meth:`content` (computed once: stored and fingerprinted)."""
+        return canonical(self._content)
+
     def fingerprint(self) -> str:
-        return hashlib.sha256(canonical(self._content)).hexdigest()
+        return hashlib.sha256(self.canonical_content).hexdigest()
 
     @property
     def confirmed_effects(self) -> tuple[Effect, ...]:
@@ -178,6 +201,9 @@ class Receipt:
         flags = [v.get("flagged", "") if isinstance(v, dict) else "" for v in d.get("values", [])]
         values = tuple(replace(v, flagged=f) for v, f in zip(parsed.values, flags, strict=False))
         return replace(parsed, values=values, **extra)
+
+
+_RECEIPT_FIELDS = tuple(f.name for f in fields(Receipt))
 
 
 def canonical(obj: Any) -> bytes:

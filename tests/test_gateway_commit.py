@@ -1,0 +1,193 @@
+"""Group commit and the in-memory decide state (issue 21): concurrent receipts share one
+durable batch (one ledger fsync, one audit write, one signed head); nobody is answered
+before their batch is durable; a batch whose write fails fails every caller of it and
+keeps what was committed before; a revoked first-send consent is refused on the very next
+decide."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from nacl.signing import SigningKey
+
+from hub.capabilities.host import ToolOutcome
+from hub.gateway import CallContext, Decision, Gateway, Receipt, ToolCall, open_gateway
+from hub.gateway.audit import records, verify
+from hub.gateway.errors import GatewayError
+from storage.sqlite import read_rows
+from tests.gateway_kit import PACKAGES
+
+CTX = CallContext(owner="owner", scope="owner", session_id="s", run_id="r", trace_id="t")
+SIGNER = SigningKey.generate()
+VERIFY_KEY = bytes(SIGNER.verify_key)
+ECHOED = ToolOutcome(
+    structured={
+        "receipt_version": 1,
+        "status": "succeeded",
+        "effects": [{"kind": "echo", "state": "verified", "fields": {"n": 1}}],
+        "values": [{"name": "size", "value": 3, "unit": "items"}],
+    }
+)
+
+
+@asynccontextmanager
+async def gw_at(tmp: Path) -> AsyncIterator[Gateway]:
+    async with open_gateway(
+        tmp / "gw", packages=[PACKAGES["probe"], PACKAGES["messaging"]], audit_signer=SIGNER
+    ) as gw:
+        yield gw
+
+
+async def decided(gw: Gateway, n: int, prefix: str) -> list[tuple[ToolCall, Decision]]:
+    out = []
+    for i in range(n):
+        c = ToolCall("probe", "echo", {"text": str(i)}, f"{prefix}{i}", f"task-{prefix}")
+        d = await gw.decide(c, CTX)
+        assert d.runs
+        out.append((c, d))
+    return out
+
+
+def ledger_receipts(tmp: Path) -> set[str]:
+    """Call ids with a receipt, read by another connection (what is committed)."""
+    rows = read_rows(
+        tmp / "gw" / "gateway.db", "SELECT call_id FROM calls WHERE receipt IS NOT NULL"
+    )
+    return {str(r[0]) for r in rows}
+
+
+def audited_seq(tmp: Path, call_id: str) -> int:
+    return next(
+        r["seq"]
+        for r in records(tmp / "gw" / "audit")
+        if r["kind"] == "receipt" and r["data"]["call_id"] == call_id
+    )
+
+
+def audited(tmp: Path) -> set[str]:
+    return {r["data"]["call_id"] for r in records(tmp / "gw" / "audit") if r["kind"] == "receipt"}
+
+
+async def test_concurrent_receipts_share_a_batch_and_each_returns_only_once_durable(
+    tmp_path: Path,
+) -> None:
+    async with gw_at(tmp_path) as gw:
+        calls = await decided(gw, 8, "c")
+        await gw.commits.drain()
+        before = gw.commits.stats.batches
+        seen: dict[str, tuple[bool, bool, bool]] = {}
+
+        async def caller(c: ToolCall, d: Decision) -> Receipt:
+            r = await gw.receipt(c, CTX, d, ECHOED)
+            # at the moment this caller is answered, its batch is on disk: the ledger row
+            # is committed, the audit record written and named by the signed head
+            # (the next batch may be half written by now: verify() waits for the end)
+            head = json.loads((tmp_path / "gw" / "audit" / "audit.head").read_bytes())
+            seen[c.call_id] = (
+                c.call_id in ledger_receipts(tmp_path),
+                c.call_id in audited(tmp_path),
+                audited_seq(tmp_path, c.call_id) <= head["seq"],
+            )
+            return r
+
+        got = await asyncio.gather(*(caller(c, d) for c, d in calls))
+        assert [r.status for r in got] == ["succeeded"] * 8
+        assert seen == {c.call_id: (True, True, True) for c, _ in calls}
+        sizes = gw.commits.stats.sizes[-(gw.commits.stats.batches - before) :]
+        assert sum(sizes) == 8
+        assert len(sizes) < 8 and max(sizes) > 1, f"8 callers, batches {sizes}: none shared"
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+async def test_a_failed_batch_fails_every_caller_and_keeps_what_was_committed(
+    tmp_path: Path,
+) -> None:
+    async with gw_at(tmp_path) as gw:
+        ok = await decided(gw, 3, "ok")
+        for c, d in ok:
+            assert (await gw.receipt(c, CTX, d, ECHOED)).status == "succeeded"
+        doomed = await decided(gw, 8, "x")
+        (lone, lone_d) = (await decided(gw, 1, "y"))[0]
+        await gw.commits.drain()
+        audit_dir = tmp_path / "gw" / "audit"
+        log_before = (audit_dir / "audit.jsonl").read_bytes()
+        fd = gw.audit._fd
+        saved = os.dup(fd)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)  # every write to the audit log now fails: ENOSPC
+        try:
+            results = await asyncio.gather(
+                *(gw.receipt(c, CTX, d, ECHOED) for c, d in doomed), return_exceptions=True
+            )
+            with pytest.raises(GatewayError, match="not acknowledged"):  # a batch of one
+                await gw.receipt(lone, CTX, lone_d, ECHOED)
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            os.close(full)
+        assert all(isinstance(r, GatewayError) for r in results), results
+        errors = [r for r in results if isinstance(r, GatewayError)]
+        assert {e.key for e in errors} == {"gateway.commit_failed"}
+        assert "not acknowledged" in str(errors[0]) and "No space left" in str(errors[0])
+        # what was committed before is whole, and the chain still verifies
+        assert (audit_dir / "audit.jsonl").read_bytes() == log_before
+        assert verify(audit_dir, VERIFY_KEY).ok
+        assert {c.call_id for c, _ in ok} <= audited(tmp_path)
+        assert {c.call_id for c, _ in ok} <= ledger_receipts(tmp_path)
+        # the fault is gone: the same receipts again are recorded and audited once each
+        again = await asyncio.gather(*(gw.receipt(c, CTX, d, ECHOED) for c, d in doomed))
+        assert [r.status for r in again] == ["succeeded"] * 8
+        assert (await gw.receipt(lone, CTX, lone_d, ECHOED)).status == "succeeded"
+        assert {c.call_id for c, _ in [*doomed, (lone, lone_d)]} <= audited(tmp_path)
+        receipts = [r for r in records(audit_dir) if r["kind"] == "receipt"]
+        assert len(receipts) == len({r["data"]["call_id"] for r in receipts}) == 12
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+def send(call_id: str, to: str = "ann@example.org") -> ToolCall:
+    args = {"to": to, "subject": "Lunch", "body": "noon", "owner_requested": True}
+    return ToolCall("messaging", "send_email", args, call_id, f"task-{call_id}")
+
+
+async def test_a_revoked_consent_is_refused_on_the_very_next_decide(tmp_path: Path) -> None:
+    async with gw_at(tmp_path) as gw:
+        assert (await gw.decide(send("s1"), CTX)).outcome == "confirm"  # first send: a card
+        gw.consent.remember_send("owner", "Ann@example.org", "email")
+        assert (await gw.decide(send("s2"), CTX)).runs  # remembered: no card
+        assert gw.consent.forget_send("owner", "ann@example.org", "email")
+        revoked = await gw.decide(send("s3"), CTX)
+        assert revoked.outcome == "confirm" and revoked.card is not None
+        assert not gw.consent.forget_send("owner", "ann@example.org", "email")
+        gw.consent.remember_send("owner", "ann@example.org", "email")
+    # the memory is the ledger's: a new gateway on the same state reads it back
+    async with gw_at(tmp_path) as gw:
+        assert (await gw.decide(send("s4"), CTX)).runs
+        assert (await gw.decide(send("s5", "bob@example.org"), CTX)).outcome == "confirm"
+
+
+async def test_an_effectful_decision_is_committed_before_decide_returns(tmp_path: Path) -> None:
+    async with gw_at(tmp_path) as gw:
+        gw.consent.remember_send("owner", "ann@example.org", "email")
+        d = await gw.decide(send("e1"), CTX)
+        assert d.runs
+        rows = read_rows(tmp_path / "gw" / "gateway.db", "SELECT call_id FROM calls")
+        assert ("e1",) in rows
+        decisions = [r["data"]["call_id"] for r in records(tmp_path / "gw" / "audit")]
+        assert "e1" in decisions
+
+
+@pytest.mark.parametrize("n", [1, 20])
+async def test_observe_decisions_are_durable_by_close_and_chain_verifies(
+    tmp_path: Path, n: int
+) -> None:
+    async with gw_at(tmp_path) as gw:
+        await decided(gw, n, "o")
+    got = [r for r in records(tmp_path / "gw" / "audit") if r["kind"] == "decision"]
+    assert len(got) == n
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
