@@ -320,7 +320,10 @@ class World:
                 "roles": {
                     "brain": [{"base_url": fake_url, "model": "brain-model"}],
                     "subagent": [{"base_url": fake_url, "model": "sub-model"}],
-                }
+                },
+                # every turn to the model, even one the offline intents know (the default
+                # would answer "remember …" locally and the endpoint would see nothing)
+                "prefer_local": False,
             }
         phone = self.bundles["phone"]
         store = ProviderStore.for_home(home)
@@ -495,6 +498,8 @@ def run(args: argparse.Namespace, root: Path) -> Results:
                     flush=True,
                 )
         print(f"fake endpoint: {fake.requests} chat completions served over HTTP")
+        if fake.requests == 0:
+            raise RuntimeError("the fake endpoint answered no turn: its block was not the LLM")
     finally:
         for w in world.stop():
             print(f"warning: {w}", file=sys.stderr)
