@@ -4,8 +4,11 @@ runs (the home and errands packages starting) waits for that read instead of sta
 from __future__ import annotations
 
 import asyncio
+import logging
 from types import SimpleNamespace
 from typing import Any
+
+import pytest
 
 from hub.brain.slots import LiveSlots
 
@@ -44,3 +47,38 @@ async def test_a_read_asked_during_another_waits_for_it_and_reads_nothing_more()
     # read just now: a request not understood reads again only after RETRY_S
     assert await live.recognize("still nothing") is None
     assert len(gw.calls) == 2
+
+
+class DownGateway(CountingGateway):
+    """``errands.list_shops`` fails (its shop service is down) until ``up`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.set()
+        self.up = False
+
+    async def call(self, call: Any, ctx: Any) -> Any:
+        if call.package == "errands" and not self.up:
+            raise ConnectionRefusedError(111, "Connection refused")
+        return await super().call(call, ctx)
+
+
+async def test_a_read_that_keeps_failing_the_same_way_is_warned_about_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    gw = DownGateway()
+    live = LiveSlots(gw)  # type: ignore[arg-type]
+    with caplog.at_level(logging.DEBUG, logger="hub.brain.slots"):
+        for _ in range(3):
+            await live._refresh()
+        gw.up = True
+        await live._refresh()
+    shops = [r for r in caplog.records if "errands.list_shops" in r.getMessage()]
+    assert [r.levelno for r in shops] == [
+        logging.WARNING,
+        logging.DEBUG,
+        logging.DEBUG,
+        logging.INFO,
+    ]
+    assert "Connection refused" in shops[0].getMessage()
+    assert "read again" in shops[-1].getMessage()

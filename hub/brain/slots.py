@@ -162,6 +162,8 @@ class LiveSlots:
     _reading: asyncio.Lock = field(default_factory=asyncio.Lock)
     _lists: SlotLists | None = None
     _calls: Iterator[int] = field(default_factory=itertools.count)
+    _failures: dict[tuple[str, str], str] = field(default_factory=dict)
+    """(package, tool) → why its last read failed (said once at WARNING)"""
 
     def __post_init__(self) -> None:
         if self.engine is None:
@@ -234,12 +236,21 @@ class LiveSlots:
         try:
             r = await self.gateway.call(call, ctx)
         except Exception as exc:
-            log.warning("slot list %s.%s not read: %s", package, tool, exc)
+            self._failed(package, tool, f"not read: {exc}")
             return None
         if r.status != "succeeded":
-            log.warning("slot list %s.%s: %s %s", package, tool, r.status, r.error)
+            self._failed(package, tool, f"{r.status} {r.error}")
             return None
+        if self._failures.pop((package, tool), None) is not None:
+            log.info("slot list %s.%s read again", package, tool)
         return r
+
+    def _failed(self, package: str, tool: str, why: str) -> None:
+        """A failed read: at WARNING when it is new, at DEBUG while it stays the same (a
+        package whose service is down fails every :data:`RETRY_S`)."""
+        again = self._failures.get((package, tool)) == why
+        self._failures[(package, tool)] = why
+        (log.debug if again else log.warning)("slot list %s.%s: %s", package, tool, why)
 
     # ------------------------------------------------------------------ lists
     def slot_lists(self) -> SlotLists:

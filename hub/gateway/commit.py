@@ -2,7 +2,7 @@
 
 A call's writes are staged first: its ledger rows join the ledger's open group transaction
 (:meth:`Ledger.record_receipt` with ``sync=False``, visible at once to every later read) and
-its audit records are queued (:meth:`AuditLog.stage`). :meth:`GroupCommit.durable` then
+its audit records are queued (:meth:`AuditLog.stage`). :meth:`ReceiptBatches.durable` then
 waits until a batch holding them is durable. A batch closes once the callers ready in the
 current turn of the event loop have joined it. One batch at a time is written: its ledger
 transaction is committed (one ``COMMIT``, without an fsync), then one ``fdatasync`` of
@@ -53,7 +53,7 @@ class CommitStats:
     """callers per durable batch, in order (the last 1000)"""
 
 
-class GroupCommit:
+class ReceiptBatches:
     """Makes staged ledger and audit writes durable in shared batches (see the module doc)."""
 
     def __init__(self, ledger: Ledger, audit: AuditLog) -> None:

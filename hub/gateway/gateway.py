@@ -42,7 +42,7 @@ from hub.capabilities.host import REFUSED, PackageHost, ToolOutcome
 from hub.capabilities.manifest import Manifest, ToolSpec
 from hub.gateway import facts as factsmod
 from hub.gateway.audit import AuditLog
-from hub.gateway.commit import GroupCommit
+from hub.gateway.commit import ReceiptBatches
 from hub.gateway.consent import EXPIRED_NOW, Answer, Card, ConsentAuthority
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import Ledger
@@ -193,7 +193,7 @@ class Gateway:
         self.ledger = ledger
         self.audit = audit
         self.consent = ConsentAuthority(ledger)
-        self.commits = GroupCommit(ledger, audit)
+        self.commits = ReceiptBatches(ledger, audit)
         """the group commit every decision and receipt of this gateway goes through"""
         self._unaudited: set[tuple[str, str, str]] = set()
         """(task, call, fingerprint) of receipts whose batch failed after their ledger row
