@@ -32,7 +32,6 @@ from sync.envelope import Opened
 from tests import vision_kit as kit
 from tests.brain_kit import configure
 from tests.fake_openai import FakeOpenAI, Reply, text
-from tests.waiting import poll
 
 SEEN = "a red lighthouse on a rocky shore at sunset"
 
@@ -92,7 +91,8 @@ async def snapshot(root: Path, allow_images: bool, fake: FakeOpenAI) -> tuple[st
             photo_id=pid, chunks=1, size=len(data), sha256=hashlib.sha256(data).digest()
         )
         await vision.on_photo(opened(mesh_pb2.PHOTO, photo))
-        await poll(lambda: vision.store.photos(), 60, "the photo kept")
+        # kept and indexed for recall (the photo row is written before the index is)
+        await asyncio.wait_for(vision.stored.wait(), 60)
         (kept,) = vision.store.photos()
         vision.index._index = None  # the test closes it
     return kept.description, index
