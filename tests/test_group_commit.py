@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -60,16 +61,31 @@ async def test_callers_waiting_together_share_one_flush(tmp_path: Path) -> None:
         conn.close()
 
 
-async def test_a_write_made_during_a_flush_is_synced_by_the_next(tmp_path: Path) -> None:
+async def test_a_write_made_during_a_flush_is_synced_by_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    entered, release = threading.Event(), threading.Event()
+    synced: list[list[str]] = []
+    real = gc._sync_files
+
+    def held(paths: list[str]) -> int:  # the first sync waits until the test lets it go
+        synced.append(paths)
+        if len(synced) == 1:
+            entered.set()
+            release.wait(10)
+        return real(paths)
+
+    monkeypatch.setattr(gc, "_sync_files", held)
     async with GroupCommit() as group:
-        log = tmp_path / "replica"
-        replica = Replica(log, "notes", group=group)
+        replica = Replica(tmp_path / "replica", "notes", group=group)
         replica.change(lambda doc: doc.get_text("t").insert(0, "one"))
         first = asyncio.create_task(group.flush())
-        await asyncio.sleep(0)  # the first flush has taken what was marked
-        replica.change(lambda doc: doc.get_text("t").insert(0, "two"))
+        assert await asyncio.to_thread(entered.wait, 10)  # the first flush is syncing
+        replica.change(lambda doc: doc.get_text("t").insert(0, "two"))  # marked meanwhile
         second = asyncio.create_task(group.flush())
+        release.set()
         await asyncio.gather(first, second)
+        assert len(synced) == 2 and synced[1] == synced[0]  # the log synced again
         assert group.flushes == 2 and group.pending == 0
 
 
