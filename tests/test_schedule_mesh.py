@@ -94,16 +94,24 @@ async def test_reminders_in_chinese_and_english_fire_once_across_restarts(mesh: 
         assert "OK, I'll remind you " in out and "to call mum." in out, out
         zh_in, en_in = due_in_s(hub, "吃药"), due_in_s(hub, "call mum")
         assert 570 <= en_in <= 600 and en_in < zh_in <= 32 * 3600  # 8 am the day after today
+    mac_id = Bundle.load(mac).device_id
+
+    def rendered_on_mac(said: str) -> bool:  # the Mac's ACK recorded by the hub
+        sent = mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", said)
+        return sent == [(mac_id, "rendered")]
+
     async with mesh.hub_in_process(clock=clock) as hub:  # restarted in between: both still pending
         clock.advance(en_in + 1)
         await poll(lambda: "hub: Reminder: call mum." in mac_edge.text(), 30, "call mum")
+        # the ACK is in before the clock jumps past its deadline (else: the fallback device)
+        await poll(lambda: rendered_on_mac("Reminder: call mum."), 30, "call mum ACKed")
         clock.advance(zh_in - en_in)
         await poll(lambda: "hub: 提醒：吃药。" in mac_edge.text(), 30, "吃药 on the Mac")
+        await poll(lambda: rendered_on_mac("提醒：吃药。"), 30, "吃药 ACKed")
         assert reminders_on_timeline(mesh) == ["Reminder: call mum.", "提醒：吃药。"]
     async with mesh.hub_in_process(clock=clock) as hub:  # and again: nothing fires twice
         clock.advance(120)  # past the notifications' ACK deadline: the Mac ACKed, no fallback
         await hub.scheduler.run_due()
-        mac_id = Bundle.load(mac).device_id
         for said in ("Reminder: call mum.", "提醒：吃药。"):
             sent = mesh.hub_query("SELECT device, acked FROM reply_chunks WHERE text=?", said)
             assert sent == [(mac_id, "rendered")], sent
