@@ -191,3 +191,30 @@ async def test_observe_decisions_are_durable_by_close_and_chain_verifies(
     got = [r for r in records(tmp_path / "gw" / "audit") if r["kind"] == "decision"]
     assert len(got) == n
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hub.gateway import ledger as ledger_module
+    from hub.gateway.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "gateway.db")
+    synced: list[int] = []
+    real = ledger_module.os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(ledger_module.os, "fdatasync", counting)
+    try:
+        ledger.mark_said("t-none", ["f-none"])  # no such fact: nothing written
+        assert synced == []
+        with ledger.transaction() as db:  # a real write: durable on return
+            db.execute("UPDATE facts SET said_ms=1 WHERE task_id='nobody'")
+            db.execute("CREATE TABLE IF NOT EXISTS scratch (x)")
+            db.execute("INSERT INTO scratch VALUES (1)")
+        assert len(synced) == 1
+    finally:
+        ledger.close()

@@ -159,11 +159,15 @@ class Ledger:
     def transaction(self) -> Iterator[apsw.Connection]:
         """A write transaction of its own, durable on return (one fsync of the WAL, as
         ``synchronous=FULL`` would); the open group of writes is committed first (the fsync
-        covers it too)."""
+        covers it too). One that changed nothing (and followed no open group) syncs
+        nothing: an empty transaction writes nothing to the WAL, as with FULL."""
+        grouped = self._group
         self.commit_group()
+        before = self.db.total_changes()
         with transaction(self.db):
             yield self.db
-        self.sync()
+        if grouped or self.db.total_changes() != before:
+            self.sync()
 
     @contextmanager
     def _write(self, sync: bool) -> Iterator[None]:
