@@ -41,8 +41,10 @@ async def test_a_full_lane_refuses_and_a_failure_does_not_stop_the_lane() -> Non
     gate = asyncio.Event()
     seen: list[int] = []
     done = asyncio.Event()
+    taken = asyncio.Event()
 
     async def handle(n: int) -> None:
+        taken.set()
         await gate.wait()
         if n == 0:
             raise ValueError("a handler bug")
@@ -52,7 +54,7 @@ async def test_a_full_lane_refuses_and_a_failure_does_not_stop_the_lane() -> Non
 
     async with Lanes(handle) as lanes:
         assert all(lanes.put("a", n) for n in range(LANE_DEPTH))
-        await asyncio.sleep(0)  # the lane's task takes the first one
+        await asyncio.wait_for(taken.wait(), 5)  # the lane's task took the first one
         assert lanes.put("a", LANE_DEPTH)
         assert not lanes.put("a", LANE_DEPTH + 1)  # full
         assert lanes.put("b", -1)  # another sender's lane is not

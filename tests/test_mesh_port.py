@@ -72,6 +72,22 @@ def test_an_envelope_in_is_opened_once_and_its_window_committed(
     assert dict(seen)["rejected.replayed"] == 1 and not port.drops and not port.last_seen
 
 
+def test_a_copy_opened_before_the_first_was_handled_is_repeated(
+    world: tuple[Home, MeshPort, Bundle, Sealer],
+) -> None:
+    """Both copies open (nothing committed yet); once the first is handled, the lane finds
+    the second repeated and counts it as replayed."""
+    home, port, bundle, sealer = world
+    data = to_hub(sealer, bundle, mesh_pb2.UTTERANCE, mesh_pb2.Utterance(id="u1", text="hi"))
+    first = port.receive(uplink(home, bundle), data)
+    second = port.receive(uplink(home, bundle), data)
+    assert isinstance(first, Opened) and isinstance(second, Opened)
+    assert not port.repeated(first)
+    port.commit(first)
+    assert port.repeated(second)
+    assert port.drops["rejected.replayed"] == 1
+
+
 async def test_grpc_envelope_in_envelope_out(world: tuple[Home, MeshPort, Bundle, Sealer]) -> None:
     home, port, bundle, sealer = world
 

@@ -902,11 +902,7 @@ class HubDaemon:
 
     async def _handle(self, opened: Opened) -> None:
         """One opened message, in its sender's lane."""
-        if opened.kind != mesh_pb2.PRESENCE and self.port.replay.check(
-            opened.sender, opened.counter
-        ):
-            # opened again before the first copy was handled (and its counter committed)
-            self.port.drop(DropReason.REPLAYED, opened.sender, f"kind {opened.kind} again")
+        if self.port.repeated(opened):
             return
         if opened.kind == mesh_pb2.PRESENCE:
             await self._on_presence(opened)

@@ -275,6 +275,17 @@ class MeshPort:
             self.presence_opener.replay.commit(result.sender, result.counter)
         return result
 
+    def repeated(self, opened: Opened) -> bool:
+        """Whether ``opened`` was committed since it was opened (a second copy opened
+        before the first was handled, :mod:`hub.mesh.lanes`); counted as replayed. A
+        presence has its own lane, committed when it is received."""
+        if opened.kind == mesh_pb2.PRESENCE:
+            return False
+        if self.replay.check(opened.sender, opened.counter) is None:
+            return False
+        self.drop(DropReason.REPLAYED, opened.sender, f"kind {opened.kind} again")
+        return True
+
     def refuse(self, opened: Opened) -> DropReason | None:
         """Why ``opened`` is refused (``None``: its sender's certificate lets it send that
         kind, boxed or sealed as it is — :mod:`sync.scopes`, the one table). A refusal is
