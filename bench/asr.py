@@ -19,8 +19,12 @@ Audio (16 kHz mono):
   ``cmn`` is not understood by Whisper; no registry package ships a Chinese voice without
   TensorFlow/torch), so these three are all the Chinese there is.
 
-Rows: Whisper base with ``language: auto`` (the default: detection picks zh or en), base
-with the language fixed (what ``asr: {language: zh|en}`` costs), and tiny.en (English only).
+Rows: Whisper base with ``language: auto`` (the default: detection picks zh or en) on an
+encoder window fitted to the utterance (``asr: {window: auto}``, the default, fits it for
+a multilingual model), the same on
+Whisper's full 30 s window (``window: full``: faster-whisper's own transcription, the
+baseline of the fitted window), base with the language fixed (what ``asr: {language:
+zh|en}`` costs), and tiny.en (English only).
 Per row: per-utterance latency (median, p90), RTF (median), language detected right, and
 the error rate: WER for English (lower case, punctuation dropped, numbers spelled out, the
 wake word left out), CER for Chinese (punctuation dropped, Arabic digits read as Chinese
@@ -47,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.stats import median, percentile
 from hardware.pcm import SAMPLE_RATE, Samples
 from hub.voice.hearing import AsrSettings, make_transcriber
-from models.asr import WhisperTranscriber, strip_wake
+from models.asr import AUTO, FULL, WhisperTranscriber, strip_wake
 from provisioning.home import Home
 from tests import speech
 
@@ -190,6 +194,9 @@ def main() -> int:
             f"loaded in {time.perf_counter() - t0:.2f} s"
         )
         rows = [run("base, language auto", base, utterances, args.verbose)]
+        base.window = FULL
+        rows.append(run("base, auto, 30 s window", base, utterances, args.verbose))
+        base.window = AUTO
         fixed = Row("base, language fixed")
         for language in ("en", "zh"):
             base.language = language

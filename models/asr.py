@@ -24,6 +24,7 @@ import importlib.util
 import io
 import json
 import logging
+import math
 import os
 import re
 import secrets
@@ -75,6 +76,32 @@ LANGUAGES: tuple[str, ...] = ("zh", "en")
 """the languages the hub hears: ``auto`` picks the likelier of these for each utterance"""
 REMOTE_TIMEOUT_S = 30.0
 MAX_RESPONSE_BYTES = 1 << 20
+WINDOW_FRAMES = 3000
+"""Whisper's full encoder window: 30 s of 10 ms log-mel frames"""
+FIT_PAD_FRAMES = 400
+"""frames of silence (zero features, as faster-whisper pads) after the audio in a fitted
+window: 4 s. Measured (``bench/asr.py``, 10 espeak-ng + 3 natural English, 3 Chinese
+clips): 1 s of padding makes Whisper base loop after the speech (WER 20–44 %); 3 s gives
+WER 7.6 %, 4 s 6.3 % against the full window's 8.9 % (CER 23.3 % against 30.0 %), at 0.2
+of its cost"""
+MAX_TOKENS_PER_S = 20
+"""a fitted window's decode stops after this many tokens per second of audio (plus
+:data:`MIN_TOKENS`): far above speech (Chinese ~10, English ~5), a stop for loops"""
+MIN_TOKENS = 16
+NO_SPEECH_THRESHOLD = 0.6
+LOGPROB_THRESHOLD = -1.0
+"""a window Whisper rates above NO_SPEECH_THRESHOLD as not speech whose words average below
+LOGPROB_THRESHOLD (log probability per token) is silence: faster-whisper's defaults, as
+its own transcription applies them"""
+FIT_STEP_FRAMES = 50
+"""a fitted window is rounded up to a multiple of this many frames"""
+FIT = "fit"
+FULL = "full"
+WINDOWS = (AUTO, FIT, FULL)
+"""``auto``: fitted for a multilingual model (Whisper base: measured as good as the full
+window or better), full for an English-only one (tiny.en on a fitted window: WER 72 / 37 /
+16.5 % with 4 / 8 / 15 s of padding against 5.1 % on the full window, ``bench/asr.py``'s
+English set)"""
 
 
 @dataclass(frozen=True)
@@ -214,13 +241,15 @@ class EncoderMemo:
     """Wraps a faster-whisper model's ``encode``: the same features twice in a row (language
     detection, then the first segment of the transcription) are encoded once. Whisper's
     encoder always runs a 30 s window and is most of an utterance's cost, so auto-detected
-    utterances cost what fixed-language ones do. ``hits`` counts the encodings saved."""
+    utterances cost what fixed-language ones do. ``hits`` counts the encodings saved, ``runs``
+    the encoder runs."""
 
     def __init__(self, encode: Callable[[Any], Any]) -> None:
         self._encode = encode
         self._key: tuple[tuple[int, ...], bytes] | None = None
         self._out: Any = None
         self.hits = 0
+        self.runs = 0
 
     def __call__(self, features: Any) -> Any:
         array = np.ascontiguousarray(features)
@@ -229,6 +258,7 @@ class EncoderMemo:
             self.hits += 1
             return self._out
         self._out = self._encode(features)
+        self.runs += 1
         self._key = key
         return self._out
 
@@ -253,7 +283,10 @@ class WhisperTranscriber:
         language: str = "en",
         wake_word: str | None = WAKE_WORD,
         label: str | None = None,
+        window: str = AUTO,
     ) -> None:
+        if window not in WINDOWS:
+            raise ModelError("asr.config", reason=f"window {window!r}: one of {', '.join(WINDOWS)}")
         if cpu_threads < 1 or beam_size < 1:
             raise ModelError("asr.config", reason="cpu_threads and beam_size must be at least 1")
         if language not in (AUTO, *LANGUAGES):
@@ -272,6 +305,12 @@ class WhisperTranscriber:
         self.language = language
         """``auto`` (the likelier of :data:`LANGUAGES` per utterance), ``zh`` or ``en``"""
         self.wake_word = wake_word
+        self.window = window
+        """``auto`` (see :data:`WINDOWS`); ``fit``: the encoder runs on the utterance (plus
+        :data:`FIT_PAD_FRAMES` of silence), not on Whisper's 30 s window — the encoder is
+        most of an utterance's cost and a 3 s request is a tenth of the window; ``full``:
+        always the 30 s window (faster-whisper's own transcription). Audio too long for a
+        fitted window is transcribed in full windows either way."""
         self.prompt = f"{wake_word}," if wake_word else None
         """Whisper's initial prompt for English: the wake word, so it is spelled right (or
         left out)"""
@@ -389,19 +428,10 @@ class WhisperTranscriber:
             self._load_locked()
             started = time.perf_counter()
             try:
-                language = self._language(audio)
-                segments, _ = self._model.transcribe(
-                    audio,
-                    language=language,
-                    beam_size=self.beam_size,
-                    temperature=0.0,
-                    no_repeat_ngram_size=NO_REPEAT_NGRAM,
-                    vad_filter=False,
-                    condition_on_previous_text=False,
-                    without_timestamps=True,
-                    initial_prompt=self.prompts.get(language, self.prompt),
-                )
-                text = " ".join(t for s in segments if (t := self._keep(s))).strip()
+                fitted = self._fitted(audio) if self._fits() else None
+                language, text = fitted if fitted is not None else self._full(audio)
+            except ModelError:
+                raise
             except Exception as exc:
                 raise ModelError("model.failed", what=WHAT, reason=str(exc) or repr(exc)) from exc
             finally:
@@ -415,6 +445,90 @@ class WhisperTranscriber:
             audio_ms=audio_ms(samples),
             elapsed_ms=elapsed,
         )
+
+    def _fits(self) -> bool:
+        if self.window == AUTO:
+            return bool(self._model.model.is_multilingual)
+        return self.window == FIT
+
+    def _full(self, audio: Any) -> tuple[str, str]:
+        """faster-whisper's own transcription: 30 s encoder windows."""
+        language = self._language(audio)
+        segments, _ = self._model.transcribe(
+            audio,
+            language=language,
+            beam_size=self.beam_size,
+            temperature=0.0,
+            no_repeat_ngram_size=NO_REPEAT_NGRAM,
+            vad_filter=False,
+            condition_on_previous_text=False,
+            without_timestamps=True,
+            initial_prompt=self.prompts.get(language, self.prompt),
+        )
+        return language, " ".join(t for s in segments if (t := self._keep(s))).strip()
+
+    def _fitted(self, audio: Any) -> tuple[str, str] | None:
+        """One encoder run over a window fitted to the utterance, the language detected on
+        its output, one greedy decode with the same prompt and options as :meth:`_full`; None
+        when the audio does not fit one window."""
+        from faster_whisper.tokenizer import Tokenizer
+        from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
+
+        model = self._model
+        features = model.feature_extractor(audio)[..., :-1]  # as generate_segments cuts them
+        frames = int(features.shape[-1])
+        window = -(-(frames + FIT_PAD_FRAMES) // FIT_STEP_FRAMES) * FIT_STEP_FRAMES
+        if window > WINDOW_FRAMES:
+            return None
+        padded = np.zeros((1, features.shape[0], window), np.float32)
+        padded[0, :, :frames] = features
+        encoded = model.encode(padded)
+        multilingual = bool(model.model.is_multilingual)
+        if not multilingual:
+            language = "en"
+        elif self.language != AUTO:
+            language = self.language
+        else:
+            ranked = {tok[2:-2]: p for tok, p in model.model.detect_language(encoded)[0]}
+            language = max(LANGUAGES, key=lambda lang: ranked.get(lang, 0.0))
+        tokenizer = Tokenizer(
+            model.hf_tokenizer, multilingual, task="transcribe", language=language
+        )
+        initial = self.prompts.get(language, self.prompt)
+        previous = tokenizer.encode(" " + initial.strip()) if initial else []
+        prompt = model.get_prompt(tokenizer, previous, without_timestamps=True)
+        result = model.model.generate(
+            encoded,
+            [prompt],
+            beam_size=self.beam_size,
+            no_repeat_ngram_size=NO_REPEAT_NGRAM,
+            max_length=min(
+                model.max_length,
+                len(prompt) + MIN_TOKENS + math.ceil(len(audio) / SAMPLE_RATE * MAX_TOKENS_PER_S),
+            ),
+            return_scores=True,
+            return_no_speech_prob=True,
+            suppress_blank=True,
+            suppress_tokens=list(get_suppressed_tokens(tokenizer, [-1]) or ()),
+        )[0]
+        tokens = [t for t in result.sequences_ids[0] if t < tokenizer.eot]
+        text = tokenizer.decode(tokens).strip()
+        # faster-whisper's silence rule: Whisper rates the window as not speech and is
+        # unsure of its words ("you" over silence)
+        avg_logprob = float(result.scores[0]) * len(tokens) / (len(tokens) + 1)
+        if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD:
+            return language, ""
+        segment = _Decoded(text, float(result.no_speech_prob), get_compression_ratio(text))
+        return language, self._keep(segment)
+
+
+@dataclass(frozen=True)
+class _Decoded:
+    """What :meth:`WhisperTranscriber._keep` reads of a decoded window."""
+
+    text: str
+    no_speech_prob: float
+    compression_ratio: float
 
 
 # ------------------------------------------------------------------ OpenAI-compatible

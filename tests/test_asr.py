@@ -104,6 +104,12 @@ def test_silence_and_noise_are_empty_transcripts_every_time(
         assert [whisper.transcribe(audio).text for _ in range(2)] == ["", ""]
 
 
+def test_tiny_en_keeps_the_full_window(whisper: WhisperTranscriber) -> None:
+    """tiny.en loses most words on a window fitted to the utterance (measured): ``auto``
+    keeps its 30 s window."""
+    assert whisper.window == "auto" and not whisper._fits()
+
+
 def test_the_same_audio_gives_the_same_transcript(whisper: WhisperTranscriber) -> None:
     hard = Voice("en-029+steph", pitch=90, speed=160)  # tiny.en struggles with this one
     audio = concat(silence(0.5), with_noise(say(LONG, hard), 25), silence(1.0))

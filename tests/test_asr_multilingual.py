@@ -62,6 +62,8 @@ def test_the_joined_model_hears_english_and_chinese(
     assert base.name == "faster-whisper:whisper-base@1.0.0/int8" and base.language == "auto"
     assert base.model_dir == base_home.path / "models" / "whisper-base-1.0.0"
     assert base.multilingual
+    assert base._memo is not None
+    runs = base._memo.runs
     english = base.transcribe(
         concat(silence(0.2), say("Yimi, what time is it?", OWNER), silence(0.2))
     )
@@ -73,7 +75,33 @@ def test_the_joined_model_hears_english_and_chinese(
     counting = base.transcribe(chinese_clip("jishu"))
     assert counting.language == "zh" and "123456789" in counting.text.replace("-", "")
     # detection and transcription shared one encoder pass per utterance
-    assert base._memo is not None and base._memo.hits >= 3
+    assert base._memo.runs - runs == 3
+
+
+def test_the_fitted_window_hears_what_the_full_window_hears(base: WhisperTranscriber) -> None:
+    """A multilingual model's encoder window is fitted to the utterance by default (``auto``);
+    Whisper's 30 s window (``asr: {window: full}``) hears the same words, at several times
+    the cost."""
+    assert base.window == "auto" and base._fits()
+    clips = [
+        concat(silence(0.2), say("Yimi, turn on the kitchen lights.", OWNER), silence(0.2)),
+        chinese_clip("nihao_shijie"),
+    ]
+    fitted = [base.transcribe(c) for c in clips]
+    base.window = "full"
+    try:
+        full = [base.transcribe(c) for c in clips]
+    finally:
+        base.window = "auto"
+    assert [t.language for t in fitted] == [t.language for t in full] == ["en", "zh"]
+    assert strip_wake(fitted[0].text).lower().rstrip(".") == "turn on the kitchen lights"
+    assert strip_wake(full[0].text).lower().rstrip(".") == "turn on the kitchen lights"
+    assert fitted[1].text.startswith("你好") and full[1].text.startswith("你好")
+    assert sum(t.elapsed_ms for t in fitted) < sum(t.elapsed_ms for t in full)
+    # a long recording does not fit one window: it is heard in 30 s windows either way
+    long = concat(*[say("The weather is nice today.", OWNER)] * 17)
+    assert len(long) > 26 * 16_000
+    assert "weather" in base.transcribe(long).text.lower()
 
 
 def test_language_zh_forces_chinese(base: WhisperTranscriber) -> None:

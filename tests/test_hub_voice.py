@@ -225,6 +225,8 @@ def test_audio_checks() -> None:
 def test_asr_settings(tmp_path: Path) -> None:
     s = AsrSettings.from_config({})
     assert (s.cpu_threads, s.beam_size, s.wake_word, s.language) == (2, 1, "Yimi", "auto")
+    assert s.window == "auto"
+    assert AsrSettings.from_config({"asr": {"window": "FULL"}}).window == "full"
     assert s.model is None
     home = Home.init(tmp_path / "home")
     w = make_transcriber(home.path, s)  # the home catalog's asr model: Whisper base, joined
@@ -264,6 +266,8 @@ def test_asr_settings(tmp_path: Path) -> None:
         ({"asr": {"language": 1}}, "language 1"),
         ({"asr": {"model": ""}}, "model must be a non-empty text"),
         ({"asr": {"model": "whisper-base", "model_dir": "/m"}}, "model or model_dir, not both"),
+        ({"asr": {"window": "half"}}, "window 'half': one of auto, fit, full"),
+        ({"asr": {"window": 30}}, "window 30"),
     ]
     for bad, needle in cases:
         with pytest.raises(ModelError) as err:
