@@ -3,7 +3,8 @@ and voiceprint EER — and the hub's speech recognition.
 
 Run::
 
-    .venv/bin/python bench/edge_pipeline.py [--quick] [--sections vad,wake,pipeline,speaker,asr]
+    .venv/bin/python bench/edge_pipeline.py [--quick]
+        [--sections vad,hangover,wake,pipeline,speaker,asr]
         [--cache DIR]
 
 Everything runs on one thread (onnxruntime intra-op 1, OMP/OpenBLAS/MKL 1; the ASR section
@@ -33,6 +34,12 @@ Sections:
 
 ``vad``
     ms per 32 ms frame (median, p90) and RTF, per 60 s chunk (median); speech fraction.
+``hangover``
+    the segmenter's end-of-speech hang-over against false cut-offs: for 250-700 ms, how
+    many utterances of the wake corpus and of the natural clips (English and Mandarin,
+    counting with pauses between the numbers; each twice, noised) were ended before their
+    last loud sample, and the wait from that sample to the end of speech (median, p90). The
+    VAD's probabilities are computed once and replayed per hang-over.
 ``wake``
     RTF of the detector (per fed second and per second of the whole stream); false
     accepts per hour on the non-wake corpus; false rejects on the wake corpus; both for the
@@ -115,7 +122,7 @@ from models import voiceprint as vp
 from models import wake
 from models.asr import WhisperTranscriber, strip_wake
 from models.errors import ModelError
-from models.vad import Segmenter, SileroVad, SpeechStart
+from models.vad import Segmenter, SileroVad, SpeechEnd, SpeechStart
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
@@ -1415,8 +1422,91 @@ def section_asr(cache: Path, quick: bool) -> None:
     print("anchor                     none given (the hub is not the Pi-class device)")
 
 
+class _Replay:
+    """A stand-in VAD that replays probabilities computed once (the segmenter's hang-over
+    does not change what the VAD sees: every frame is fed either way)."""
+
+    def __init__(self, probs: Sequence[float]) -> None:
+        self._probs = iter(probs)
+
+    def reset(self) -> None:
+        pass
+
+    def prob(self, frame: Samples) -> float:
+        return next(self._probs)
+
+
+HANGOVERS_MS = (250, 300, 400, 500, 700)
+
+
+def natural_corpus(rng: np.random.Generator) -> Corpus:
+    """The natural clips (``tests/speech.py``: pytest-audioeval's English and Mandarin,
+    counting with pauses between the numbers), each twice, 0.8-2 s apart, with noise."""
+    clips = [speech.english_clip(n) for n in speech.ENGLISH_CLIPS]
+    clips += [speech.chinese_clip(n) for n in speech.CHINESE_CLIPS]
+    parts, spans, pos = [], [], 0
+    for clip in clips * 2:
+        gap = np.zeros(int(rng.uniform(0.8, 2.0) * SAMPLE_RATE), np.int16)
+        loud = np.nonzero(np.abs(clip) > 300)[0]
+        spans.append((pos + len(gap) + int(loud[0]), pos + len(gap) + int(loud[-1])))
+        piece = noisy(np.concatenate([gap, clip]), rng)
+        parts.append(piece)
+        pos += len(piece)
+    return Corpus(np.concatenate([*parts, np.zeros(SAMPLE_RATE, np.int16)]), spans)
+
+
+def cut_offs(corpus: Corpus, probs: Sequence[float], hangover_ms: int) -> tuple[int, list[int]]:
+    """(utterances cut before their end, ms from each utterance's last loud sample to the
+    end of speech that closed it): the device's segmenter with ``hangover_ms``."""
+    seg = Segmenter(_Replay(probs), hangover_ms=hangover_ms)  # type: ignore[arg-type]
+    ends: list[int] = []  # the sample at which each SpeechEnd was emitted
+    x = corpus.samples
+    for i in range(len(probs)):
+        for ev in seg.feed(x[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES], i * FRAME_MS):
+            if isinstance(ev, SpeechEnd):
+                ends.append((i + 1) * FRAME_SAMPLES)
+    cut, waits = 0, []
+    margin = 3 * FRAME_SAMPLES  # an end emitted over the utterance's last frames is its end
+    for a, b in corpus.spans:
+        inside = [e for e in ends if a < e < b - margin]
+        cut += bool(inside)
+        after = [e for e in ends if e >= b - margin]
+        if after and not inside:
+            waits.append((after[0] - b) * 1000 // SAMPLE_RATE)
+    return cut, waits
+
+
+def section_hangover(cache: Path, quick: bool) -> None:
+    header("end-of-speech hang-over: false cut-offs against the wait, per hang-over")
+    corpora = {
+        "wake (espeak-ng)": wake_corpus(cache, quick),
+        "natural clips": natural_corpus(np.random.default_rng(5)),
+    }
+    vad = SileroVad()
+    print(
+        f"{'':<20} {'hang-over ms':>12} {'cut off':>10} {'wait p50 ms':>12} {'p90':>6}"
+        "   (wait: last loud sample → end of speech)"
+    )
+    for label, corpus in corpora.items():
+        vad.reset()
+        x = corpus.samples
+        probs = [
+            vad.prob(x[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES])
+            for i in range(len(x) // FRAME_SAMPLES)
+        ]
+        for ms in HANGOVERS_MS:
+            cut, waits = cut_offs(corpus, probs, ms)
+            print(
+                f"{label:<20} {ms:>12} {cut:>4}/{len(corpus.spans):<5} "
+                f"{median(waits) if waits else float('nan'):>12.0f} "
+                f"{pct(waits, 90) if waits else float('nan'):>6.0f}"
+            )
+    print("anchor                     Home Assistant's end-of-speech silence: 0.7 s by default")
+
+
 SECTIONS: dict[str, Callable[[Path, bool], None]] = {
     "vad": section_vad,
+    "hangover": section_hangover,
     "wake": section_wake,
     "pipeline": section_pipeline,
     "speaker": section_speaker,

@@ -965,8 +965,8 @@ class Hearing:
         self, opened: Opened, samples: Samples, extra: dict[str, Any]
     ) -> dict[str, object]:
         """Keep the utterance's audio in the L5 archive through the batching writer (frames
-        of ``ARCHIVE_FRAME_MS``); says where, or why not. Stored only once every frame's
-        batch is written and fsynced."""
+        of ``ARCHIVE_FRAME_MS``), flushed at once; says where, or why not. Stored only once
+        every frame's batch is written and fsynced."""
         utt = opened.payload
         assert isinstance(utt, mesh_pb2.Utterance)
         pcm = samples.astype("<i2").tobytes()
@@ -991,6 +991,9 @@ class Hearing:
                         meta=meta,
                     )
                 )
+            # the utterance is whole: its last frames are written now, not when the batch
+            # ages out (up to the writer's 500 ms, which the turn would wait for)
+            await writer.flush()
             results: list[WriteResult] = await asyncio.gather(*futures)
         except Exception as exc:
             log.exception("archiving the audio of %s failed", utt.id)
