@@ -412,9 +412,12 @@ class HubStore:
         trace_id: str,
         utterance_seq: int,
         meta: dict[str, object],
+        intent: str = "",
     ) -> StoredReply:
         """The whole reply on the timeline (and, when it answers an utterance, in
-        ``replies``); idempotent by reply id."""
+        ``replies``); idempotent by reply id. ``intent``: what the brain understood the
+        utterance as, recorded in the same transaction in the utterance's meta (``intent``;
+        recall leaves the owner's recall questions out of what it remembers)."""
         now = now_ms()
         with transaction(self.conn):
             row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
@@ -422,6 +425,12 @@ class HubStore:
                 reply_seq = self._append(
                     reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
                 )
+                if intent and utterance_id:
+                    self.conn.execute(
+                        "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
+                        "WHERE id = ? AND kind = 'utterance'",
+                        (intent, utterance_id),
+                    )
             else:
                 reply_seq = int(row[0])
             if utterance_id:

@@ -153,3 +153,22 @@ def test_file_of_subjects() -> None:
     assert file_of("user.diet") == ("USER", "diet")
     assert file_of("memory.projects") == ("MEMORY", "projects")
     assert file_of("household") == ("MEMORY", "household")
+
+
+def test_a_fact_said_again_regenerates_the_profile(
+    home: tuple[Path, AssertionStore], caplog: pytest.LogCaptureFixture
+) -> None:
+    """ "Remember I don't eat cilantro" twice: the second commit merges into the fact held
+    (its source added, its level raised) and the profile is regenerated after the merge's
+    transaction (a listener inside it could not write: no error, the new level shown)."""
+    root, store = home
+    said = {"subject": "user.diet", "predicate": PROFILE_PREDICATE, "value": "No cilantro."}
+    store.register_source(("utterance", "u-1"), "low")
+    store.register_source(("utterance", "u-2"), "medium")
+    first = store.commit(None, 0, sources=[("utterance", "u-1")], sensitivity="low", **said)
+    assert "sensitivity: low" in (profile_dir(root) / "USER.md").read_text()
+    again = store.commit(None, 0, sources=[("utterance", "u-2")], sensitivity="medium", **said)
+    assert again.merged and again.id == first.id
+    assert not [r for r in caplog.records if "listener" in r.getMessage()]
+    text = (profile_dir(root) / "USER.md").read_text()
+    assert "sensitivity: medium" in text and text.count("No cilantro.") == 1

@@ -19,6 +19,7 @@ from hub.memory.timeline_recall import (
     dated,
     recall,
     timeline_item,
+    untold,
 )
 from hub.timeline import HubStore
 from models.embed import Embedder, shared_embedder
@@ -280,3 +281,49 @@ async def test_call_time_context_wires_all_six_sources(tmp_path: Path, embedder:
     assert ("timeline", "u-y") in ctx.sources
     memory.close()
     store.close()
+
+
+def test_untold_leaves_questions_and_replies_out_and_they_crowd_nothing_out(
+    home: tuple[HubStore, MemoryIndex, Path],
+) -> None:
+    """The dentist's Monday entry is found by what the owner told; the question about it
+    ("what did I say about the dentist?"), the hub's reply and any utterance the brain
+    understood as a recall question are left out of a ``told_only`` search, and being
+    left out they take no place in the k found (an item further down comes up instead)."""
+    store, index, path = home
+    store.admit_utterance(
+        utterance_id="u-ask",
+        device="phone",
+        text="Yimi tell me everything about the dentist",  # not phrased as a question
+        ts_ms=at(0, 13),
+        received_ms=at(0, 13),
+        trace_id="t2",
+        meta={"scope": "owner"},
+        replay_state=None,
+    )
+    store.finish_reply(
+        reply_id="r-ask",
+        utterance_id="u-ask",
+        device="phone",
+        text="About the dentist I remember: the left molar hurts.",
+        trace_id="t2",
+        utterance_seq=0,
+        meta={},
+        intent="YimiRecall",
+    )
+    assert store.admitted("u-ask").meta["intent"] == "YimiRecall"  # type: ignore[union-attr]
+    indexer_for(store, index, path).catch_up()
+    asked = {timeline_item(x) for x in ("u-q", "u-ask", "r-ask", "r-mon")}
+    everything = ids(recall(index, "the dentist", 3, now=NOW, include_stale=True).hits)
+    assert asked & set(everything)  # without the filter they crowd the answer
+    skip = untold(path / "hub.db")
+    found = ids(recall(index, "the dentist", 3, now=NOW, include_stale=True, skip=skip).hits)
+    assert not asked & set(found), found
+    assert found[0] == timeline_item("u-mon") and len(found) == 3
+    hidden = ids(
+        recall(
+            index, "the dentist", 3, now=NOW, include_stale=True, skip=skip, hide=[found[0]]
+        ).hits
+    )
+    assert found[0] not in hidden and not asked & set(hidden) and len(hidden) == 3
+    assert untold(path / "missing.db")([timeline_item("u-q")]) == set()

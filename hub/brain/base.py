@@ -95,6 +95,9 @@ class ReplyChunk:
     device_id: str = ""
     brain: str = ""
     """``rule-based`` or ``llm``: what produced the words"""
+    intent: str = ""
+    """what the turn was understood as (``YimiRecall``…), when an intent engine read it: the
+    hub records it on the utterance's timeline entry (recall leaves recall questions out)"""
 
 
 @dataclass(frozen=True)
@@ -256,6 +259,7 @@ class Outbox:
     device_id: str
     brain: str
     chunks: list[ReplyChunk] = field(default_factory=list)
+    intent: str = ""
 
     def make(self, text: str) -> list[ReplyChunk]:
         parts = split_chunks(text) or ["…"]
@@ -268,6 +272,7 @@ class Outbox:
                 i == len(parts) - 1,
                 self.device_id,
                 self.brain,
+                self.intent,
             )
             for i, p in enumerate(parts)
         ]

@@ -493,6 +493,37 @@ def join(items: list[str], lang: str) -> str:
     return ("；" if lang_of(lang) == "zh" else "; ").join(items)
 
 
+RECALL_ITEMS = 3
+"""memories one "what do you remember about …" answer says at most"""
+RECALL_CHARS = {"en": 160, "zh": 80}
+"""characters of memories one answer says at most (a Chinese character says more)"""
+
+
+def brief(items: list[str], lang: str) -> tuple[str, int]:
+    """Recalled items for a spoken answer: distinct ones, at most ``RECALL_ITEMS`` and
+    ``RECALL_CHARS`` characters (the first item cut with "…" if it alone is longer), joined
+    as :func:`join`; and how many were left out."""
+    limit = RECALL_CHARS[lang_of(lang)]
+    seen: set[str] = set()
+    kept: list[str] = []
+    distinct = 0
+    for item in items:
+        text = " ".join(item.split()).rstrip(".。!！;；")
+        key = text.casefold()
+        if not text or key in seen:
+            continue
+        seen.add(key)
+        distinct += 1
+        if len(kept) >= RECALL_ITEMS:
+            continue
+        if not kept and len(text) > limit:
+            text = text[: limit - 1].rstrip() + "…"
+        if len(join([*kept, text], lang)) > limit:
+            continue
+        kept.append(text)
+    return join(kept, lang), distinct - len(kept)
+
+
 def joined(sentences: list[str], lang: str) -> str:
     """Whole sentences one after another (no space between Chinese ones)."""
     sep = "" if lang_of(lang) == "zh" else " "

@@ -59,6 +59,7 @@ from hub.brain.errors import BrainError
 from hub.brain.lists import LIST_IDS, ListStore, ListTools, lists_manifest
 from hub.brain.ordering import ORDER_INTENTS, PAYMENT_KINDS, PaymentDesk
 from hub.brain.replies import (
+    brief,
     join,
     joined,
     say,
@@ -305,7 +306,9 @@ class RuleBrain(Brain):
         if fresh and intent.kind in ("order", "order_same", "pay_it", "undo"):
             # where the words came from, for payments
             task = self.store.update_spec(task.task_id, pay=self.desk.request_spec(turn))
-        out = Outbox(task.task_id, task.trace_id, turn.device_id, self.kind)
+        out = Outbox(
+            task.task_id, task.trace_id, turn.device_id, self.kind, intent=intent.name or ""
+        )
         if not fresh and task.finished:
             text = str(task.result.get("report", "")) or say("already", lang)
         else:
@@ -463,30 +466,42 @@ class RuleBrain(Brain):
         return text
 
     # ------------------------------------------------------------------ memory
-    async def _lookup(self, task: TaskRecord, query: str, asked: bool) -> Receipt:
-        """``memory.recall`` of ``query``, one persisted step (recall and forget both start so)."""
-        return await self.core.step(
-            task,
-            "recall",
-            "memory",
-            "recall",
-            {"query": query, "owner_requested": asked},
-            lookup=True,
-        )
+    async def _lookup(
+        self, task: TaskRecord, query: str, asked: bool, *, told_only: bool = False
+    ) -> Receipt:
+        """``memory.recall`` of ``query``, one persisted step (recall and forget both start
+        so). ``told_only``: only what the owner told — not the hub's replies, nor the
+        owner's questions (this one, by its timeline item, included)."""
+        from hub.memory.timeline_recall import timeline_item  # imports hub.brain.when
+
+        args: dict[str, Any] = {"query": query, "owner_requested": asked}
+        if told_only:
+            args |= {"told_only": True, "hide": [timeline_item(task.task_id)]}
+        return await self.core.step(task, "recall", "memory", "recall", args, lookup=True)
 
     async def _recall(
         self, task: TaskRecord, query: str, asked: bool, lang: str, *, said: bool = False
     ) -> str:
-        """What the memory holds about ``query``. Unless the question is about what was said
-        when (``said``), remembered facts answer it, and the timeline's lines (the "remember
-        …" sentences themselves, the replies) only when no fact matches."""
-        r = await self._lookup(task, query, asked)
+        """What the owner told about ``query``: never the hub's own replies nor the
+        questions asked about it (this one and earlier ones). What matches its words
+        answers; only when nothing does (a word misheard: "Ceylon Troop" for "cilantro"),
+        the best found by meaning alone. Unless the question is about what was said when
+        (``said``), remembered facts answer before the owner's words on the timeline (the
+        "remember …" sentence is the fact's source), which answer only when no fact
+        matches; short (:func:`brief`)."""
+        from hub.memory.timeline_recall import TIMELINE_ITEM  # imports hub.brain.when
+
+        r = await self._lookup(task, query, asked, told_only=True)
         if r.status != "succeeded":
             return _said(r, "", "act.recall", lang)
-        effects = list(r.effects)
-        facts = [e for e in effects if not e.target.startswith("timeline:")]
+        effects = [e for e in r.effects if e.kind == "memory.recalled"]
+        by_words = [e for e in effects if e.fields.get("found_by", "words") == "words"]
+        effects = by_words or effects
+        facts = [e for e in effects if not e.target.startswith(TIMELINE_ITEM)]
         if not said and any(e.fields.get("text") for e in facts):
             effects = facts
+        if not by_words:
+            effects = effects[:1]
         texts = [
             str(e.fields["text"]).removeprefix("owner: ")  # the owner's own facts: "owner: …"
             for e in effects
@@ -497,9 +512,10 @@ class RuleBrain(Brain):
             return say("recall.none", lang, query=query)
         if not texts:
             return say("recall.hidden", lang, n=hidden, query=query)
-        extra = say("recall.more", lang, n=hidden) if hidden else ""
-        found = say("recall.found", lang, query=query, lines=join(texts[:5], lang))
-        return found + extra
+        lines, left_out = brief(texts, lang)
+        more = hidden + left_out
+        extra = say("recall.more", lang, n=more) if more else ""
+        return say("recall.found", lang, query=query, lines=lines) + extra
 
     async def _forget(self, task: TaskRecord, query: str, asked: bool, lang: str) -> str:
         """Forgetting whole where the memory package can plan it (the home's): the plan

@@ -450,6 +450,7 @@ class AssertionStore:
             ).encode()
         ).hexdigest()
 
+        merged: CommitReceipt | None = None
         with transaction(self.conn):
             if request_id is not None:
                 row = self.conn.execute(
@@ -470,26 +471,27 @@ class AssertionStore:
                 merged = self._merge_duplicate(
                     subject, predicate, value_json, parsed_sources, sensitivity, request_id, digest
                 )
-                if merged is not None:
-                    self._after_merge(merged)
-                    return merged
-            receipt, correction = self._commit_locked(
-                aid,
-                expected_version,
-                digest=digest,
-                row=(
-                    subject,
-                    predicate,
-                    value_json,
-                    float(confidence),
-                    parsed_sources,
-                    sensitivity,
-                    float(importance),
-                ),
-                deps=deps,
-                request_id=request_id,
-                erase_previous=erase_previous,
-            )
+            if merged is None:
+                receipt, correction = self._commit_locked(
+                    aid,
+                    expected_version,
+                    digest=digest,
+                    row=(
+                        subject,
+                        predicate,
+                        value_json,
+                        float(confidence),
+                        parsed_sources,
+                        sensitivity,
+                        float(importance),
+                    ),
+                    deps=deps,
+                    request_id=request_id,
+                    erase_previous=erase_previous,
+                )
+        if merged is not None:  # after the transaction: listeners (the profile) write too
+            self._after_merge(merged)
+            return merged
         if correction is not None:
             # entries derived from the erased versions go before the new text goes in
             candidates = [c for c in correction.index_candidates() if c != assertion_item(aid)]

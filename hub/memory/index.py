@@ -103,6 +103,8 @@ class Embedder(Protocol):
 
 
 LiveFilter = Callable[[list[str]], Collection[str]]
+SkipFilter = Callable[[list[str]], Collection[str]]
+"""candidate item ids → those one search leaves out (``search(skip=…)``)"""
 """given item ids, the subset whose originals still exist"""
 
 
@@ -658,23 +660,31 @@ class MemoryIndex:
         touch: bool = True,
         query_vector: Vectors | None = None,
         created: tuple[int, int] | None = None,
+        skip: SkipFilter | None = None,
     ) -> list[Hit]:
         """The ``k`` best items for ``query``: keyword and vector lists fused, then blended.
 
         ``created`` ``(start_ms, end_ms)``: only items created in ``[start, end)`` are
         candidates (a question about "last Tuesday"); the vector list is then exact over
-        those items, so an old item is not crowded out by newer neighbours.
+        those items, so an old item is not crowded out by newer neighbours. ``skip``: given
+        the candidates' item ids, those to leave out — the search is as if they were not
+        in the index (they take no rank in either list, so they crowd nothing out, and
+        are neither returned nor touched).
         """
         self._check_k(k)
         with self._lock:
             self._follow()
             qvec = self._query_vector(query, query_vector)
             cutoff = None if include_stale else self._cutoff()
+            drop = None if skip is None else self._dropper(skip)
             fts = self._fts_list(query, cutoff, created)
+            if drop is not None:
+                gone = drop(fts)
+                fts = [rid for rid in fts if rid not in gone]
             vec = (
-                self._vec_list(qvec, cutoff, k)
+                self._vec_list(qvec, cutoff, k, drop)
                 if created is None
-                else self._vec_window(qvec, cutoff, created)
+                else self._vec_window(qvec, cutoff, created, drop)
             )
             fused = rrf([fts, vec])
             rows = self._rows_by_rid(list(fused))
@@ -820,8 +830,28 @@ class MemoryIndex:
         scored.sort(key=lambda s: (-s[0], -s[1]))
         return [rid for _, rid in scored[:LIST_LIMIT]]
 
-    def _vec_list(self, qvec: Vectors, cutoff: int | None, k: int) -> list[int]:
-        """The vector list: nearest by cosine, at most 100.
+    def _dropper(self, skip: SkipFilter) -> Callable[[list[int]], set[int]]:
+        """``skip`` over rids (the rids of the item ids it leaves out), each rid asked once."""
+        asked: dict[int, bool] = {}
+
+        def drop(rids: list[int]) -> set[int]:
+            new = [rid for rid in rids if rid not in asked]
+            if new:
+                ids = {rid: str(row[1]) for rid, row in self._rows_by_rid(new).items()}
+                gone = set(skip(list(ids.values())))
+                asked.update({rid: ids.get(rid) in gone for rid in new})
+            return {rid for rid in rids if asked[rid]}
+
+        return drop
+
+    def _vec_list(
+        self,
+        qvec: Vectors,
+        cutoff: int | None,
+        k: int,
+        drop: Callable[[list[int]], set[int]] | None = None,
+    ) -> list[int]:
+        """The vector list: nearest by cosine, at most 100 (less those ``drop`` leaves out).
 
         The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
         only at cosine ≥ ``MIN_COSINE``.
@@ -834,15 +864,24 @@ class MemoryIndex:
             )
             matrix.version = version
         max_distance = 1.0 - MIN_COSINE
+        near = list(matrix.nearest(qvec, LIST_LIMIT, cutoff))
+        if drop is not None:
+            gone = drop([int(rid) for rid, _ in near])
+            near = [(rid, d) for rid, d in near if int(rid) not in gone]
         return [
-            rid
-            for rank, (rid, distance) in enumerate(matrix.nearest(qvec, LIST_LIMIT, cutoff))
-            if rank < k or distance <= max_distance
+            rid for rank, (rid, distance) in enumerate(near) if rank < k or distance <= max_distance
         ]
 
-    def _vec_window(self, qvec: Vectors, cutoff: int | None, created: tuple[int, int]) -> list[int]:
+    def _vec_window(
+        self,
+        qvec: Vectors,
+        cutoff: int | None,
+        created: tuple[int, int],
+        drop: Callable[[list[int]], set[int]] | None = None,
+    ) -> list[int]:
         """The vector list over the items created in ``[start, end)``: exact cosine over
-        them, the first few always, deeper ranks at cosine ≥ ``MIN_COSINE``."""
+        them, the first few always, deeper ranks at cosine ≥ ``MIN_COSINE`` (less those
+        ``drop`` leaves out)."""
         floor = cutoff if cutoff is not None else -(2**62)
         rows = self._conn.execute(
             "SELECT v.rowid, vec_distance_cosine(v.embedding, ?) AS d FROM items_vec v"
@@ -851,10 +890,14 @@ class MemoryIndex:
             (qvec.tobytes(), *created, floor, LIST_LIMIT),
         ).fetchall()
         max_distance = 1.0 - MIN_COSINE
+        near = [(int(str(rid)), float(str(distance))) for rid, distance in rows]
+        if drop is not None:
+            gone = drop([rid for rid, _ in near])
+            near = [(rid, d) for rid, d in near if rid not in gone]
         return [
-            int(str(rid))
-            for rank, (rid, distance) in enumerate(rows)
-            if rank < WINDOW_NEAREST or float(str(distance)) <= max_distance
+            rid
+            for rank, (rid, distance) in enumerate(near)
+            if rank < WINDOW_NEAREST or distance <= max_distance
         ]
 
     _COLUMNS = "rid, item_id, text, sensitivity, sources, importance, created_ms, last_access_ms"

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from hub.memory.index import RECALL_DIR, Entry, Hit
+from hub.memory.index import RECALL_DIR, Entry, Hit, SkipFilter
 from hub.memory.period import Period, past_period
 from hub.memory.sensitivity import Source
 from storage.private import private_dir
@@ -59,6 +59,9 @@ _QUESTION = re.compile(
     r"[?？]\s*$|^\s*(?:what|when|where|who|why|how|do you|did i|can you)\b|什么|吗\s*$|哪|几",
     re.IGNORECASE,
 )
+ASKING_INTENTS = frozenset({"YimiRecall", "YimiForget", "YimiTimeline"})
+"""intents of utterances that ask about the memory itself ("what do you remember about …",
+"forget …", "what's on my timeline"): never something the owner told"""
 
 
 def timeline_item(entry_id: str) -> str:
@@ -219,7 +222,49 @@ class Searchable(Protocol):
         *,
         include_stale: bool = False,
         created: tuple[int, int] | None = None,
+        skip: SkipFilter | None = None,
     ) -> list[Hit]: ...
+
+
+def told(kind: str, text: str, intent: str = "") -> bool:
+    """Whether a timeline entry is something the owner told — what "what do you remember
+    about …" answers with. Not the hub's replies (its own words: they stay searchable, for
+    the call-time context and for forgetting), and not the owner's questions: an utterance
+    the brain understood as asking the memory (``intent``, recorded with its reply), or —
+    no intent recorded (a model's turn, one not answered yet) — one phrased as a question."""
+    if kind == "reply":
+        return False
+    if kind != "utterance":
+        return True
+    if intent:
+        return intent not in ASKING_INTENTS
+    return not _QUESTION.search(text)
+
+
+def untold(hub_db: Path) -> SkipFilter:
+    """A ``skip`` filter over the timeline in ``hub_db`` (read-only, the hub writes it):
+    the timeline items among the candidates that are not something the owner told
+    (:func:`told`). No timeline database: nothing left out."""
+    from storage.sqlite import read_rows
+
+    def skip(item_ids: list[str]) -> set[str]:
+        ids = [i[len(TIMELINE_ITEM) :] for i in item_ids if i.startswith(TIMELINE_ITEM)]
+        if not ids or not hub_db.exists():
+            return set()
+        marks = ",".join("?" * len(ids))
+        rows = read_rows(
+            hub_db,
+            f"SELECT id, kind, text, json_extract(meta, '$.intent') FROM timeline "
+            f"WHERE id IN ({marks})",
+            *ids,
+        )
+        return {
+            timeline_item(str(eid))
+            for eid, kind, text, intent in rows
+            if not told(str(kind), str(text or ""), str(intent or ""))
+        }
+
+    return skip
 
 
 @dataclass(frozen=True)
@@ -236,24 +281,33 @@ def recall(
     include_stale: bool = False,
     now: dt.datetime | None = None,
     hide: Collection[str] = (),
+    skip: SkipFilter | None = None,
 ) -> Recalled:
     """The ``k`` best items for a question, narrowed to the time it names (if any).
 
     A question narrowed by time also finds items unused for 30 days (it asks for them by
-    their time). ``hide``: item ids never to return (the question's own entry).
+    their time). ``hide``: item ids never to return (the question's own entry); ``skip``:
+    a filter of candidates to leave out (:func:`untold`: what the owner did not tell).
     """
     local = (now or dt.datetime.now()).astimezone()
     period = past_period(query, local)
+    hidden = set(hide)
+    if skip is not None and hidden:
+        given = skip
+        skip = lambda ids: hidden.union(given(ids))  # noqa: E731
+    elif hidden:
+        skip = lambda ids: hidden  # noqa: E731
     if period is None:
-        hits = index.search(query, min(100, k + len(hide)), include_stale=include_stale)
+        hits = index.search(query, k, include_stale=include_stale, skip=skip)
     else:
         hits = index.search(
             period.rest or query,
-            min(100, k + len(hide)),
+            k,
             include_stale=True,
             created=(period.start_ms, period.end_ms),
+            skip=skip,
         )
-    return Recalled([h for h in hits if h.item_id not in hide][:k], period)
+    return Recalled(hits, period)
 
 
 def dated(hit: Hit, tz: dt.tzinfo | None = None) -> str:

@@ -276,7 +276,7 @@ class Turns:
                 await self.delivery.deliver(
                     adm,
                     rid,
-                    [Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain)],
+                    [Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain, chunk.intent)],
                     start=chunk.index,
                 )
                 sent = chunk.index + 1

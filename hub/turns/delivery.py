@@ -53,6 +53,8 @@ class Piece(NamedTuple):
     final: bool
     task_id: str
     brain: str
+    intent: str = ""
+    """what the brain understood the turn as (recorded on the utterance with the reply)"""
 
 
 class Delivery:
@@ -76,7 +78,7 @@ class Delivery:
     ) -> None:
         """Keep and send ``pieces`` (from chunk index ``start``) of the reply to ``adm``;
         the final one puts the whole reply on the timeline."""
-        for i, (text, final, task_id, brain) in enumerate(pieces, start):
+        for i, (text, final, task_id, brain, intent) in enumerate(pieces, start):
             c = self.store.add_chunk(
                 Chunk(
                     reply_id,
@@ -101,6 +103,7 @@ class Delivery:
                     trace_id=adm.trace_id,
                     utterance_seq=adm.seq,
                     meta={"utterance": adm.utterance_id, "task": c.task_id, "brain": c.brain},
+                    intent=intent,
                 )
                 c = replace(c, reply_seq=stored.reply_seq)
                 entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)

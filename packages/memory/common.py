@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from hub.capabilities.package_sdk import receipt
 from hub.memory.assertions import AssertionStore
@@ -27,6 +27,8 @@ from hub.memory.models import ASSERTION_ITEM, Assertion, ForgetReport
 from hub.memory.sensitivity import Source, cloud_eligible, format_source, parse_source
 
 MAX_K = 20
+MAX_HIDE = 20
+"""item ids one recall may be asked to leave out"""
 ERROR_CODES = {
     "memory.forgotten": "FORGOTTEN",
     "memory.unknown": "NOT_FOUND",
@@ -84,9 +86,26 @@ class Found:
     sensitivity: str
     sources: tuple[Source, ...]
     score: float
+    by_words: bool = True
+    """found by its words (the keyword list), not only by meaning (the vectors)"""
 
 
-Search = Callable[[AssertionStore, str, int, bool], list[Found]]
+class Search(Protocol):
+    """How a server searches: ``told_only`` leaves out what the owner did not tell (the
+    hub's replies, the owner's questions); ``hide``: item ids never to return."""
+
+    def __call__(
+        self,
+        store: AssertionStore,
+        query: str,
+        k: int,
+        include_stale: bool,
+        *,
+        told_only: bool = False,
+        hide: Sequence[str] = (),
+    ) -> list[Found]: ...
+
+
 OpenErasure = Callable[[AssertionStore], Any]
 """the store → a ``hub.memory.erasure.Erasure`` over the home (the real server only)"""
 
@@ -119,15 +138,29 @@ class Tools:
         return self._store
 
     # ------------------------------------------------------------------ observe
-    def recall(self, query: str, k: int = 5, include_stale: bool = False) -> dict[str, Any]:
+    def recall(
+        self,
+        query: str,
+        k: int = 5,
+        include_stale: bool = False,
+        told_only: bool = False,
+        hide: Sequence[str] = (),
+    ) -> dict[str, Any]:
         if not isinstance(query, str) or not query.strip():
             return receipt("failed", error=("INVALID", "query: say what to recall"))
         k = max(1, min(MAX_K, int(k)))
+        hidden = [str(h) for h in hide][:MAX_HIDE]
         with self._lock:
-            hits = self._search(self.store, query, k, include_stale)
+            hits = self._search(
+                self.store, query, k, include_stale, told_only=bool(told_only), hide=hidden
+            )
             effects, withheld = [], 0
             for hit in hits:
-                fields: dict[str, Any] = {"sensitivity": hit.sensitivity, "score": hit.score}
+                fields: dict[str, Any] = {
+                    "sensitivity": hit.sensitivity,
+                    "score": hit.score,
+                    "found_by": "words" if hit.by_words else "meaning",
+                }
                 if hit.item_id.startswith(ASSERTION_ITEM):
                     found = self.store.find(hit.item_id[len(ASSERTION_ITEM) :])
                     if found is None or found.status == "forgotten":
@@ -377,13 +410,24 @@ def forget_receipt(report: ForgetReport) -> dict[str, Any]:
     return receipt("succeeded", effects=effects, values=values)
 
 
-def overlap_search(store: AssertionStore, query: str, k: int, include_stale: bool) -> list[Found]:
+def overlap_search(
+    store: AssertionStore,
+    query: str,
+    k: int,
+    include_stale: bool,
+    *,
+    told_only: bool = False,
+    hide: Sequence[str] = (),
+) -> list[Found]:
     """A scan for the fake: assertions ranked by how many query words (or CJK characters)
-    their sentence shares. ``include_stale`` has no meaning here."""
+    their sentence shares. ``include_stale`` and ``told_only`` have no meaning here (the
+    fake holds only facts, all told)."""
     words = {w for w in query.lower().split() if len(w) > 1}
     chars = {c for c in query if ord(c) > 0x2E80}
     scored = []
     for a in store.current():
+        if f"{ASSERTION_ITEM}{a.id}" in hide:
+            continue
         text = a.head.sentence
         low = text.lower()
         score = sum(1 for w in words if w in low) + sum(1 for c in chars if c in text)
@@ -400,12 +444,20 @@ def register(mcp: Any, tools: Tools) -> None:
     """Serve ``tools`` on ``mcp`` (an ``MCPServer``) under the manifest's tool names."""
 
     @mcp.tool()
-    def recall(query: str, k: int = 5, include_stale: bool = False) -> dict[str, Any]:
+    def recall(
+        query: str,
+        k: int = 5,
+        include_stale: bool = False,
+        told_only: bool = False,
+        hide: list[str] | None = None,
+    ) -> dict[str, Any]:
         """Recall memories about the query (keywords and meaning; Chinese works too).
 
         Returns the best k items with id, version, status and, if this model may see it,
-        the text. Items unused for 30 days are left out unless include_stale is true."""
-        return tools.recall(query, k, include_stale)
+        the text. Items unused for 30 days are left out unless include_stale is true.
+        told_only: only what the owner told (facts, the owner's own words) — not your
+        replies nor the owner's questions. hide: item ids not to return."""
+        return tools.recall(query, k, include_stale, told_only, hide or [])
 
     @mcp.tool()
     def show(id: str) -> dict[str, Any]:

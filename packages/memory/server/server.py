@@ -4,7 +4,8 @@ It opens the home's memory (``HOME/memory.db``, the recall index ``HOME/recall/<
 and the L2 profile files in ``HOME/profile/``), the same files ``yimi memory`` uses.
 ``recall`` searches the recall index (keywords fused with vectors; L3 assertions and the
 timeline's entries, which the hub indexes), narrowed to the time a question names ("last
-Tuesday", "昨天"); forgotten items are skipped.
+Tuesday", "昨天"); forgotten items are skipped. ``told_only`` leaves out what the owner did
+not tell (the hub's replies, the owner's questions: read from the timeline in ``hub.db``).
 
 Environment (set by the hub from the package's settings): ``YIMI_MEMORY_HOME`` (default:
 the home holding ``YIMI_STATE_DIR``), ``YIMI_MODEL_LOCATION`` (``cloud`` — the default —
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from mcp.server.mcpserver import MCPServer
@@ -26,20 +28,36 @@ from hub.memory.assertions import AssertionStore
 from hub.memory.erasure import Erasure
 from hub.memory.home import open_memory
 from hub.memory.index import MemoryIndex
-from hub.memory.timeline_recall import dated, recall
+from hub.memory.timeline_recall import dated, recall, untold
 
 
 def _open() -> AssertionStore:
     return open_memory(memory_home())
 
 
-def _search(store: AssertionStore, query: str, k: int, include_stale: bool) -> list[Found]:
+def _search(
+    store: AssertionStore,
+    query: str,
+    k: int,
+    include_stale: bool,
+    *,
+    told_only: bool = False,
+    hide: Sequence[str] = (),
+) -> list[Found]:
     index = store.index
     if index is None or not hasattr(index, "search"):
         return []
-    found = recall(index, query, k, include_stale=include_stale)  # type: ignore[arg-type]
+    skip = untold(memory_home() / "hub.db") if told_only else None
+    found = recall(index, query, k, include_stale=include_stale, hide=hide, skip=skip)  # type: ignore[arg-type]
     return [
-        Found(h.item_id, dated(h), h.sensitivity, tuple(h.sources), round(h.score, 4))
+        Found(
+            h.item_id,
+            dated(h),
+            h.sensitivity,
+            tuple(h.sources),
+            round(h.score, 4),
+            h.fts_rank is not None,
+        )
         for h in found.hits
     ]
 
