@@ -44,7 +44,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from hub.gateway.errors import GatewayError
-from hub.gateway.receipts import canonical
+from hub.gateway.receipts import canonical, canonical_object
 from protos.clock import now_ms
 from protos.codec import signing_input
 from storage.private import private_dir
@@ -72,6 +72,8 @@ class Staged:
     data: dict[str, Any]
     trace_id: str
     ts_ms: int
+    encoded: bytes = b""
+    """:func:`canonical` of ``data`` when the stager had it (else encoded when written)"""
 
 
 @dataclass(frozen=True)
@@ -140,10 +142,13 @@ class AuditLog:
         """Write one record now (durable when this returns, with ``durable``)."""
         return self.write([Staged(kind, data, trace_id[:128], now_ms())])[-1]
 
-    def stage(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> None:
-        """Queue a record for the next group commit (no I/O; durable once its batch is)."""
+    def stage(
+        self, kind: str, data: dict[str, Any], *, trace_id: str = "", encoded: bytes = b""
+    ) -> None:
+        """Queue a record for the next group commit (no I/O; durable once its batch is).
+        ``encoded``: ``canonical(data)``, if the caller has it (it is not encoded again)."""
         with self._staged_lock:
-            self._staged.append(Staged(kind, data, trace_id[:128], now_ms()))
+            self._staged.append(Staged(kind, data, trace_id[:128], now_ms(), encoded))
 
     def take_staged(self) -> list[Staged]:
         """The records queued so far (a batch takes them all; the queue starts again)."""
@@ -162,6 +167,7 @@ class AuditLog:
         makes system calls."""
         seq, prev = expected = self._tail()
         recs: list[dict[str, Any]] = []
+        lines: list[bytes] = []
         for st in batch:
             seq += 1
             record: dict[str, Any] = {
@@ -172,10 +178,23 @@ class AuditLog:
                 "data": st.data,
                 "prev": prev,
             }
-            record["hash"] = prev = record_hash(record)
+            # each member encoded once, for both the hash (the record without it) and the
+            # line: the same bytes as canonical(record) (see record_hash)
+            members = {
+                "seq": b"%d" % seq,
+                "ts_ms": b"%d" % st.ts_ms,
+                "kind": canonical(st.kind),
+                "trace_id": canonical(st.trace_id),
+                "data": st.encoded or canonical(st.data),
+                "prev": canonical(prev),
+            }
+            body = canonical_object(members)
+            record["hash"] = prev = hashlib.sha256(AUDIT_CONTEXT + b"\x00" + body).hexdigest()
+            members["hash"] = canonical(prev)
             recs.append(record)
-        blob = b"".join(canonical(r) + b"\n" for r in recs)
-        return Prepared(tuple(batch), expected, recs, blob)
+            lines.append(canonical_object(members))
+        lines.append(b"")
+        return Prepared(tuple(batch), expected, recs, b"\n".join(lines))
 
     def write_prepared(self, p: Prepared) -> list[dict[str, Any]]:
         """Write a prepared batch and its head. Thread-safe (one writer at a time, also

@@ -320,10 +320,10 @@ class Ledger:
                 row = r
             if row is None:
                 raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
-            for fact_id, text in (facts or {}).items():
-                self.db.execute(
+            if facts:
+                self.db.executemany(
                     "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
-                    (task_id, fact_id, text),
+                    [(task_id, fact_id, text) for fact_id, text in facts.items()],
                 )
             stored, stored_fp, revision = row
             if stored is not None:
@@ -341,7 +341,7 @@ class Ledger:
                 "WHERE task_id=? AND call_id=?",
                 (
                     receipt.status,
-                    json.dumps(receipt.content()),
+                    receipt.canonical_content.decode(),  # the fingerprinted bytes: JSON
                     fp,
                     receipt.revision,
                     now_ms(),

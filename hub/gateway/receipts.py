@@ -206,9 +206,31 @@ class Receipt:
 _RECEIPT_FIELDS = tuple(f.name for f in fields(Receipt))
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""one encoder for every :func:`canonical` (``json.dumps`` with options builds one per call)"""
+
+
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes (sorted keys, no spaces, UTF-8): hashes and fingerprints use it."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _CANONICAL.encode(obj).encode()
+
+
+_KEYS: dict[str, bytes] = {}
+"""member names as encoded by :func:`canonical_object` (a few dozen distinct names)"""
+
+
+def canonical_object(members: dict[str, bytes]) -> bytes:
+    """:func:`canonical` of an object whose members' values are given already encoded
+    (each the canonical bytes of its value): the same bytes, without encoding them again."""
+    parts = []
+    for k, v in sorted(members.items()):
+        key = _KEYS.get(k)
+        if key is None:
+            key = canonical(k) + b":"
+            if len(_KEYS) < 256:  # bounded: names are few, but they come from callers
+                _KEYS[k] = key
+        parts.append(key + v)
+    return b"{" + b",".join(parts) + b"}"
 
 
 def _text(v: Any, limit: int = MAX_TEXT) -> str | None:
