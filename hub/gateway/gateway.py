@@ -500,8 +500,7 @@ class Gateway:
     ) -> tuple[Receipt, dict[str, str]]:
         """``r`` with the call's trusted fields (and ``output``, if given) and its summary,
         and its fact map (id → text: what the ledger records), its facts rendered once."""
-        r = replace(
-            r,
+        r = r.evolve(
             package=call.package,
             tool=call.tool,
             task_id=call.task_id,
@@ -512,7 +511,7 @@ class Gateway:
             output=r.output if output is None else output,
         )
         found = factsmod.facts_of(r)
-        r = replace(r, summary=factsmod.summary(r, found))
+        r = r.evolve(summary=factsmod.summary(r, found))
         return r, {f.fact_id: f.text for f in found}
 
     async def _store(
@@ -558,7 +557,7 @@ class Gateway:
         for every receipt of the same content)."""
         ids = list(factsmod.fact_map([r]) if facts is None else facts)
         new, said = self.ledger.fact_states(r.task_id, ids)
-        return replace(r, new_facts=tuple(new), said_facts=tuple(said))
+        return r.evolve(new_facts=tuple(new), said_facts=tuple(said))
 
     async def record_revision(
         self, r: Receipt, call: ToolCall, d: Decision, revision: int, trace_id: str
