@@ -265,3 +265,86 @@ def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
         assert len(synced) == 1
     finally:
         ledger.close()
+
+
+async def test_a_head_lost_in_a_crash_is_restored_from_the_ledger_and_the_chain_goes_on(
+    tmp_path: Path,
+) -> None:
+    head_path = tmp_path / "gw" / "audit" / "audit.head"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = head_path.read_bytes()
+        for c, d in await decided(gw, 3, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    # the crash: the last head rewrite never reached the disk (it is not synced on its
+    # own: the same signed head went to the ledger with the batch, and that was synced)
+    head_path.write_bytes(old_head)
+    assert not verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    async with gw_at(tmp_path) as gw:
+        assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok  # restored at open
+        for c, d in await decided(gw, 2, "c"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    assert {f"b{i}" for i in range(3)} | {"c0", "c1"} <= audited(tmp_path)
+
+
+async def test_records_past_the_head_nobody_was_told_about_are_cut_at_open(
+    tmp_path: Path,
+) -> None:
+    from hub.gateway.ledger import Ledger
+
+    audit_dir = tmp_path / "gw" / "audit"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = (audit_dir / "audit.head").read_bytes()
+        old_log = (audit_dir / "audit.jsonl").read_bytes()
+        for c, d in await decided(gw, 2, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    # the crash: the last batch's records reached the log, its ledger transaction (with
+    # its head) did not; and a torn line after them
+    (audit_dir / "audit.head").write_bytes(old_head)
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:
+        with ledger.transaction() as db:
+            db.execute("UPDATE audit_head SET head=?", (old_head.rstrip(),))
+    finally:
+        ledger.close()
+    with (audit_dir / "audit.jsonl").open("ab") as fh:
+        fh.write(b'{"data":{"call_id":"torn"')
+    async with gw_at(tmp_path) as gw:
+        assert (audit_dir / "audit.jsonl").read_bytes() == old_log
+        assert verify(audit_dir, VERIFY_KEY).ok
+        for c, d in await decided(gw, 1, "c"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    assert verify(audit_dir, VERIFY_KEY).ok
+
+
+async def test_a_head_not_signed_by_the_hub_is_never_restored(tmp_path: Path) -> None:
+    from hub.gateway.ledger import Ledger
+
+    audit_dir = tmp_path / "gw" / "audit"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = (audit_dir / "audit.head").read_bytes()
+        for c, d in await decided(gw, 2, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    good = json.loads((audit_dir / "audit.head").read_bytes())
+    forged = json.dumps({**good, "sig": SigningKey.generate().sign(b"x").signature.hex()})
+    (audit_dir / "audit.head").write_bytes(old_head)
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:
+        with ledger.transaction() as db:
+            db.execute("UPDATE audit_head SET head=?", (forged.encode(),))
+    finally:
+        ledger.close()
+    with (audit_dir / "audit.jsonl").open("ab") as fh:
+        fh.write(b'{"data":{"call_id":"torn"')
+    async with gw_at(tmp_path):  # not restored, nothing acknowledged cut: verify tells
+        assert (audit_dir / "audit.head").read_bytes() == old_head
+        assert (audit_dir / "audit.jsonl").read_bytes().endswith(b"\n")  # the torn line
+    verdict = verify(audit_dir, VERIFY_KEY)
+    assert not verdict.ok and "past the head" in verdict.problem
+    assert {"b0", "b1"} <= audited(tmp_path)

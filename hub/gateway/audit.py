@@ -35,7 +35,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,6 +57,8 @@ HEAD_BYTES = 512
 
 log = logging.getLogger(__name__)
 MAX_LINE = 1024 * 1024
+RESTORE_SCAN = 8 * MAX_LINE
+"""bytes at the log's end :meth:`AuditLog.restore_head` looks at (a batch or two)"""
 
 
 def record_hash(record: dict[str, Any]) -> str:
@@ -84,6 +86,8 @@ class Prepared:
     tail: tuple[int, str]
     records: list[dict[str, Any]]
     blob: bytes
+    head: bytes = b""
+    """the signed head naming the batch's last record (canonical JSON)"""
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ class AuditLog:
         self._staged: list[Staged] = []
         self._staged_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._head_unsynced = False
+        """the head file was rewritten without a sync (its copy is durable elsewhere)"""
 
     def close(self) -> None:
         """Write what is still queued, then close."""
@@ -117,8 +123,12 @@ class AuditLog:
             self.write(self.take_staged())
         finally:
             with self._write_lock:
-                os.close(self._fd)
-                os.close(self._head_fd)
+                try:
+                    if self._head_unsynced:
+                        os.fdatasync(self._head_fd)
+                finally:
+                    os.close(self._fd)
+                    os.close(self._head_fd)
 
     def _tail(self) -> tuple[int, str]:
         """(seq, hash) to chain onto: the head, else the log's last line, else genesis."""
@@ -194,22 +204,32 @@ class AuditLog:
             recs.append(record)
             lines.append(canonical_object(members))
         lines.append(b"")
-        return Prepared(tuple(batch), expected, recs, b"\n".join(lines))
+        head = self._signed_head(seq, prev) if recs else b""
+        return Prepared(tuple(batch), expected, recs, b"\n".join(lines), head)
 
-    def write_prepared(self, p: Prepared) -> list[dict[str, Any]]:
+    def write_prepared(
+        self, p: Prepared, *, ready: Callable[[], None] | None = None
+    ) -> list[dict[str, Any]]:
         """Write a prepared batch and its head. Thread-safe (one writer at a time, also
         across processes by ``flock``; a batch prepared on a tail that moved since is
         chained again). On failure the file is cut back to where it was, the head is
-        untouched and :class:`GatewayError` ``audit.write_failed`` is raised."""
+        untouched and :class:`GatewayError` ``audit.write_failed`` is raised.
+
+        ``ready``: the batch's head (``p.head``) is being made durable elsewhere (the
+        gateway's ledger records it with the batch); it is called once the records are
+        synced and must return once that copy is durable (or raise: the records are cut
+        off again). The head file is then rewritten without a sync of its own (synced at
+        close; :meth:`restore_head` rewrites it from that copy after a crash). A batch
+        chained again gets its head synced here as before."""
         if not p.records:
             return []
         with self._write_lock:
             fd = self._fd
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                if self._tail() != p.tail:  # another writer came first
+                moved = self._tail() != p.tail  # another writer came first
+                if moved:
                     p = self.prepare(p.batch)
-                seq, digest = p.records[-1]["seq"], p.records[-1]["hash"]
                 size = os.fstat(fd).st_size
                 try:
                     view = memoryview(p.blob)
@@ -222,9 +242,15 @@ class AuditLog:
                     raise GatewayError(
                         "audit.write_failed", path=str(self.path), reason=str(exc)
                     ) from exc
+                if ready is not None:
+                    try:
+                        ready()  # no head names the records before its copy is durable
+                    except BaseException:
+                        self._cut(size)
+                        raise
                 old_head = os.pread(self._head_fd, HEAD_BYTES, 0)
                 try:
-                    self._write_head(seq, digest)
+                    self._put_head(p.head, sync=ready is None or moved)
                 except OSError as exc:
                     # no head names the records: cut them off again and put the old head
                     # back, so the log still ends where its head says
@@ -255,16 +281,117 @@ class AuditLog:
             return None
         return SignedHead.from_json(data) if isinstance(data, dict) and "sig" in data else None
 
-    def _write_head(self, seq: int, digest: str) -> None:
+    def _signed_head(self, seq: int, digest: str) -> bytes:
+        """The head naming (seq, hash), signed when the log has a signer (canonical JSON)."""
         head: dict[str, object] = {"seq": seq, "hash": digest}
         if self.signer is not None:
             sig = self.signer.sign(signing_input(HEAD_CONTEXT, canonical(head))).signature
             head["sig"] = sig.hex()
+        return canonical(head)
+
+    def _put_head(self, head: bytes, *, sync: bool) -> None:
         # one fixed-size block rewritten in place (smaller than a disk sector): no rename,
         # so no directory entry to make durable; JSON ignores the padding
-        os.pwrite(self._head_fd, canonical(head).ljust(HEAD_BYTES), 0)
-        if self.durable:
+        os.pwrite(self._head_fd, head.ljust(HEAD_BYTES), 0)
+        if self.durable and sync:
             os.fdatasync(self._head_fd)
+        self._head_unsynced = self.durable and not sync
+
+    def restore_head(self, recorded: bytes | None) -> str:
+        """At open, after a crash: bring the head file back in line with what was durable.
+
+        ``recorded``: the last head written with a batch to the gateway's ledger (durable
+        before that batch was acknowledged). A head newer than the file's, naming a record
+        the log holds with that hash (and signed by this log's key) is written back and
+        synced: ``"restored"``. Then records past the head, when the ledger names no later
+        head, are ones nobody was told about (their batch never became durable): they are
+        cut off so the chain goes on from the head, as is a torn last line: ``"cut"``. A
+        later head in the ledger that the log does not hold signed leaves the log as it is
+        (for :func:`verify` to report). Returns ``""`` when there was nothing to do."""
+        done = ""
+        with self._write_lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                tail, complete = self._last_records()
+                current = _head_of(os.pread(self._head_fd, HEAD_BYTES, 0))
+                candidate = _head_of(recorded or b"")
+                if (
+                    candidate is not None
+                    and (current is None or candidate[0] > current[0])
+                    and tail.get(candidate[0], ("", 0))[0] == candidate[1]
+                    and self._signed_by_us(recorded or b"")
+                ):
+                    self._put_head(recorded or b"", sync=True)
+                    current, done = candidate, "restored"
+                    log.warning("audit log %s: head restored to seq %d", self.path, current[0])
+                size = os.fstat(self._fd).st_size
+                end = complete
+                if (
+                    current is not None
+                    and current[0] in tail
+                    and (candidate is None or candidate[0] <= current[0])
+                ):
+                    # the ledger claims nothing past the head: what follows it was never
+                    # acknowledged
+                    end = tail[current[0]][1]
+                elif candidate is not None and candidate[0] > (current or (0, ""))[0]:
+                    log.error(
+                        "audit log %s: the ledger names head seq %d, which the log does not "
+                        "hold as signed: left as it is",
+                        self.path,
+                        candidate[0],
+                    )
+                if size > end:  # a torn last line is never a record: always cut
+                    log.warning(
+                        "audit log %s: %d bytes past its head cut off", self.path, size - end
+                    )
+                    self._cut(end)
+                    done = done or "cut"
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return done
+
+    def _signed_by_us(self, head: bytes) -> bool:
+        if self.signer is None:
+            return True
+        try:
+            data = json.loads(head)
+            body = canonical({"seq": data["seq"], "hash": data["hash"]})
+            self.signer.verify_key.verify(
+                signing_input(HEAD_CONTEXT, body), bytes.fromhex(str(data["sig"]))
+            )
+        except (BadSignatureError, ValueError, TypeError, KeyError):
+            return False
+        return True
+
+    def _last_records(self) -> tuple[dict[int, tuple[str, int]], int]:
+        """seq → (hash, offset just past its line) for the records in the log's last
+        :data:`RESTORE_SCAN` bytes (a torn last line is left out), and the offset just past
+        the last whole line."""
+        size = os.fstat(self._fd).st_size
+        start = max(0, size - RESTORE_SCAN)
+        data = os.pread(self._fd, size - start, start)
+        out: dict[int, tuple[str, int]] = {}
+        offset = start
+        lines = data.split(b"\n")
+        for k, line in enumerate(lines[:-1]):  # the last piece has no newline: torn or empty
+            offset += len(line) + 1
+            if k == 0 and start > 0:
+                continue  # may begin mid-line
+            try:
+                rec = json.loads(line)
+                out[int(rec["seq"])] = (str(rec["hash"]), offset)
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out, offset if (start == 0 or len(lines) > 1) else size
+
+
+def _head_of(raw: bytes) -> tuple[int, str] | None:
+    try:
+        head = json.loads(raw)
+        return int(head["seq"]), str(head["hash"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def records(directory: Path) -> Iterator[dict[str, Any]]:

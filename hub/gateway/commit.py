@@ -138,8 +138,10 @@ class ReceiptBatches:
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None]
         try:
-            self.ledger.commit_group()  # on this thread (the connection's); no fsync yet
             prepared = self.audit.prepare(records)  # the CPU part here: the thread only syncs
+            if prepared.head:  # the signed head, durable with the batch's rows
+                self.ledger.stage_audit_head(prepared.head)
+            self.ledger.commit_group()  # on this thread (the connection's); no fsync yet
             if len(batch.waiters) == 1:
                 # one caller waits, none is being written: write it from here (what a lone
                 # call costs); calls arriving meanwhile form the next batch, written from
@@ -156,11 +158,13 @@ class ReceiptBatches:
         fut.add_done_callback(functools.partial(self._written, batch))
 
     def _write(self, records: Prepared) -> None:
-        """The ledger's WAL is synced (on a second thread) while the audit records are
-        written and synced, then the head; both must succeed."""
+        """The ledger's WAL (holding the batch's rows and its signed head) is synced on a
+        second thread while the audit records are written and synced; then the head file
+        is rewritten (no sync of its own: its copy in the ledger is durable). Both syncs
+        must succeed."""
         wal = self._wal.submit(self.ledger.sync)
         try:
-            self.audit.write_prepared(records)
+            self.audit.write_prepared(records, ready=wal.result)
         finally:
             wal.result()  # raises the ledger's failure, if any (after the audit's own)
 

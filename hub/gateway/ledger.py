@@ -102,6 +102,10 @@ CREATE TABLE IF NOT EXISTS cards (
     context     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS cards_state ON cards (state, expires_ms);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    head BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tokens (
     token       TEXT PRIMARY KEY,
     card_id     TEXT NOT NULL,
@@ -213,6 +217,20 @@ class Ledger:
         except OSError as exc:
             raise GatewayError("ledger.sync_failed", path=str(self.path), reason=str(exc)) from exc
 
+    # ------------------------------------------------------------------ audit head
+    def stage_audit_head(self, head: bytes) -> None:
+        """Record the audit log's signed head (canonical JSON) in the open group, so the
+        batch's WAL sync makes it durable with the batch's rows (the audit log restores its
+        head file from it after a crash: :meth:`AuditLog.restore_head`)."""
+        with self._write(False):
+            self.db.execute("INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,))
+
+    def audit_head(self) -> bytes | None:
+        """The last signed audit head recorded with a batch, if any."""
+        for (head,) in self.db.execute("SELECT head FROM audit_head WHERE id=1"):
+            return bytes(head)
+        return None
+
     # ------------------------------------------------------------------ calls
     def _row(self, r: Any) -> CallRow:
         return CallRow(
@@ -272,6 +290,7 @@ class Ledger:
                     )
                 return old
             t = now_ms()
+            encoded = json.dumps(decision)
             self.db.execute(
                 "INSERT INTO calls (task_id, call_id, package, tool, action_hash, args_fp, "
                 "effect, target, outcome, decision, created_ms, updated_ms) "
@@ -286,14 +305,27 @@ class Ledger:
                     effect,
                     target,
                     outcome,
-                    json.dumps(decision),
+                    encoded,
                     t,
                     t,
                 ),
             )
-        row = self.call(task_id, call_id)
-        assert row is not None
-        return row
+        # what was just inserted (no read back: the decision as stored, through JSON)
+        return CallRow(
+            task_id,
+            call_id,
+            package,
+            tool,
+            action_hash,
+            args_fp,
+            effect,
+            target,
+            outcome,
+            json.loads(encoded),
+            None,
+            None,
+            -1,
+        )
 
     def record_receipt(
         self,
