@@ -21,9 +21,15 @@ are ``fsync``'d when ``durable`` (the default).
 
 Group commit: :meth:`AuditLog.stage` only queues a record (no I/O);
 :meth:`AuditLog.take_staged` hands the queue to the gateway's group commit
-(:mod:`hub.gateway.commit`), whose :meth:`AuditLog.write` chains, writes and syncs the whole
-batch at once and signs the head once for it. A batch whose write fails leaves the file as
-it was (the bytes written are cut off again) and the head untouched.
+(:mod:`hub.gateway.commit`), which chains and encodes the batch and signs its head once
+(:meth:`AuditLog.prepare`), records that signed head in the gateway's ledger with the
+batch's rows, and has :meth:`AuditLog.write_prepared` write and sync the records while the
+ledger's WAL is synced; the head file is rewritten once both are durable, without a sync
+of its own (its durable copy is the ledger's; it is synced at close). After a crash,
+:meth:`AuditLog.restore_head` (at open) writes that copy back if the file lost it, and
+cuts off what follows the head when nobody was told about it (a torn line, records of a
+batch whose ledger transaction never became durable). A batch whose write fails leaves the
+file as it was (the bytes written are cut off again) and the head untouched.
 """
 
 from __future__ import annotations

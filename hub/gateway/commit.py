@@ -3,10 +3,12 @@
 A call's writes are staged first: its ledger rows join the ledger's open group transaction
 (:meth:`Ledger.record_receipt` with ``sync=False``, visible at once to every later read) and
 its audit records are queued (:meth:`AuditLog.stage`). :meth:`ReceiptBatches.durable` then
-waits until a batch holding them is durable. One batch at a time is written: its ledger
-transaction is committed (one ``COMMIT``, without an fsync), then one ``fdatasync`` of
-the ledger's write-ahead log, one write and ``fdatasync`` of the audit records and one
-signed head, the WAL's sync on its own thread alongside the audit's.
+waits until a batch holding them is durable. One batch at a time is written: its audit
+records are chained and its head signed once, the head joins the ledger's transaction,
+which is committed (one ``COMMIT``, without an fsync); then one ``fdatasync`` of the
+ledger's write-ahead log (rows and signed head) on its own thread alongside one write and
+``fdatasync`` of the audit records; once both are done the head file is rewritten (its
+durable copy being the ledger's, see :mod:`.audit`). Two fsyncs side by side per batch.
 
 When a batch is written: while one is being written, the next one collects every call
 that stages meanwhile and is written as soon as the first is durable (under load a batch

@@ -9,6 +9,8 @@ checks, and which facts were already said.
   for (task, package, tool) until a receipt of the check tool arrives in that task.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
+- The audit log's signed head as of the last group commit (:meth:`Ledger.stage_audit_head`),
+  durable with that batch's rows; the audit log restores its head file from it at open.
 - Group commit: :meth:`Ledger.record_decision` and :meth:`Ledger.record_receipt` with
   ``sync=False`` join one open transaction (each in its own savepoint; every later read on
   this connection sees them). The gateway's group commit (:mod:`hub.gateway.commit`)
