@@ -147,8 +147,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
 
     print(
         f"machine: {platform.machine()}, Python {platform.python_version()}, "
-        f"{platform.system()}; ledger WAL fdatasync per batch (as FULL), audit fsync on, "
-        "audit head signed; "
+        f"{platform.system()}; per batch: ledger WAL fdatasync (as FULL, with the signed "
+        "audit head) beside the audit log's fdatasync; "
         f"load average {os.getloadavg()[0]:.2f} at the end"
     )
     print()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -18,10 +19,11 @@ from nacl.signing import SigningKey
 
 from hub.capabilities.host import ToolOutcome
 from hub.gateway import CallContext, Decision, Gateway, Receipt, ToolCall, open_gateway
-from hub.gateway.audit import records, verify
+from hub.gateway.audit import Prepared, records, verify
 from hub.gateway.errors import GatewayError
 from storage.sqlite import read_rows
 from tests.gateway_kit import PACKAGES
+from tests.waiting import poll
 
 CTX = CallContext(owner="owner", scope="owner", session_id="s", run_id="r", trace_id="t")
 SIGNER = SigningKey.generate()
@@ -193,6 +195,51 @@ async def test_observe_decisions_are_durable_by_close_and_chain_verifies(
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
 
 
+async def test_an_observe_decision_rides_with_its_receipt_or_is_written_by_itself(
+    tmp_path: Path,
+) -> None:
+    async with gw_at(tmp_path) as gw:
+        ((c, d),) = await decided(gw, 1, "ride")
+        before = gw.commits.stats.batches
+        r = await gw.receipt(c, CTX, d, ECHOED)
+        assert r.status == "succeeded"
+        # one batch made the decision and the receipt durable together
+        assert gw.commits.stats.batches == before + 1
+        kinds = [(x["kind"], x["data"]["call_id"]) for x in records(tmp_path / "gw" / "audit")]
+        assert kinds[-2:] == [("decision", "ride0"), ("receipt", "ride0")]
+        # a decision whose receipt does not come is written on its own, soon
+        await decided(gw, 1, "alone")
+        await poll(
+            lambda: "alone0" in {x["data"]["call_id"] for x in records(tmp_path / "gw" / "audit")},
+            what="the lone observe decision audited",
+        )
+        assert ("alone0",) in read_rows(tmp_path / "gw" / "gateway.db", "SELECT call_id FROM calls")
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+async def test_a_caller_that_gives_up_leaves_its_batch_to_the_others(tmp_path: Path) -> None:
+    async with gw_at(tmp_path) as gw:
+        calls = await decided(gw, 4, "cx")
+        await gw.commits.drain()
+        release = threading.Event()
+        write = gw.commits._write
+
+        def held(prepared: Prepared) -> None:
+            release.wait(20)
+            write(prepared)
+
+        gw.commits._write = held  # type: ignore[method-assign,assignment]
+        tasks = [asyncio.ensure_future(gw.receipt(c, CTX, d, ECHOED)) for c, d in calls]
+        await poll(lambda: gw.commits._writing is not None, what="the batch of 4 being written")
+        tasks[0].cancel()  # its caller gives up while the batch is on its way to disk
+        release.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[0], asyncio.CancelledError)
+        assert [r.status for r in done[1:] if isinstance(r, Receipt)] == ["succeeded"] * 3
+        assert gw.commits.stats.sizes[-1] == 4
+    assert {c.call_id for c, _ in calls} <= audited(tmp_path)  # the batch was written whole
+
+
 def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -218,3 +265,86 @@ def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
         assert len(synced) == 1
     finally:
         ledger.close()
+
+
+async def test_a_head_lost_in_a_crash_is_restored_from_the_ledger_and_the_chain_goes_on(
+    tmp_path: Path,
+) -> None:
+    head_path = tmp_path / "gw" / "audit" / "audit.head"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = head_path.read_bytes()
+        for c, d in await decided(gw, 3, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    # the crash: the last head rewrite never reached the disk (it is not synced on its
+    # own: the same signed head went to the ledger with the batch, and that was synced)
+    head_path.write_bytes(old_head)
+    assert not verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    async with gw_at(tmp_path) as gw:
+        assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok  # restored at open
+        for c, d in await decided(gw, 2, "c"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    assert {f"b{i}" for i in range(3)} | {"c0", "c1"} <= audited(tmp_path)
+
+
+async def test_records_past_the_head_nobody_was_told_about_are_cut_at_open(
+    tmp_path: Path,
+) -> None:
+    from hub.gateway.ledger import Ledger
+
+    audit_dir = tmp_path / "gw" / "audit"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = (audit_dir / "audit.head").read_bytes()
+        old_log = (audit_dir / "audit.jsonl").read_bytes()
+        for c, d in await decided(gw, 2, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    # the crash: the last batch's records reached the log, its ledger transaction (with
+    # its head) did not; and a torn line after them
+    (audit_dir / "audit.head").write_bytes(old_head)
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:
+        with ledger.transaction() as db:
+            db.execute("UPDATE audit_head SET head=?", (old_head.rstrip(),))
+    finally:
+        ledger.close()
+    with (audit_dir / "audit.jsonl").open("ab") as fh:
+        fh.write(b'{"data":{"call_id":"torn"')
+    async with gw_at(tmp_path) as gw:
+        assert (audit_dir / "audit.jsonl").read_bytes() == old_log
+        assert verify(audit_dir, VERIFY_KEY).ok
+        for c, d in await decided(gw, 1, "c"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    assert verify(audit_dir, VERIFY_KEY).ok
+
+
+async def test_a_head_not_signed_by_the_hub_is_never_restored(tmp_path: Path) -> None:
+    from hub.gateway.ledger import Ledger
+
+    audit_dir = tmp_path / "gw" / "audit"
+    async with gw_at(tmp_path) as gw:
+        for c, d in await decided(gw, 2, "a"):
+            await gw.receipt(c, CTX, d, ECHOED)
+        old_head = (audit_dir / "audit.head").read_bytes()
+        for c, d in await decided(gw, 2, "b"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    good = json.loads((audit_dir / "audit.head").read_bytes())
+    forged = json.dumps({**good, "sig": SigningKey.generate().sign(b"x").signature.hex()})
+    (audit_dir / "audit.head").write_bytes(old_head)
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:
+        with ledger.transaction() as db:
+            db.execute("UPDATE audit_head SET head=?", (forged.encode(),))
+    finally:
+        ledger.close()
+    with (audit_dir / "audit.jsonl").open("ab") as fh:
+        fh.write(b'{"data":{"call_id":"torn"')
+    async with gw_at(tmp_path):  # not restored, nothing acknowledged cut: verify tells
+        assert (audit_dir / "audit.head").read_bytes() == old_head
+        assert (audit_dir / "audit.jsonl").read_bytes().endswith(b"\n")  # the torn line
+    verdict = verify(audit_dir, VERIFY_KEY)
+    assert not verdict.ok and "past the head" in verdict.problem
+    assert {"b0", "b1"} <= audited(tmp_path)

@@ -149,9 +149,7 @@ def receipts(hub: HubDaemon, task_id: str) -> list[tuple[str, str, str]]:
 def rejected_tools(hub: HubDaemon) -> set[str]:
     gw = hub.consent.gateway
     assert gw is not None
-    rows = gw.ledger.db.execute(
-        'SELECT tool FROM calls WHERE receipt LIKE \'%"status": "rejected"%\''
-    )
+    rows = gw.ledger.db.execute("SELECT tool FROM calls WHERE status='rejected'")
     return {str(t) for (t,) in rows}
 
 

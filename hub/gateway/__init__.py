@@ -90,6 +90,7 @@ async def open_gateway(
     private_dir(state_dir)  # once, at start
     ledger = Ledger(state_dir / "gateway.db", synchronous="FULL" if durable else "OFF")
     audit = AuditLog(state_dir / "audit", durable=durable, signer=audit_signer)
+    audit.restore_head(ledger.audit_head())  # after a crash: the head its last batch had
     try:
         async with PackageHost(
             catalog,

@@ -21,9 +21,15 @@ are ``fsync``'d when ``durable`` (the default).
 
 Group commit: :meth:`AuditLog.stage` only queues a record (no I/O);
 :meth:`AuditLog.take_staged` hands the queue to the gateway's group commit
-(:mod:`hub.gateway.commit`), whose :meth:`AuditLog.write` chains, writes and syncs the whole
-batch at once and signs the head once for it. A batch whose write fails leaves the file as
-it was (the bytes written are cut off again) and the head untouched.
+(:mod:`hub.gateway.commit`), which chains and encodes the batch and signs its head once
+(:meth:`AuditLog.prepare`), records that signed head in the gateway's ledger with the
+batch's rows, and has :meth:`AuditLog.write_prepared` write and sync the records while the
+ledger's WAL is synced; the head file is rewritten once both are durable, without a sync
+of its own (its durable copy is the ledger's; it is synced at close). After a crash,
+:meth:`AuditLog.restore_head` (at open) writes that copy back if the file lost it, and
+cuts off what follows the head when nobody was told about it (a torn line, records of a
+batch whose ledger transaction never became durable). A batch whose write fails leaves the
+file as it was (the bytes written are cut off again) and the head untouched.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +50,7 @@ from nacl.exceptions import BadSignatureError
 from nacl.signing import SigningKey, VerifyKey
 
 from hub.gateway.errors import GatewayError
-from hub.gateway.receipts import canonical
+from hub.gateway.receipts import canonical, canonical_object
 from protos.clock import now_ms
 from protos.codec import signing_input
 from storage.private import private_dir
@@ -57,6 +63,8 @@ HEAD_BYTES = 512
 
 log = logging.getLogger(__name__)
 MAX_LINE = 1024 * 1024
+RESTORE_SCAN = 8 * MAX_LINE
+"""bytes at the log's end :meth:`AuditLog.restore_head` looks at (a batch or two)"""
 
 
 def record_hash(record: dict[str, Any]) -> str:
@@ -72,6 +80,8 @@ class Staged:
     data: dict[str, Any]
     trace_id: str
     ts_ms: int
+    encoded: bytes = b""
+    """:func:`canonical` of ``data`` when the stager had it (else encoded when written)"""
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,8 @@ class Prepared:
     tail: tuple[int, str]
     records: list[dict[str, Any]]
     blob: bytes
+    head: bytes = b""
+    """the signed head naming the batch's last record (canonical JSON)"""
 
 
 @dataclass(frozen=True)
@@ -108,6 +120,8 @@ class AuditLog:
         self._staged: list[Staged] = []
         self._staged_lock = threading.Lock()
         self._write_lock = threading.Lock()
+        self._head_unsynced = False
+        """the head file was rewritten without a sync (its copy is durable elsewhere)"""
 
     def close(self) -> None:
         """Write what is still queued, then close."""
@@ -115,8 +129,12 @@ class AuditLog:
             self.write(self.take_staged())
         finally:
             with self._write_lock:
-                os.close(self._fd)
-                os.close(self._head_fd)
+                try:
+                    if self._head_unsynced:
+                        os.fdatasync(self._head_fd)
+                finally:
+                    os.close(self._fd)
+                    os.close(self._head_fd)
 
     def _tail(self) -> tuple[int, str]:
         """(seq, hash) to chain onto: the head, else the log's last line, else genesis."""
@@ -140,10 +158,13 @@ class AuditLog:
         """Write one record now (durable when this returns, with ``durable``)."""
         return self.write([Staged(kind, data, trace_id[:128], now_ms())])[-1]
 
-    def stage(self, kind: str, data: dict[str, Any], *, trace_id: str = "") -> None:
-        """Queue a record for the next group commit (no I/O; durable once its batch is)."""
+    def stage(
+        self, kind: str, data: dict[str, Any], *, trace_id: str = "", encoded: bytes = b""
+    ) -> None:
+        """Queue a record for the next group commit (no I/O; durable once its batch is).
+        ``encoded``: ``canonical(data)``, if the caller has it (it is not encoded again)."""
         with self._staged_lock:
-            self._staged.append(Staged(kind, data, trace_id[:128], now_ms()))
+            self._staged.append(Staged(kind, data, trace_id[:128], now_ms(), encoded))
 
     def take_staged(self) -> list[Staged]:
         """The records queued so far (a batch takes them all; the queue starts again)."""
@@ -162,6 +183,7 @@ class AuditLog:
         makes system calls."""
         seq, prev = expected = self._tail()
         recs: list[dict[str, Any]] = []
+        lines: list[bytes] = []
         for st in batch:
             seq += 1
             record: dict[str, Any] = {
@@ -172,25 +194,48 @@ class AuditLog:
                 "data": st.data,
                 "prev": prev,
             }
-            record["hash"] = prev = record_hash(record)
+            # each member encoded once, for both the hash (the record without it) and the
+            # line: the same bytes as canonical(record) (see record_hash)
+            members = {
+                "seq": b"%d" % seq,
+                "ts_ms": b"%d" % st.ts_ms,
+                "kind": canonical(st.kind),
+                "trace_id": canonical(st.trace_id),
+                "data": st.encoded or canonical(st.data),
+                "prev": canonical(prev),
+            }
+            body = canonical_object(members)
+            record["hash"] = prev = hashlib.sha256(AUDIT_CONTEXT + b"\x00" + body).hexdigest()
+            members["hash"] = canonical(prev)
             recs.append(record)
-        blob = b"".join(canonical(r) + b"\n" for r in recs)
-        return Prepared(tuple(batch), expected, recs, blob)
+            lines.append(canonical_object(members))
+        lines.append(b"")
+        head = self._signed_head(seq, prev) if recs else b""
+        return Prepared(tuple(batch), expected, recs, b"\n".join(lines), head)
 
-    def write_prepared(self, p: Prepared) -> list[dict[str, Any]]:
+    def write_prepared(
+        self, p: Prepared, *, ready: Callable[[], None] | None = None
+    ) -> list[dict[str, Any]]:
         """Write a prepared batch and its head. Thread-safe (one writer at a time, also
         across processes by ``flock``; a batch prepared on a tail that moved since is
         chained again). On failure the file is cut back to where it was, the head is
-        untouched and :class:`GatewayError` ``audit.write_failed`` is raised."""
+        untouched and :class:`GatewayError` ``audit.write_failed`` is raised.
+
+        ``ready``: the batch's head (``p.head``) is being made durable elsewhere (the
+        gateway's ledger records it with the batch); it is called once the records are
+        synced and must return once that copy is durable (or raise: the records are cut
+        off again). The head file is then rewritten without a sync of its own (synced at
+        close; :meth:`restore_head` rewrites it from that copy after a crash). A batch
+        chained again gets its head synced here as before."""
         if not p.records:
             return []
         with self._write_lock:
             fd = self._fd
             fcntl.flock(fd, fcntl.LOCK_EX)
             try:
-                if self._tail() != p.tail:  # another writer came first
+                moved = self._tail() != p.tail  # another writer came first
+                if moved:
                     p = self.prepare(p.batch)
-                seq, digest = p.records[-1]["seq"], p.records[-1]["hash"]
                 size = os.fstat(fd).st_size
                 try:
                     view = memoryview(p.blob)
@@ -203,9 +248,15 @@ class AuditLog:
                     raise GatewayError(
                         "audit.write_failed", path=str(self.path), reason=str(exc)
                     ) from exc
+                if ready is not None:
+                    try:
+                        ready()  # no head names the records before its copy is durable
+                    except BaseException:
+                        self._cut(size)
+                        raise
                 old_head = os.pread(self._head_fd, HEAD_BYTES, 0)
                 try:
-                    self._write_head(seq, digest)
+                    self._put_head(p.head, sync=ready is None or moved)
                 except OSError as exc:
                     # no head names the records: cut them off again and put the old head
                     # back, so the log still ends where its head says
@@ -236,16 +287,117 @@ class AuditLog:
             return None
         return SignedHead.from_json(data) if isinstance(data, dict) and "sig" in data else None
 
-    def _write_head(self, seq: int, digest: str) -> None:
+    def _signed_head(self, seq: int, digest: str) -> bytes:
+        """The head naming (seq, hash), signed when the log has a signer (canonical JSON)."""
         head: dict[str, object] = {"seq": seq, "hash": digest}
         if self.signer is not None:
             sig = self.signer.sign(signing_input(HEAD_CONTEXT, canonical(head))).signature
             head["sig"] = sig.hex()
+        return canonical(head)
+
+    def _put_head(self, head: bytes, *, sync: bool) -> None:
         # one fixed-size block rewritten in place (smaller than a disk sector): no rename,
         # so no directory entry to make durable; JSON ignores the padding
-        os.pwrite(self._head_fd, canonical(head).ljust(HEAD_BYTES), 0)
-        if self.durable:
+        os.pwrite(self._head_fd, head.ljust(HEAD_BYTES), 0)
+        if self.durable and sync:
             os.fdatasync(self._head_fd)
+        self._head_unsynced = self.durable and not sync
+
+    def restore_head(self, recorded: bytes | None) -> str:
+        """At open, after a crash: bring the head file back in line with what was durable.
+
+        ``recorded``: the last head written with a batch to the gateway's ledger (durable
+        before that batch was acknowledged). A head newer than the file's, naming a record
+        the log holds with that hash (and signed by this log's key) is written back and
+        synced: ``"restored"``. Then records past the head, when the ledger names no later
+        head, are ones nobody was told about (their batch never became durable): they are
+        cut off so the chain goes on from the head, as is a torn last line: ``"cut"``. A
+        later head in the ledger that the log does not hold signed leaves the log as it is
+        (for :func:`verify` to report). Returns ``""`` when there was nothing to do."""
+        done = ""
+        with self._write_lock:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            try:
+                tail, complete = self._last_records()
+                current = _head_of(os.pread(self._head_fd, HEAD_BYTES, 0))
+                candidate = _head_of(recorded or b"")
+                if (
+                    candidate is not None
+                    and (current is None or candidate[0] > current[0])
+                    and tail.get(candidate[0], ("", 0))[0] == candidate[1]
+                    and self._signed_by_us(recorded or b"")
+                ):
+                    self._put_head(recorded or b"", sync=True)
+                    current, done = candidate, "restored"
+                    log.warning("audit log %s: head restored to seq %d", self.path, current[0])
+                size = os.fstat(self._fd).st_size
+                end = complete
+                if (
+                    current is not None
+                    and current[0] in tail
+                    and (candidate is None or candidate[0] <= current[0])
+                ):
+                    # the ledger claims nothing past the head: what follows it was never
+                    # acknowledged
+                    end = tail[current[0]][1]
+                elif candidate is not None and candidate[0] > (current or (0, ""))[0]:
+                    log.error(
+                        "audit log %s: the ledger names head seq %d, which the log does not "
+                        "hold as signed: left as it is",
+                        self.path,
+                        candidate[0],
+                    )
+                if size > end:  # a torn last line is never a record: always cut
+                    log.warning(
+                        "audit log %s: %d bytes past its head cut off", self.path, size - end
+                    )
+                    self._cut(end)
+                    done = done or "cut"
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+        return done
+
+    def _signed_by_us(self, head: bytes) -> bool:
+        if self.signer is None:
+            return True
+        try:
+            data = json.loads(head)
+            body = canonical({"seq": data["seq"], "hash": data["hash"]})
+            self.signer.verify_key.verify(
+                signing_input(HEAD_CONTEXT, body), bytes.fromhex(str(data["sig"]))
+            )
+        except (BadSignatureError, ValueError, TypeError, KeyError):
+            return False
+        return True
+
+    def _last_records(self) -> tuple[dict[int, tuple[str, int]], int]:
+        """seq → (hash, offset just past its line) for the records in the log's last
+        :data:`RESTORE_SCAN` bytes (a torn last line is left out), and the offset just past
+        the last whole line."""
+        size = os.fstat(self._fd).st_size
+        start = max(0, size - RESTORE_SCAN)
+        data = os.pread(self._fd, size - start, start)
+        out: dict[int, tuple[str, int]] = {}
+        offset = start
+        lines = data.split(b"\n")
+        for k, line in enumerate(lines[:-1]):  # the last piece has no newline: torn or empty
+            offset += len(line) + 1
+            if k == 0 and start > 0:
+                continue  # may begin mid-line
+            try:
+                rec = json.loads(line)
+                out[int(rec["seq"])] = (str(rec["hash"]), offset)
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out, offset if (start == 0 or len(lines) > 1) else size
+
+
+def _head_of(raw: bytes) -> tuple[int, str] | None:
+    try:
+        head = json.loads(raw)
+        return int(head["seq"]), str(head["hash"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def records(directory: Path) -> Iterator[dict[str, Any]]:

@@ -368,9 +368,9 @@ def facts_of(r: Receipt, lang: str = "en") -> list[Fact]:
     return out
 
 
-def summary(r: Receipt) -> str:
-    """One sentence for a card update or a log line."""
-    facts = facts_of(r)
+def summary(r: Receipt, facts: list[Fact] | None = None) -> str:
+    """One sentence for a card update or a log line (``facts``: ``facts_of(r)``, if known)."""
+    facts = facts_of(r) if facts is None else facts
     return " ".join(f.text for f in facts[:2]) if facts else f"{action_phrase(r)}: {r.status}."
 
 

@@ -51,6 +51,7 @@ from hub.gateway.receipts import (
     Next,
     Receipt,
     canonical,
+    canonical_object,
     enforce,
     gateway_receipt,
     invalid,
@@ -404,7 +405,7 @@ class Gateway:
             )
             d = replace(d, receipt=stored)
         elif d.runs and d.effect == "observe":
-            self.commits.soon()
+            self.commits.later()  # durable with its receipt's batch, at the latest
         else:
             await self.commits.durable()
         if d.card is not None:
@@ -491,8 +492,15 @@ class Gateway:
         return "\n".join(f"{k}: {args[k]}" for k in keys if k in args)[:600]
 
     def _stamp(self, r: Receipt, call: ToolCall, d: Decision, revision: int = 0) -> Receipt:
-        r = replace(
-            r,
+        return self._stamped(r, call, d, revision)[0]
+
+    @staticmethod
+    def _stamped(
+        r: Receipt, call: ToolCall, d: Decision, revision: int = 0, output: str | None = None
+    ) -> tuple[Receipt, dict[str, str]]:
+        """``r`` with the call's trusted fields (and ``output``, if given) and its summary,
+        and its fact map (id → text: what the ledger records), its facts rendered once."""
+        r = r.evolve(
             package=call.package,
             tool=call.tool,
             task_id=call.task_id,
@@ -500,8 +508,11 @@ class Gateway:
             effect=d.effect,
             target=d.target,
             revision=revision,
+            output=r.output if output is None else output,
         )
-        return replace(r, summary=factsmod.summary(r))
+        found = factsmod.facts_of(r)
+        r = r.evolve(summary=factsmod.summary(r, found))
+        return r, {f.fact_id: f.text for f in found}
 
     async def _store(
         self,
@@ -519,10 +530,18 @@ class Gateway:
         )
         key = (task_id, call_id, stored.fingerprint())
         if fresh or key in self._unaudited:
+            encoded = canonical_object(  # the receipt's canonical bytes are known already
+                {
+                    "task_id": canonical(task_id),
+                    "call_id": canonical(call_id),
+                    "receipt": stored.canonical_content,
+                }
+            )
             self.audit.stage(
                 "receipt",
                 {"task_id": task_id, "call_id": call_id, "receipt": stored.content()},
                 trace_id=trace_id,
+                encoded=encoded,
             )
         try:
             await self.commits.durable()  # also when not fresh: its first writer may wait
@@ -538,7 +557,7 @@ class Gateway:
         for every receipt of the same content)."""
         ids = list(factsmod.fact_map([r]) if facts is None else facts)
         new, said = self.ledger.fact_states(r.task_id, ids)
-        return replace(r, new_facts=tuple(new), said_facts=tuple(said))
+        return r.evolve(new_facts=tuple(new), said_facts=tuple(said))
 
     async def record_revision(
         self, r: Receipt, call: ToolCall, d: Decision, revision: int, trace_id: str
@@ -594,8 +613,7 @@ class Gateway:
             revision = max(revision, raw.revision)
         r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
         output = raw.output or outcome.text[:MAX_OUTPUT]
-        r = replace(self._stamp(r, call, decision, revision), output=output)
-        facts = factsmod.fact_map([r])
+        r, facts = self._stamped(r, call, decision, revision, output)
         stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id, facts)
         if stored.status in ("unknown", "partial") and spec.check_with:
             self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)

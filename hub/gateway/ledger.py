@@ -9,6 +9,8 @@ checks, and which facts were already said.
   for (task, package, tool) until a receipt of the check tool arrives in that task.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
+- The audit log's signed head as of the last group commit (:meth:`Ledger.stage_audit_head`),
+  durable with that batch's rows; the audit log restores its head file from it at open.
 - Group commit: :meth:`Ledger.record_decision` and :meth:`Ledger.record_receipt` with
   ``sync=False`` join one open transaction (each in its own savepoint; every later read on
   this connection sees them). The gateway's group commit (:mod:`hub.gateway.commit`)
@@ -102,6 +104,10 @@ CREATE TABLE IF NOT EXISTS cards (
     context     TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS cards_state ON cards (state, expires_ms);
+CREATE TABLE IF NOT EXISTS audit_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    head BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tokens (
     token       TEXT PRIMARY KEY,
     card_id     TEXT NOT NULL,
@@ -213,6 +219,20 @@ class Ledger:
         except OSError as exc:
             raise GatewayError("ledger.sync_failed", path=str(self.path), reason=str(exc)) from exc
 
+    # ------------------------------------------------------------------ audit head
+    def stage_audit_head(self, head: bytes) -> None:
+        """Record the audit log's signed head (canonical JSON) in the open group, so the
+        batch's WAL sync makes it durable with the batch's rows (the audit log restores its
+        head file from it after a crash: :meth:`AuditLog.restore_head`)."""
+        with self._write(False):
+            self.db.execute("INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,))
+
+    def audit_head(self) -> bytes | None:
+        """The last signed audit head recorded with a batch, if any."""
+        for (head,) in self.db.execute("SELECT head FROM audit_head WHERE id=1"):
+            return bytes(head)
+        return None
+
     # ------------------------------------------------------------------ calls
     def _row(self, r: Any) -> CallRow:
         return CallRow(
@@ -272,6 +292,7 @@ class Ledger:
                     )
                 return old
             t = now_ms()
+            encoded = json.dumps(decision)
             self.db.execute(
                 "INSERT INTO calls (task_id, call_id, package, tool, action_hash, args_fp, "
                 "effect, target, outcome, decision, created_ms, updated_ms) "
@@ -286,14 +307,27 @@ class Ledger:
                     effect,
                     target,
                     outcome,
-                    json.dumps(decision),
+                    encoded,
                     t,
                     t,
                 ),
             )
-        row = self.call(task_id, call_id)
-        assert row is not None
-        return row
+        # what was just inserted (no read back: the decision as stored, through JSON)
+        return CallRow(
+            task_id,
+            call_id,
+            package,
+            tool,
+            action_hash,
+            args_fp,
+            effect,
+            target,
+            outcome,
+            json.loads(encoded),
+            None,
+            None,
+            -1,
+        )
 
     def record_receipt(
         self,
@@ -320,10 +354,10 @@ class Ledger:
                 row = r
             if row is None:
                 raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
-            for fact_id, text in (facts or {}).items():
-                self.db.execute(
+            if facts:
+                self.db.executemany(
                     "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
-                    (task_id, fact_id, text),
+                    [(task_id, fact_id, text) for fact_id, text in facts.items()],
                 )
             stored, stored_fp, revision = row
             if stored is not None:
@@ -341,7 +375,7 @@ class Ledger:
                 "WHERE task_id=? AND call_id=?",
                 (
                     receipt.status,
-                    json.dumps(receipt.content()),
+                    receipt.canonical_content.decode(),  # the fingerprinted bytes: JSON
                     fp,
                     receipt.revision,
                     now_ms(),

@@ -165,8 +165,25 @@ class Receipt:
         """:func:`canonical` of :meth:`content` (computed once: stored and fingerprinted)."""
         return canonical(self._content)
 
-    def fingerprint(self) -> str:
+    @cached_property
+    def _fingerprint(self) -> str:
         return hashlib.sha256(self.canonical_content).hexdigest()
+
+    def fingerprint(self) -> str:
+        return self._fingerprint
+
+    def evolve(self, **changes: Any) -> Receipt:
+        """:func:`dataclasses.replace` for the hot path: the same new receipt (its cached
+        encodings not carried over), without running the 21-field ``__init__``. Raises
+        :class:`TypeError` for a name that is not a field."""
+        if not _RECEIPT_FIELD_SET.issuperset(changes):
+            raise TypeError(f"not Receipt fields: {sorted(set(changes) - _RECEIPT_FIELD_SET)}")
+        new = object.__new__(Receipt)
+        own = self.__dict__
+        state = {name: own[name] for name in _RECEIPT_FIELDS}
+        state.update(changes)
+        new.__dict__.update(state)
+        return new
 
     @property
     def confirmed_effects(self) -> tuple[Effect, ...]:
@@ -204,11 +221,34 @@ class Receipt:
 
 
 _RECEIPT_FIELDS = tuple(f.name for f in fields(Receipt))
+_RECEIPT_FIELD_SET = frozenset(_RECEIPT_FIELDS)
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""one encoder for every :func:`canonical` (``json.dumps`` with options builds one per call)"""
 
 
 def canonical(obj: Any) -> bytes:
     """Canonical JSON bytes (sorted keys, no spaces, UTF-8): hashes and fingerprints use it."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _CANONICAL.encode(obj).encode()
+
+
+_KEYS: dict[str, bytes] = {}
+"""member names as encoded by :func:`canonical_object` (a few dozen distinct names)"""
+
+
+def canonical_object(members: dict[str, bytes]) -> bytes:
+    """:func:`canonical` of an object whose members' values are given already encoded
+    (each the canonical bytes of its value): the same bytes, without encoding them again."""
+    parts = []
+    for k, v in sorted(members.items()):
+        key = _KEYS.get(k)
+        if key is None:
+            key = canonical(k) + b":"
+            if len(_KEYS) < 256:  # bounded: names are few, but they come from callers
+                _KEYS[k] = key
+        parts.append(key + v)
+    return b"{" + b",".join(parts) + b"}"
 
 
 def _text(v: Any, limit: int = MAX_TEXT) -> str | None:
@@ -315,8 +355,7 @@ def enforce(receipt: Receipt, *, retry: str, check_with: str | None) -> Receipt:
             values.append(v)
     if status in ("unknown", "partial") and nxt.check_with:
         nxt = Next(stricter(nxt.retry, "after_check"), nxt.check_with, nxt.waiting_for)
-    return replace(
-        receipt,
+    return receipt.evolve(
         status=status,
         values=tuple(values),
         unknowns=tuple(dict.fromkeys(unknowns)),
