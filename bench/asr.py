@@ -230,6 +230,10 @@ def main() -> int:
         f"base auto on English only  ms/utt p50 {median(en_ms):.0f} "
         f"(x{median(en_ms) / baseline:.2f} tiny.en on the same utterances)"
     )
+    print(
+        f"fitted, unsure             {base.fallbacks} of the fitted-window transcriptions heard "
+        "again on the full window (models.asr.FIT_FALLBACK_LOGPROB)"
+    )
     print(f"load avg at end            {os.getloadavg()[0]:.2f} (2 cores shared: upper bounds)")
     print("anchor                     none published for these clips")
     return 0

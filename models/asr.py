@@ -88,6 +88,11 @@ MAX_TOKENS_PER_S = 20
 """a fitted window's decode stops after this many tokens per second of audio (plus
 :data:`MIN_TOKENS`): far above speech (Chinese ~10, English ~5), a stop for loops"""
 MIN_TOKENS = 16
+FIT_FALLBACK_LOGPROB = -0.5
+"""a fitted window's words averaging below this log probability per token are heard again on
+the full window. Measured (``bench/asr.py``'s 16 utterances and a noisy espeak-ng "please add
+bread to my shopping list"): every fitted transcript as good as the full window's or better
+scored -0.10 .. -0.41; the one worse ("Plea man bred …" for "please add bread …") -0.58"""
 NO_SPEECH_THRESHOLD = 0.6
 LOGPROB_THRESHOLD = -1.0
 """a window Whisper rates above NO_SPEECH_THRESHOLD as not speech whose words average below
@@ -325,6 +330,9 @@ class WhisperTranscriber:
         self._model: Any = None
         self._memo: EncoderMemo | None = None
         self._lock = threading.Lock()
+        self.fallbacks = 0
+        """fitted-window transcriptions heard again on the full window
+        (:data:`FIT_FALLBACK_LOGPROB`)"""
 
     @property
     def name(self) -> str:
@@ -429,7 +437,10 @@ class WhisperTranscriber:
             started = time.perf_counter()
             try:
                 fitted = self._fitted(audio) if self._fits() else None
-                language, text = fitted if fitted is not None else self._full(audio)
+                if fitted is not None and fitted[2] < FIT_FALLBACK_LOGPROB:
+                    self.fallbacks += 1  # unsure on the fitted window: the full one decides
+                    fitted = None
+                language, text = fitted[:2] if fitted is not None else self._full(audio)
             except ModelError:
                 raise
             except Exception as exc:
@@ -467,10 +478,11 @@ class WhisperTranscriber:
         )
         return language, " ".join(t for s in segments if (t := self._keep(s))).strip()
 
-    def _fitted(self, audio: Any) -> tuple[str, str] | None:
+    def _fitted(self, audio: Any) -> tuple[str, str, float] | None:
         """One encoder run over a window fitted to the utterance, the language detected on
-        its output, one greedy decode with the same prompt and options as :meth:`_full`; None
-        when the audio does not fit one window."""
+        its output, one greedy decode with the same prompt and options as :meth:`_full`:
+        (language, text, average log probability per token); None when the audio does not
+        fit one window."""
         from faster_whisper.tokenizer import Tokenizer
         from faster_whisper.transcribe import get_compression_ratio, get_suppressed_tokens
 
@@ -517,9 +529,9 @@ class WhisperTranscriber:
         # unsure of its words ("you" over silence)
         avg_logprob = float(result.scores[0]) * len(tokens) / (len(tokens) + 1)
         if result.no_speech_prob > NO_SPEECH_THRESHOLD and avg_logprob < LOGPROB_THRESHOLD:
-            return language, ""
+            return language, "", 0.0
         segment = _Decoded(text, float(result.no_speech_prob), get_compression_ratio(text))
-        return language, self._keep(segment)
+        return language, self._keep(segment), avg_logprob
 
 
 @dataclass(frozen=True)
