@@ -21,11 +21,12 @@ Speculative recognition: when the VAD hears a request's speech stop (``SpeechPau
 tail complete, before its end-of-speech hang-over is over) the device sends the hub an
 ``AUDIO_PREVIEW`` — the segment as it will end if the speech does not resume, as FLAC, keyed
 by the utterance id the request will carry — so the hub can transcribe while the hang-over
-runs. Only a segment that would be sent anyway is previewed
-(in a request window, not own playback, its wake not stood down or undecided, at most
+runs. Only a segment that would be sent anyway is previewed (in a request window, not own
+playback, its wake answered — never undecided or stood down —, at most
 :data:`PREVIEW_MAX_BYTES`); it is sent at once, best effort (never queued: losing it changes
-nothing but latency), the latest of a segment wins. The request's ``VoiceInfo.preview_samples``
-vouches for the latest preview when nothing voiced followed it (the hub checks that too).
+nothing but latency), and the latest of a segment wins. The request's
+``VoiceInfo.preview_samples`` vouches for the latest preview when nothing voiced followed it
+(the hub checks the samples too).
 
 While the sink plays a reply, and for ``PLAYBACK_TAIL_MS`` after it, nothing heard is
 taken as the owner: the wake spotter is not fed and segments overlapping that time are
@@ -113,7 +114,7 @@ class SpeechPaused:
     """The speech stopped, the segment is not over yet (its hang-over runs)."""
 
     samples: Samples
-    """the segment so far: its samples begin with these if the speech does not resume"""
+    """the segment as it will end (its tail included) if the speech does not resume"""
     start_ms: int
 
 
