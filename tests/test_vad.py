@@ -142,7 +142,7 @@ def test_speech_resuming_after_a_pause_is_a_new_pause(vad: SileroVad) -> None:
     a, b = trimmed(say("Good morning")), trimmed(say("how are you"))
     vad.reset()
     seg = Segmenter(vad)
-    events = events_of(seg, concat(silence(0.5), a, silence(0.35), b, silence(1.0)))
+    events = events_of(seg, concat(silence(0.5), a, silence(0.3), b, silence(1.0)))
     pauses = [e for e in events if isinstance(e, SpeechPause)]
     (end,) = [e for e in events if isinstance(e, SpeechEnd)]
     assert len(pauses) >= 2  # one after "Good morning", one at the end
@@ -152,7 +152,7 @@ def test_speech_resuming_after_a_pause_is_a_new_pause(vad: SileroVad) -> None:
     # without pauses, the same segments
     vad.reset()
     plain = Segmenter(vad, pauses=False)
-    again = events_of(plain, concat(silence(0.5), a, silence(0.35), b, silence(1.0)))
+    again = events_of(plain, concat(silence(0.5), a, silence(0.3), b, silence(1.0)))
     assert not any(isinstance(e, SpeechPause) for e in again)
     (same,) = [e for e in again if isinstance(e, SpeechEnd)]
     assert np.array_equal(same.samples, end.samples) and same.paused_samples == 0
