@@ -30,7 +30,9 @@ final chunk. The stages come from what the processes recorded, never from estima
 
 - **device** — end of speech → the request queued on the glasses (the VAD's end-of-speech
   hang-over, the speaker embedding, FLAC): the glasses' log line (ms);
-- **asr** — Whisper's time on the audio: the timeline entry's meta ``asr_ms``;
+- **asr** — Whisper's time on the audio: the timeline entry's meta ``asr_ms`` (when the hub
+  used its recognition of the device's preview, meta ``asr_preview``: the wait that was left
+  once the audio was in; the bench counts those turns);
 - **admission** — the rest until the turn is on the timeline (MQTT, the audio pieces, FLAC
   decode, the voiceprint scope, the timeline write): ``timeline.received_ms``;
 - **gateway** — the gateway calls of the turn's own task (``u-…``, ``u-…#main``,
@@ -108,6 +110,8 @@ class TurnTimes:
     first: float
     """end of speech → first chunk ACKed"""
     stages: dict[str, float]
+    preview: bool = False
+    """the transcript was the hub's recognition of the device's preview (speculative)"""
 
 
 @dataclass
@@ -397,6 +401,7 @@ class World:
             final_acked - end_ms,
             float(chunks[0][3]) - end_ms,
             stages,
+            meta.get("asr_preview") is True,
         )
 
     def _gateway_ms(self, trace: str, task_id: str, until_ms: float) -> float:
@@ -451,6 +456,8 @@ def report(results: Results) -> None:
         f"{ratio(a['p99'], b['p99']):>8} {ratio(a['first'], b['first']):>10}  "
         + "".join(f"{ratio(a[s], b[s]):>10}" for s in STAGES)
     )
+    used = [t.preview for m in MODELS for t in results.of(m)]
+    print(f"asr from the device's preview (speculative): {sum(used)} of {len(used)} turns")
     shares = {s: b[s] / b["total"] * 100 for s in STAGES} if b["total"] else {}
     if shares:
         print(

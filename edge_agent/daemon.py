@@ -28,11 +28,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from google.protobuf.message import Message
+
 from edge_agent.errors import EdgeError
 from edge_agent.node import DeviceNode, NodeOptions
 from edge_agent.pay import lock_watch
 from edge_agent.pipeline import DeviceVoice, VoicePipeline
-from protos import mesh_pb2, voice_pb2
+from protos import mesh_pb2
 from protos.clock import now_ms
 from protos.errors import render
 from provisioning.bundle import Bundle
@@ -73,7 +75,7 @@ class NodeUplink:
     def is_connected(self) -> bool:
         return self.node.mqtt is not None and self.node.mqtt.connected.is_set()
 
-    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None:
+    async def send(self, kind: int, payload: Message) -> None:
         await self.node.send(kind, payload)
 
     def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:

@@ -24,6 +24,7 @@ from edge_agent.pipeline import (
     LocalVoiceprint,
     SpeechEnded,
     SpeechEvent,
+    SpeechPaused,
     SpeechStarted,
     WakeFired,
 )
@@ -43,12 +44,14 @@ class SileroSpeech:
         self.segmenter = Segmenter(SileroVad(model_path))
 
     def feed(self, frame: Frame) -> Sequence[SpeechEvent]:
-        from models.vad import SpeechStart
+        from models.vad import SpeechPause, SpeechStart
 
         out: list[SpeechEvent] = []
         for event in self.segmenter.feed(frame.samples, frame.start_ms):
             if isinstance(event, SpeechStart):
                 out.append(SpeechStarted(event.ms))
+            elif isinstance(event, SpeechPause):
+                out.append(SpeechPaused(event.samples, event.start_ms))
             else:
                 out.append(
                     SpeechEnded(
@@ -57,6 +60,7 @@ class SileroSpeech:
                         end_ms=event.end_ms,
                         voiced_ms=event.voiced_ms,
                         voiced=event.voiced_mask(),
+                        paused_samples=event.paused_samples,
                     )
                 )
         return out

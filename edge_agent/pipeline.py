@@ -17,6 +17,17 @@ its audio as ``AUDIO_CHUNK`` pieces (sent before the Utterance; store and forwar
 When the wake word fires the device sends a ``WAKE_CLAIM`` at once; a ``WAKE_DECISION``
 to stand down drops the request (logged as ambient, reason ``stood_down``).
 
+Speculative recognition: when the VAD hears a request's speech stop (``SpeechPaused``: its
+tail complete, before its end-of-speech hang-over is over) the device sends the hub an
+``AUDIO_PREVIEW`` — the segment as it will end if the speech does not resume, as FLAC, keyed
+by the utterance id the request will carry — so the hub can transcribe while the hang-over
+runs. Only a segment that would be sent anyway is previewed (in a request window, not own
+playback, its wake answered — never undecided or stood down —, at most
+:data:`PREVIEW_MAX_BYTES`); it is sent at once, best effort (never queued: losing it changes
+nothing but latency), and the latest of a segment wins. The request's
+``VoiceInfo.preview_samples`` vouches for the latest preview when nothing voiced followed it
+(the hub checks the samples too).
+
 While the sink plays a reply, and for ``PLAYBACK_TAIL_MS`` after it, nothing heard is
 taken as the owner: the wake spotter is not fed and segments overlapping that time are
 ambient (``own_playback``) — the device does not wake itself.
@@ -50,6 +61,7 @@ from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
+from google.protobuf.message import Message
 
 from hardware.pcm import FRAME_MS, FRAME_SAMPLES, SAMPLE_RATE, Frame, Samples
 from models.errors import ModelError
@@ -87,12 +99,23 @@ CHUNK_BYTES = 192 * 1024
 AMBIENT_MAX_BYTES = 4 * 1024 * 1024
 """ambient.jsonl is rotated to ambient.jsonl.1 beyond this"""
 MAX_SPOKEN_CHARS = 1_000
+PREVIEW_MAX_BYTES = 192 * 1024
+"""encoded bytes of an AUDIO_PREVIEW (a longer segment is not previewed)"""
 
 
 # ---------------------------------------------------------------------- protocols
 @dataclass(frozen=True)
 class SpeechStarted:
     ms: int
+
+
+@dataclass(frozen=True)
+class SpeechPaused:
+    """The speech stopped, the segment is not over yet (its hang-over runs)."""
+
+    samples: Samples
+    """the segment as it will end (its tail included) if the speech does not resume"""
+    start_ms: int
 
 
 @dataclass(frozen=True)
@@ -103,13 +126,15 @@ class SpeechEnded:
     voiced_ms: int
     voiced: npt.NDArray[np.bool_] | None = None
     """per-sample mask of the voiced frames (the speaker model's hint), if known"""
+    paused_samples: int = 0
+    """samples of the segment's latest :class:`SpeechPaused` if nothing voiced followed it"""
 
 
-SpeechEvent = SpeechStarted | SpeechEnded
+SpeechEvent = SpeechStarted | SpeechPaused | SpeechEnded
 
 
 class SpeechDetector(Protocol):
-    """Voice activity: frames in, speech start / finished segment events out."""
+    """Voice activity: frames in, speech start / pause / finished segment events out."""
 
     def feed(self, frame: Frame) -> Sequence[SpeechEvent]: ...
 
@@ -171,7 +196,7 @@ class Uplink(Protocol):
 
     def is_connected(self) -> bool: ...
 
-    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None: ...
+    async def send(self, kind: int, payload: Message) -> None: ...
 
     def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int: ...
 
@@ -250,8 +275,22 @@ class Segment:
     """some of it was heard while the device played (or just after)"""
 
 
+@dataclass(frozen=True)
+class Pause:
+    """A speech segment stopped (not over yet), with the wake word if it fired inside it."""
+
+    speech: SpeechPaused
+    wake: Wake | None
+    echo: bool
+
+    @property
+    def end_ms(self) -> int:
+        return self.speech.start_ms + len(self.speech.samples) * 1000 // SAMPLE_RATE
+
+
 class Hearing:
-    """The synchronous core: frames in, :class:`Wake` and :class:`Segment` events out.
+    """The synchronous core: frames in, :class:`Wake`, :class:`Pause` and :class:`Segment`
+    events out.
 
     Runs in the pipeline's model thread. The wake spotter sees only speech frames (from the
     pre-roll before the detected start) and nothing while ``suppressed``.
@@ -276,8 +315,8 @@ class Hearing:
         self.frames = 0
         self.stage_s = {"vad": 0.0, "wake": 0.0}
 
-    def feed(self, frame: Frame, suppressed: bool) -> list[Wake | Segment]:
-        out: list[Wake | Segment] = []
+    def feed(self, frame: Frame, suppressed: bool) -> list[Wake | Pause | Segment]:
+        out: list[Wake | Pause | Segment] = []
         self.frames += 1
         self._ring.append(frame)
         t0 = time.perf_counter()
@@ -294,6 +333,8 @@ class Hearing:
                 self._wake_frames.clear()
                 self._fed_until = event.ms - self.preroll_ms
                 self._speech_ms = event.ms
+            elif isinstance(event, SpeechPaused):
+                out.append(Pause(event, self._seg_wake, self._seg_echo))
             else:
                 out.append(Segment(event, self._seg_wake, self._seg_echo))
                 self._in_speech = False
@@ -340,6 +381,23 @@ class Request:
     """voice_pb2.WAKE or FOLLOW_UP"""
     call_id: str
     wake: WakeWindow | None
+    utterance_id: str = ""
+    """the id it is sent with (made when queued, or the one its preview used)"""
+    preview_samples: int = 0
+    """the samples of the preview sent for it that it vouches for (0: none)"""
+
+
+@dataclass(frozen=True)
+class PreviewMark:
+    """The latest preview sent for the open segment."""
+
+    start_ms: int
+    utterance_id: str
+    samples: int
+
+
+Found = tuple[int, str, WakeWindow | None]
+"""(window, call id, wake window) a segment falls in"""
 
 
 @dataclass
@@ -348,6 +406,7 @@ class Stats:
     ambient: int = 0
     stood_down: int = 0
     wakes: int = 0
+    previews: int = 0
     played: int = 0
     rendered: int = 0
     embed_ms: list[float] = field(default_factory=list)
@@ -389,6 +448,11 @@ class VoicePipeline:
         """frame clock (ms) until which input is the device's own playback"""
         self._clock_ms = 0
         """end of the latest frame heard (the frame clock)"""
+        self._preview: PreviewMark | None = None
+        """the open segment's latest preview (its utterance id goes on to the request)"""
+        self._preview_job: tuple[str, Samples] | None = None
+        """(utterance id, samples) of the next preview to send (the latest wins)"""
+        self._preview_ready = asyncio.Event()
         self.pending: dict[str, str] = {}
         """utterance id → call id of requests waiting for their reply (played or shown)"""
         self._busy = 0
@@ -400,6 +464,7 @@ class VoicePipeline:
         await self._tasks.__aenter__()
         self._tasks.spawn(self._request_worker(), "requests")
         self._tasks.spawn(self._player(), "player")
+        self._tasks.spawn(self._preview_worker(), "previews")
         return self
 
     async def __aexit__(
@@ -448,6 +513,8 @@ class VoicePipeline:
         for event in events:
             if isinstance(event, Wake):
                 await self._on_wake(event)
+            elif isinstance(event, Pause):
+                self._on_pause(event)
             else:
                 self._on_segment(event)
 
@@ -488,31 +555,96 @@ class VoicePipeline:
             "" if window.claimed else " (no claim: hub not connected)",
         )
 
-    def _on_segment(self, seg: Segment) -> None:
-        speech = seg.speech
-        if seg.echo:
-            self._ambient(seg, "own_playback")
-            return
+    def _window(self, start_ms: int, end_ms: int, wake: Wake | None) -> Found | str:
+        """The window a segment from ``start_ms`` to ``end_ms`` falls in, or why none
+        (``wake_alone``: the wake word on its own, the window stays open;
+        ``outside_window``). Changes nothing."""
         window = self._open_wake
-        if seg.wake is not None and window is not None and window.wake is seg.wake:
-            if speech.end_ms - seg.wake.fired.end_ms < WAKE_ONLY_MS:
-                log.info("wake word alone: the request window stays open")
-                return  # the request is the next segment
-            self._take(Request(seg, voice_pb2.WAKE, window.call_id, window))
-            return
+        if wake is not None and window is not None and window.wake is wake:
+            if end_ms - wake.fired.end_ms < WAKE_ONLY_MS:
+                return "wake_alone"
+            return voice_pb2.WAKE, window.call_id, window
         if (
             window is not None
             and not window.used
-            and speech.start_ms <= window.wake.fired.end_ms + REQUEST_WINDOW_MS
+            and start_ms <= window.wake.fired.end_ms + REQUEST_WINDOW_MS
         ):
-            self._take(Request(seg, voice_pb2.WAKE, window.call_id, window))
+            return voice_pb2.WAKE, window.call_id, window
+        if self._follow_up is not None and start_ms <= self._follow_up[0]:
+            return voice_pb2.FOLLOW_UP, self._follow_up[1], None
+        return "outside_window"
+
+    def _on_segment(self, seg: Segment) -> None:
+        speech = seg.speech
+        mark, self._preview = self._preview, None
+        if seg.echo:
+            self._ambient(seg, "own_playback")
             return
-        if self._follow_up is not None and speech.start_ms <= self._follow_up[0]:
-            call_id = self._follow_up[1]
+        found = self._window(speech.start_ms, speech.end_ms, seg.wake)
+        if found == "wake_alone":
+            log.info("wake word alone: the request window stays open")
+            return  # the request is the next segment
+        if isinstance(found, str):
+            self._ambient(seg, found)
+            return
+        window, call_id, wake = found
+        if window == voice_pb2.FOLLOW_UP:
             self._follow_up = None
-            self._take(Request(seg, voice_pb2.FOLLOW_UP, call_id, None))
+        uid, vouched = random_id("u-"), 0
+        if mark is not None and mark.start_ms == speech.start_ms:
+            uid = mark.utterance_id  # the id the hub holds the preview under
+            vouched = mark.samples if speech.paused_samples == mark.samples else 0
+        self._take(Request(seg, window, call_id, wake, uid, vouched))
+
+    def _on_pause(self, pause: Pause) -> None:
+        """The speech of a segment stopped: preview it to the hub if it would be a request."""
+        speech = pause.speech
+        if pause.echo or not self.uplink.is_connected():
             return
-        self._ambient(seg, "outside_window")
+        found = self._window(speech.start_ms, pause.end_ms, pause.wake)
+        if isinstance(found, str):
+            return  # ambient (or the wake word alone): no audio leaves the device
+        wake = found[2]
+        if wake is not None and not (wake.decision.done() and wake.decision.result().answer):
+            return  # its wake may yet stand down: nothing goes out before the decision
+        if len(speech.samples) > MAX_REQUEST_MS * SAMPLE_RATE // 1000:
+            return  # the request is cut: no preview is its beginning
+        mark = self._preview
+        uid = mark.utterance_id if mark is not None and mark.start_ms == speech.start_ms else ""
+        uid = uid or random_id("u-")
+        self._preview = PreviewMark(speech.start_ms, uid, len(speech.samples))
+        self._preview_job = (uid, speech.samples)
+        self._preview_ready.set()
+
+    async def _preview_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._preview_ready.wait()
+            self._preview_ready.clear()
+            job, self._preview_job = self._preview_job, None
+            if job is not None:
+                await self._send_preview(loop, *job)
+
+    async def _send_preview(
+        self, loop: asyncio.AbstractEventLoop, uid: str, samples: Samples
+    ) -> None:
+        """Encode and send one preview now (best effort: any failure only costs latency)."""
+        try:
+            data = await loop.run_in_executor(self._executor, self.ears.encode, samples)
+        except Exception as exc:  # the encoder's own errors: the request is encoded again
+            log.info("preview of %s not encoded: %s", uid, exc)
+            return
+        if len(data) > PREVIEW_MAX_BYTES:
+            log.debug("preview of %s not sent: %d bytes", uid, len(data))
+            return
+        preview = voice_pb2.AudioPreview(utterance_id=uid, samples=len(samples), data=data)
+        try:
+            await self.uplink.send(mesh_pb2.AUDIO_PREVIEW, preview)
+        except SyncError as exc:
+            log.info("preview of %s not sent: %s", uid, exc)
+            return
+        self.stats.previews += 1
+        log.debug("preview of %s sent (%d samples, %d bytes)", uid, len(samples), len(data))
 
     def _take(self, request: Request) -> None:
         if request.wake is not None:
@@ -625,9 +757,10 @@ class VoicePipeline:
             audio_format="flac",
             sample_rate=SAMPLE_RATE,
             speaker_model=self.ears.speaker.model,
+            preview_samples=request.preview_samples if len(samples) == len(speech.samples) else 0,
         )
         utt = mesh_pb2.Utterance(
-            id=random_id("u-"),
+            id=request.utterance_id or random_id("u-"),
             text="",
             channel=self.device.channel,
             started_ms=speech.start_ms,

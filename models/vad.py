@@ -12,6 +12,13 @@ checked against a trusted SHA-256 (the package itself imports torch and is never
 the audio so far including 300 ms of pre-roll, so a consumer such as the wake detector can
 catch up); it ends after 500 ms below 0.35 (``SpeechEnd`` with the segment's samples,
 trimmed to the last voiced frame plus a short tail).
+
+Between the two, when the speech has stopped (frames below 0.35) and the tail after the last
+voiced frame is complete — 224 ms after it, while the hang-over still runs — a
+``SpeechPause`` carries the segment's audio as its ``SpeechEnd`` will have it if the speech
+does not resume (``SpeechEnd.paused_samples`` then says so): a consumer can start on the
+final audio early (speculative speech recognition on the hub). One pause per stop: speech
+must resume before there is another.
 """
 
 from __future__ import annotations
@@ -170,6 +177,16 @@ class SpeechStart:
 
 
 @dataclass(frozen=True)
+class SpeechPause:
+    """The speech stopped (the hang-over is running): the segment as it will end."""
+
+    start_ms: int
+    samples: Samples = field(repr=False)
+    """the segment's audio: its ``SpeechEnd``'s samples exactly if the speech does not
+    resume"""
+
+
+@dataclass(frozen=True)
 class SpeechEnd:
     """A finished segment: pre-roll + speech + a short tail."""
 
@@ -182,6 +199,9 @@ class SpeechEnd:
         repr=False, default_factory=lambda: np.zeros(0, np.float32)
     )
     """the VAD probability of each 512-sample frame of ``samples``"""
+    paused_samples: int = 0
+    """samples of this segment's latest :class:`SpeechPause` when nothing voiced came after
+    it (then ``samples`` are that pause's samples); 0 otherwise"""
 
     def voiced_mask(self, threshold: float = 0.5) -> npt.NDArray[np.bool_]:
         """Per-sample mask of the frames at or above ``threshold``."""
@@ -191,7 +211,7 @@ class SpeechEnd:
         return mask[: len(self.samples)]
 
 
-SpeechEvent = SpeechStart | SpeechEnd
+SpeechEvent = SpeechStart | SpeechPause | SpeechEnd
 
 
 HANGOVER_MS = 400
@@ -221,7 +241,10 @@ class Segmenter:
         preroll_ms: int = 300,
         tail_ms: int = 200,
         max_ms: int = 30_000,
+        pauses: bool = True,
     ) -> None:
+        """``pauses``: emit :class:`SpeechPause` events (of use when the tail is shorter
+        than the hang-over)."""
         if not 0.0 < end <= start < 1.0:
             raise ValueError("thresholds must satisfy 0 < end <= start < 1")
         self.vad = vad
@@ -230,6 +253,7 @@ class Segmenter:
         self._hang_frames = -(-hangover_ms // FRAME_MS)
         self._tail_frames = -(-tail_ms // FRAME_MS)
         self._max_frames = max(self._min_frames + 1, max_ms // FRAME_MS)
+        self._pauses = pauses
         self._pre: collections.deque[tuple[Samples, int, float]] = collections.deque(
             maxlen=-(-preroll_ms // FRAME_MS)
         )
@@ -238,6 +262,8 @@ class Segmenter:
         self._quiet = 0
         self._last_voiced = -1
         self._confirmed = False
+        self._paused: tuple[int, int] | None = None
+        """(last voiced frame index, samples) of the segment's latest pause"""
         self.last_prob = 0.0
 
     @property
@@ -256,6 +282,7 @@ class Segmenter:
         self._voiced = self._quiet = 0
         self._last_voiced = -1
         self._confirmed = False
+        self._paused = None
 
     def feed(self, frame: Samples, start_ms: int) -> list[SpeechEvent]:
         p = self.vad.prob(frame)
@@ -280,6 +307,14 @@ class Segmenter:
         self._quiet = self._quiet + 1 if p < self.end else 0
         if not self._confirmed and self._voiced >= self._min_frames:
             events.append(self._confirm())
+        if (
+            self._pauses
+            and self._confirmed
+            and 0 < self._quiet < self._hang_frames
+            and len(self._seg) >= self._last_voiced + 1 + self._tail_frames
+            and (self._paused is None or self._paused[0] != self._last_voiced)
+        ):
+            events.append(self._pause())
         if self._quiet >= self._hang_frames:
             if self._confirmed:
                 events.append(self._finish())
@@ -304,10 +339,24 @@ class Segmenter:
         log.debug("speech start at %d ms", self._seg[0][1])
         return SpeechStart(ms=self._seg[0][1], samples=samples)
 
+    def _keep(self) -> int:
+        """Frames of the open segment its end keeps (the last voiced one and the tail)."""
+        return min(len(self._seg), self._last_voiced + 1 + self._tail_frames)
+
+    def _pause(self) -> SpeechPause:
+        seg = self._seg[: self._keep()]
+        samples = np.concatenate([s for s, _, _ in seg])
+        self._paused = (self._last_voiced, len(samples))
+        return SpeechPause(start_ms=seg[0][1], samples=samples)
+
     def _finish(self, cut: bool = False) -> SpeechEnd:
         keep = len(self._seg)
         if not cut:
-            keep = min(keep, self._last_voiced + 1 + self._tail_frames)
+            keep = self._keep()
+        paused = self._paused
+        vouched = 0
+        if not cut and paused is not None and paused[0] == self._last_voiced:
+            vouched = paused[1]
         seg = self._seg[:keep]
         rest = self._seg[keep:]
         samples = np.concatenate([s for s, _, _ in seg])
@@ -318,6 +367,7 @@ class Segmenter:
             end_ms=seg[-1][1] + FRAME_MS,
             voiced_ms=self._voiced_in(probs) * FRAME_MS,
             probs=probs,
+            paused_samples=vouched,
         )
         self._clear()
         for it in rest[-(self._pre.maxlen or 1) :]:

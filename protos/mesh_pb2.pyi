@@ -35,6 +35,7 @@ class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CAPTURE_REQUEST: _ClassVar[Kind]
     PHOTO_CHUNK: _ClassVar[Kind]
     PHOTO: _ClassVar[Kind]
+    AUDIO_PREVIEW: _ClassVar[Kind]
     AUDIT_HEAD: _ClassVar[Kind]
 
 class Seal(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
@@ -79,6 +80,7 @@ GROUP_KEY: Kind
 CAPTURE_REQUEST: Kind
 PHOTO_CHUNK: Kind
 PHOTO: Kind
+AUDIO_PREVIEW: Kind
 AUDIT_HEAD: Kind
 SEAL_UNSPECIFIED: Seal
 BOX: Seal

@@ -24,33 +24,35 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/voice.proto\x12\ryimi.voice.v1\"\xee\x02\n\tVoiceInfo\x12\'\n\x07verdict\x18\x01 \x01(\x0e\x32\x16.yimi.voice.v1.Verdict\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x11\n\tembedding\x18\x03 \x01(\x0c\x12\x11\n\tvoiced_ms\x18\x04 \x01(\r\x12\x0f\n\x07quality\x18\x05 \x01(\x02\x12\x12\n\nlevel_dbfs\x18\x06 \x01(\x02\x12%\n\x06window\x18\x07 \x01(\x0e\x32\x15.yimi.voice.v1.Window\x12\x0f\n\x07wake_id\x18\x08 \x01(\t\x12\x12\n\nwake_score\x18\t \x01(\x02\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12\x14\n\x0c\x61udio_chunks\x18\x0b \x01(\r\x12\x13\n\x0b\x61udio_bytes\x18\x0c \x01(\r\x12\x14\n\x0c\x61udio_sha256\x18\r \x01(\x0c\x12\x14\n\x0c\x61udio_format\x18\x0e \x01(\t\x12\x13\n\x0bsample_rate\x18\x0f \x01(\r\x12\x15\n\rspeaker_model\x18\x10 \x01(\t\"N\n\nAudioChunk\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"V\n\tWakeClaim\x12\x0f\n\x07wake_id\x18\x01 \x01(\t\x12\x10\n\x08heard_ms\x18\x02 \x01(\x03\x12\x12\n\nwake_score\x18\x03 \x01(\x02\x12\x12\n\nlevel_dbfs\x18\x04 \x01(\x02\"?\n\x0cWakeDecision\x12\x0f\n\x07wake_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\x08\x12\x0e\n\x06winner\x18\x03 \x01(\t\"T\n\x0c\x45nrolSegment\x12\x11\n\tembedding\x18\x01 \x01(\x0c\x12\x11\n\tvoiced_ms\x18\x02 \x01(\r\x12\x0f\n\x07quality\x18\x03 \x01(\x02\x12\r\n\x05label\x18\x04 \x01(\t\"t\n\nVoiceEnrol\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12-\n\x08segments\x18\x02 \x03(\x0b\x32\x1b.yimi.voice.v1.EnrolSegment\x12\x15\n\rspeaker_model\x18\x03 \x01(\t\x12\x0f\n\x07replace\x18\x04 \x01(\x08\"x\n\x10VoiceEnrolResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x11\n\terror_key\x18\x02 \x01(\t\x12\x12\n\nerror_text\x18\x03 \x01(\t\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0c\n\x04line\x18\x05 \x01(\x02\x12\x12\n\nloo_scores\x18\x06 \x03(\x02\"v\n\nVoiceprint\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65ntroid\x18\x02 \x01(\x0c\x12\x0c\n\x04line\x18\x03 \x01(\x02\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0f\n\x07version\x18\x05 \x01(\x04\x12\x15\n\rspeaker_model\x18\x06 \x01(\t\"A\n\x0bTrustWindow\x12\x11\n\topened_ms\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\r\x12\x0e\n\x06method\x18\x03 \x01(\t*^\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0c\n\x08VERIFIED\x10\x01\x12\r\n\tUNCERTAIN\x10\x02\x12\r\n\tUNMATCHED\x10\x03\x12\x0e\n\nUNENROLLED\x10\x04*9\n\x06Window\x12\x16\n\x12WINDOW_UNSPECIFIED\x10\x00\x12\x08\n\x04WAKE\x10\x01\x12\r\n\tFOLLOW_UP\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12protos/voice.proto\x12\ryimi.voice.v1\"\x87\x03\n\tVoiceInfo\x12\'\n\x07verdict\x18\x01 \x01(\x0e\x32\x16.yimi.voice.v1.Verdict\x12\r\n\x05score\x18\x02 \x01(\x02\x12\x11\n\tembedding\x18\x03 \x01(\x0c\x12\x11\n\tvoiced_ms\x18\x04 \x01(\r\x12\x0f\n\x07quality\x18\x05 \x01(\x02\x12\x12\n\nlevel_dbfs\x18\x06 \x01(\x02\x12%\n\x06window\x18\x07 \x01(\x0e\x32\x15.yimi.voice.v1.Window\x12\x0f\n\x07wake_id\x18\x08 \x01(\t\x12\x12\n\nwake_score\x18\t \x01(\x02\x12\x0f\n\x07\x63\x61ll_id\x18\n \x01(\t\x12\x14\n\x0c\x61udio_chunks\x18\x0b \x01(\r\x12\x13\n\x0b\x61udio_bytes\x18\x0c \x01(\r\x12\x14\n\x0c\x61udio_sha256\x18\r \x01(\x0c\x12\x14\n\x0c\x61udio_format\x18\x0e \x01(\t\x12\x13\n\x0bsample_rate\x18\x0f \x01(\r\x12\x15\n\rspeaker_model\x18\x10 \x01(\t\x12\x17\n\x0fpreview_samples\x18\x11 \x01(\r\"N\n\nAudioChunk\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"C\n\x0c\x41udioPreview\x12\x14\n\x0cutterance_id\x18\x01 \x01(\t\x12\x0f\n\x07samples\x18\x02 \x01(\r\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\"V\n\tWakeClaim\x12\x0f\n\x07wake_id\x18\x01 \x01(\t\x12\x10\n\x08heard_ms\x18\x02 \x01(\x03\x12\x12\n\nwake_score\x18\x03 \x01(\x02\x12\x12\n\nlevel_dbfs\x18\x04 \x01(\x02\"?\n\x0cWakeDecision\x12\x0f\n\x07wake_id\x18\x01 \x01(\t\x12\x0e\n\x06\x61nswer\x18\x02 \x01(\x08\x12\x0e\n\x06winner\x18\x03 \x01(\t\"T\n\x0c\x45nrolSegment\x12\x11\n\tembedding\x18\x01 \x01(\x0c\x12\x11\n\tvoiced_ms\x18\x02 \x01(\r\x12\x0f\n\x07quality\x18\x03 \x01(\x02\x12\r\n\x05label\x18\x04 \x01(\t\"t\n\nVoiceEnrol\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12-\n\x08segments\x18\x02 \x03(\x0b\x32\x1b.yimi.voice.v1.EnrolSegment\x12\x15\n\rspeaker_model\x18\x03 \x01(\t\x12\x0f\n\x07replace\x18\x04 \x01(\x08\"x\n\x10VoiceEnrolResult\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x11\n\terror_key\x18\x02 \x01(\t\x12\x12\n\nerror_text\x18\x03 \x01(\t\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0c\n\x04line\x18\x05 \x01(\x02\x12\x12\n\nloo_scores\x18\x06 \x03(\x02\"v\n\nVoiceprint\x12\x0f\n\x07\x63hannel\x18\x01 \x01(\t\x12\x10\n\x08\x63\x65ntroid\x18\x02 \x01(\x0c\x12\x0c\n\x04line\x18\x03 \x01(\x02\x12\x0f\n\x07samples\x18\x04 \x01(\r\x12\x0f\n\x07version\x18\x05 \x01(\x04\x12\x15\n\rspeaker_model\x18\x06 \x01(\t\"A\n\x0bTrustWindow\x12\x11\n\topened_ms\x18\x01 \x01(\x03\x12\x0f\n\x07seconds\x18\x02 \x01(\r\x12\x0e\n\x06method\x18\x03 \x01(\t*^\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0c\n\x08VERIFIED\x10\x01\x12\r\n\tUNCERTAIN\x10\x02\x12\r\n\tUNMATCHED\x10\x03\x12\x0e\n\nUNENROLLED\x10\x04*9\n\x06Window\x12\x16\n\x12WINDOW_UNSPECIFIED\x10\x00\x12\x08\n\x04WAKE\x10\x01\x12\r\n\tFOLLOW_UP\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'protos.voice_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VERDICT']._serialized_start=1152
-  _globals['_VERDICT']._serialized_end=1246
-  _globals['_WINDOW']._serialized_start=1248
-  _globals['_WINDOW']._serialized_end=1305
+  _globals['_VERDICT']._serialized_start=1246
+  _globals['_VERDICT']._serialized_end=1340
+  _globals['_WINDOW']._serialized_start=1342
+  _globals['_WINDOW']._serialized_end=1399
   _globals['_VOICEINFO']._serialized_start=38
-  _globals['_VOICEINFO']._serialized_end=404
-  _globals['_AUDIOCHUNK']._serialized_start=406
-  _globals['_AUDIOCHUNK']._serialized_end=484
-  _globals['_WAKECLAIM']._serialized_start=486
-  _globals['_WAKECLAIM']._serialized_end=572
-  _globals['_WAKEDECISION']._serialized_start=574
-  _globals['_WAKEDECISION']._serialized_end=637
-  _globals['_ENROLSEGMENT']._serialized_start=639
-  _globals['_ENROLSEGMENT']._serialized_end=723
-  _globals['_VOICEENROL']._serialized_start=725
-  _globals['_VOICEENROL']._serialized_end=841
-  _globals['_VOICEENROLRESULT']._serialized_start=843
-  _globals['_VOICEENROLRESULT']._serialized_end=963
-  _globals['_VOICEPRINT']._serialized_start=965
-  _globals['_VOICEPRINT']._serialized_end=1083
-  _globals['_TRUSTWINDOW']._serialized_start=1085
-  _globals['_TRUSTWINDOW']._serialized_end=1150
+  _globals['_VOICEINFO']._serialized_end=429
+  _globals['_AUDIOCHUNK']._serialized_start=431
+  _globals['_AUDIOCHUNK']._serialized_end=509
+  _globals['_AUDIOPREVIEW']._serialized_start=511
+  _globals['_AUDIOPREVIEW']._serialized_end=578
+  _globals['_WAKECLAIM']._serialized_start=580
+  _globals['_WAKECLAIM']._serialized_end=666
+  _globals['_WAKEDECISION']._serialized_start=668
+  _globals['_WAKEDECISION']._serialized_end=731
+  _globals['_ENROLSEGMENT']._serialized_start=733
+  _globals['_ENROLSEGMENT']._serialized_end=817
+  _globals['_VOICEENROL']._serialized_start=819
+  _globals['_VOICEENROL']._serialized_end=935
+  _globals['_VOICEENROLRESULT']._serialized_start=937
+  _globals['_VOICEENROLRESULT']._serialized_end=1057
+  _globals['_VOICEPRINT']._serialized_start=1059
+  _globals['_VOICEPRINT']._serialized_end=1177
+  _globals['_TRUSTWINDOW']._serialized_start=1179
+  _globals['_TRUSTWINDOW']._serialized_end=1244
 # @@protoc_insertion_point(module_scope)

@@ -30,7 +30,7 @@ WAKE: Window
 FOLLOW_UP: Window
 
 class VoiceInfo(_message.Message):
-    __slots__ = ("verdict", "score", "embedding", "voiced_ms", "quality", "level_dbfs", "window", "wake_id", "wake_score", "call_id", "audio_chunks", "audio_bytes", "audio_sha256", "audio_format", "sample_rate", "speaker_model")
+    __slots__ = ("verdict", "score", "embedding", "voiced_ms", "quality", "level_dbfs", "window", "wake_id", "wake_score", "call_id", "audio_chunks", "audio_bytes", "audio_sha256", "audio_format", "sample_rate", "speaker_model", "preview_samples")
     VERDICT_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     EMBEDDING_FIELD_NUMBER: _ClassVar[int]
@@ -47,6 +47,7 @@ class VoiceInfo(_message.Message):
     AUDIO_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_RATE_FIELD_NUMBER: _ClassVar[int]
     SPEAKER_MODEL_FIELD_NUMBER: _ClassVar[int]
+    PREVIEW_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     verdict: Verdict
     score: float
     embedding: bytes
@@ -63,7 +64,8 @@ class VoiceInfo(_message.Message):
     audio_format: str
     sample_rate: int
     speaker_model: str
-    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., score: _Optional[float] = ..., embedding: _Optional[bytes] = ..., voiced_ms: _Optional[int] = ..., quality: _Optional[float] = ..., level_dbfs: _Optional[float] = ..., window: _Optional[_Union[Window, str]] = ..., wake_id: _Optional[str] = ..., wake_score: _Optional[float] = ..., call_id: _Optional[str] = ..., audio_chunks: _Optional[int] = ..., audio_bytes: _Optional[int] = ..., audio_sha256: _Optional[bytes] = ..., audio_format: _Optional[str] = ..., sample_rate: _Optional[int] = ..., speaker_model: _Optional[str] = ...) -> None: ...
+    preview_samples: int
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., score: _Optional[float] = ..., embedding: _Optional[bytes] = ..., voiced_ms: _Optional[int] = ..., quality: _Optional[float] = ..., level_dbfs: _Optional[float] = ..., window: _Optional[_Union[Window, str]] = ..., wake_id: _Optional[str] = ..., wake_score: _Optional[float] = ..., call_id: _Optional[str] = ..., audio_chunks: _Optional[int] = ..., audio_bytes: _Optional[int] = ..., audio_sha256: _Optional[bytes] = ..., audio_format: _Optional[str] = ..., sample_rate: _Optional[int] = ..., speaker_model: _Optional[str] = ..., preview_samples: _Optional[int] = ...) -> None: ...
 
 class AudioChunk(_message.Message):
     __slots__ = ("utterance_id", "index", "total", "data")
@@ -76,6 +78,16 @@ class AudioChunk(_message.Message):
     total: int
     data: bytes
     def __init__(self, utterance_id: _Optional[str] = ..., index: _Optional[int] = ..., total: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class AudioPreview(_message.Message):
+    __slots__ = ("utterance_id", "samples", "data")
+    UTTERANCE_ID_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    utterance_id: str
+    samples: int
+    data: bytes
+    def __init__(self, utterance_id: _Optional[str] = ..., samples: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class WakeClaim(_message.Message):
     __slots__ = ("wake_id", "heard_ms", "wake_score", "level_dbfs")

@@ -52,6 +52,7 @@ PAYLOAD_TYPES: dict[int, type[Message]] = {
     mesh_pb2.SYNC_REQUEST: sync_pb2.SyncRequest,
     mesh_pb2.SYNC_RESPONSE: sync_pb2.SyncResponse,
     mesh_pb2.AUDIO_CHUNK: voice_pb2.AudioChunk,
+    mesh_pb2.AUDIO_PREVIEW: voice_pb2.AudioPreview,
     mesh_pb2.WAKE_CLAIM: voice_pb2.WakeClaim,
     mesh_pb2.WAKE_DECISION: voice_pb2.WakeDecision,
     mesh_pb2.VOICE_ENROL: voice_pb2.VoiceEnrol,

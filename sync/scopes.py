@@ -30,6 +30,7 @@ KIND_SCOPE: dict[int, str | None] = {
     mesh_pb2.PRESENCE: None,
     mesh_pb2.UTTERANCE: "utter",
     mesh_pb2.AUDIO_CHUNK: "utter",
+    mesh_pb2.AUDIO_PREVIEW: "utter",
     mesh_pb2.WAKE_CLAIM: "utter",
     mesh_pb2.VOICE_ENROL: "utter",
     mesh_pb2.TRUST_WINDOW: "utter",

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from google.protobuf.message import Message
 
 from edge_agent import pipeline as pl
 from edge_agent.pipeline import (
@@ -26,6 +27,7 @@ from edge_agent.pipeline import (
     LocalVoiceprint,
     SpeechEnded,
     SpeechEvent,
+    SpeechPaused,
     SpeechStarted,
     VoicePipeline,
     WakeFired,
@@ -45,16 +47,21 @@ DIM = 256
 
 # ---------------------------------------------------------------------- fakes
 class FakeSpeech:
-    """Fake VAD: non-zero frames are speech; a segment ends after 3 silent frames."""
+    """Fake VAD: non-zero frames are speech; a segment ends after 3 silent frames; with
+    ``pauses``, the first silent frame after speech is a pause (the segment's speech so far,
+    which is what its end keeps)."""
 
-    def __init__(self) -> None:
+    def __init__(self, pauses: bool = False) -> None:
         self.frames: list[Frame] = []
         self.silent = 0
+        self.pauses = pauses
+        self.paused = 0
 
     def feed(self, frame: Frame) -> Sequence[SpeechEvent]:
         loud = bool(np.any(frame.samples))
         if loud:
             self.silent = 0
+            self.paused = 0
             if not self.frames:
                 self.frames.append(frame)
                 return [SpeechStarted(frame.start_ms)]
@@ -65,13 +72,18 @@ class FakeSpeech:
         self.silent += 1
         if self.silent < 3:
             self.frames.append(frame)
+            if self.pauses and self.silent == 1:
+                samples = np.concatenate([f.samples for f in self.frames[:-1]])
+                self.paused = len(samples)
+                return [SpeechPaused(samples, self.frames[0].start_ms)]
             return []
         frames, self.frames = self.frames, []
         speech = frames[: len(frames) - (self.silent - 1)]
         samples = np.concatenate([f.samples for f in speech])
         start = speech[0].start_ms
         end = speech[-1].start_ms + FRAME_MS
-        return [SpeechEnded(samples, start, end, end - start)]
+        paused, self.paused = self.paused, 0
+        return [SpeechEnded(samples, start, end, end - start, paused_samples=paused)]
 
 
 class FakeWake:
@@ -123,6 +135,7 @@ class FakeUplink:
 
     connected: bool = True
     claims: list[voice_pb2.WakeClaim] = field(default_factory=list)
+    previews: list[voice_pb2.AudioPreview] = field(default_factory=list)
     queued: list[tuple[mesh_pb2.Utterance, list[bytes]]] = field(default_factory=list)
     withdrawn: list[str] = field(default_factory=list)
     acks: list[tuple[str, int]] = field(default_factory=list)
@@ -131,10 +144,14 @@ class FakeUplink:
     def is_connected(self) -> bool:
         return self.connected
 
-    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None:
+    async def send(self, kind: int, payload: Message) -> None:
         if not self.connected:
             raise SyncError("hub.unreachable", target="fake", reason="down")
-        assert kind == mesh_pb2.WAKE_CLAIM
+        if kind == mesh_pb2.AUDIO_PREVIEW:
+            assert isinstance(payload, voice_pb2.AudioPreview)
+            self.previews.append(payload)
+            return
+        assert kind == mesh_pb2.WAKE_CLAIM and isinstance(payload, voice_pb2.WakeClaim)
         self.claims.append(payload)
 
     def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:
@@ -215,11 +232,12 @@ def make(
     sink: FakeSink | None = None,
     speaks: bool = True,
     enrolled: bool = True,
+    pauses: bool = False,
 ) -> tuple[VoicePipeline, FakeUplink, FakeWake]:
     uplink = uplink or FakeUplink()
     wake = FakeWake()
     ears = Ears(
-        speech=FakeSpeech(),
+        speech=FakeSpeech(pauses),
         wake=wake,
         speaker=FakeSpeaker(),
         voiceprint=FakeVoiceprint(enrolled),
@@ -241,8 +259,10 @@ def answer_claims(p: VoicePipeline, uplink: FakeUplink, answer: bool = True) -> 
     """The fake hub's arbiter: every claim gets a decision at once."""
     original = uplink.send
 
-    async def send(kind: int, payload: voice_pb2.WakeClaim) -> None:
+    async def send(kind: int, payload: Message) -> None:
         await original(kind, payload)
+        if not isinstance(payload, voice_pb2.WakeClaim):
+            return
         decision = voice_pb2.WakeDecision(
             wake_id=payload.wake_id, answer=answer, winner="dev-1" if answer else "dev-2"
         )
@@ -522,3 +542,63 @@ async def test_a_request_that_cannot_be_embedded_is_sent_unmatched(tmp_path: Pat
         await poll(lambda: uplink.queued)
     v = uplink.queued[0][0].voice
     assert v.verdict == voice_pb2.UNMATCHED and v.embedding == b"" and v.quality == 0.0
+
+
+# ---------------------------------------------------------------------- previews
+def fake_flac(samples: Samples) -> bytes:
+    return b"fake-flac:" + samples.tobytes()
+
+
+async def test_a_request_is_previewed_when_its_speech_stops(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path, pauses=True)
+    answer_claims(p, uplink)
+    parts = silence(5) + speech(40, wake_at=8) + silence(10)
+    async with p:
+        await p.listen(feed(frames_of(parts)))
+        await poll(lambda: uplink.queued)
+    (preview,) = uplink.previews
+    utt, chunks = uplink.queued[0]
+    # keyed by the request's id: the segment's speech so far
+    assert preview.utterance_id == utt.id
+    assert preview.samples == 40 * FRAME_SAMPLES == utt.voice.preview_samples
+    assert preview.data == fake_flac(np.concatenate(parts[5:45]))
+    assert b"".join(chunks) == preview.data  # here the whole request: nothing followed
+    assert p.stats.previews == 1
+
+
+async def test_speech_resuming_after_a_preview_sends_the_latest(tmp_path: Path) -> None:
+    p, uplink, _ = make(tmp_path, pauses=True)
+    answer_claims(p, uplink)
+    parts = silence(5) + speech(30, wake_at=8) + silence(1) + speech(10) + silence(10)
+    async with p:
+        await p.listen(feed(frames_of(parts)))
+        await poll(lambda: uplink.queued)
+    first, latest = uplink.previews
+    utt, _ = uplink.queued[0]
+    assert first.utterance_id == latest.utterance_id == utt.id  # the latest wins on the hub
+    assert (first.samples, latest.samples) == (30 * FRAME_SAMPLES, 41 * FRAME_SAMPLES)
+    assert utt.voice.preview_samples == latest.samples
+
+
+async def test_no_preview_outside_a_window_or_before_the_wake_is_answered(
+    tmp_path: Path,
+) -> None:
+    p, uplink, _ = make(tmp_path, pauses=True)
+    async with p:  # ambient speech: nothing leaves the device
+        await p.listen(feed(frames_of(silence(3) + speech(30) + silence(5))))
+    assert uplink.previews == [] and uplink.queued == []
+
+    p, uplink, _ = make(tmp_path / "down", pauses=True)
+    (tmp_path / "down").mkdir()
+    answer_claims(p, uplink, answer=False)  # another device answers this wake
+    async with p:
+        await p.listen(feed(frames_of(silence(5) + speech(40, wake_at=8) + silence(10))))
+        await poll(lambda: p.stats.stood_down)
+    assert uplink.previews == [] and uplink.queued == []
+
+    p, uplink, _ = make(tmp_path / "offline", uplink=FakeUplink(connected=False), pauses=True)
+    (tmp_path / "offline").mkdir()
+    async with p:  # not connected: no claim, no preview; the request is queued without one
+        await p.listen(feed(frames_of(silence(5) + speech(40, wake_at=8) + silence(10))))
+        await poll(lambda: uplink.queued)
+    assert uplink.previews == [] and uplink.queued[0][0].voice.preview_samples == 0

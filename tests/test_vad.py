@@ -16,6 +16,7 @@ from models.vad import (
     Segmenter,
     SileroVad,
     SpeechEnd,
+    SpeechPause,
     SpeechStart,
     default_model_path,
     package_file,
@@ -111,6 +112,57 @@ def test_start_event_carries_the_audio_so_far(vad: SileroVad) -> None:
     assert len(starts[0].samples) >= (300 + 250) * SAMPLE_RATE // 1000
     assert np.array_equal(starts[0].samples, ends[0].samples[: len(starts[0].samples)])
     assert not seg.in_speech
+
+
+def events_of(seg: Segmenter, audio: np.ndarray) -> list[object]:
+    out: list[object] = []
+    for i in range(len(audio) // FRAME_SAMPLES):
+        out += seg.feed(audio[i * FRAME_SAMPLES : (i + 1) * FRAME_SAMPLES], i * FRAME_MS)
+    return out
+
+
+def test_pause_carries_the_segment_as_it_ends(vad: SileroVad) -> None:
+    vad.reset()
+    seg = Segmenter(vad)
+    speech = say("Yimi, turn on the kitchen lights.")
+    events = events_of(seg, concat(silence(1.0), speech, silence(1.0)))
+    kinds = [type(e) for e in events]
+    assert kinds[0] is SpeechStart and kinds[-1] is SpeechEnd
+    pauses = [e for e in events if isinstance(e, SpeechPause)]
+    end = events[-1]
+    assert isinstance(end, SpeechEnd) and pauses
+    last = pauses[-1]
+    assert last.start_ms == end.start_ms
+    # the segment exactly as it ended (its tail included), before the hang-over was over
+    assert end.paused_samples == len(last.samples)
+    assert np.array_equal(end.samples, last.samples)
+
+
+def test_speech_resuming_after_a_pause_is_a_new_pause(vad: SileroVad) -> None:
+    a, b = trimmed(say("Good morning")), trimmed(say("how are you"))
+    vad.reset()
+    seg = Segmenter(vad)
+    events = events_of(seg, concat(silence(0.5), a, silence(0.3), b, silence(1.0)))
+    pauses = [e for e in events if isinstance(e, SpeechPause)]
+    (end,) = [e for e in events if isinstance(e, SpeechEnd)]
+    assert len(pauses) >= 2  # one after "Good morning", one at the end
+    assert len(pauses[0].samples) < len(a) + SAMPLE_RATE < len(pauses[-1].samples)
+    assert end.paused_samples == len(pauses[-1].samples)  # the latest; the first is not
+    assert np.array_equal(end.samples[: len(pauses[0].samples)], pauses[0].samples)
+    # without pauses, the same segments
+    vad.reset()
+    plain = Segmenter(vad, pauses=False)
+    again = events_of(plain, concat(silence(0.5), a, silence(0.3), b, silence(1.0)))
+    assert not any(isinstance(e, SpeechPause) for e in again)
+    (same,) = [e for e in again if isinstance(e, SpeechEnd)]
+    assert np.array_equal(same.samples, end.samples) and same.paused_samples == 0
+
+
+def test_a_cut_segment_vouches_for_no_pause(vad: SileroVad) -> None:
+    vad.reset()
+    talk = concat(*(say(t) for t in ("one two three four five", "six seven eight nine ten")))
+    segs = Segmenter(vad, max_ms=1500).segments(concat(silence(0.5), talk, silence(1.0)))
+    assert segs[0].paused_samples == 0
 
 
 def test_max_length_cuts_a_segment(vad: SileroVad) -> None:

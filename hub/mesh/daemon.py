@@ -355,6 +355,7 @@ class HubDaemon:
             mesh_pb2.AUDIT_HEAD: self.consent.on_audit_head,
             mesh_pb2.SYNC_UPDATE: self._on_sync_update,
             mesh_pb2.AUDIO_CHUNK: self.hearing.on_chunk,
+            mesh_pb2.AUDIO_PREVIEW: self.hearing.on_preview,
             mesh_pb2.WAKE_CLAIM: self.wake.on_claim,
             mesh_pb2.TRUST_WINDOW: self.voiceprints.on_trust_window,
             mesh_pb2.PHOTO_CHUNK: self.vision.on_chunk,

@@ -105,6 +105,9 @@ class AudioFacts:
     asr_ms: float
     transcript: str
     """the recogniser's words, before the wake word was removed"""
+    asr_preview: bool = False
+    """the words are the recognition of the device's preview of this audio (speculative:
+    the audio is the preview's samples and quiet); ``asr_ms`` is then the wait left"""
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class TurnMeta:
                 "asr_ms": a.asr_ms,
                 "transcript": a.transcript,
             }
+            if a.asr_preview:
+                out["asr_preview"] = True
         if self.asr_model:
             out["asr_model"] = self.asr_model
         if self.language:
@@ -215,6 +220,7 @@ class TurnMeta:
                 dict(archive) if isinstance(archive, Mapping) else {},
                 num("asr_ms") or 0.0,
                 text("transcript"),
+                raw.get("asr_preview") is True,
             )
         return cls(
             channel=text("channel"),

@@ -22,6 +22,13 @@ utterance id) under caps (:data:`MAX_CHUNKS` pieces, :data:`MAX_AUDIO_BYTES`, a
 5. admits the turn (:mod:`hub.turns.admission`, the one path of every utterance) with the
    transcript, the leading wake word removed, as its text, and the voice facts in its meta.
 
+Speculative recognition (:mod:`hub.voice.preview`): an ``AUDIO_PREVIEW`` the device sent
+while its end-of-speech hang-over ran is transcribed in the same worker, by the recogniser
+the utterance would get (local only: a remote endpoint hears nothing more than what is
+answered); when the utterance vouches for it (``VoiceInfo.preview_samples``) and its audio
+is the preview's samples exactly, the preview's transcript is the utterance's (meta
+``asr_preview``, ``asr_ms`` the wait that was left), else step 3 runs as always.
+
 Problems with the audio or the recogniser are admitted too, with the error in the meta: the
 hub answers with a reply that says what went wrong (the device would otherwise retry
 forever); an utterance still missing pieces after :data:`TTL_S` gets such a reply too.
@@ -51,6 +58,7 @@ from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
 from hub.timeline import ReplayState
 from hub.turns.admission import AudioFacts, Inbound, TurnMeta, VoiceFacts
+from hub.voice.preview import Heard, Held, Previews, check_preview, covers
 from hub.voice.wake_arbiter import Decision, Outcome, WakeArbiter
 from models.asr import (
     AUTO,
@@ -508,6 +516,14 @@ def _finite(x: float) -> float | None:
     return round(float(x), 4) if math.isfinite(x) else None
 
 
+class Recognised(NamedTuple):
+    transcript: Transcript
+    asr_ms: float
+    """the time the utterance waited on recognition"""
+    preview: bool
+    """the transcript is its preview's"""
+
+
 class Hearing:
     """The hub's hearing of voice utterances (an async context manager owning its worker
     and tasks): audio pieces in, a transcript and a scope out, handed to ``admit``. It takes
@@ -538,6 +554,7 @@ class Hearing:
         not_stored: NotStoredFn | None = None,
         wake_word: str = WAKE_WORD,
         assembler: ChunkAssembler | None = None,
+        previews: Previews | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.home = home
@@ -576,6 +593,8 @@ class Hearing:
         self._not_stored = not_stored
         self.wake_word = wake_word
         self.assembler = assembler or ChunkAssembler(clock=clock)
+        self.previews = previews if previews is not None else Previews(clock=clock)
+        """speculative previews of utterances' audio, with their recognition under way"""
         self._clock = clock
         self._in_flight: set[Key] = set()
         self._taken: set[Key] = set()
@@ -643,6 +662,70 @@ class Hearing:
         if event is not None:
             event.set()
 
+    async def on_preview(self, opened: Opened) -> None:
+        """Handle an ``AUDIO_PREVIEW`` envelope (the caller committed its counter): hold it
+        and transcribe it in the worker. Best effort: a refused one is dropped or counted."""
+        preview = opened.payload
+        assert isinstance(preview, voice_pb2.AudioPreview)
+        bad = check_preview(preview)
+        if bad is not None:
+            self._count("voice.preview_dropped")
+            self._drop(bad[0], opened.sender, "audio preview: " + bad[1])
+            return
+        key = (opened.sender, preview.utterance_id)
+        if key in self._done or key in self._in_flight or self._tasks is None:
+            self._count("voice.preview_late")
+            log.info("audio preview of %s from %s ignored: too late", key[1], opened.sender)
+            return
+        refusal = self.previews.refusal(key)
+        if refusal:
+            self._count("voice.preview_refused")
+            log.warning("audio preview of %s from %s refused: %s", key[1], opened.sender, refusal)
+            return
+        task = self._tasks.spawn(self._hear_preview(key, preview), f"preview-{key[1][:24]}")
+        old = self.previews.put(key, preview.samples, task)
+        if old is not None:  # the latest wins
+            old.task.cancel()
+            self._count("voice.preview_replaced")
+        self._count("voice.preview_received")
+
+    async def _hear_preview(self, key: Key, preview: voice_pb2.AudioPreview) -> Heard | None:
+        """The preview's recognition, or ``None`` (logged and counted; never raises)."""
+        device, uid = key
+        try:
+            samples = await self._in_worker(decode_audio, uid, preview.data)
+            if len(samples) != preview.samples:
+                self._count("voice.preview_forged")
+                log.warning(
+                    "audio preview of %s from %s refused: %d samples, it says %d",
+                    uid,
+                    device,
+                    len(samples),
+                    preview.samples,
+                )
+                return None
+            heard: Heard | None = await self._in_worker(self._transcribe_preview, samples)
+        except YimiError as exc:
+            self._count("voice.preview_failed")
+            log.warning("audio preview of %s from %s not heard: %s", uid, device, exc)
+            return None
+        except Exception:  # a recogniser's own failure: the utterance is transcribed as always
+            self._count("voice.preview_failed")
+            log.exception("audio preview of %s from %s failed", uid, device)
+            return None
+        if heard is None:
+            self._count("voice.preview_remote")
+        return heard
+
+    def _transcribe_preview(self, samples: Samples) -> Heard | None:
+        """Worker thread: the preview's transcript by the next utterance's recogniser, if
+        that is the local one (``None`` otherwise)."""
+        recogniser = self._recogniser()
+        if recogniser is not self._local:
+            return None
+        transcript = recogniser.transcribe(samples)
+        return Heard(recogniser, samples, transcript, time.perf_counter())
+
     async def on_utterance(self, opened: Opened) -> None:
         """Handle a voice ``UTTERANCE`` (id and text already checked: ``utterance_problem``)."""
         utt = opened.payload
@@ -659,6 +742,7 @@ class Hearing:
             return
         if self._answered(utt.id):  # a retry of a finished turn: the same reply again
             self.assembler.discard(key)
+            self._forget_preview(key)
             self._remember_done(key)
             await self._admit(self._inbound(opened), "", self._voice_meta(opened, utt))
             return
@@ -700,7 +784,13 @@ class Hearing:
             self._taken.discard(key)
             self._events.pop(key, None)
             self.assembler.discard(key)
+            self._forget_preview(key)
             self._remember_done(key)
+
+    def _forget_preview(self, key: Key) -> None:
+        held = self.previews.take(key)
+        if held is not None:
+            held.task.cancel()
 
     async def _answer(self, opened: Opened, key: Key) -> None:
         utt = opened.payload
@@ -708,15 +798,24 @@ class Hearing:
         voice = utt.voice
         meta = self._voice_meta(opened, utt)
         if voice.audio_chunks:
+            held = self.previews.take(key)
+            if held is not None and held.samples != voice.preview_samples:
+                held.task.cancel()  # speech resumed after it (or the device vouches for none)
+                self._count("voice.preview_unvouched")
+                held = None
             data = await self._audio(key, voice)
+            complete_s = time.perf_counter()
             sha = voice.audio_sha256.hex()
-            samples = await self._in_worker(decode_audio, utt.id, data)
+            if held is None:
+                samples = await self._in_worker(decode_audio, utt.id, data)
+            else:  # not behind the preview's transcription in the worker
+                samples = await asyncio.to_thread(decode_audio, utt.id, data)
             # Both finish before a failure goes on: the audio is archived even when it is not
             # understood (gather would otherwise raise while the archiving still runs).
-            transcribed: Transcript | BaseException
+            transcribed: Recognised | BaseException
             archived: dict[str, object] | BaseException
             transcribed, archived = await asyncio.gather(
-                self._in_worker(self._transcribe, samples),
+                self._recognise(utt.id, samples, held, complete_s),
                 self._archive_audio(opened, samples, {"audio_sha256": sha}),
                 return_exceptions=True,
             )
@@ -724,7 +823,7 @@ class Hearing:
                 raise transcribed
             if isinstance(archived, BaseException):
                 raise archived
-            transcript = transcribed
+            transcript = transcribed.transcript
             if archived.get("stored") is not True:
                 await self._tell_not_stored(opened, str(archived.get("reason")), transcript)
             raw = transcript.text
@@ -733,8 +832,9 @@ class Hearing:
                 len(data),
                 len(samples) * 1000 // 16_000,
                 archived,
-                round(transcript.elapsed_ms, 1),
+                round(transcribed.asr_ms, 1),
                 raw,
+                transcribed.preview,
             )
             meta = replace(
                 meta, audio=audio, asr_model=transcript.model, language=transcript.language
@@ -761,6 +861,38 @@ class Hearing:
         )
         self._count("voice.transcribed")
         await self._admit(self._inbound(opened), text, meta)
+
+    async def _recognise(
+        self, uid: str, samples: Samples, held: Held | None, complete_s: float
+    ) -> Recognised:
+        """The utterance's transcript: its preview's when that covers ``samples`` exactly
+        (the wait left since its audio was complete at ``complete_s``), else the worker's."""
+        waited_ms = 0.0
+        if held is not None:
+            await asyncio.wait([held.task])  # its own cancellation is not ours
+            heard = None if held.task.cancelled() else held.task.result()
+            why = "its recognition did not finish"
+            if heard is not None:
+                waited_ms = max(0.0, heard.done_s - complete_s) * 1000
+                why = await self._in_worker(self._preview_fits, heard, samples)
+            if not why:
+                self._count("voice.preview_used")
+                assert heard is not None
+                return Recognised(heard.transcript, waited_ms, True)
+            self._count("voice.preview_unused")
+            log.info("audio preview of %s not used: %s", uid, why)
+        transcript: Transcript = await self._in_worker(self._transcribe, samples)
+        return Recognised(transcript, waited_ms + transcript.elapsed_ms, False)
+
+    def _preview_fits(self, heard: Heard, samples: Samples) -> str:
+        """Worker thread: why the preview's transcript is not the utterance's ("" if it is:
+        the same audio, and the recogniser the utterance gets now)."""
+        why = covers(samples, heard.samples)
+        if not why and self._recogniser() is not heard.recogniser:
+            why = "the recogniser changed"
+        if not why:
+            self.transcripts = [*self.transcripts[-99:], heard.transcript]
+        return why
 
     async def _fail(self, opened: Opened, exc: YimiError) -> None:
         """End the turn with a reply that says what went wrong (admitted with its error:
@@ -934,7 +1066,7 @@ class Hearing:
     def busy(self) -> bool:
         """A request window is open: audio arriving or an utterance being heard (archive
         upkeep yields meanwhile)."""
-        return bool(self._in_flight) or self.assembler.pending > 0
+        return bool(self._in_flight) or self.assembler.pending > 0 or len(self.previews) > 0
 
     def _get_archive(self) -> Archive | None:
         if self._archive is None and not self._archive_failed:
@@ -1040,5 +1172,9 @@ class Hearing:
                     state.have,
                     state.total,
                 )
+            for key, held in self.previews.expire(now):
+                held.task.cancel()
+                self._count("voice.preview_expired")
+                log.info("audio preview of %s from %s expired without its utterance", *key[::-1])
             while self._done and now - next(iter(self._done.values())) > DONE_KEEP_S:
                 self._done.popitem(last=False)
