@@ -290,15 +290,16 @@ class WhisperTranscriber:
         label: str | None = None,
         window: str = AUTO,
     ) -> None:
-        if window not in WINDOWS:
-            raise ModelError("asr.config", reason=f"window {window!r}: one of {', '.join(WINDOWS)}")
         if cpu_threads < 1 or beam_size < 1:
             raise ModelError("asr.config", reason="cpu_threads and beam_size must be at least 1")
-        if language not in (AUTO, *LANGUAGES):
-            raise ModelError(
-                "asr.config",
-                reason=f"language {language!r}: one of {AUTO}, {', '.join(LANGUAGES)}",
-            )
+        for name, value, choices in (
+            ("language", language, (AUTO, *LANGUAGES)),
+            ("window", window, WINDOWS),
+        ):
+            if value not in choices:
+                raise ModelError(
+                    "asr.config", reason=f"{name} {value!r}: one of {', '.join(choices)}"
+                )
         if model_dir is None:
             self.model_dir = default_model_dir()
             self.sha256: str | None = MODEL_SHA256

@@ -304,12 +304,7 @@ async def test_a_chinese_voice_turn_is_heard_as_chinese(
     daemon = Daemon()
     hearing = Hearing(
         home=tmp_path,
-        admit=daemon.admit,
-        send=daemon.send,
-        drop=lambda r, s, d: daemon.drops.append((r, d)),
-        commit=lambda o: daemon.committed.append(o.counter),
-        answered=daemon.answered.__contains__,
-        count=lambda name: daemon.counts.update([name]),
+        **daemon.hooks(),
         transcriber=base,
         archive=Archive(tmp_path / "archive", policy=AdmissionPolicy(0, 0)),
     )

@@ -448,6 +448,17 @@ class Daemon:
     async def send(self, device: str, kind: int, payload: Any, trace: str | None) -> None:
         self.sent.append((device, kind, payload))
 
+    def hooks(self) -> dict[str, Any]:
+        """Hearing's callbacks into this daemon (``Hearing(**daemon.hooks(), …)``)."""
+        return {
+            "admit": self.admit,
+            "send": self.send,
+            "drop": lambda r, s, d: self.drops.append((r, d)),
+            "commit": lambda o: self.committed.append(o.counter),
+            "answered": self.answered.__contains__,
+            "count": lambda name: self.counts.update([name]),
+        }
+
 
 @dataclass
 class Rig:
@@ -470,12 +481,7 @@ async def rig(tmp_path: Path, whisper: WhisperTranscriber) -> AsyncIterator[Rig]
     async with WakeArbiter() as arbiter:
         voice = Hearing(
             home=tmp_path,
-            admit=daemon.admit,
-            send=daemon.send,
-            drop=lambda r, s, d: daemon.drops.append((r, d)),
-            commit=lambda o: daemon.committed.append(o.counter),
-            answered=daemon.answered.__contains__,
-            count=lambda name: daemon.counts.update([name]),
+            **daemon.hooks(),
             arbiter=arbiter,
             scope=scope,
             transcriber=whisper,
@@ -735,12 +741,7 @@ async def asr_rig(tmp_path: Path) -> AsyncIterator[AsrRig]:
         async with FakeOpenAI() as fake:
             async with Hearing(
                 home=tmp_path,
-                admit=daemon.admit,
-                send=daemon.send,
-                drop=lambda r, s, d: daemon.drops.append((r, d)),
-                commit=lambda o: None,
-                answered=daemon.answered.__contains__,
-                count=lambda name: daemon.counts.update([name]),
+                **daemon.hooks(),
                 transcriber=local,
                 providers=open_store,  # the hub's voice worker opens its own, as the hub does
                 archive=archive,

@@ -42,12 +42,7 @@ async def rig(tmp_path: Path, whisper: WhisperTranscriber) -> AsyncIterator[Rig]
     async with WakeArbiter() as arbiter:
         voice = Hearing(
             home=tmp_path,
-            admit=daemon.admit,
-            send=daemon.send,
-            drop=lambda r, s, d: daemon.drops.append((r, d)),
-            commit=lambda o: daemon.committed.append(o.counter),
-            answered=daemon.answered.__contains__,
-            count=lambda name: daemon.counts.update([name]),
+            **daemon.hooks(),
             arbiter=arbiter,
             scope=scope,
             transcriber=whisper,

@@ -370,22 +370,14 @@ class AsrSettings:
                 values[name] = raw[name].strip()
         if "model" in values and "model_dir" in values:
             raise ModelError("asr.config", reason="give model or model_dir, not both")
-        if raw.get("language") is not None:
-            language = raw["language"]
-            choices = (AUTO, *LANGUAGES)
-            if not isinstance(language, str) or language.strip().lower() not in choices:
-                raise ModelError(
-                    "asr.config",
-                    reason=f"language {language!r}: one of {', '.join(choices)}",
-                )
-            values["language"] = language.strip().lower()
-        if raw.get("window") is not None:
-            window = raw["window"]
-            if not isinstance(window, str) or window.strip().lower() not in WINDOWS:
-                raise ModelError(
-                    "asr.config", reason=f"window {window!r}: one of {', '.join(WINDOWS)}"
-                )
-            values["window"] = window.strip().lower()
+        for name, choices in (("language", (AUTO, *LANGUAGES)), ("window", WINDOWS)):
+            if raw.get(name) is not None:
+                value = raw[name]
+                if not isinstance(value, str) or value.strip().lower() not in choices:
+                    raise ModelError(
+                        "asr.config", reason=f"{name} {value!r}: one of {', '.join(choices)}"
+                    )
+                values[name] = value.strip().lower()
         return cls(**values)
 
 
