@@ -5,6 +5,7 @@ previews; the envelope layer refusing a preview from an unknown device."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -218,6 +219,8 @@ async def test_previews_are_capped_replaced_and_expire_without_their_utterance(
     assert rig.voice.busy()
     await poll(lambda: counts["voice.preview_expired"] == 3, what="the previews expired")
     assert len(rig.voice.previews) == 0 and not rig.voice.busy()
+    # a cancelled recognition ends at its next turn of the loop: wait for it, with a deadline
+    await asyncio.wait([h.task for h in held], timeout=10)
     assert all(h.task.done() for h in held)  # their recognition is stopped or finished
     assert rig.daemon.turns == []  # never on the timeline, never answered
 
