@@ -68,14 +68,25 @@ def private_file(path: Path) -> Path:
     return path
 
 
-def open_private(path: Path, mode: str = "ab") -> BinaryIO:
-    """Open ``path`` for binary writing (``"ab"`` append or ``"wb"`` truncate), creating it
-    0600 (an existing file is set to 0600)."""
+def open_private_fd(path: Path, mode: str = "ab") -> int:
+    """The file descriptor of ``path`` opened for writing (``"ab"`` append or ``"wb"``
+    truncate), creating it 0600 (an existing file is set to 0600); the caller closes it."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)
     fd = os.open(path, flags, FILE_MODE)
     try:
         if os.fstat(fd).st_mode & 0o777 != FILE_MODE:
             os.fchmod(fd, FILE_MODE)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def open_private(path: Path, mode: str = "ab") -> BinaryIO:
+    """Open ``path`` for binary writing (``"ab"`` append or ``"wb"`` truncate), creating it
+    0600 (an existing file is set to 0600)."""
+    fd = open_private_fd(path, mode)
+    try:
         return cast(BinaryIO, os.fdopen(fd, mode))
     except BaseException:
         os.close(fd)

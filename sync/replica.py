@@ -36,7 +36,7 @@ from loro import ExportMode, LoroDoc
 
 from protos.clock import now_ms
 from storage.group_commit import GroupCommit
-from storage.private import open_private, private_dir, private_file
+from storage.private import open_private, open_private_fd, private_dir, private_file
 from sync.crdt import PASS_THROUGH, CrdtError, guard, version
 
 log = logging.getLogger(__name__)
@@ -231,13 +231,22 @@ class Replica:
             return self._refresh_locked()
 
     def _refresh_locked(self) -> list[bytes]:
-        gens = self._generations()
-        if gens and gens[-1] != self.gen:
-            before = version(self.doc)
-            self._load()
-            return [self._export_since(before)] if version(self.doc) != before else []
         path = self._log(self.gen)
-        if not path.exists() or path.stat().st_size == self._offset:
+        try:
+            size: int | None = os.stat(path).st_size
+        except FileNotFoundError:
+            size = None
+        if size is None or self._snap(self.gen + 1).exists():
+            # maybe a newer generation (another process compacted): look at them all. With
+            # our log still there and no snapshot N+1, there is none: generations are made
+            # one after the other (N+1's snapshot before its log) and removed oldest first,
+            # all under the lock we hold — two stats instead of listing the folder
+            gens = self._generations()
+            if gens and gens[-1] != self.gen:
+                before = version(self.doc)
+                self._load()
+                return [self._export_since(before)] if version(self.doc) != before else []
+        if size is None or size == self._offset:
             return []
         before = version(self.doc)
         self._offset = self._replay(path, self._offset)
@@ -328,12 +337,24 @@ class Replica:
 
     def _append_only(self, blob: bytes) -> None:
         path = self._log(self.gen)
-        with open_private(path, "ab") as fh:
-            fh.write(REC_HEADER.pack(len(blob), _crc(blob)) + blob)
-            fh.flush()
+        fd = open_private_fd(path)
+        try:
+            start = os.lseek(fd, 0, os.SEEK_END)
+            record = REC_HEADER.pack(len(blob), _crc(blob)) + blob
+            try:
+                written = 0
+                while written < len(record):  # os.write may write less (a full disk)
+                    written += os.write(fd, record[written:])
+            except OSError:
+                # no half record left behind: the next append would follow it, and a replay
+                # stops at the first damaged record
+                os.ftruncate(fd, start)
+                raise
             if self.group is None:
-                os.fdatasync(fh.fileno())  # an append: the new size is flushed with the data
-            self._offset = fh.tell()
+                os.fdatasync(fd)  # an append: the new size is flushed with the data
+            self._offset = start + len(record)
+        finally:
+            os.close(fd)
         if self.group is not None:
             self.group.wrote(path)
 

@@ -225,6 +225,67 @@ def test_refresh_follows_a_compaction_by_another_process(tmp_path: Path) -> None
     assert timeline_ids(b) == ["e1", "e2", "e3"] and b.gen == a.gen == 1
 
 
+def test_a_change_follows_generations_made_and_removed_while_it_did_not_look(
+    tmp_path: Path,
+) -> None:
+    """b's own log is gone (two compactions keep only the last two generations; a purge
+    keeps one): its next change loads the newest generation first, and nothing is lost."""
+    a, b = Replica(tmp_path, TL), Replica(tmp_path, TL)
+    push(a, "e1")
+    b.refresh()
+    a.compact()
+    push(a, "e2")
+    a.compact()
+    assert not (tmp_path / f"{TL}.g0.log").exists()
+    push(b, "e3")
+    assert b.gen == 2 and timeline_ids(b) == ["e1", "e2", "e3"]
+    a.purge_history()
+    push(b, "e4")
+    assert b.gen == a.gen == 3
+    assert timeline_ids(Replica(tmp_path, TL)) == ["e1", "e2", "e3", "e4"]
+
+
+FULL_DISK_APPEND = """
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from tests.test_sync_replica import TL, push
+from sync.replica import Replica
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+replica = Replica(Path(sys.argv[1]), TL)
+resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[2]), int(sys.argv[2])))
+try:
+    push(replica, "big" + "x" * 4000)
+except OSError as exc:
+    print(exc.errno)
+"""
+
+
+def test_an_append_the_disk_cuts_short_leaves_no_half_record(tmp_path: Path) -> None:
+    """A file-size limit makes the kernel write part of the record, then refuse the rest
+    (as a full disk does): the log is cut back to its last whole record, so the appends
+    after it are read back (a replay stops at the first damaged record)."""
+    import errno
+    import subprocess
+    import sys
+
+    first = Replica(tmp_path, TL)
+    push(first, "e1")
+    log_file = tmp_path / f"{TL}.g0.log"
+    size = log_file.stat().st_size
+    done = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_APPEND, str(tmp_path), str(size + 100), os.getcwd()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.stdout.strip() == str(errno.EFBIG), done.stderr
+    assert log_file.stat().st_size == size, "the half record was cut off"
+    push(first, "e2")
+    again = Replica(tmp_path, TL)
+    assert timeline_ids(again) == ["e1", "e2"] and not again.problems
+
+
 # ---------------------------------------------------------------- damaged logs
 def _damage_truncate(data: bytes, last: int) -> bytes:
     return data[: len(data) - 3]

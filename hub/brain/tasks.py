@@ -23,6 +23,7 @@ What makes a restart *resume* instead of redo:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -209,36 +210,35 @@ class TaskStore:
         if old is not None:
             return old, False
         t = now_ms()
+        row = (
+            task_id,
+            trace_id,
+            run_id,
+            parent_id,
+            owner,
+            scope,
+            session_id,
+            device_id,
+            kind,
+            depth,
+            title[:200],
+            json.dumps(spec or {}, ensure_ascii=False),
+            "received",
+            "",
+            "{}",
+            t,
+            t,
+        )
         with transaction(self.db):
             self.db.execute(
                 f"INSERT OR IGNORE INTO tasks ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    task_id,
-                    trace_id,
-                    run_id,
-                    parent_id,
-                    owner,
-                    scope,
-                    session_id,
-                    device_id,
-                    kind,
-                    depth,
-                    title[:200],
-                    json.dumps(spec or {}, ensure_ascii=False),
-                    "received",
-                    "",
-                    "{}",
-                    t,
-                    t,
-                ),
+                row,
             )
             self.db.execute(
                 "INSERT OR IGNORE INTO transitions VALUES (?,?,?,?,?,?)",
                 (task_id, 0, "", "received", "", t),
             )
-        rec = self.get(task_id)
-        assert rec is not None
-        return rec, True
+        return _task(row), True
 
     def get(self, task_id: str) -> TaskRecord | None:
         for r in self.db.execute(f"SELECT {_COLS} FROM tasks WHERE task_id=?", (task_id,)):
@@ -264,48 +264,56 @@ class TaskStore:
         if state not in STATES:
             raise BrainError("task.transition", task=task_id, src="?", dst=state)
         with transaction(self.db):
-            row = list(self.db.execute("SELECT state FROM tasks WHERE task_id=?", (task_id,)))
-            if not row:
-                raise BrainError("task.unknown", task=task_id)
-            src = row[0][0]
-            if state != src and state not in TRANSITIONS[src]:
-                raise BrainError("task.transition", task=task_id, src=src, dst=state)
-            t = now_ms()
-            sets = ["state=?", "updated_ms=?"]
-            params: list[Any] = [state, t]
-            if waiting_for is not None:
-                sets.append("waiting_for=?")
-                params.append(waiting_for)
-            if result is not None:
-                sets.append("result=?")
-                params.append(json.dumps(result, ensure_ascii=False))
-            self.db.execute(
-                f"UPDATE tasks SET {', '.join(sets)} WHERE task_id=?", (*params, task_id)
-            )
-            if state != src:
-                seq = next(
-                    iter(
-                        self.db.execute(
-                            "SELECT COALESCE(MAX(seq), 0) + 1 FROM transitions WHERE task_id=?",
-                            (task_id,),
-                        )
-                    )
-                )[0]
-                self.db.execute(
-                    "INSERT INTO transitions VALUES (?,?,?,?,?,?)",
-                    (task_id, seq, src, state, note[:300], t),
-                )
-        return self.require(task_id)
+            return self._move(self.require(task_id), state, note, waiting_for, result)
 
     def walk(self, task_id: str, *states: str, note: str = "") -> TaskRecord:
         """Move forward through ``states`` in order, skipping those already reached or
-        passed (in the order of :data:`STATES`)."""
-        rec = self.require(task_id)
-        for s in states:
-            if rec.finished or STATES.index(s) <= STATES.index(rec.state):
-                continue
-            rec = self.move(task_id, s, note)
+        passed (in the order of :data:`STATES`); one transaction."""
+        with transaction(self.db):
+            rec = self.require(task_id)
+            for s in states:
+                if rec.finished or STATES.index(s) <= STATES.index(rec.state):
+                    continue
+                rec = self._move(rec, s, note, None, None)
         return rec
+
+    def _move(
+        self,
+        rec: TaskRecord,
+        state: str,
+        note: str,
+        waiting_for: str | None,
+        result: dict[str, Any] | None,
+    ) -> TaskRecord:
+        """One transition of ``rec`` (read in the caller's transaction); the new record."""
+        if state not in STATES:
+            raise BrainError("task.transition", task=rec.task_id, src="?", dst=state)
+        src = rec.state
+        if state != src and state not in TRANSITIONS[src]:
+            raise BrainError("task.transition", task=rec.task_id, src=src, dst=state)
+        t = now_ms()
+        sets = ["state=?", "updated_ms=?"]
+        params: list[Any] = [state, t]
+        changes: dict[str, Any] = {"state": state, "updated_ms": t}
+        if waiting_for is not None:
+            sets.append("waiting_for=?")
+            params.append(waiting_for)
+            changes["waiting_for"] = waiting_for
+        if result is not None:
+            stored = json.dumps(result, ensure_ascii=False)
+            sets.append("result=?")
+            params.append(stored)
+            changes["result"] = json.loads(stored)  # what a read gives back
+        self.db.execute(
+            f"UPDATE tasks SET {', '.join(sets)} WHERE task_id=?", (*params, rec.task_id)
+        )
+        if state != src:
+            self.db.execute(
+                "INSERT INTO transitions SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? "
+                "FROM transitions WHERE task_id=?",
+                (rec.task_id, src, state, note[:300], t, rec.task_id),
+            )
+        return dataclasses.replace(rec, **changes)
 
     def update_spec(self, task_id: str, **changes: Any) -> TaskRecord:
         """Merge ``changes`` into a task's spec (steering messages, notes)."""
