@@ -45,6 +45,7 @@ from hub.gateway.consent import gesture_effects
 from hub.gateway.courier import MeshConsent
 from hub.memory.home import open_memory
 from hub.mesh.broker import Broker, BrokerAccount, BrokerTls
+from hub.mesh.entry_batch import EntryBatch
 from hub.mesh.grpc_server import HubService, start_server, tls_credentials
 from hub.mesh.lanes import LANE_DEPTH, Lanes
 from hub.mesh.notify import ServiceNotifier, take_env
@@ -193,6 +194,8 @@ class HubDaemon:
             scopes_of=port.scopes_of,
             count=port.count,
         )
+        self.entry_batch = EntryBatch(self.sync.add_sequenced, self.sync.publish, self._published)
+        """hub-written entries published together share one change and one broadcast"""
         try:  # glasses: {nod_effects: [send]} — what a nod on the HUD may answer
             nod_effects = gesture_effects(home.config)
         except ValueError as exc:
@@ -984,8 +987,11 @@ class HubDaemon:
         )
 
     async def _publish_entries(self, entries: list[docs.Entry]) -> None:
-        """Sequence hub-written timeline entries in the documents and broadcast them."""
-        await self.sync.publish(self.sync.add_sequenced(entries))
+        """Sequence hub-written timeline entries in the documents and broadcast them (with
+        those of other turns published at the same time: :mod:`hub.mesh.entry_batch`)."""
+        await self.entry_batch.publish(entries)
+
+    def _published(self, entries: list[docs.Entry]) -> None:
         self.watching.on_entries(entries)
         self._timeline_grew.set()
         if self.web is not None:
