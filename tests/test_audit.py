@@ -139,3 +139,27 @@ def test_a_lost_head_is_refused_and_the_next_append_chains_on_the_log(tmp_path: 
     log.close()
     assert rec["seq"] == 4
     assert verify(tmp_path).ok
+
+
+def test_a_writer_chains_on_records_another_writer_appended_since_its_last_write(
+    tmp_path: Path,
+) -> None:
+    # each writer remembers where it last wrote (no head read to prepare a batch): that is
+    # only a guess, checked under the lock; another writer's records in between are chained on
+    ours = AuditLog(tmp_path, durable=False)
+    theirs = AuditLog(tmp_path, durable=False)
+    try:
+        assert ours.append("decision", {"call_id": "a"})["seq"] == 1
+        assert theirs.append("decision", {"call_id": "b"})["seq"] == 2
+        ours.stage("receipt", {"call_id": "c"})
+        stale = ours.prepare(ours.take_staged())  # chained on seq 1: its last write
+        assert stale.records[0]["seq"] == 2
+        rec = ours.write_prepared(stale)[-1]
+        assert rec["seq"] == 3 and rec["prev"] == list(records(tmp_path))[1]["hash"]
+        assert ours.append("receipt", {"call_id": "d"})["seq"] == 4
+        assert theirs.append("receipt", {"call_id": "e"})["seq"] == 5
+    finally:
+        ours.close()
+        theirs.close()
+    assert [r["data"]["call_id"] for r in records(tmp_path)] == ["a", "b", "c", "d", "e"]
+    assert verify(tmp_path).ok

@@ -122,6 +122,10 @@ class AuditLog:
         self._write_lock = threading.Lock()
         self._head_unsynced = False
         """the head file was rewritten without a sync (its copy is durable elsewhere)"""
+        self._written: tuple[int, str] | None = None
+        """(seq, hash) this object last wrote: where :meth:`prepare` chains on without
+        reading the head file (only a guess: :meth:`write_prepared` checks the real tail
+        under the lock and chains again if another writer came first)"""
 
     def close(self) -> None:
         """Write what is still queued, then close."""
@@ -181,7 +185,7 @@ class AuditLog:
         """Chain ``batch`` onto the current tail and encode it: the CPU part of a write, for
         the caller's thread (the group commit's event loop), so the writing thread only
         makes system calls."""
-        seq, prev = expected = self._tail()
+        seq, prev = expected = self._written or self._tail()
         recs: list[dict[str, Any]] = []
         lines: list[bytes] = []
         for st in batch:
@@ -235,6 +239,7 @@ class AuditLog:
             try:
                 moved = self._tail() != p.tail  # another writer came first
                 if moved:
+                    self._written = None  # chained on the real tail, read again
                     p = self.prepare(p.batch)
                 size = os.fstat(fd).st_size
                 try:
@@ -266,6 +271,7 @@ class AuditLog:
                     raise GatewayError(
                         "audit.write_failed", path=str(self.path), reason=str(exc)
                     ) from exc
+                self._written = (p.records[-1]["seq"], p.records[-1]["hash"])
                 return p.records
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -316,6 +322,7 @@ class AuditLog:
         (for :func:`verify` to report). Returns ``""`` when there was nothing to do."""
         done = ""
         with self._write_lock:
+            self._written = None  # the head may change here: read it again
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 tail, complete = self._last_records()

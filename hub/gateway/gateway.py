@@ -418,6 +418,7 @@ class Gateway:
         """The ledger row and the audit record of a decision (also for the calls the payment
         authority makes itself): durable on return, or with ``durable=False`` staged for the
         group commit (the caller then waits on :attr:`commits` or asks it to write soon)."""
+        recorded = d.to_dict()  # once, for the ledger row and the audit record
         self.ledger.record_decision(
             task_id=call.task_id,
             call_id=call.call_id,
@@ -428,7 +429,7 @@ class Gateway:
             effect=d.effect,
             target=d.target,
             outcome=d.outcome,
-            decision=d.to_dict(),
+            decision=recorded,
             sync=durable,
         )
         write = self.audit.append if durable else self.audit.stage
@@ -439,7 +440,7 @@ class Gateway:
                 "call_id": call.call_id,
                 "package": call.package,
                 "tool": call.tool,
-                **{k: v for k, v in d.to_dict().items() if k != "args"},
+                **{k: v for k, v in recorded.items() if k != "args"},
                 "args_fp": args_fp,
             },
             trace_id=ctx.trace_id,
