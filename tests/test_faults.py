@@ -278,10 +278,9 @@ def test_broker_killed_is_restarted_and_queued_items_arrive_once(mesh: Mesh) -> 
 
     # Freeze the broker first so that "the broker is down" lasts as long as the queueing takes
     # (the hub restarts a dead one within ~0.1 s); then kill it. Against a frozen broker each
-    # ``yimi say`` takes ~5.4 s whatever its --timeout (paho's blocking TLS handshake in an
-    # executor thread runs out its own 5 s and the process waits for that thread to exit), so
-    # the two devices say theirs at the same time: each device's own says stay one after the
-    # other (their order is what is checked), and the test waits ~11 s instead of ~22 s.
+    # ``yimi say`` runs out its --timeout and then its TLS handshake (sync.mqtt
+    # HANDSHAKE_TIMEOUT_S): ~2 s here, so the two devices say theirs at the same time; each
+    # device's own says stay one after the other (their order is what is checked).
     sent: dict[Path, list[str]] = {
         b: [f"{b.name}: said while the broker was down #{i}" for i in range(2)] for b in bundles
     }
