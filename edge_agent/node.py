@@ -45,7 +45,7 @@ from sync.envelope import (
 from sync.errors import SyncError
 from sync.hub_rpc import MAX_RPC_BYTES, sync_exchange
 from sync.locate import HubAddress, HubLocator
-from sync.mqtt import MqttSession
+from sync.mqtt import HANDSHAKE_TIMEOUT_S, MqttSession
 from sync.outbox import Outbox
 from sync.replicas import ReplicaSet
 from sync.replication import DeviceReplication
@@ -71,6 +71,8 @@ class NodeOptions:
     """``edge`` (long-lived, presence) or ``say`` (transient)"""
     hub: str | None = None
     """explicit ``HOST:PORT`` of the hub's gRPC; otherwise last good address, then zeroconf"""
+    connect_timeout: float = HANDSHAKE_TIMEOUT_S
+    """seconds the broker may take to take a connection (:data:`sync.mqtt.HANDSHAKE_TIMEOUT_S`)"""
 
 
 class DeviceNode:
@@ -168,6 +170,7 @@ class DeviceNode:
                 will=self._will if edge else None,
                 clean_session=not edge,
                 backoff=Backoff(initial=0.2, cap=10.0),
+                connect_timeout=self.options.connect_timeout,
             )
         )
         if edge:

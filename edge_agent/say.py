@@ -27,6 +27,7 @@ from protos.errors import render
 from provisioning.bundle import Bundle
 from sync.envelope import Opened
 from sync.errors import SyncError
+from sync.mqtt import HANDSHAKE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,9 @@ async def say(bundle: Bundle, text: str, *, hub: str | None, timeout: float) -> 
         nonlocal mine
         mine, _ = node.queue_utterance(text)
 
-    node = DeviceNode(bundle, NodeOptions(mode="say", hub=hub), on_reply)
+    # a hung broker must not hold this process past --timeout (HANDSHAKE_TIMEOUT_S)
+    handshake = min(timeout, HANDSHAKE_TIMEOUT_S)
+    node = DeviceNode(bundle, NodeOptions(mode="say", hub=hub, connect_timeout=handshake), on_reply)
     loop = asyncio.get_running_loop()
     async with node:
         assert node.mqtt is not None

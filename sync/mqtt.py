@@ -92,6 +92,13 @@ class SlotLease:
         self._fd = self.slot = None
 
 
+HANDSHAKE_TIMEOUT_S = 5.0
+"""Seconds the broker may take to take a connection (TCP connect and TLS handshake). paho
+does both blocking, in an executor thread that cancelling the session cannot stop and that a
+process waits for before it exits: a short-lived client (``yimi say --timeout 1``) sets it no
+longer than its own deadline, or a hung broker keeps it alive 5 s past that deadline."""
+
+
 class MqttSession:
     def __init__(
         self,
@@ -110,13 +117,15 @@ class MqttSession:
         keepalive: int = 15,
         transient: bool = False,
         slot_locks: Path | None = None,
+        connect_timeout: float = HANDSHAKE_TIMEOUT_S,
     ) -> None:
         """``identifier`` names the session in logs and tasks; the client id sent to the
         broker is the login (see the module doc). ``transient``: log in as a transient
         login of ``username`` (a short-lived client that must not take over the node's own
         session): the slot held in ``slot_locks`` (a :class:`SlotLease`), else a random
-        one on every connection."""
+        one on every connection. ``connect_timeout``: see :data:`HANDSHAKE_TIMEOUT_S`."""
         self._target = target
+        self._connect_timeout = connect_timeout
         self._tls = tls
         self._username = username
         self._password = password
@@ -230,6 +239,7 @@ class MqttSession:
             socket_options=SOCKET_OPTIONS,
             tls_context=self._tls.ssl_context(host),
         )
+        client._client.connect_timeout = self._connect_timeout  # paho's, in its thread
         async with client:
             for topic in self._subscriptions:
                 await client.subscribe(topic, qos=1)

@@ -38,7 +38,6 @@ FILE_SECONDS: dict[str, float] = {
     "test_pay_brain.py": 50,
     "test_consent_mesh.py": 50,
     "test_security_wire.py": 48,
-    "test_intent_set.py": 47,
     "test_pairing.py": 47,
     "test_nod_mesh.py": 45,
     "test_gateway_rules.py": 42,

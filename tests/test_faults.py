@@ -16,6 +16,7 @@ import re
 import signal
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -276,15 +277,23 @@ def test_broker_killed_is_restarted_and_queued_items_arrive_once(mesh: Mesh) -> 
     assert brokers(mesh) == [old]
 
     # Freeze the broker first so that "the broker is down" lasts as long as the queueing takes
-    # (the hub restarts a dead one within ~0.1 s); then kill it.
-    sent: dict[Path, list[str]] = {b: [] for b in bundles}
+    # (the hub restarts a dead one within ~0.1 s); then kill it. Against a frozen broker each
+    # ``yimi say`` runs out its --timeout and then its TLS handshake (sync.mqtt
+    # HANDSHAKE_TIMEOUT_S): ~2 s here, so the two devices say theirs at the same time; each
+    # device's own says stay one after the other (their order is what is checked).
+    sent: dict[Path, list[str]] = {
+        b: [f"{b.name}: said while the broker was down #{i}" for i in range(2)] for b in bundles
+    }
+
+    def say_all(bundle: Path) -> None:
+        for text in sent[bundle]:
+            say_queued(mesh, bundle, text)
+
     os.kill(old, signal.SIGSTOP)
     try:
-        for i in range(2):
-            for b in bundles:
-                text = f"{b.name}: said while the broker was down #{i}"
-                say_queued(mesh, b, text)
-                sent[b].append(text)
+        with ThreadPoolExecutor(len(bundles)) as pool:
+            for done in [pool.submit(say_all, b) for b in bundles]:
+                done.result()  # an assertion in say_queued is raised here
         assert all(outbox_count(b) == 2 for b in bundles)
     finally:
         os.kill(old, signal.SIGKILL)

@@ -29,6 +29,11 @@ def _canonical(kind: str) -> set[str]:
     return {entry["value"] for entry in load_lists()[kind]}
 
 
+def _all_canonical() -> dict[str, set[str]]:
+    """:func:`_canonical` of every kind in lists.yaml, read once (not once per sentence)."""
+    return {kind: {entry["value"] for entry in entries} for kind, entries in load_lists().items()}
+
+
 def test_lists_yaml_loads_with_canonical_names() -> None:
     lists = load_lists()
     assert set(lists) == {"contacts", "devices", "areas", "shops", "lists"}
@@ -90,9 +95,10 @@ def test_probe_set_is_fresh_and_covers_every_intent(lang: Lang) -> None:
     assert not thin, thin
 
 
-def _check_slots(s: Labelled) -> None:
-    devices = _canonical("devices")
-    list_ids = _canonical("lists")
+def _check_slots(s: Labelled, canonical: dict[str, set[str]]) -> None:
+    """``canonical``: :func:`_all_canonical`."""
+    devices = canonical["devices"]
+    list_ids = canonical["lists"]
     if s.intent is None:
         assert not s.slots, s
         return
@@ -101,7 +107,7 @@ def _check_slots(s: Labelled) -> None:
             assert isinstance(value, str) and value == value.strip() and value, s
             assert normalise_free_text(value), s
         elif key in LIST_SLOTS:
-            assert value in _canonical(LIST_SLOTS[key]), s
+            assert value in canonical[LIST_SLOTS[key]], s
         elif key in NUMBER_SLOTS:
             assert isinstance(value, int | float) and not isinstance(value, bool), s
             if key in {"brightness", "position", "volume_level"}:
@@ -129,8 +135,9 @@ def _check_slots(s: Labelled) -> None:
 @pytest.mark.parametrize("which", SETS)
 @pytest.mark.parametrize("lang", LANGS)
 def test_slots_follow_the_contract(lang: Lang, which: str) -> None:
+    canonical = _all_canonical()
     for s in load_set(lang, which):
-        _check_slots(s)
+        _check_slots(s, canonical)
         if lang == "zh":
             assert any("\u4e00" <= ch <= "\u9fff" for ch in s.text), s
         else:
