@@ -30,6 +30,9 @@ from tests.waiting import poll
 __all__ = ["whisper"]  # the module's Whisper, loaded once
 
 TEXT = "Yimi, turn on the kitchen lights."
+PREVIEW_TTL_S = 60.0
+"""seconds a preview is held here: long enough that a loaded machine's Whisper never lets
+one expire before its final audio (the expiry test shortens it when it wants them gone)"""
 
 
 @pytest_asyncio.fixture
@@ -49,7 +52,7 @@ async def rig(tmp_path: Path, whisper: WhisperTranscriber) -> AsyncIterator[Rig]
             transcriber=whisper,
             archive=archive,
             assembler=ChunkAssembler(ttl_s=5.0),
-            previews=Previews(ttl_s=0.5, max_per_device=2),
+            previews=Previews(ttl_s=PREVIEW_TTL_S, max_per_device=2),
         )
         async with voice:
             yield Rig(voice, daemon, archive, arbiter)
@@ -217,6 +220,7 @@ async def test_previews_are_capped_replaced_and_expire_without_their_utterance(
     assert rig.voice.previews._held[("dev-a", "u-1")].samples == len(short) + 1600
     held = list(rig.voice.previews._held.values())
     assert rig.voice.busy()
+    rig.voice.previews.ttl_s = 0.5  # their utterance never comes: they expire
     await poll(lambda: counts["voice.preview_expired"] == 3, what="the previews expired")
     assert len(rig.voice.previews) == 0 and not rig.voice.busy()
     # a cancelled recognition ends at its next turn of the loop: wait for it, with a deadline

@@ -259,13 +259,14 @@ async def paid(w: PayWorld, pid: str) -> None:
 
 async def test_auto_pay_when_every_condition_holds(tmp_path: Path) -> None:
     async with pay_world(tmp_path) as w:
-        await auto_ready(w)
+        # 3 s: the checks below run inside the undo window even on a loaded machine
+        await auto_ready(w, undo=3)
         pid, r = await auto_pay(w, "t1", "lotus-kitchen", (("noodles", 4),))  # 50.00: ≤ 50
         assert r.status == "running" and r.next.waiting_for == "undo", r
-        assert "paying in 1 s unless you undo" in r.error
+        assert "paying in 3 s unless you undo" in r.error
         # no approval card: a notice that it pays by itself, which the phone may deny (undo)
         (notice,) = w.courier.shown
-        assert notice.title == "auto-pay: 50.00 EUR to Lotus Kitchen in 1 s" and r.card_id
+        assert notice.title == "auto-pay: 50.00 EUR to Lotus Kitchen in 3 s" and r.card_id
         assert notice.card_id == r.card_id and f"payment: {pid}" in notice.preview
         assert w.shop.charges() == [], "nothing paid inside the undo window"
         await paid(w, pid)
