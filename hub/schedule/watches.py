@@ -177,6 +177,8 @@ class WatchDesk:
             for j in self.scheduler.store.jobs(WATCH)
             if j.spec.get("source") == TIMELINE and matches(j.spec.get("words") or (), text)
         ]
+        if not jobs:
+            return []  # the common case: no transaction per timeline entry
         claimed = []
         now = self.scheduler.now_ms()
         with self.scheduler.store.transaction():

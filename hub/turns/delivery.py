@@ -78,6 +78,7 @@ class Delivery:
     ) -> None:
         """Keep and send ``pieces`` (from chunk index ``start``) of the reply to ``adm``;
         the final one puts the whole reply on the timeline."""
+        texts: list[str] = []
         for i, (text, final, task_id, brain, intent) in enumerate(pieces, start):
             c = self.store.add_chunk(
                 Chunk(
@@ -93,8 +94,11 @@ class Delivery:
                     adm.seq,
                 )
             )
+            texts.append(c.text)
             if c.final:
-                whole = " ".join(x.text for x in self.store.chunks(reply_id))
+                # from chunk 0 every chunk is one of these; else the earlier ones are read
+                kept = texts if start == 0 else [x.text for x in self.store.chunks(reply_id)]
+                whole = " ".join(kept)
                 stored = self.store.finish_reply(
                     reply_id=reply_id,
                     utterance_id=adm.utterance_id,
