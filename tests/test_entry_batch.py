@@ -62,6 +62,20 @@ class Flights:
         return EntryBatch(self.write, self.send, self.done)
 
 
+def held() -> tuple[Flights, EntryBatch]:
+    """A batch whose sends wait for ``gate`` (closed)."""
+    f = Flights()
+    f.gate.clear()
+    return f, f.batch()
+
+
+async def flying(f: Flights, batch: EntryBatch) -> asyncio.Task[None]:
+    """e1's publish, started and waiting in its send."""
+    first = asyncio.create_task(batch.publish([entry(1)]))
+    await f.in_send.wait()
+    return first
+
+
 async def test_a_lone_publish_is_written_and_sent_at_once() -> None:
     f = Flights()
     batch = f.batch()
@@ -73,9 +87,7 @@ async def test_a_lone_publish_is_written_and_sent_at_once() -> None:
 
 
 async def test_publishes_made_while_one_is_in_flight_share_the_next_flight() -> None:
-    f = Flights()
-    f.gate.clear()
-    batch = f.batch()
+    f, batch = held()
     async with asyncio.timeout(DEADLINE_S), asyncio.TaskGroup() as tg:
         first = tg.create_task(batch.publish([entry(1)]))
         await f.in_send.wait()
@@ -88,12 +100,9 @@ async def test_publishes_made_while_one_is_in_flight_share_the_next_flight() -> 
 
 
 async def test_a_failed_write_reaches_every_caller_of_its_batch_and_the_next_flies() -> None:
-    f = Flights()
-    f.gate.clear()
-    batch = f.batch()
+    f, batch = held()
     async with asyncio.timeout(DEADLINE_S):
-        first = asyncio.create_task(batch.publish([entry(1)]))
-        await f.in_send.wait()
+        first = await flying(f, batch)
         doomed = [asyncio.create_task(batch.publish([entry(i)])) for i in (2, 3)]
         await queued(batch, 2)
         f.fail = OSError(28, "No space left on device")
@@ -108,12 +117,9 @@ async def test_a_failed_write_reaches_every_caller_of_its_batch_and_the_next_fli
 
 
 async def test_a_caller_cancelled_while_waiting_still_has_its_entries_published() -> None:
-    f = Flights()
-    f.gate.clear()
-    batch = f.batch()
+    f, batch = held()
     async with asyncio.timeout(DEADLINE_S):
-        first = asyncio.create_task(batch.publish([entry(1)]))
-        await f.in_send.wait()
+        first = await flying(f, batch)
         gone = asyncio.create_task(batch.publish([entry(2)]))
         kept = asyncio.create_task(batch.publish([entry(3)]))
         await queued(batch, 2)
@@ -125,12 +131,9 @@ async def test_a_caller_cancelled_while_waiting_still_has_its_entries_published(
 
 
 async def test_a_leader_cancelled_in_flight_hands_its_batch_mates_to_the_next_flight() -> None:
-    f = Flights()
-    f.gate.clear()
-    batch = f.batch()
+    f, batch = held()
     async with asyncio.timeout(DEADLINE_S):
-        first = asyncio.create_task(batch.publish([entry(1)]))
-        await f.in_send.wait()
+        first = await flying(f, batch)
         second = asyncio.create_task(batch.publish([entry(2)]))
         await queued(batch, 1)
         f.in_send.clear()
@@ -144,9 +147,7 @@ async def test_a_leader_cancelled_in_flight_hands_its_batch_mates_to_the_next_fl
 
 
 async def test_one_flight_carries_at_most_max_batch_callers() -> None:
-    f = Flights()
-    f.gate.clear()
-    batch = f.batch()
+    f, batch = held()
     n = MAX_BATCH + 5
     async with asyncio.timeout(DEADLINE_S), asyncio.TaskGroup() as tg:
         tg.create_task(batch.publish([entry(0)]))
@@ -164,8 +165,7 @@ async def test_a_handed_over_leader_cancelled_in_flight_loses_no_entry() -> None
     f.permits = asyncio.Semaphore(0)
     batch = f.batch()
     async with asyncio.timeout(DEADLINE_S):
-        first = asyncio.create_task(batch.publish([entry(1)]))
-        await f.in_send.wait()
+        first = await flying(f, batch)
         leader = asyncio.create_task(batch.publish([entry(2)]))
         await queued(batch, 1)
         f.in_send.clear()
