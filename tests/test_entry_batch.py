@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -38,6 +39,8 @@ class Flights:
         self.gate.set()
         self.in_send = asyncio.Event()
         self.fail: Exception | None = None
+        self.on_after: Callable[[], object] = lambda: None
+        """run when a flight's entries are told to ``after``"""
         self.permits: asyncio.Semaphore | None = None
         """when set: each send takes one permit (instead of waiting for ``gate``)"""
 
@@ -57,6 +60,7 @@ class Flights:
 
     def done(self, entries: list[docs.Entry]) -> None:
         self.after.append([e.id for e in entries])
+        self.on_after()
 
     def batch(self) -> EntryBatch:
         return EntryBatch(self.write, self.send, self.done)
@@ -181,3 +185,23 @@ async def test_a_handed_over_leader_cancelled_in_flight_loses_no_entry() -> None
         await follower
         assert leader.cancelled()
     assert f.written == [["e1"], ["e2"], ["e2", "e3"]] and f.sent == 2
+
+
+async def test_a_caller_cancelled_as_it_is_handed_the_next_flight_hands_it_on() -> None:
+    """Cancelled after the flight before landed and made it the next leader, but before it
+    ran: the flight is handed on (nothing stalls), and its entries still go."""
+    f, batch = held()
+    async with asyncio.timeout(DEADLINE_S):
+        first = await flying(f, batch)
+        doomed = asyncio.create_task(batch.publish([entry(2)]))
+        await queued(batch, 1)
+        loop = asyncio.get_running_loop()
+        # scheduled while e1's flight is still in the air: runs after the flight handed
+        # itself to e2's caller, before that caller resumes
+        f.on_after = lambda: loop.call_soon(doomed.cancel)
+        f.gate.set()
+        await first
+        with pytest.raises(asyncio.CancelledError):
+            await doomed
+        await batch.publish([entry(3)])
+    assert f.written == [["e1"], ["e2", "e3"]]

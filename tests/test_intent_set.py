@@ -25,13 +25,13 @@ from tests.intent_set import (
 )
 
 
-def _canonical(kind: str) -> set[str]:
-    return {entry["value"] for entry in load_lists()[kind]}
-
-
 def _all_canonical() -> dict[str, set[str]]:
-    """:func:`_canonical` of every kind in lists.yaml, read once (not once per sentence)."""
+    """The canonical values of every kind in lists.yaml, read once (not once per sentence)."""
     return {kind: {entry["value"] for entry in entries} for kind, entries in load_lists().items()}
+
+
+def _canonical(kind: str) -> set[str]:
+    return _all_canonical()[kind]
 
 
 def test_lists_yaml_loads_with_canonical_names() -> None:

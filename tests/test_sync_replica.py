@@ -36,6 +36,7 @@ from sync.replication import DeviceReplication, HubReplication, refusal
 PERIOD = "2026-W48"
 T0 = docs.period_start_ms(PERIOD) + 3_600_000  # Monday 01:00 UTC of that week
 TL = docs.timeline_doc(PERIOD)
+REPO = Path(__file__).resolve().parent.parent
 SEQ = docs.seq_doc(PERIOD)
 
 
@@ -274,7 +275,7 @@ def test_an_append_the_disk_cuts_short_leaves_no_half_record(tmp_path: Path) -> 
     log_file = tmp_path / f"{TL}.g0.log"
     size = log_file.stat().st_size
     done = subprocess.run(
-        [sys.executable, "-c", FULL_DISK_APPEND, str(tmp_path), str(size + 100), os.getcwd()],
+        [sys.executable, "-c", FULL_DISK_APPEND, str(tmp_path), str(size + 100), str(REPO)],
         capture_output=True,
         text=True,
         timeout=60,

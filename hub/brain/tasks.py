@@ -285,9 +285,8 @@ class TaskStore:
         waiting_for: str | None,
         result: dict[str, Any] | None,
     ) -> TaskRecord:
-        """One transition of ``rec`` (read in the caller's transaction); the new record."""
-        if state not in STATES:
-            raise BrainError("task.transition", task=rec.task_id, src="?", dst=state)
+        """One transition of ``rec`` (read in the caller's transaction) to a state of
+        :data:`STATES`; the new record."""
         src = rec.state
         if state != src and state not in TRANSITIONS[src]:
             raise BrainError("task.transition", task=rec.task_id, src=src, dst=state)

@@ -75,7 +75,7 @@ class EntryBatch:
             return
         me = _Waiter(list(entries))
         self._queue.append(me)
-        if self._flying and await me.answer is _Role.DONE:
+        if self._flying and await self._wait(me) is _Role.DONE:
             return
         self._flying = True
         batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
@@ -89,6 +89,18 @@ class EntryBatch:
             self._hand_over()
         if failed is not None:
             raise failed
+
+    async def _wait(self, me: _Waiter) -> _Role:
+        try:
+            return await me.answer
+        except asyncio.CancelledError:
+            answer = me.answer
+            answered = answer.done() and not answer.cancelled() and answer.exception() is None
+            if answered and answer.result() is _Role.LEAD:
+                # handed the next flight, then cancelled before it could take it: the next
+                # waiter takes it (this caller's entries are still queued and go with it)
+                self._hand_over()
+            raise
 
     async def _fly(self, batch: list[_Waiter]) -> Exception | None:
         """Write and send ``batch``; answers its other callers, returns the write's error."""
