@@ -32,11 +32,16 @@ import pytest
 
 from protos import mesh_pb2
 from provisioning.bundle import Bundle
+from provisioning.epochs import bundle_keys
 from provisioning.identity import NodeKeys
 from sync import topics
 from sync.counter import PersistentCounter
 from sync.envelope import (
     HUB,
+    Opened,
+    Opener,
+    Peer,
+    ReplayGuard,
     Sealer,
     random_id,
 )
@@ -113,6 +118,22 @@ def flip(data: bytes, *, in_signature: bool) -> bytes:
         body[-5] ^= 0x01  # inside the sealed ciphertext (the last field)
         outer.body = bytes(body)
     return outer.SerializeToString()
+
+
+def device_opener(bundle: Path) -> Opener:
+    """The opener a device of ``bundle`` builds (``edge_agent.node``): the hub as its only
+    peer, the bundle's box key and every group key epoch the bundle holds."""
+    b = Bundle.load(bundle)
+    hub_peer = Peer(HUB, b.hub_sign_pk, b.hub_box_pk)
+    return Opener(
+        home_id=b.home_id,
+        node_id=b.device_id,
+        box_key=b.keys.box,
+        lookup=lambda sender: hub_peer if sender == HUB else None,
+        replay=ReplayGuard(),
+        group_key=b.group_key,
+        group_keys=bundle_keys(b.path, b.group_key, b.group_epoch),
+    )
 
 
 # ---------------------------------------------------------------- mqtt
@@ -205,13 +226,30 @@ def test_broker_acl_keeps_a_device_off_another_devices_topics(mesh: Mesh) -> Non
     b_root, a_inbox = topics.device_root(home, b.device_id), topics.inbox(home, a.device_id)
     as_b = sealer(a, sender=b.device_id)  # A's keys, claiming to be B
 
-    async def collect(c: aiomqtt.Client, until_topic: str) -> list[str]:
-        seen = []
+    b_inbox, a_uplink = topics.inbox(home, b.device_id), uplink(a)
+    b_says = utterance(b, "B on its own uplink")
+
+    async def collect(c: aiomqtt.Client, opener: Opener, own: str, echo: bytes) -> list[str]:
+        """What one client sees, labelled, until the hub's reply on its inbox: an inbox
+        message is labelled with the kind it opens as from the hub (the hub also writes to a
+        phone's inbox unbidden: the audit head it asks witnesses for), an uplink message as
+        the client's own publish coming back or not. The reply follows the echo: the broker
+        queued the echo to the client before the hub could see the utterance."""
+        seen: list[str] = []
         async with asyncio.timeout(10):
             async for msg in c.messages:
-                seen.append(msg.topic.value)
-                if msg.topic.value == until_topic:
-                    return seen
+                topic, payload = msg.topic.value, msg.payload
+                assert isinstance(payload, bytes)
+                if topic == own:
+                    opened = opener.open(payload)
+                    kind = mesh_pb2.Kind.Name(opened.kind) if isinstance(opened, Opened) else None
+                    seen.append(f"in:{kind or 'unopened'}")
+                    if kind == "REPLY":
+                        return seen
+                elif topic.endswith("/up"):
+                    seen.append(f"{topic}:{'echo' if payload == echo else 'other'}")
+                else:
+                    seen.append(topic)
         raise AssertionError("unreachable")
 
     async def run() -> tuple[list[str], list[str]]:
@@ -223,21 +261,26 @@ def test_broker_acl_keeps_a_device_off_another_devices_topics(mesh: Mesh) -> Non
             await ac.publish(uplink(b), utterance(a, "A on B's uplink"), qos=1)
             await ac.publish(uplink(b), utterance(a, "A as B on B's uplink", via=as_b), qos=1)
             await ac.publish(topics.presence(home, b.device_id), b"\x00fake", qos=1)
-            await ac.publish(topics.inbox(home, b.device_id), b"\x00fake", qos=1)
+            await ac.publish(b_inbox, b"\x00fake", qos=1)
             # B talks to the hub and gets its reply
-            await bc.publish(uplink(b), utterance(b, "B on its own uplink"), qos=1)
-            seen_by_b = await collect(bc, topics.inbox(home, b.device_id))
+            await bc.publish(uplink(b), b_says, qos=1)
+            seen_by_b = await collect(bc, device_opener(b.path), b_inbox, b_says)
             # then A, on its own uplink: a marker drop, then a legitimate utterance
-            await ac.publish(uplink(a), b"\x00marker", qos=1)
-            await ac.publish(uplink(a), utterance(a, "A on its own uplink"), qos=1)
-            seen_by_a = await collect(ac, a_inbox)
+            await ac.publish(a_uplink, b"\x00marker", qos=1)
+            await ac.publish(a_uplink, utterance(a, "A on its own uplink"), qos=1)
+            seen_by_a = await collect(ac, device_opener(a.path), a_inbox, b"")
         return seen_by_b, seen_by_a
 
     seen_by_b, seen_by_a = asyncio.run(run())
-    # B saw its own publish and its reply, nothing of A's
-    assert seen_by_b == [uplink(b), topics.inbox(home, b.device_id)], seen_by_b
+    # B saw its own publish come back, then its reply; nothing of A's (no other uplink
+    # message, no presence, no inbox message the hub did not seal); whatever else the hub
+    # sent B on its own is still the hub's
+    hub_sent = {"in:AUDIT_HEAD"}
+    assert [s for s in seen_by_b if s not in hub_sent] == [f"{uplink(b)}:echo", "in:REPLY"], (
+        seen_by_b
+    )
     # A saw only its own reply: not B's uplink, not B's reply
-    assert seen_by_a == [a_inbox], seen_by_a
+    assert seen_by_a == ["in:REPLY"], seen_by_a
     assert utterances(mesh) == ["B on its own uplink", "A on its own uplink"]
     # the marker proves the hub has handled (and flushed the counts of) everything before it
     wait_counts(mesh, {"rejected.malformed": 1})

@@ -30,9 +30,6 @@ from sync.envelope import (
     Dropped,
     DropReason,
     Opened,
-    Opener,
-    Peer,
-    ReplayGuard,
     Sealer,
     random_id,
 )
@@ -41,6 +38,7 @@ from tests.mesh_harness import Mesh, mosquitto_pids
 from tests.test_security import (
     as_device,
     counters,
+    device_opener,
     hub_log_is_clean,
     port_open,
     publish,
@@ -122,22 +120,6 @@ def held_epochs(bundle: Path) -> list[int]:
     """The group key epochs a device holds (what its own processes persisted)."""
     b = Bundle.load(bundle)
     return [e.number for e in bundle_keys(b.path, b.group_key, b.group_epoch).epochs]
-
-
-def device_opener(bundle: Path) -> Opener:
-    """The opener a device of ``bundle`` builds (``edge_agent.node``): the hub as its only
-    peer, the bundle's box key and every group key epoch the bundle holds."""
-    b = Bundle.load(bundle)
-    hub_peer = Peer(HUB, b.hub_sign_pk, b.hub_box_pk)
-    return Opener(
-        home_id=b.home_id,
-        node_id=b.device_id,
-        box_key=b.keys.box,
-        lookup=lambda sender: hub_peer if sender == HUB else None,
-        replay=ReplayGuard(),
-        group_key=b.group_key,
-        group_keys=bundle_keys(b.path, b.group_key, b.group_epoch),
-    )
 
 
 def epoch_of(data: bytes) -> int:
