@@ -271,8 +271,12 @@ async def test_auto_pay_when_every_condition_holds(tmp_path: Path) -> None:
         assert w.shop.charges() == [], "nothing paid inside the undo window"
         await paid(w, pid)
         assert [c["amount_minor"] for c in w.shop.charges()] == [5000]
-        card = w.gw.consent.card(notice.card_id)
-        assert card is not None and card.state == "executed"
+        # the payment is paid first; its receipt is stored, then the card is closed
+        await poll(
+            lambda: getattr(w.gw.consent.card(notice.card_id), "state", "") == "executed",
+            10,
+            "the notice card to be closed as executed",
+        )
         assert w.courier.updates[-1].card_id == notice.card_id
         assert "Paid 50.00 EUR" in w.courier.updates[-1].summary
         p = w.pay.store.get(pid)
