@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from hub.payments import PaymentError, PayOptions, VoiceEvidence
+from hub.payments.cards import STATE_NAMES
 from packages.errands.sandbox import SandboxShop
 from protos.signed import options_change
 from tests.pay_kit import PayWorld, make_home, now_ms, owner_ctx, pay_world
@@ -250,11 +251,16 @@ async def auto_pay(
 
 
 async def paid(w: PayWorld, pid: str) -> None:
-    await poll(
-        lambda: w.pay.store.get(pid).state == "paid",  # type: ignore[union-attr]
-        15,
-        f"{pid} to be paid after its undo window",
-    )
+    """Wait until ``pid`` is settled as paid: the payment turns ``paid`` first, then its
+    receipt is stored, then its phone card is closed (an await lies between)."""
+
+    def settled() -> bool:
+        cards = [w.pay.cards.of(a) for a in w.pay.store.auths(pid)]
+        return w.pay.store.get(pid).state == "paid" and all(  # type: ignore[union-attr]
+            c is None or c.state in STATE_NAMES.values() for c in cards
+        )
+
+    await poll(settled, 15, f"{pid} to be paid after its undo window, its card closed")
 
 
 async def test_auto_pay_when_every_condition_holds(tmp_path: Path) -> None:
@@ -271,12 +277,8 @@ async def test_auto_pay_when_every_condition_holds(tmp_path: Path) -> None:
         assert w.shop.charges() == [], "nothing paid inside the undo window"
         await paid(w, pid)
         assert [c["amount_minor"] for c in w.shop.charges()] == [5000]
-        # the payment is paid first; its receipt is stored, then the card is closed
-        await poll(
-            lambda: getattr(w.gw.consent.card(notice.card_id), "state", "") == "executed",
-            10,
-            "the notice card to be closed as executed",
-        )
+        card = w.gw.consent.card(notice.card_id)
+        assert card is not None and card.state == "executed"
         assert w.courier.updates[-1].card_id == notice.card_id
         assert "Paid 50.00 EUR" in w.courier.updates[-1].summary
         p = w.pay.store.get(pid)
