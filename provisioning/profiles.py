@@ -156,9 +156,18 @@ class Profile:
 # --------------------------------------------------------------------------- public API
 
 
+@functools.cache
 def builtin_dir() -> Path:
-    """The folder holding the built-in profiles (``<name>.yaml``)."""
+    """The folder holding the built-in profiles (``<name>.yaml``), resolved once: a hub
+    looks up its devices' profiles on hot paths (audit witnesses, HUDs)."""
     return Path(__file__).resolve().parent / "profiles"
+
+
+def _builtin(name: str) -> Path | None:
+    """The built-in profile file of ``name`` (a name :func:`known_profiles` lists), if there
+    is one: one ``stat``, not a listing of the folder."""
+    path = builtin_dir() / f"{name}.yaml"
+    return path if name and path.stem == name and path.is_file() else None
 
 
 def known_profiles() -> list[str]:
@@ -225,7 +234,6 @@ def dump_profile(profile: Profile) -> str:
 
 
 def _locate(name_or_path: str | Path) -> Path:
-    known = known_profiles()
     if isinstance(name_or_path, Path) or _looks_like_path(name_or_path):
         path = Path(name_or_path)
         if not path.exists():
@@ -233,14 +241,15 @@ def _locate(name_or_path: str | Path) -> Path:
                 "profile.unknown",
                 name=str(path),
                 file=str(path),
-                known=", ".join(known) or "(none)",
+                known=", ".join(known_profiles()) or "(none)",
             )
         return path
-    if name_or_path not in known:
+    path_of = _builtin(name_or_path)
+    if path_of is None:
         raise ProvisioningError(
-            "profile.unknown", name=name_or_path, known=", ".join(known) or "(none)"
+            "profile.unknown", name=name_or_path, known=", ".join(known_profiles()) or "(none)"
         )
-    return builtin_dir() / f"{name_or_path}.yaml"
+    return path_of
 
 
 def _looks_like_path(text: str) -> bool:
@@ -336,10 +345,11 @@ def _check_relay_target(profile: Profile, path: Path) -> None:
         return
     file = str(path)
     sibling = path.parent / f"{profile.relay_via}.yaml"
+    builtin = _builtin(profile.relay_via)
     if sibling.is_file():
         target_path = sibling
-    elif profile.relay_via in known_profiles():
-        target_path = builtin_dir() / f"{profile.relay_via}.yaml"
+    elif builtin is not None:
+        target_path = builtin
     else:
         raise _invalid(
             file,

@@ -191,6 +191,17 @@ def test_unknown_builtin_name_lists_the_known_ones() -> None:
         assert name in str(info.value)
 
 
+@pytest.mark.parametrize("name", ["", "profiles", "glasses.", "Glasses", "phone "])
+def test_a_name_is_built_in_only_as_known_profiles_lists_it(name: str) -> None:
+    # a built-in is found by one lookup of its file, not by listing the folder: the same
+    # names must be known (a stem exactly; no empty name, no near-miss spelling)
+    assert name not in known_profiles()
+    with pytest.raises(ProvisioningError) as info:
+        load_profile(name)
+    assert info.value.key == "profile.unknown"
+    assert all(known in str(info.value) for known in BUILTINS)
+
+
 def test_missing_file_is_unknown(tmp_path: Path) -> None:
     with pytest.raises(ProvisioningError) as info:
         load_profile(tmp_path / "nope.yaml")
