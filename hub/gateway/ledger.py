@@ -9,8 +9,11 @@ checks, and which facts were already said.
   for (task, package, tool) until a receipt of the check tool arrives in that task.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
-- The audit log's signed head as of the last group commit (:meth:`Ledger.stage_audit_head`),
-  durable with that batch's rows; the audit log restores its head file from it at open.
+- The audit log's records of each group commit and its signed head
+  (:meth:`Ledger.stage_audit`), durable with that batch's rows: the audit file is written
+  without a sync of its own, so these are the records' durable copy until the file is synced
+  (:meth:`Ledger.prune_audit` then drops them); at open the audit log re-appends those its
+  file lost and restores its head file (:meth:`AuditLog.recover`).
 - Group commit: :meth:`Ledger.record_decision` and :meth:`Ledger.record_receipt` with
   ``sync=False`` join one open transaction (each in its own savepoint; every later read on
   this connection sees them). The gateway's group commit (:mod:`hub.gateway.commit`)
@@ -107,6 +110,11 @@ CREATE INDEX IF NOT EXISTS cards_state ON cards (state, expires_ms);
 CREATE TABLE IF NOT EXISTS audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     head BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS audit_batches (
+    first_seq INTEGER PRIMARY KEY,
+    last_seq  INTEGER NOT NULL,
+    lines     BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS tokens (
     token       TEXT PRIMARY KEY,
@@ -219,13 +227,42 @@ class Ledger:
         except OSError as exc:
             raise GatewayError("ledger.sync_failed", path=str(self.path), reason=str(exc)) from exc
 
-    # ------------------------------------------------------------------ audit head
-    def stage_audit_head(self, head: bytes) -> None:
-        """Record the audit log's signed head (canonical JSON) in the open group, so the
-        batch's WAL sync makes it durable with the batch's rows (the audit log restores its
-        head file from it after a crash: :meth:`AuditLog.restore_head`)."""
+    # ------------------------------------------------------------------ audit records
+    def stage_audit(self, first_seq: int, last_seq: int, lines: bytes, head: bytes) -> None:
+        """Record a batch of audit records (``lines``: their canonical lines, each ending in
+        a newline, seq ``first_seq``..``last_seq``) and the signed head naming the last one
+        in the open group, so the batch's WAL sync makes them durable with its rows: their
+        durable copy until the audit file is synced (:meth:`prune_audit`). A batch at the
+        same first seq (one whose write failed, chained again) replaces it."""
         with self._write(False):
-            self.db.execute("INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,))
+            self.db.execute(
+                "INSERT OR REPLACE INTO audit_batches (first_seq, last_seq, lines) VALUES (?,?,?)",
+                (first_seq, last_seq, lines),
+            )
+            if head:
+                self.db.execute(
+                    "INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,)
+                )
+
+    def stage_audit_prune(self, seq: int) -> None:
+        """Drop (in the open group) the audit batches ending at or before ``seq``: the
+        audit file holds them durably now."""
+        with self._write(False):
+            self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
+
+    def prune_audit(self, seq: int) -> None:
+        """:meth:`stage_audit_prune`, durable on return (at close, after a recovery)."""
+        with self.transaction():
+            self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
+
+    def audit_batches(self) -> list[tuple[int, bytes]]:
+        """(first seq, lines) of every audit batch not yet pruned, by first seq."""
+        return [
+            (int(first), bytes(lines))
+            for first, lines in self.db.execute(
+                "SELECT first_seq, lines FROM audit_batches ORDER BY first_seq"
+            )
+        ]
 
     def audit_head(self) -> bytes | None:
         """The last signed audit head recorded with a batch, if any."""
