@@ -500,6 +500,12 @@ async def test_the_audit_file_is_synced_in_the_background_and_the_ledger_copy_dr
         assert [b for _, b in ledger_batches(tmp_path / "gw") if b <= covered] == []
     assert ledger_batches(tmp_path / "gw") == []  # and close drops the rest
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:  # the head of the last batch dropped is kept: what the head file says
+        head = (tmp_path / "gw" / "audit" / "audit.head").read_bytes().rstrip()
+        assert ledger.audit_head() == head
+    finally:
+        ledger.close()
 
 
 CRASHING_WRITER = """

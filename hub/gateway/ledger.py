@@ -9,7 +9,7 @@ checks, and which facts were already said.
   for (task, package, tool) until a receipt of the check tool arrives in that task.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
-- The audit log's records of each group commit and its signed head
+- The audit log's records of each group commit and its signed head, in one row
   (:meth:`Ledger.stage_audit`), durable with that batch's rows: the audit file is written
   without a sync of its own, so these are the records' durable copy until the file is synced
   (:meth:`Ledger.prune_audit` then drops them); at open the audit log re-appends those its
@@ -114,7 +114,8 @@ CREATE TABLE IF NOT EXISTS audit_head (
 CREATE TABLE IF NOT EXISTS audit_batches (
     first_seq INTEGER PRIMARY KEY,
     last_seq  INTEGER NOT NULL,
-    lines     BLOB NOT NULL
+    lines     BLOB NOT NULL,
+    head      BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS tokens (
     token       TEXT PRIMARY KEY,
@@ -231,29 +232,36 @@ class Ledger:
     def stage_audit(self, first_seq: int, last_seq: int, lines: bytes, head: bytes) -> None:
         """Record a batch of audit records (``lines``: their canonical lines, each ending in
         a newline, seq ``first_seq``..``last_seq``) and the signed head naming the last one
-        in the open group, so the batch's WAL sync makes them durable with its rows: their
-        durable copy until the audit file is synced (:meth:`prune_audit`). A batch at the
-        same first seq (one whose write failed, chained again) replaces it."""
+        in the open group, in one row (the batch adds one page to the WAL, not two), so the
+        batch's WAL sync makes them durable with its rows: their durable copy until the
+        audit file is synced (:meth:`prune_audit`). A batch at the same first seq (one whose
+        write failed, chained again) replaces it."""
         with self._write(False):
             self.db.execute(
-                "INSERT OR REPLACE INTO audit_batches (first_seq, last_seq, lines) VALUES (?,?,?)",
-                (first_seq, last_seq, lines),
+                "INSERT OR REPLACE INTO audit_batches (first_seq, last_seq, lines, head) "
+                "VALUES (?,?,?,?)",
+                (first_seq, last_seq, lines, head),
             )
-            if head:
-                self.db.execute(
-                    "INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,)
-                )
+
+    def _prune(self, seq: int) -> None:
+        # the newest head among the dropped batches is kept (audit_head), then they go
+        self.db.execute(
+            "INSERT OR REPLACE INTO audit_head (id, head) SELECT 1, head FROM audit_batches "
+            "WHERE last_seq <= ? ORDER BY last_seq DESC LIMIT 1",
+            (seq,),
+        )
+        self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
 
     def stage_audit_prune(self, seq: int) -> None:
         """Drop (in the open group) the audit batches ending at or before ``seq``: the
-        audit file holds them durably now."""
+        audit file holds them durably now. The newest of their heads is kept."""
         with self._write(False):
-            self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
+            self._prune(seq)
 
     def prune_audit(self, seq: int) -> None:
         """:meth:`stage_audit_prune`, durable on return (at close, after a recovery)."""
         with self.transaction():
-            self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
+            self._prune(seq)
 
     def audit_batches(self) -> list[tuple[int, bytes]]:
         """(first seq, lines) of every audit batch not yet pruned, by first seq."""
@@ -265,7 +273,12 @@ class Ledger:
         ]
 
     def audit_head(self) -> bytes | None:
-        """The last signed audit head recorded with a batch, if any."""
+        """The last signed audit head recorded with a batch, if any: the newest batch's,
+        else the one kept when the batches were dropped."""
+        for (head,) in self.db.execute(
+            "SELECT head FROM audit_batches ORDER BY last_seq DESC LIMIT 1"
+        ):
+            return bytes(head)
         for (head,) in self.db.execute("SELECT head FROM audit_head WHERE id=1"):
             return bytes(head)
         return None
