@@ -589,3 +589,30 @@ def test_a_writer_killed_mid_batch_loses_no_acknowledged_record(tmp_path: Path) 
     got = receipt_lines(audit_dir)
     assert set(acked) <= set(got)  # every acknowledged receipt, once
     assert len(got) == len(set(got))
+
+
+def test_a_pending_check_is_known_after_a_restart_and_cleared_by_its_check(
+    tmp_path: Path,
+) -> None:
+    # the tasks with a pending check are kept in memory too (no read for a task without
+    # one): a reopened ledger knows them from the table
+    ledger = Ledger(tmp_path / "gateway.db")
+    try:
+        ledger.require_check("t1", "messaging", "send_email", "find_sent")
+        ledger.require_check("t1", "messaging", "reply", "find_sent")
+        assert ledger.pending_check("t2", "messaging", "send_email") is None
+    finally:
+        ledger.close()
+    ledger = Ledger(tmp_path / "gateway.db")
+    try:
+        assert ledger.pending_check("t1", "messaging", "send_email") == "find_sent"
+        assert ledger.check_ran("t2", "messaging", "find_sent") == []
+        assert sorted(ledger.check_ran("t1", "messaging", "find_sent")) == [
+            "reply",
+            "send_email",
+        ]
+        assert ledger.pending_check("t1", "messaging", "send_email") is None
+        ledger.require_check("t1", "messaging", "send_email", "find_sent")  # again
+        assert ledger.pending_check("t1", "messaging", "send_email") == "find_sent"
+    finally:
+        ledger.close()

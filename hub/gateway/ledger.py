@@ -6,7 +6,9 @@ checks, and which facts were already said.
 - Long tasks carry a strictly increasing ``revision``: a receipt with a higher revision
   replaces the recorded one (``waiting`` → ``succeeded`` after an approval is revision 1).
 - After an ``unknown``/``partial`` receipt whose tool has ``check_with``, a check is pending
-  for (task, package, tool) until a receipt of the check tool arrives in that task.
+  for (task, package, tool) until a receipt of the check tool arrives in that task. The
+  tasks with a pending check are also kept in memory (this object is the table's only
+  writer), so a task with none answers without a read.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
 - The audit log's records of each group commit and its signed head, in one row
@@ -162,6 +164,9 @@ class Ledger:
                 os.close(folder)
         self._group = False
         """a group transaction is open (writes with ``sync=False`` since the last commit)"""
+        self._checking = {str(t) for (t,) in self.db.execute("SELECT DISTINCT task_id FROM checks")}
+        """tasks with a pending check: only this object writes ``checks``, so a task not in
+        it has none (the decide and receipt paths then read nothing)"""
 
     def close(self) -> None:
         self.commit_group()
@@ -463,8 +468,11 @@ class Ledger:
                 "INSERT OR REPLACE INTO checks VALUES (?,?,?,?,?)",
                 (task_id, package, tool, check_with, now_ms()),
             )
+        self._checking.add(task_id)
 
     def pending_check(self, task_id: str, package: str, tool: str) -> str | None:
+        if task_id not in self._checking:
+            return None  # no check pending in this task: no read
         for (check_with,) in self.db.execute(
             "SELECT check_with FROM checks WHERE task_id=? AND package=? AND tool=?",
             (task_id, package, tool),
@@ -474,6 +482,8 @@ class Ledger:
 
     def check_ran(self, task_id: str, package: str, check_tool: str) -> list[str]:
         """A check tool produced a receipt: clear the checks it satisfies; tools cleared."""
+        if task_id not in self._checking:
+            return []  # no check pending in this task: no read, no write
         for _ in self.db.execute(
             "SELECT 1 FROM checks WHERE task_id=? AND package=? AND check_with=? LIMIT 1",
             (task_id, package, check_tool),
@@ -493,6 +503,12 @@ class Ledger:
                 "DELETE FROM checks WHERE task_id=? AND package=? AND check_with=?",
                 (task_id, package, check_tool),
             )
+            left = any(
+                True
+                for _ in self.db.execute("SELECT 1 FROM checks WHERE task_id=? LIMIT 1", (task_id,))
+            )
+        if not left:
+            self._checking.discard(task_id)
         return cleared
 
     # ------------------------------------------------------------------ facts
