@@ -29,7 +29,8 @@ ledger with the batch's rows (:meth:`Ledger.stage_audit`), and has
 for the ledger's WAL sync (one fsync per batch: the ledger's copy is the durable one), then
 rewrite the head file, also unsynced. The file is synced later in the background
 (:meth:`AuditLog.sync_file`, every :data:`hub.gateway.commit.CHECKPOINT_S`) and at close;
-only then does the ledger drop its copy (:meth:`Ledger.prune_audit`). A record written on
+only then does the ledger drop its copy of the records (:meth:`Ledger.prune_audit`; it
+keeps the newest head, the head file being synced only at close). A record written on
 its own (:meth:`AuditLog.append`) is synced at once with its head, as is a batch chained
 again because another writer came first (its lines in the ledger no longer match).
 
@@ -255,8 +256,9 @@ class AuditLog:
         durable elsewhere (the gateway's ledger records them with the batch); it is called
         once the records are written, *not synced*, and must return once that copy is
         durable (or raise: the records are cut off again). The head file is then rewritten
-        without a sync either (both are synced by :meth:`sync_file` and at close;
-        :meth:`recover` restores them from that copy after a crash). A batch chained
+        without a sync either (the records are synced by :meth:`sync_file`, both at close;
+        the ledger keeps the newest head; :meth:`recover` restores them from that copy
+        after a crash). A batch chained
         again (its copy elsewhere no longer matches) is synced here with its head, as
         without ``ready``."""
         if not p.records:
