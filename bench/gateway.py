@@ -14,8 +14,9 @@ Everything runs in a temporary folder on this machine, removed afterwards:
    ``decide`` on a first ``send`` (a card is issued and stored): the slow path.
 2. **receipts** — ``Gateway.receipt`` on a prepared tool result: parse, the five
    invariants, ledger write, fact split, audit append, each durable before it returns
-   (group commit: concurrent receipts share one ledger fsync, one audit write and one
-   signed head per batch). Reported as receipts per second, one caller and 8 at once.
+   (group commit: concurrent receipts share one batch: one audit write, one signed head
+   and one fsync, of the ledger's WAL, which holds the batch's audit records too).
+   Reported as receipts per second, one caller and 8 at once.
 3. **overhead** — the same tool of the same MCP stdio server (the ``probe`` test package's
    ``echo``): *direct* through the package host (one MCP round trip) versus *gated* through
    ``Gateway.call`` (decide + the same round trip + receipt). Direct and gated alternate in
@@ -147,8 +148,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
 
     print(
         f"machine: {platform.machine()}, Python {platform.python_version()}, "
-        f"{platform.system()}; per batch: ledger WAL fdatasync (as FULL, with the signed "
-        "audit head) beside the audit log's fdatasync; "
+        f"{platform.system()}; per batch: one fdatasync, of the ledger's WAL (as FULL, with "
+        "the batch's audit records and signed head; the audit file is synced in the background); "
         f"load average {os.getloadavg()[0]:.2f} at the end"
     )
     print()

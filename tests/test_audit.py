@@ -163,3 +163,42 @@ def test_a_writer_chains_on_records_another_writer_appended_since_its_last_write
         theirs.close()
     assert [r["data"]["call_id"] for r in records(tmp_path)] == ["a", "b", "c", "d", "e"]
     assert verify(tmp_path).ok
+
+
+def test_a_batch_made_durable_elsewhere_is_not_synced_here_unless_chained_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with ``ready`` (the gateway's ledger holds the batch's lines and head) the records and
+    # head are written without a sync of their own; a batch chained again because another
+    # writer came first no longer matches the lines given to the ledger: it is synced here
+    from hub.gateway import audit as audit_module
+
+    synced: list[int] = []
+    real = audit_module.os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    ours = AuditLog(tmp_path)
+    theirs = AuditLog(tmp_path)
+    monkeypatch.setattr(audit_module.os, "fdatasync", counting)
+    try:
+        made_durable: list[int] = []
+        ours.stage("receipt", {"call_id": "a"})
+        ours.write_prepared(ours.prepare(ours.take_staged()), ready=lambda: made_durable.append(1))
+        assert made_durable == [1] and ours._fd not in synced and ours._head_fd not in synced
+        ours.stage("receipt", {"call_id": "b"})
+        stale = ours.prepare(ours.take_staged())
+        theirs.append("decision", {"call_id": "x"})  # synced: its own, and what came before
+        synced.clear()
+        rec = ours.write_prepared(stale, ready=lambda: made_durable.append(2))[-1]
+        assert made_durable == [1, 2] and rec["seq"] == 3
+        assert ours._fd in synced and ours._head_fd in synced
+        synced.clear()
+        assert ours.sync_file() == 3 and synced == [ours._fd]  # the background sync
+    finally:
+        ours.close()
+        theirs.close()
+    assert [r["data"]["call_id"] for r in records(tmp_path)] == ["a", "x", "b"]
+    assert verify(tmp_path).ok

@@ -9,6 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,8 +23,10 @@ from nacl.signing import SigningKey
 
 from hub.capabilities.host import ToolOutcome
 from hub.gateway import CallContext, Decision, Gateway, Receipt, ToolCall, open_gateway
-from hub.gateway.audit import Prepared, records, verify
+from hub.gateway import commit as commit_module
+from hub.gateway.audit import AuditLog, Prepared, records, verify
 from hub.gateway.errors import GatewayError
+from hub.gateway.ledger import Ledger
 from storage.sqlite import read_rows
 from tests.gateway_kit import PACKAGES
 from tests.waiting import poll
@@ -348,3 +354,265 @@ async def test_a_head_not_signed_by_the_hub_is_never_restored(tmp_path: Path) ->
     verdict = verify(audit_dir, VERIFY_KEY)
     assert not verdict.ok and "past the head" in verdict.problem
     assert {"b0", "b1"} <= audited(tmp_path)
+
+
+# ---------------------------------------------------------------- one fsync per batch
+# A batch's audit records are durable through the ledger's WAL (with its rows and its
+# signed head); the audit file is written without a sync of its own. After a crash the
+# file may lack the tail the ledger holds: at open it is re-appended from the ledger.
+
+
+def snapshot(tmp: Path, name: str) -> Path:
+    """What a crash right now would leave on disk, had the page cache kept the ledger's
+    WAL (synced) and everything else as written: the gateway's folder copied while it is
+    open and idle (SQLite rebuilds its shared-memory index from the WAL)."""
+    dest = tmp / name
+    shutil.copytree(tmp / "gw", dest / "gw", ignore=shutil.ignore_patterns("*-shm"))
+    return dest
+
+
+def receipt_lines(audit_dir: Path) -> list[str]:
+    return [r["data"]["call_id"] for r in records(audit_dir) if r["kind"] == "receipt"]
+
+
+async def acknowledged(gw: Gateway, prefix: str) -> set[str]:
+    """Receipts acknowledged in several batches: one at a time, then 6 at once."""
+    done: set[str] = set()
+    for c, d in await decided(gw, 3, f"{prefix}1-"):
+        assert (await gw.receipt(c, CTX, d, ECHOED)).status == "succeeded"
+        done.add(c.call_id)
+    calls = await decided(gw, 6, f"{prefix}2-")
+    got = await asyncio.gather(*(gw.receipt(c, CTX, d, ECHOED) for c, d in calls))
+    assert [r.status for r in got] == ["succeeded"] * 6
+    done |= {c.call_id for c, _ in calls}
+    await gw.commits.drain()
+    return done
+
+
+def cut_after(audit_dir: Path, seq: int, extra: bytes = b"") -> None:
+    """The crash lost the log's records after ``seq`` (``extra``: a torn piece of the next)."""
+    data = (audit_dir / "audit.jsonl").read_bytes()
+    lines = data.splitlines(keepends=True)
+    (audit_dir / "audit.jsonl").write_bytes(b"".join(lines[:seq]) + extra)
+
+
+def ledger_batches(gw_dir: Path) -> list[tuple[int, int]]:
+    return [
+        (int(a), int(b))
+        for a, b in read_rows(
+            gw_dir / "gateway.db", "SELECT first_seq, last_seq FROM audit_batches"
+        )
+    ]
+
+
+@pytest.mark.parametrize("torn", [False, True])
+async def test_acknowledged_records_the_audit_file_lost_are_re_appended_from_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: bool
+) -> None:
+    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)  # no file sync meanwhile
+    async with gw_at(tmp_path) as gw:
+        done = await acknowledged(gw, "k")
+        head_before = (tmp_path / "gw" / "audit" / "audit.head").read_bytes()
+        assert ledger_batches(tmp_path / "gw"), "the batches' records are in the ledger"
+        crashed = snapshot(tmp_path, "crash")
+    # the crash came after the ledger's sync, before the file and its head reached the
+    # disk: the log ends after the first records (with a torn line), its head older still
+    audit_dir = crashed / "gw" / "audit"
+    full = receipt_lines(audit_dir)
+    cut_after(audit_dir, 2, b'{"data":{"call_id":"k2-' if torn else b"")
+    (audit_dir / "audit.head").write_bytes(b"")
+    assert not verify(audit_dir, VERIFY_KEY).ok
+    async with gw_at(crashed) as gw:
+        assert (audit_dir / "audit.head").read_bytes() == head_before
+        assert verify(audit_dir, VERIFY_KEY).ok
+        assert receipt_lines(audit_dir) == full  # every acknowledged record, once each
+        assert done <= set(full)
+        assert ledger_batches(crashed / "gw") == []  # the file holds them durably now
+        for c, d in await decided(gw, 2, "after"):
+            await gw.receipt(c, CTX, d, ECHOED)
+    assert verify(audit_dir, VERIFY_KEY).ok
+    assert receipt_lines(audit_dir) == [*full, "after0", "after1"]
+
+
+async def test_a_whole_audit_file_is_not_appended_to_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)
+    async with gw_at(tmp_path) as gw:
+        await acknowledged(gw, "w")
+        crashed = snapshot(tmp_path, "crash")  # the ledger still holds every batch
+    audit_dir = crashed / "gw" / "audit"
+    log_before = (audit_dir / "audit.jsonl").read_bytes()
+    async with gw_at(crashed):
+        assert (audit_dir / "audit.jsonl").read_bytes() == log_before
+        assert ledger_batches(crashed / "gw") == []
+    assert verify(audit_dir, VERIFY_KEY).ok
+
+
+async def test_ledger_records_that_do_not_chain_on_the_log_are_not_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)
+    async with gw_at(tmp_path) as gw:
+        await acknowledged(gw, "f")
+        crashed = snapshot(tmp_path, "crash")
+    audit_dir = crashed / "gw" / "audit"
+    cut_after(audit_dir, 2)
+    log_before = (audit_dir / "audit.jsonl").read_bytes()
+    # someone edits a record in the ledger's copy: its hash no longer matches, so the
+    # head's signature does not cover it; nothing is appended and verify tells
+    db = crashed / "gw" / "gateway.db"
+    from hub.gateway.ledger import Ledger
+
+    ledger = Ledger(db)
+    try:
+        with ledger.transaction() as conn:
+            conn.execute(
+                "UPDATE audit_batches SET lines=CAST(replace(lines, 'f1-1', 'f1-9') AS BLOB) "
+                "WHERE instr(lines, CAST('f1-1' AS BLOB))"
+            )
+            assert conn.changes() >= 1
+    finally:
+        ledger.close()
+    async with gw_at(crashed):
+        assert (audit_dir / "audit.jsonl").read_bytes() == log_before
+        assert ledger_batches(crashed / "gw"), "the ledger keeps what it could not restore"
+    assert not verify(audit_dir, VERIFY_KEY).ok
+
+
+async def test_the_audit_file_is_synced_in_the_background_and_the_ledger_copy_dropped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 0.01)
+    async with gw_at(tmp_path) as gw:
+        await acknowledged(gw, "s")
+        assert ledger_batches(tmp_path / "gw")
+        await poll(
+            lambda: gw.commits._checkpoint is not None and gw.commits._checkpoint.done(),
+            what="the audit file's sync",
+        )
+        checkpoint = gw.commits._checkpoint
+        assert checkpoint is not None
+        covered = checkpoint.result()  # the last seq the file's sync covers
+        assert covered > 0 and any(b <= covered for _, b in ledger_batches(tmp_path / "gw"))
+        for c, d in await decided(gw, 1, "next"):  # the next batch drops what it covered
+            await gw.receipt(c, CTX, d, ECHOED)
+        assert [b for _, b in ledger_batches(tmp_path / "gw") if b <= covered] == []
+    assert ledger_batches(tmp_path / "gw") == []  # and close drops the rest
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+    ledger = Ledger(tmp_path / "gw" / "gateway.db")
+    try:  # the head of the last batch dropped is kept: what the head file says
+        head = (tmp_path / "gw" / "audit" / "audit.head").read_bytes().rstrip()
+        assert ledger.audit_head() == head
+    finally:
+        ledger.close()
+
+
+CRASHING_WRITER = """
+import asyncio, sys
+from pathlib import Path
+from nacl.signing import SigningKey
+from hub.capabilities.host import ToolOutcome
+from hub.gateway import CallContext, ToolCall, commit, open_gateway
+
+commit.CHECKPOINT_S = 3600.0  # the ledger keeps every batch: any cut below is recoverable
+CTX = CallContext(owner="owner", scope="owner", session_id="s", run_id="r", trace_id="t")
+OUT = ToolOutcome(structured={"receipt_version": 1, "status": "succeeded", "effects": [
+    {"kind": "echo", "state": "verified", "fields": {"n": 1}}]})
+
+async def one(gw, i):
+    c = ToolCall("probe", "echo", {"text": str(i)}, f"k{i}", "task-k")
+    d = await gw.decide(c, CTX)
+    await gw.receipt(c, CTX, d, OUT)
+    print(c.call_id, flush=True)  # acknowledged: durable before this line
+
+async def main():
+    async with open_gateway(Path(sys.argv[1]), packages=[Path(sys.argv[2])],
+                            audit_signer=SigningKey(bytes.fromhex(sys.argv[3]))) as gw:
+        i = 0
+        while True:  # until killed: 1 caller, then 4 at once
+            await one(gw, i)
+            await asyncio.gather(*(one(gw, i + 1 + k) for k in range(4)))
+            i += 5
+
+asyncio.run(main())
+"""
+
+
+def test_a_writer_killed_mid_batch_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    gw_dir = tmp_path / "gw"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            CRASHING_WRITER,
+            str(gw_dir),
+            str(PACKAGES["probe"]),
+            bytes(SIGNER).hex(),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    acked: list[str] = []
+    try:
+        assert proc.stdout is not None
+        while len(acked) < 60:
+            line = proc.stdout.readline()
+            assert line, f"the writer ended early (exit {proc.poll()})"
+            acked.append(line.strip())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # mid-batch, most likely
+        proc.wait(timeout=20)
+        assert proc.stdout is not None
+        proc.stdout.close()
+    audit_dir = gw_dir / "audit"
+    # the page cache survived the kill: also lose what the audit file was not synced for,
+    # from the 10th acknowledged receipt's record on, with a torn piece of a line
+    data = (audit_dir / "audit.jsonl").read_bytes()
+    at = data.index(b'"call_id":"%s"' % acked[10].encode())
+    cut = data.rindex(b"\n", 0, at) + 1
+    (audit_dir / "audit.jsonl").write_bytes(data[: cut + 20])
+    ledger = Ledger(gw_dir / "gateway.db")
+    try:
+        batches = ledger.audit_batches()
+        head = ledger.audit_head()
+    finally:
+        ledger.close()
+    audit = AuditLog(audit_dir, signer=SIGNER)
+    try:
+        done, _ = audit.recover(head, batches)
+    finally:
+        audit.close()
+    assert done == "appended"
+    assert verify(audit_dir, VERIFY_KEY).ok
+    got = receipt_lines(audit_dir)
+    assert set(acked) <= set(got)  # every acknowledged receipt, once
+    assert len(got) == len(set(got))
+
+
+def test_a_pending_check_is_known_after_a_restart_and_cleared_by_its_check(
+    tmp_path: Path,
+) -> None:
+    # the tasks with a pending check are kept in memory too (no read for a task without
+    # one): a reopened ledger knows them from the table
+    ledger = Ledger(tmp_path / "gateway.db")
+    try:
+        ledger.require_check("t1", "messaging", "send_email", "find_sent")
+        ledger.require_check("t1", "messaging", "reply", "find_sent")
+        assert ledger.pending_check("t2", "messaging", "send_email") is None
+    finally:
+        ledger.close()
+    ledger = Ledger(tmp_path / "gateway.db")
+    try:
+        assert ledger.pending_check("t1", "messaging", "send_email") == "find_sent"
+        assert ledger.check_ran("t2", "messaging", "find_sent") == []
+        assert sorted(ledger.check_ran("t1", "messaging", "find_sent")) == [
+            "reply",
+            "send_email",
+        ]
+        assert ledger.pending_check("t1", "messaging", "send_email") is None
+        ledger.require_check("t1", "messaging", "send_email", "find_sent")  # again
+        assert ledger.pending_check("t1", "messaging", "send_email") == "find_sent"
+    finally:
+        ledger.close()

@@ -90,7 +90,11 @@ async def open_gateway(
     private_dir(state_dir)  # once, at start
     ledger = Ledger(state_dir / "gateway.db", synchronous="FULL" if durable else "OFF")
     audit = AuditLog(state_dir / "audit", durable=durable, signer=audit_signer)
-    audit.restore_head(ledger.audit_head())  # after a crash: the head its last batch had
+    # after a crash: the records and head the ledger holds that the audit file lost
+    batches = ledger.audit_batches()
+    _, synced = audit.recover(ledger.audit_head(), batches)
+    if batches:
+        ledger.prune_audit(synced)  # the file holds them durably now
     try:
         async with PackageHost(
             catalog,

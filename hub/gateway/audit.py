@@ -17,19 +17,30 @@ devices keep the highest signed head the hub sent them, and ``verify(..., witnes
 fails when the log ends before it or holds another record at its seq.
 
 Trace ids attribute; they never authorise. Writers take an exclusive ``flock``; appends
-are ``fsync``'d when ``durable`` (the default).
+are ``fsync``'d when ``durable`` (the default), or made durable through the gateway's
+ledger (below).
 
 Group commit: :meth:`AuditLog.stage` only queues a record (no I/O);
 :meth:`AuditLog.take_staged` hands the queue to the gateway's group commit
 (:mod:`hub.gateway.commit`), which chains and encodes the batch and signs its head once
-(:meth:`AuditLog.prepare`), records that signed head in the gateway's ledger with the
-batch's rows, and has :meth:`AuditLog.write_prepared` write and sync the records while the
-ledger's WAL is synced; the head file is rewritten once both are durable, without a sync
-of its own (its durable copy is the ledger's; it is synced at close). After a crash,
-:meth:`AuditLog.restore_head` (at open) writes that copy back if the file lost it, and
-cuts off what follows the head when nobody was told about it (a torn line, records of a
-batch whose ledger transaction never became durable). A batch whose write fails leaves the
-file as it was (the bytes written are cut off again) and the head untouched.
+(:meth:`AuditLog.prepare`), records the batch's lines and that signed head in the gateway's
+ledger with the batch's rows (:meth:`Ledger.stage_audit`), and has
+:meth:`AuditLog.write_prepared` write the records *without a sync of their own*, then wait
+for the ledger's WAL sync (one fsync per batch: the ledger's copy is the durable one), then
+rewrite the head file, also unsynced. The file is synced later in the background
+(:meth:`AuditLog.sync_file`, every :data:`hub.gateway.commit.CHECKPOINT_S`) and at close;
+only then does the ledger drop its copy of the records (:meth:`Ledger.prune_audit`; it
+keeps the newest head, the head file being synced only at close). A record written on
+its own (:meth:`AuditLog.append`) is synced at once with its head, as is a batch chained
+again because another writer came first (its lines in the ledger no longer match).
+
+After a crash, :meth:`AuditLog.recover` (at open) re-appends the records the ledger holds
+that the file lost (they must chain on the file's last record and end at the ledger's
+signed head: nothing is appended that the head's signature does not cover), syncs them,
+writes the head back if the file lost it, and cuts off what follows the head when nobody
+was told about it (a torn line, records of a batch whose ledger transaction never became
+durable). A batch whose write fails leaves the file as it was (the bytes written are cut
+off again) and the head untouched.
 """
 
 from __future__ import annotations
@@ -64,7 +75,7 @@ HEAD_BYTES = 512
 log = logging.getLogger(__name__)
 MAX_LINE = 1024 * 1024
 RESTORE_SCAN = 8 * MAX_LINE
-"""bytes at the log's end :meth:`AuditLog.restore_head` looks at (a batch or two)"""
+"""bytes at the log's end :meth:`AuditLog.recover` looks at (a batch or two)"""
 
 
 def record_hash(record: dict[str, Any]) -> str:
@@ -122,23 +133,38 @@ class AuditLog:
         self._write_lock = threading.Lock()
         self._head_unsynced = False
         """the head file was rewritten without a sync (its copy is durable elsewhere)"""
+        self._file_unsynced = False
+        """records were written without a sync (their copy is durable elsewhere)"""
         self._written: tuple[int, str] | None = None
         """(seq, hash) this object last wrote: where :meth:`prepare` chains on without
         reading the head file (only a guess: :meth:`write_prepared` checks the real tail
         under the lock and chains again if another writer came first)"""
 
     def close(self) -> None:
-        """Write what is still queued, then close."""
+        """Write what is still queued, sync what was written unsynced, then close."""
         try:
             self.write(self.take_staged())
         finally:
             with self._write_lock:
                 try:
+                    if self._file_unsynced:
+                        os.fdatasync(self._fd)
+                        self._file_unsynced = False
                     if self._head_unsynced:
                         os.fdatasync(self._head_fd)
                 finally:
                     os.close(self._fd)
                     os.close(self._head_fd)
+
+    def sync_file(self) -> int:
+        """Make every record written so far durable in the file (one ``fdatasync``, without
+        the write lock: batches go on meanwhile) and return the seq of the last record it
+        covers (0 when this object wrote nothing). The gateway then drops the ledger's copy
+        of the records up to it (:meth:`Ledger.prune_audit`)."""
+        written = self._written  # before the sync: whatever was written by then is covered
+        if self.durable:
+            os.fdatasync(self._fd)
+        return written[0] if written is not None else 0
 
     def _tail(self) -> tuple[int, str]:
         """(seq, hash) to chain onto: the head, else the log's last line, else genesis."""
@@ -177,8 +203,9 @@ class AuditLog:
         return out
 
     def write(self, batch: Sequence[Staged]) -> list[dict[str, Any]]:
-        """Chain ``batch`` onto the log, write it in one go, sync it, then rewrite (and sign)
-        the head once (:meth:`prepare` then :meth:`write_prepared`)."""
+        """Chain ``batch`` onto the log, write it in one go, sync it (and every record
+        written unsynced before it), then rewrite (and sign) the head once and sync it
+        (:meth:`prepare` then :meth:`write_prepared`)."""
         return self.write_prepared(self.prepare(batch))
 
     def prepare(self, batch: Sequence[Staged]) -> Prepared:
@@ -225,12 +252,15 @@ class AuditLog:
         chained again). On failure the file is cut back to where it was, the head is
         untouched and :class:`GatewayError` ``audit.write_failed`` is raised.
 
-        ``ready``: the batch's head (``p.head``) is being made durable elsewhere (the
-        gateway's ledger records it with the batch); it is called once the records are
-        synced and must return once that copy is durable (or raise: the records are cut
-        off again). The head file is then rewritten without a sync of its own (synced at
-        close; :meth:`restore_head` rewrites it from that copy after a crash). A batch
-        chained again gets its head synced here as before."""
+        ``ready``: the batch's records and head (``p.blob``, ``p.head``) are being made
+        durable elsewhere (the gateway's ledger records them with the batch); it is called
+        once the records are written, *not synced*, and must return once that copy is
+        durable (or raise: the records are cut off again). The head file is then rewritten
+        without a sync either (the records are synced by :meth:`sync_file`, both at close;
+        the ledger keeps the newest head; :meth:`recover` restores them from that copy
+        after a crash). A batch chained
+        again (its copy elsewhere no longer matches) is synced here with its head, as
+        without ``ready``."""
         if not p.records:
             return []
         with self._write_lock:
@@ -246,8 +276,11 @@ class AuditLog:
                     view = memoryview(p.blob)
                     while view:
                         view = view[os.write(fd, view) :]
-                    if self.durable:
-                        os.fdatasync(fd)
+                    if self.durable and (ready is None or moved):
+                        os.fdatasync(fd)  # also covers records written unsynced before
+                        self._file_unsynced = False
+                    else:
+                        self._file_unsynced = self.durable
                 except OSError as exc:
                     self._cut(size)
                     raise GatewayError(
@@ -309,33 +342,61 @@ class AuditLog:
             os.fdatasync(self._head_fd)
         self._head_unsynced = self.durable and not sync
 
-    def restore_head(self, recorded: bytes | None) -> str:
-        """At open, after a crash: bring the head file back in line with what was durable.
+    def recover(
+        self, recorded: bytes | None, batches: Sequence[tuple[int, bytes]] = ()
+    ) -> tuple[str, int]:
+        """At open, after a crash: bring the file and its head back in line with what was
+        durable. Returns (what was done: ``"appended"``, ``"restored"``, ``"cut"`` or
+        ``""``; the seq the file now ends at, synced).
 
-        ``recorded``: the last head written with a batch to the gateway's ledger (durable
-        before that batch was acknowledged). A head newer than the file's, naming a record
-        the log holds with that hash (and signed by this log's key) is written back and
-        synced: ``"restored"``. Then records past the head, when the ledger names no later
-        head, are ones nobody was told about (their batch never became durable): they are
-        cut off so the chain goes on from the head, as is a torn last line: ``"cut"``. A
-        later head in the ledger that the log does not hold signed leaves the log as it is
-        (for :func:`verify` to report). Returns ``""`` when there was nothing to do."""
+        ``recorded``: the last head written with a batch to the gateway's ledger; ``batches``:
+        the (first seq, lines) the ledger still holds (:meth:`Ledger.audit_batches`), all
+        durable before their batch was acknowledged. When that head (signed by this log's
+        key) is past the file's last whole record, the ledger's records from there up to
+        it are re-appended — only if they chain on that record and end at the head's hash,
+        so the head's signature covers every one — and synced with the head:
+        ``"appended"``. Otherwise a head newer than the file's, naming a record the log
+        holds with that hash, is written back and synced: ``"restored"``. Then records
+        past the head, when the ledger names no later head, are ones nobody was told about
+        (their batch never became durable): they are cut off so the chain goes on from the
+        head, as is a torn last line: ``"cut"``. A later head in the ledger that the log
+        cannot be brought to hold is left as it is (for :func:`verify` to report)."""
         done = ""
         with self._write_lock:
             self._written = None  # the head may change here: read it again
             fcntl.flock(self._fd, fcntl.LOCK_EX)
             try:
                 tail, complete = self._last_records()
-                current = _head_of(os.pread(self._head_fd, HEAD_BYTES, 0))
                 candidate = _head_of(recorded or b"")
+                signed = candidate is not None and self._signed_by_us(recorded or b"")
+                if candidate is not None and signed:
+                    lost = self._lost_records(tail, complete, candidate, batches)
+                    if lost:
+                        self._cut(complete)  # a torn last line first
+                        view = memoryview(b"".join(lost))
+                        while view:
+                            view = view[os.write(self._fd, view) :]
+                        if self.durable:
+                            os.fdatasync(self._fd)
+                        self._put_head(recorded or b"", sync=True)
+                        done = "appended"
+                        log.warning(
+                            "audit log %s: %d record(s) the file lost re-appended from the "
+                            "ledger, up to seq %d",
+                            self.path,
+                            len(lost),
+                            candidate[0],
+                        )
+                        tail, complete = self._last_records()
+                current = _head_of(os.pread(self._head_fd, HEAD_BYTES, 0))
                 if (
                     candidate is not None
                     and (current is None or candidate[0] > current[0])
                     and tail.get(candidate[0], ("", 0))[0] == candidate[1]
-                    and self._signed_by_us(recorded or b"")
+                    and signed
                 ):
                     self._put_head(recorded or b"", sync=True)
-                    current, done = candidate, "restored"
+                    current, done = candidate, done or "restored"
                     log.warning("audit log %s: head restored to seq %d", self.path, current[0])
                 size = os.fstat(self._fd).st_size
                 end = complete
@@ -360,9 +421,69 @@ class AuditLog:
                     )
                     self._cut(end)
                     done = done or "cut"
+                if self.durable:  # what the file holds now is durable: the ledger's copy
+                    os.fdatasync(self._fd)  # of it may go
+                last = max((s for s, (_, off) in tail.items() if off <= end), default=0)
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
-        return done
+        return done, last
+
+    def _lost_records(
+        self,
+        tail: dict[int, tuple[str, int]],
+        complete: int,
+        head: tuple[int, str],
+        batches: Sequence[tuple[int, bytes]],
+    ) -> list[bytes]:
+        """The ledger's lines (each with its newline) of the records past the file's last
+        whole one up to ``head``: each a canonical record with its hash, chained on the
+        previous one, the last with the head's hash; ``[]`` when the file is not behind the
+        head or the ledger's records do not lead there."""
+        if tail:
+            last = max(tail)
+            prev = tail[last][0]
+        elif complete == 0:  # an empty log (or only a torn line)
+            last, prev = 0, GENESIS
+        else:
+            return []  # no readable record at the end: nothing to chain on
+        if head[0] <= last:
+            return []
+        lines: dict[int, bytes] = {}
+        for first, blob in batches:  # by first seq: a later batch replaces what it covers
+            for k, line in enumerate(blob.split(b"\n")[:-1]):
+                lines[first + k] = line
+        out: list[bytes] = []
+        for seq in range(last + 1, head[0] + 1):
+            line = lines.get(seq, b"")
+            try:
+                rec = json.loads(line)
+                ok = (
+                    isinstance(rec, dict)
+                    and canonical(rec) == line
+                    and rec.get("seq") == seq
+                    and rec.get("prev") == prev
+                    and rec.get("hash") == record_hash(rec)
+                )
+            except ValueError:
+                ok = False
+            if not ok:
+                log.error(
+                    "audit log %s: the ledger's record %d does not chain on the log's end "
+                    "(seq %d): nothing re-appended",
+                    self.path,
+                    seq,
+                    last,
+                )
+                return []
+            prev = rec["hash"]
+            out.append(line + b"\n")
+        if prev != head[1]:
+            log.error(
+                "audit log %s: the ledger's records do not end at its head: nothing re-appended",
+                self.path,
+            )
+            return []
+        return out
 
     def _signed_by_us(self, head: bytes) -> bool:
         if self.signer is None:

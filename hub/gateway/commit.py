@@ -4,18 +4,23 @@ A call's writes are staged first: its ledger rows join the ledger's open group t
 (:meth:`Ledger.record_receipt` with ``sync=False``, visible at once to every later read) and
 its audit records are queued (:meth:`AuditLog.stage`). :meth:`ReceiptBatches.durable` then
 waits until a batch holding them is durable. One batch at a time is written: its audit
-records are chained and its head signed once, the head joins the ledger's transaction,
-which is committed (one ``COMMIT``, without an fsync); then one ``fdatasync`` of the
-ledger's write-ahead log (rows and signed head) on its own thread alongside one write and
-``fdatasync`` of the audit records; once both are done the head file is rewritten (its
-durable copy being the ledger's, see :mod:`.audit`). Two fsyncs side by side per batch.
+records are chained and encoded and its head signed once; the records' lines and the head
+join the ledger's transaction, which is committed (one ``COMMIT``, without an fsync); the
+records are written to the audit file without a sync; then one ``fdatasync`` of the
+ledger's write-ahead log makes the batch durable (rows, audit records, signed head); then
+the head file is rewritten, unsynced. One fsync per batch: the ledger's copy of the audit
+records is the durable one (see :mod:`.audit`) until the file is synced, in the background
+every :data:`CHECKPOINT_S` (:meth:`AuditLog.sync_file`, off the batches' path) and at
+:meth:`ReceiptBatches.aclose`; the ledger then drops its copy with the next batch
+(:meth:`Ledger.stage_audit_prune`). At open, the audit log re-appends what its file lost
+from that copy (:meth:`AuditLog.recover`).
 
 When a batch is written: while one is being written, the next one collects every call
 that stages meanwhile and is written as soon as the first is durable (under load a batch
 grows with the number of callers and the fsyncs per call fall). When none is, a batch
 starts once the callers ready in the current turn of the event loop have joined it; a lone
-caller's batch is written from the event loop (one thread hand-off fewer: under load
-hand-offs cost as much as the fsyncs), a larger one from a worker thread so the loop goes
+caller's batch is written from the event loop (no thread hand-off at all: under load a
+hand-off costs as much as the fsync), a larger one from a worker thread so the loop goes
 on. Records nobody waits for (:meth:`ReceiptBatches.later`: an allowed ``observe``
 decision) ride with the next batch, or are written :data:`LATER_S` after they were staged
 if no batch came.
@@ -32,7 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hub.gateway.audit import AuditLog, Prepared
@@ -43,6 +48,9 @@ log = logging.getLogger(__name__)
 
 LATER_S = 0.05
 """longest a record staged with :meth:`ReceiptBatches.later` waits for a batch to join"""
+CHECKPOINT_S = 1.0
+"""the audit file is synced (and the ledger's copy of its records dropped) at most this
+long after a batch wrote records to it"""
 
 
 @dataclass
@@ -50,6 +58,8 @@ class _Batch:
     waiters: list[asyncio.Future[None]] = field(default_factory=list)
     """one future per caller waiting on the batch (a batch may also carry records nobody
     waits for)"""
+    audited: bool = False
+    """the batch wrote audit records (unsynced in the file: a checkpoint follows)"""
 
 
 @dataclass
@@ -77,7 +87,11 @@ class ReceiptBatches:
         """the open batch's start after this turn of the loop"""
         self._deadline: asyncio.TimerHandle | None = None
         """the open batch's start at the latest (records staged with :meth:`later`)"""
-        self._wal = ThreadPoolExecutor(1, thread_name_prefix="ledger-wal-sync")
+        self._sync = ThreadPoolExecutor(1, thread_name_prefix="audit-file-sync")
+        self._checkpoint: Future[int] | None = None
+        """the audit file's sync under way (:meth:`AuditLog.sync_file`: the seq it covers)"""
+        self._checkpoint_at: asyncio.TimerHandle | None = None
+        """the next checkpoint's start"""
 
     async def durable(self) -> None:
         """Return once everything staged so far is durable; raise :class:`GatewayError`
@@ -112,9 +126,21 @@ class ReceiptBatches:
                 await asyncio.wait({writing})
 
     async def aclose(self) -> None:
-        """Drain, then stop the WAL-sync thread."""
+        """Drain, sync the audit file and drop the ledger's copy of its records (durably),
+        then stop the audit file's sync thread."""
         await self.drain()
-        self._wal.shutdown(wait=True)
+        if self._checkpoint_at is not None:
+            self._checkpoint_at.cancel()
+            self._checkpoint_at = None
+        try:
+            if self._checkpoint is not None:
+                await asyncio.wrap_future(self._checkpoint)
+            self.ledger.prune_audit(self.audit.sync_file())
+        except (OSError, GatewayError) as exc:  # the ledger keeps its copy: recovered at open
+            log.error("audit log: not synced at close: %s", exc)
+        finally:
+            self._checkpoint = None
+            self._sync.shutdown(wait=True)
 
     def _join(self) -> _Batch:
         if self._open is None:
@@ -141,8 +167,15 @@ class ReceiptBatches:
         fut: asyncio.Future[None]
         try:
             prepared = self.audit.prepare(records)  # the CPU part here: the thread only syncs
-            if prepared.head:  # the signed head, durable with the batch's rows
-                self.ledger.stage_audit_head(prepared.head)
+            if prepared.records:  # the records and signed head, durable with the batch's rows
+                batch.audited = True
+                self.ledger.stage_audit(
+                    prepared.records[0]["seq"],
+                    prepared.records[-1]["seq"],
+                    prepared.blob,
+                    prepared.head,
+                )
+            self._prune()
             self.ledger.commit_group()  # on this thread (the connection's); no fsync yet
             if len(batch.waiters) == 1:
                 # one caller waits, none is being written: write it from here (what a lone
@@ -160,15 +193,39 @@ class ReceiptBatches:
         fut.add_done_callback(functools.partial(self._written, batch))
 
     def _write(self, records: Prepared) -> None:
-        """The ledger's WAL (holding the batch's rows and its signed head) is synced on a
-        second thread while the audit records are written and synced; then the head file
-        is rewritten (no sync of its own: its copy in the ledger is durable). Both syncs
-        must succeed."""
-        wal = self._wal.submit(self.ledger.sync)
+        """The audit records are written (no sync), then the ledger's WAL (holding the
+        batch's rows, its audit records and signed head) is synced: the batch's one fsync;
+        then the head file is rewritten (no sync either). A batch with no audit record
+        only syncs the WAL."""
+        if records.records:
+            self.audit.write_prepared(records, ready=self.ledger.sync)
+        else:
+            self.ledger.sync()
+
+    def _plan_checkpoint(self) -> None:
+        """After a durable batch: sync the audit file in :data:`CHECKPOINT_S`, unless a sync
+        is planned or under way."""
+        if self._checkpoint_at is None and self._checkpoint is None:
+            loop = asyncio.get_running_loop()
+            self._checkpoint_at = loop.call_later(CHECKPOINT_S, self._start_checkpoint)
+
+    def _start_checkpoint(self) -> None:
+        """Sync the audit file on its own thread (batches go on meanwhile); the next batch
+        (or :meth:`aclose`) drops the ledger's copy of what it covers (:meth:`_prune`)."""
+        self._checkpoint_at = None
+        self._checkpoint = self._sync.submit(self.audit.sync_file)
+
+    def _prune(self) -> None:
+        """Join the finished checkpoint's prune to the batch being written (on the loop)."""
+        done = self._checkpoint
+        if done is None or not done.done():
+            return
+        self._checkpoint = None
         try:
-            self.audit.write_prepared(records, ready=wal.result)
-        finally:
-            wal.result()  # raises the ledger's failure, if any (after the audit's own)
+            self.ledger.stage_audit_prune(done.result())
+        except (OSError, GatewayError) as exc:  # the ledger keeps its copy: tried again
+            log.error("audit log: the file's sync failed: %s", exc)
+            self._plan_checkpoint()
 
     def _written(self, batch: _Batch, fut: asyncio.Future[None]) -> None:
         self._writing = None
@@ -185,6 +242,8 @@ class ReceiptBatches:
                         )
                     )
         else:
+            if batch.audited:
+                self._plan_checkpoint()
             self.stats.batches += 1
             self.stats.callers += len(batch.waiters)
             self.stats.sizes = [*self.stats.sizes[-999:], len(batch.waiters)]

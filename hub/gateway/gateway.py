@@ -26,7 +26,8 @@ group commit (:mod:`.commit`). A decision that lets something other than an ``ob
 tool run, blocks or asks for a card returns only once that batch is durable; an allowed
 ``observe`` call does not wait (running it twice after a crash changes nothing), and its
 decision is durable no later than its receipt. Every receipt returns only once durable:
-concurrent calls share one fsync of the ledger, one of the audit log and one signed head.
+concurrent calls share one batch — one signed head and one fsync, of the ledger's WAL, which
+holds the batch's audit records too (the audit file is synced in the background).
 """
 
 from __future__ import annotations

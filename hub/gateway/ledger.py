@@ -6,11 +6,16 @@ checks, and which facts were already said.
 - Long tasks carry a strictly increasing ``revision``: a receipt with a higher revision
   replaces the recorded one (``waiting`` → ``succeeded`` after an approval is revision 1).
 - After an ``unknown``/``partial`` receipt whose tool has ``check_with``, a check is pending
-  for (task, package, tool) until a receipt of the check tool arrives in that task.
+  for (task, package, tool) until a receipt of the check tool arrives in that task. The
+  tasks with a pending check are also kept in memory (this object is the table's only
+  writer), so a task with none answers without a read.
 - Facts: rendered from receipts, ``said`` once the device ACKed the reply carrying them;
   :meth:`Ledger.split_facts` tells new from said.
-- The audit log's signed head as of the last group commit (:meth:`Ledger.stage_audit_head`),
-  durable with that batch's rows; the audit log restores its head file from it at open.
+- The audit log's records of each group commit and its signed head, in one row
+  (:meth:`Ledger.stage_audit`), durable with that batch's rows: the audit file is written
+  without a sync of its own, so these are the records' durable copy until the file is synced
+  (:meth:`Ledger.prune_audit` then drops them); at open the audit log re-appends those its
+  file lost and restores its head file (:meth:`AuditLog.recover`).
 - Group commit: :meth:`Ledger.record_decision` and :meth:`Ledger.record_receipt` with
   ``sync=False`` join one open transaction (each in its own savepoint; every later read on
   this connection sees them). The gateway's group commit (:mod:`hub.gateway.commit`)
@@ -108,6 +113,12 @@ CREATE TABLE IF NOT EXISTS audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),
     head BLOB NOT NULL
 );
+CREATE TABLE IF NOT EXISTS audit_batches (
+    first_seq INTEGER PRIMARY KEY,
+    last_seq  INTEGER NOT NULL,
+    lines     BLOB NOT NULL,
+    head      BLOB NOT NULL
+);
 CREATE TABLE IF NOT EXISTS tokens (
     token       TEXT PRIMARY KEY,
     card_id     TEXT NOT NULL,
@@ -153,6 +164,9 @@ class Ledger:
                 os.close(folder)
         self._group = False
         """a group transaction is open (writes with ``sync=False`` since the last commit)"""
+        self._checking = {str(t) for (t,) in self.db.execute("SELECT DISTINCT task_id FROM checks")}
+        """tasks with a pending check: only this object writes ``checks``, so a task not in
+        it has none (the decide and receipt paths then read nothing)"""
 
     def close(self) -> None:
         self.commit_group()
@@ -219,16 +233,57 @@ class Ledger:
         except OSError as exc:
             raise GatewayError("ledger.sync_failed", path=str(self.path), reason=str(exc)) from exc
 
-    # ------------------------------------------------------------------ audit head
-    def stage_audit_head(self, head: bytes) -> None:
-        """Record the audit log's signed head (canonical JSON) in the open group, so the
-        batch's WAL sync makes it durable with the batch's rows (the audit log restores its
-        head file from it after a crash: :meth:`AuditLog.restore_head`)."""
+    # ------------------------------------------------------------------ audit records
+    def stage_audit(self, first_seq: int, last_seq: int, lines: bytes, head: bytes) -> None:
+        """Record a batch of audit records (``lines``: their canonical lines, each ending in
+        a newline, seq ``first_seq``..``last_seq``) and the signed head naming the last one
+        in the open group, in one row (the batch adds one page to the WAL, not two), so the
+        batch's WAL sync makes them durable with its rows: their durable copy until the
+        audit file is synced (:meth:`prune_audit`). A batch at the same first seq (one whose
+        write failed, chained again) replaces it."""
         with self._write(False):
-            self.db.execute("INSERT OR REPLACE INTO audit_head (id, head) VALUES (1, ?)", (head,))
+            self.db.execute(
+                "INSERT OR REPLACE INTO audit_batches (first_seq, last_seq, lines, head) "
+                "VALUES (?,?,?,?)",
+                (first_seq, last_seq, lines, head),
+            )
+
+    def _prune(self, seq: int) -> None:
+        # the newest head among the dropped batches is kept (audit_head), then they go
+        self.db.execute(
+            "INSERT OR REPLACE INTO audit_head (id, head) SELECT 1, head FROM audit_batches "
+            "WHERE last_seq <= ? ORDER BY last_seq DESC LIMIT 1",
+            (seq,),
+        )
+        self.db.execute("DELETE FROM audit_batches WHERE last_seq <= ?", (seq,))
+
+    def stage_audit_prune(self, seq: int) -> None:
+        """Drop (in the open group) the audit batches ending at or before ``seq``: the
+        audit file holds them durably now. The newest of their heads is kept."""
+        with self._write(False):
+            self._prune(seq)
+
+    def prune_audit(self, seq: int) -> None:
+        """:meth:`stage_audit_prune`, durable on return (at close, after a recovery)."""
+        with self.transaction():
+            self._prune(seq)
+
+    def audit_batches(self) -> list[tuple[int, bytes]]:
+        """(first seq, lines) of every audit batch not yet pruned, by first seq."""
+        return [
+            (int(first), bytes(lines))
+            for first, lines in self.db.execute(
+                "SELECT first_seq, lines FROM audit_batches ORDER BY first_seq"
+            )
+        ]
 
     def audit_head(self) -> bytes | None:
-        """The last signed audit head recorded with a batch, if any."""
+        """The last signed audit head recorded with a batch, if any: the newest batch's,
+        else the one kept when the batches were dropped."""
+        for (head,) in self.db.execute(
+            "SELECT head FROM audit_batches ORDER BY last_seq DESC LIMIT 1"
+        ):
+            return bytes(head)
         for (head,) in self.db.execute("SELECT head FROM audit_head WHERE id=1"):
             return bytes(head)
         return None
@@ -413,8 +468,11 @@ class Ledger:
                 "INSERT OR REPLACE INTO checks VALUES (?,?,?,?,?)",
                 (task_id, package, tool, check_with, now_ms()),
             )
+        self._checking.add(task_id)
 
     def pending_check(self, task_id: str, package: str, tool: str) -> str | None:
+        if task_id not in self._checking:
+            return None  # no check pending in this task: no read
         for (check_with,) in self.db.execute(
             "SELECT check_with FROM checks WHERE task_id=? AND package=? AND tool=?",
             (task_id, package, tool),
@@ -424,6 +482,8 @@ class Ledger:
 
     def check_ran(self, task_id: str, package: str, check_tool: str) -> list[str]:
         """A check tool produced a receipt: clear the checks it satisfies; tools cleared."""
+        if task_id not in self._checking:
+            return []  # no check pending in this task: no read, no write
         for _ in self.db.execute(
             "SELECT 1 FROM checks WHERE task_id=? AND package=? AND check_with=? LIMIT 1",
             (task_id, package, check_tool),
@@ -443,6 +503,12 @@ class Ledger:
                 "DELETE FROM checks WHERE task_id=? AND package=? AND check_with=?",
                 (task_id, package, check_tool),
             )
+            left = any(
+                True
+                for _ in self.db.execute("SELECT 1 FROM checks WHERE task_id=? LIMIT 1", (task_id,))
+            )
+        if not left:
+            self._checking.discard(task_id)
         return cleared
 
     # ------------------------------------------------------------------ facts
