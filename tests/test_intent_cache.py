@@ -1,8 +1,8 @@
 """The parsed intent templates kept on disk (hub/brain/intents/cache.py): an engine built
-from the cache recognises exactly what one built from freshly parsed templates does; a
-cache for other templates, a corrupt, truncated or foreign file is never used (the
-templates are parsed again and the file rewritten); a folder that cannot be written only
-costs the parse."""
+from the cache recognises exactly what one built from freshly parsed templates does (the
+labelled set, both languages); a cache for other templates, a corrupt, truncated or foreign
+file is never used (the templates are parsed again and the file rewritten); a folder that
+cannot be written only costs the parse."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hub.brain.intents import cache, engine
 from hub.brain.intents.engine import HA_LANG, IntentEngine
 from hub.brain.intents.text import Lang
 from tests.intent_eval import fixture_lists
-from tests.intent_set import LANGS, SETS, load_set
+from tests.intent_set import LANGS, load_set
 
 
 def _doc(sentence: str) -> dict[str, Any]:
@@ -66,14 +66,14 @@ def test_an_engine_from_the_cache_recognises_what_a_freshly_parsed_one_does(
 
     with_cache, without = built(loaded), built(fresh)
     texts: list[tuple[str, Lang | None]]
-    texts = [(s.text, lang) for lang in LANGS for which in SETS for s in load_set(lang, which)]
+    texts = [(s.text, lang) for lang in LANGS for s in load_set(lang, "labelled")]
     texts += [("turn on 厨房灯", None), ("remember that 我喜欢绿茶", None), ("bench trip 3", "zh")]
     understood = 0
     for text, language in texts:
         expected = without.recognize(text, language)
         assert with_cache.recognize(text, language) == expected, (text, language)
         understood += expected is not None
-    assert len(texts) >= 600 and understood >= 300, (len(texts), understood)
+    assert len(texts) >= 580 and understood >= 400, (len(texts), understood)
 
 
 def test_a_cache_of_other_templates_is_not_used(
