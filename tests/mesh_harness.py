@@ -12,6 +12,7 @@ Chinese sets ``mesh.configure(asr={"model": "whisper-base", "language": "auto"})
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import ssl
@@ -118,11 +119,14 @@ class Mesh:
             raise AssertionError(f"yimi {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
-    def spawn(self, name: str, *args: str) -> Proc:
+    def spawn(self, name: str, *args: str, stdin: int | None = None) -> Proc:
+        """``yimi ARGS`` in its own session, its output in a log (``stdin``: e.g.
+        ``subprocess.PIPE``, for a device that hears raw PCM the test writes)."""
         log = self.root / f"{name}.{len(self.procs)}.log"
         fh = log.open("wb")
         popen = subprocess.Popen(
             [sys.executable, "-m", "cli", *args],
+            stdin=stdin,
             stdout=fh,
             stderr=subprocess.STDOUT,
             env={**env(), **self.env},
@@ -266,6 +270,9 @@ class Mesh:
                     except ProcessLookupError:
                         pass
                     proc.popen.wait(timeout=10)
+            if proc.popen.stdin is not None:
+                with contextlib.suppress(OSError):
+                    proc.popen.stdin.close()
         self.procs.clear()
 
     # ------------------------------------------------------------------ raw clients (TLS)

@@ -4,17 +4,22 @@ A WAV of "Yimi, remember I don't eat cilantro" (espeak-ng, ``tests/speech.py``) 
 into ``yimi edge run --audio FILE --once`` on a glasses bundle: the hub transcribes it and
 puts it on the timeline with the scope its voiceprint authority gives (owner for the enrolled
 voice, guest for another); two devices hearing the same wake give one answer. The only fake
-is the hardware: the "microphone" is a file and the "speaker" a WAV file (``--out``).
+is the hardware: the "microphone" is a file (for the two devices, raw PCM the test writes into
+both at once, once both listen) and the "speaker" a WAV file (``--out``).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
+from typing import IO
 
 import pytest
+import soundfile as sf
 
+from hardware.pcm import SAMPLE_RATE
 from tests.mesh_harness import Mesh
 from tests.speech import (
     OTHERS,
@@ -39,6 +44,8 @@ ENROL_PHRASES = (
     "My favourite season is autumn, when the leaves change their colour.",
 )
 RUN_TIMEOUT_S = 240
+MIC_CHUNK_BYTES = 2048
+"""one write of :func:`speak_into`: 1,024 samples, 64 ms"""
 GUEST = OTHERS[5]
 """another person (one of the test voices the default "Yimi" templates wake on)"""
 
@@ -162,12 +169,29 @@ def test_speech_without_the_wake_word_stays_on_the_device(mesh: Mesh, tmp_path: 
     assert record["reason"] == "outside_window" and record["source"] == str(wav)
 
 
+def speak_into(wav: Path, pipes: list[IO[bytes]]) -> None:
+    """Play ``wav`` into every pipe at once, paced like a microphone (raw 16 kHz mono s16le
+    PCM, 64 ms a write), then close them: the devices hear the end of the audio."""
+    pcm, rate = sf.read(str(wav), dtype="int16")
+    assert rate == SAMPLE_RATE and pcm.ndim == 1
+    data = pcm.tobytes()
+    start = time.monotonic()
+    for i, at in enumerate(range(0, len(data), MIC_CHUNK_BYTES)):
+        for pipe in pipes:
+            pipe.write(data[at : at + MIC_CHUNK_BYTES])
+            pipe.flush()
+        delay = start + (i + 1) * MIC_CHUNK_BYTES / 2 / SAMPLE_RATE - time.monotonic()
+        if delay > 0:  # pacing a microphone, not waiting for another process
+            time.sleep(delay)
+    for pipe in pipes:
+        pipe.close()
+
+
 def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path) -> None:
     mesh.start_hub()
     first = mesh.add_device("glasses1")
     second = mesh.add_device("glasses2")
     wav = request_wav(tmp_path / "owner.wav", OWNER)
-    start_ms = int(time.time() * 1000) + 15_000  # both have loaded their models by then
     procs = [
         mesh.spawn(
             f"edge-{b.name}",
@@ -178,18 +202,26 @@ def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path
             "--hub",
             mesh.hub_target,
             "--audio",
-            str(wav),
+            "-",
             "--out",
             str(tmp_path / f"{b.name}.wav"),
             "--realtime",
-            "--audio-start-ms",
-            str(start_ms),
             "--once",
             "--timeout",
             "120",
+            stdin=subprocess.PIPE,
         )
         for b in (first, second)
     ]
+    poll_sync(
+        lambda: all("hearing -" in p.text() or not p.alive() for p in procs),
+        RUN_TIMEOUT_S,
+        "both devices to load their models, connect and listen",
+    )
+    assert all(p.alive() for p in procs), [p.text()[-2000:] for p in procs]
+    # one microphone signal to both from the same instant (each stamps its frames from the
+    # wall clock of its first bytes): the same wake, heard by both
+    speak_into(wav, [p.popen.stdin for p in procs if p.popen.stdin is not None])
     poll_sync(lambda: all(not p.alive() for p in procs), RUN_TIMEOUT_S, "both devices to finish")
     for p in procs:
         assert p.popen.returncode == 0, p.text()

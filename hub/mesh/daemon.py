@@ -366,6 +366,8 @@ class HubDaemon:
         }
         """kind → its handler (see :data:`COMMITTED_BY_HANDLER` for the replay window)"""
         self._stack = AsyncExitStack()
+        self._withdraw_advert: Callable[[], asyncio.Task[None]] | None = None
+        """starts withdrawing the mDNS advert (once): the first step of a stop"""
         self.broker: Broker | None = None
         self.mqtt: MqttSession | None = None
         self.grpc: grpc.aio.Server | None = None
@@ -670,7 +672,9 @@ class HubDaemon:
         """Register the mDNS advert while the hub goes on starting: zeroconf probes the name
         for most of a second first, and no device needs to wait for that (every bundle holds
         the hub's address; a device that browses looks for seconds). Withdrawn on the way
-        out, or given up if still probing then."""
+        out, or given up if still probing then: the withdrawal (zeroconf's goodbyes take a
+        quarter of a second) starts as the stop begins and runs alongside the other steps
+        (:meth:`__aexit__`); it is awaited in its place in the stop."""
         registering = asyncio.create_task(advertiser.start(), name="mdns-advert")
 
         def failed(task: asyncio.Task[None]) -> None:
@@ -684,7 +688,15 @@ class HubDaemon:
             await asyncio.gather(registering, return_exceptions=True)
             await advertiser.close()  # nothing to do unless it was registered
 
-        self._stack.push_async_callback(within, "the mDNS advert", withdraw)
+        withdrawing: list[asyncio.Task[None]] = []
+
+        def withdraw_soon() -> asyncio.Task[None]:
+            if not withdrawing:
+                withdrawing.append(asyncio.create_task(withdraw(), name="mdns-withdraw"))
+            return withdrawing[0]
+
+        self._withdraw_advert = withdraw_soon
+        self._stack.push_async_callback(within, "the mDNS advert", withdraw_soon)
 
     async def __aexit__(
         self,
@@ -693,6 +705,8 @@ class HubDaemon:
         tb: TracebackType | None,
     ) -> None:
         try:
+            if self._withdraw_advert is not None:
+                self._withdraw_advert()  # the LAN hears of it at once; awaited in its turn
             await self._stack.aclose()
         finally:
             self._flush_drops()

@@ -16,7 +16,9 @@ How a sentence is matched (``engine.py``):
    and cached: Home Assistant's templates for the contract's Hass* intents (from
    ``home-assistant-intents``; blocks for unused domains, delayed commands, zones and floors
    dropped) merged with Yimi's own templates, ``sentences/<lang>/*.yaml`` (one file per
-   area: memory, messages, orders, timeline and lists, help, extra home phrasings).
+   area: memory, messages, orders, timeline and lists, help, extra home phrasings). The
+   parsed templates are kept on disk (``cache.py``, keyed by the templates' content and
+   hassil's version): a hub start loads them instead of parsing them again.
    Slot lists: ``name`` (devices, with domain/area context, and list names as domain
    ``todo``), ``area``, ``floor`` (empty), ``contact``, ``shop``, ``list``, ``subject``;
    free-text slots are wildcard lists. Long lists are narrowed per request to the names the

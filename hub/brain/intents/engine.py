@@ -1,7 +1,8 @@
 """The offline intent engine: hassil templates (Yimi's own + Home Assistant's) over live lists.
 
-Built once per language and cached (parsing and hassil's lazy compilation happen in the
-constructor, never at recognise time); ``update`` only swaps the slot lists.
+Built once per language and cached (parsing — or loading the parsed templates from
+:mod:`.cache` — and hassil's lazy compilation happen in the constructor, never at recognise
+time); ``update`` only swaps the slot lists.
 
 Score (0..1, ``LOCAL_CONFIDENCE`` = 0.8 means "handle locally"):
 
@@ -32,6 +33,7 @@ from hassil.intents import SlotList, TextSlotList, TextSlotValue
 from hassil.util import fold_case, normalize_for_matching
 from home_assistant_intents import get_intents
 
+from hub.brain.intents.cache import load_or_parse
 from hub.brain.intents.numerals import parse_number
 from hub.brain.intents.prefilter import TemplateIndex
 from hub.brain.intents.text import (
@@ -234,7 +236,9 @@ def _intents_dict(lang: Lang) -> dict[str, Any]:
 
 @lru_cache(maxsize=4)
 def _intents(lang: Lang) -> Intents:
-    return Intents.from_dict(_intents_dict(lang))
+    """The parsed templates of ``lang``, from the template cache when it holds them
+    (:mod:`.cache`: keyed by the templates' content and hassil's version)."""
+    return load_or_parse(_intents_dict(lang), lang)
 
 
 def _ascii_letter(ch: str) -> bool:
