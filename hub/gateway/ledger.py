@@ -485,7 +485,10 @@ class Ledger:
         return [f for f in fact_ids if f not in said], [f for f in fact_ids if f in said]
 
     def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
-        """Only ACKed facts count as said: call this when the reply's delivery is ACKed."""
+        """Only ACKed facts count as said: call this when the reply's delivery is ACKed.
+        No facts (most replies): no transaction."""
+        if not fact_ids:
+            return
         with self.transaction():
             for fact_id in fact_ids:
                 self.db.execute(
