@@ -379,8 +379,12 @@ class HubStore:
         after a restart keeps its first text)."""
         with transaction(self.conn):
             self._insert_chunk(chunk, now_ms())
-        got = self.chunks(chunk.reply_id)
-        return next(c for c in got if c.index == chunk.index)
+        row = self.conn.execute(
+            f"SELECT {CHUNK_COLUMNS} FROM {CHUNK_FROM} WHERE c.reply_id=? AND c.idx=?",
+            (chunk.reply_id, chunk.index),
+        ).fetchone()
+        assert row is not None  # written or kept just now, in this process's connection
+        return _chunk(tuple(row))  # its own row, not all the reply's chunks read back
 
     def _insert_chunk(self, c: Chunk, now: int) -> None:
         self.conn.execute(
