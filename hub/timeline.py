@@ -7,13 +7,15 @@ commit together, so a crash at any point leaves either all of it or none, and a 
 same utterance id finds the entry already there. Turns are answered later (the brain's, or
 the hub's own words for an utterance it could not use): every piece of the answer is a *chunk*
 (``reply_chunks``, one ``Reply`` message each) that the device ACKs on its own; the whole
-reply joins the timeline when its final chunk is made (:meth:`HubStore.finish_reply`), and
-counts as delivered (``deliveries``) once every chunk is ACKed. Reports of tasks that
+reply joins the timeline in the transaction that keeps its final chunk
+(:meth:`HubStore.keep_chunk`; :meth:`HubStore.finish_reply` alone for a reply made whole),
+and counts as delivered (``deliveries``) once every chunk is ACKed. Reports of tasks that
 finished later are replies without an utterance.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -379,8 +381,49 @@ class HubStore:
         after a restart keeps its first text)."""
         with transaction(self.conn):
             self._insert_chunk(chunk, now_ms())
-        got = self.chunks(chunk.reply_id)
-        return next(c for c in got if c.index == chunk.index)
+        return self._kept_chunk(chunk)
+
+    def keep_chunk(
+        self, chunk: Chunk, earlier: Sequence[str] | None, *, intent: str = ""
+    ) -> tuple[Chunk, StoredReply | None]:
+        """:meth:`add_chunk`, and when the kept chunk is final, :meth:`finish_reply` in the
+        same transaction (idempotent alike). The reply's text is then ``earlier`` (the kept
+        texts of its chunks before this one; ``None``: read here) and this chunk's kept
+        text, joined by spaces; its entry's meta names the utterance and the kept chunk's
+        task and brain. Returns the kept chunk (with the reply's ``seq`` once finished)
+        and the finished reply, if it was."""
+        now = now_ms()
+        with transaction(self.conn):
+            self._insert_chunk(chunk, now)
+            kept = self._kept_chunk(chunk)
+            if not kept.final:
+                return kept, None
+            texts = (
+                [*earlier, kept.text]
+                if earlier is not None
+                else [c.text for c in self.chunks(chunk.reply_id)]
+            )
+            stored = self._finish_reply(
+                reply_id=kept.reply_id,
+                utterance_id=kept.utterance_id,
+                device=kept.device,
+                text=" ".join(texts),
+                trace_id=kept.trace_id,
+                utterance_seq=kept.utterance_seq,
+                meta={"utterance": kept.utterance_id, "task": kept.task_id, "brain": kept.brain},
+                intent=intent,
+                now=now,
+            )
+        return dataclasses.replace(kept, reply_seq=stored.reply_seq), stored
+
+    def _kept_chunk(self, chunk: Chunk) -> Chunk:
+        """The row of ``chunk`` just written or kept (its own row, not all the reply's)."""
+        row = self.conn.execute(
+            f"SELECT {CHUNK_COLUMNS} FROM {CHUNK_FROM} WHERE c.reply_id=? AND c.idx=?",
+            (chunk.reply_id, chunk.index),
+        ).fetchone()
+        assert row is not None  # written or kept just now, in this connection
+        return _chunk(tuple(row))
 
     def _insert_chunk(self, c: Chunk, now: int) -> None:
         self.conn.execute(
@@ -418,36 +461,61 @@ class HubStore:
         ``replies``); idempotent by reply id. ``intent``: what the brain understood the
         utterance as, recorded in the same transaction in the utterance's meta (``intent``;
         recall leaves the owner's recall questions out of what it remembers)."""
-        now = now_ms()
         with transaction(self.conn):
-            row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
-            if row is None:
-                reply_seq = self._append(
-                    reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
-                )
-                if intent and utterance_id:
-                    self.conn.execute(
-                        "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
-                        "WHERE id = ? AND kind = 'utterance'",
-                        (intent, utterance_id),
-                    )
-            else:
-                reply_seq = int(row[0])
-            if utterance_id:
+            return self._finish_reply(
+                reply_id=reply_id,
+                utterance_id=utterance_id,
+                device=device,
+                text=text,
+                trace_id=trace_id,
+                utterance_seq=utterance_seq,
+                meta=meta,
+                intent=intent,
+                now=now_ms(),
+            )
+
+    def _finish_reply(
+        self,
+        *,
+        reply_id: str,
+        utterance_id: str,
+        device: str,
+        text: str,
+        trace_id: str,
+        utterance_seq: int,
+        meta: dict[str, object],
+        intent: str,
+        now: int,
+    ) -> StoredReply:
+        """:meth:`finish_reply` inside the caller's transaction."""
+        row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
+        if row is None:
+            reply_seq = self._append(
+                reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
+            )
+            if intent and utterance_id:
                 self.conn.execute(
-                    "INSERT OR IGNORE INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
-                    (
-                        reply_id,
-                        utterance_id,
-                        device,
-                        text,
-                        0,
-                        utterance_seq,
-                        reply_seq,
-                        trace_id,
-                        now,
-                    ),
+                    "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
+                    "WHERE id = ? AND kind = 'utterance'",
+                    (intent, utterance_id),
                 )
+        else:
+            reply_seq = int(row[0])
+        if utterance_id:
+            self.conn.execute(
+                "INSERT OR IGNORE INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
+                (
+                    reply_id,
+                    utterance_id,
+                    device,
+                    text,
+                    0,
+                    utterance_seq,
+                    reply_seq,
+                    trace_id,
+                    now,
+                ),
+            )
         return StoredReply(
             reply_id, utterance_id, device, text, False, utterance_seq, reply_seq, trace_id
         )

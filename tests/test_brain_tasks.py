@@ -91,3 +91,33 @@ def test_reply_chunks_are_whole_sentences() -> None:
     assert " ".join(chunks).split() == text.split()
     assert split_chunks("你好。我在。") == ["你好。我在。"]
     assert split_chunks("") == []
+
+
+def test_finish_closes_a_task_through_verifying_in_one_transaction(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "tasks.db")
+    make(store)
+    store.walk("t1", "admitted", "thinking")
+    commits: list[int] = []
+
+    def committed() -> bool:
+        commits.append(1)
+        return False  # go on with the commit
+
+    store.db.set_commit_hook(committed)
+    done = store.finish("t1", "done", result={"report": "It is noon."})
+    assert commits == [1]  # verifying and done together
+    assert (done.state, done.result) == ("done", {"report": "It is noon."})
+    assert store.require("t1") == done
+    assert store.history_of_states("t1")[-2:] == ["verifying", "done"]
+    again = store.finish("t1", "failed", "too late")  # finished: left as it is
+    assert again == done and store.history_of_states("t1")[-1] == "done"
+    store.db.set_commit_hook(None)
+
+    make(store, "t2")
+    store.walk("t2", "admitted", "thinking", "acting", "verifying")
+    failed = store.finish("t2", "failed", "no shop")  # past verifying already: one move
+    assert failed.state == "failed"
+    assert store.history_of_states("t2")[-2:] == ["verifying", "failed"]
+    with pytest.raises(BrainError):
+        store.finish("t2", "thinking")  # only a final state closes a task
+    store.close()

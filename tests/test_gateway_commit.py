@@ -273,6 +273,55 @@ def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
         ledger.close()
 
 
+def test_the_duplicate_rule_reads_no_more_as_a_task_gains_calls(tmp_path: Path) -> None:
+    """The brain's slot-list reads are one ledger task that gains a call every few seconds
+    for as long as the hub runs; the duplicate rule's look-up of a call's earlier twins
+    costs the same SQLite work with 10 earlier calls as with 1000 (it read and parsed
+    every one of them, on the event loop)."""
+    from hub.gateway.ledger import Ledger
+
+    ledger = Ledger(tmp_path / "gateway.db")
+    steps = [0]
+
+    def step() -> bool:
+        steps[0] += 1
+        return False
+
+    def add(n: int, status: str | None, outcome: str = "allow") -> None:
+        start = int(str(ledger.db.execute("SELECT count(*) FROM calls").fetchall()[0][0]))
+        for i in range(start, start + n):
+            ledger.record_decision(
+                task_id="slots", call_id=f"c{i}", package="home", tool="list_devices",
+                action_hash="h", args_fp="a", effect="read", target="", outcome=outcome,
+                decision={"outcome": outcome, "receipt": "x" * 2000}, sync=False,
+            )  # fmt: skip
+            ledger.db.execute("UPDATE calls SET status=? WHERE call_id=?", (status, f"c{i}"))
+
+    def work(statuses: tuple[str | None, ...]) -> tuple[int, str | None]:
+        steps[0] = 0
+        ledger.db.set_progress_handler(step, 1)
+        try:
+            row = ledger.same_action("slots", "h", "new", statuses)
+        finally:
+            ledger.db.set_progress_handler(None)
+        return steps[0], None if row is None else row.call_id
+
+    try:
+        add(5, "succeeded")
+        add(5, None, outcome="block")
+        small = [work(("waiting",)), work(("waiting", None, "succeeded"))]
+        add(500, "succeeded")
+        add(500, None, outcome="block")
+        large = [work(("waiting",)), work(("waiting", None, "succeeded"))]
+        assert [c for _, c in small] == [c for _, c in large] == [None, "c0"]
+        assert [n for n, _ in large] == [n for n, _ in small]
+        add(1, "waiting")
+        assert work(("waiting",))[1] == "c1010"
+        assert work(("waiting", "succeeded"))[1] == "c0"  # the first of them, as before
+    finally:
+        ledger.close()
+
+
 async def test_a_head_lost_in_a_crash_is_restored_from_the_ledger_and_the_chain_goes_on(
     tmp_path: Path,
 ) -> None:

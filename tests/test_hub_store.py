@@ -214,3 +214,41 @@ def test_crash_is_not_visible_to_another_connection(
     finally:
         writer.close()
         reader.close()
+
+
+def test_a_final_chunk_and_its_reply_are_kept_in_one_transaction(store: HubStore) -> None:
+    """keep_chunk: a chunk, and with the final one the whole reply (one commit for both:
+    no moment where the final chunk is kept but its reply is not on the timeline)."""
+    adm = store.admit_utterance(
+        utterance_id="u1", device="dev-a", text="tell me", ts_ms=1000, received_ms=2000,
+        trace_id="trace-u1", meta={"channel": "mic"}, replay_state=None,
+    )  # fmt: skip
+    rid = reply_id_for("u1")
+
+    def chunk(i: int, text: str, final: bool) -> Chunk:
+        return Chunk(rid, i, "dev-a", "u1", "task-1", text, final, "llm", "trace-u1", adm.seq)
+
+    commits: list[int] = []
+
+    def committed() -> bool:
+        commits.append(1)
+        return False  # go on with the commit
+
+    store.conn.set_commit_hook(committed)
+    first, none = store.keep_chunk(chunk(0, "It is", False), [])
+    assert none is None and first.text == "It is" and first.reply_seq == 0
+    again, _ = store.keep_chunk(chunk(0, "It was", False), [])  # made again: kept once
+    assert again.text == "It is"
+    last, reply = store.keep_chunk(chunk(1, "sunny.", True), None, intent="YimiWeather")
+    store.conn.set_commit_hook(None)
+    assert commits == [1, 1, 1]
+    assert reply is not None and reply.text == "It is sunny." and reply.reply_seq > adm.seq
+    assert last.final and last.reply_seq == reply.reply_seq
+    assert [c.text for c in store.chunks(rid)] == ["It is", "sunny."]
+    assert store.reply_for("u1") == reply
+    entry = next(e for e in store.entries() if e.id == rid)
+    assert (entry.kind, entry.text) == ("reply", "It is sunny.")
+    # the reply again (a restart): the same reply, nothing added
+    _, twice = store.keep_chunk(chunk(1, "rainy.", True), ["It is"])
+    assert twice is not None and twice.reply_seq == reply.reply_seq
+    assert [e.id for e in store.entries()].count(rid) == 1

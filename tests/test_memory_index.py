@@ -370,6 +370,43 @@ def test_invalid_input_is_refused(index: MemoryIndex) -> None:
     assert index.count() == 0
 
 
+def test_a_batch_embeds_each_distinct_text_once(tmp_path: Path, embedder: Embedder) -> None:
+    """The timeline's replies repeat ("Done.", "I didn't catch that"): a batch embeds each
+    distinct text once, and every item gets the vector of its own text."""
+    asked: list[str] = []
+
+    class Counting:
+        dim = embedder.dim
+        model_id = embedder.model_id
+
+        def embed(self, texts: Sequence[str]) -> np.ndarray:  # type: ignore[type-arg]
+            asked.extend(texts)
+            return embedder.embed(texts)
+
+    texts = ["I didn't catch that.", "bench trip 1", "I didn't catch that.", "bench trip 2"]
+    entries = [
+        Entry(f"t{i}", text, "low", (("timeline", f"t{i}"),), 0.3, T0)
+        for i, text in enumerate(texts)
+    ]
+    with MemoryIndex.for_home(tmp_path, embedder=Counting(), clock=lambda: T0) as ix:
+        ix.upsert_many(entries)
+        assert asked == ["I didn't catch that.", "bench trip 1", "bench trip 2"]
+        hits = ix.search("bench trip 2", k=4)
+        assert ids(hits)[0] == "t3"
+        top = {h.item_id: h for h in hits}
+        assert "t0" in top and "t2" in top
+    alone = embedder.embed(texts)
+    again = MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0)
+    try:
+        rows = again._conn.execute("SELECT rowid, embedding FROM items_vec ORDER BY rowid")
+        stored = [np.frombuffer(bytes(v), dtype=np.float32) for _, v in rows]
+    finally:
+        again.close()
+    assert len(stored) == 4
+    for got, want in zip(stored, alone, strict=True):
+        assert np.allclose(got, want, atol=1e-5)
+
+
 def test_reopen_keeps_items_and_refuses_another_model(tmp_path: Path, embedder: Embedder) -> None:
     with MemoryIndex.for_home(tmp_path, embedder=embedder, clock=lambda: T0) as ix:
         add(ix, "a", "The spare key is under the blue flowerpot.")

@@ -522,10 +522,7 @@ class PaymentDesk:
 
     @staticmethod
     def _finish(store: TaskStore, task: TaskRecord, state: str, text: str) -> str:
-        cur = store.require(task.task_id)
-        if not cur.finished:
-            store.walk(task.task_id, "verifying")
-            store.move(task.task_id, state, text[:300] if state == "failed" else "")
+        store.finish(task.task_id, state, text[:300] if state == "failed" else "")
         return text
 
     # ------------------------------------------------------------------ LLM brain

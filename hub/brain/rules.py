@@ -459,10 +459,8 @@ class RuleBrain(Brain):
         return say("seen.people", lang, people=join(names, lang))
 
     def _finish(self, task: TaskRecord, text: str, state: str = "done") -> str:
-        """A task answered without any action: verifying → ``state``."""
-        if not self.store.require(task.task_id).finished:
-            self.store.walk(task.task_id, "verifying")
-            self.store.move(task.task_id, state, result={"report": text})
+        """A task answered without any action: verifying → ``state`` (one transaction)."""
+        self.store.finish(task.task_id, state, result={"report": text})
         return text
 
     # ------------------------------------------------------------------ memory

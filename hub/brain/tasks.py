@@ -277,6 +277,28 @@ class TaskStore:
                 rec = self._move(rec, s, note, None, None)
         return rec
 
+    def finish(
+        self,
+        task_id: str,
+        state: str,
+        note: str = "",
+        *,
+        result: dict[str, Any] | None = None,
+    ) -> TaskRecord:
+        """Close a task answered without further steps: to ``verifying`` (unless reached or
+        passed), then to the final ``state`` with ``note`` and ``result``, in one
+        transaction (the same transitions as :meth:`walk` then :meth:`move`). A task
+        already finished is returned as it is."""
+        if state not in FINAL:
+            raise BrainError("task.transition", task=task_id, src="?", dst=state)
+        with transaction(self.db):
+            rec = self.require(task_id)
+            if rec.finished:
+                return rec
+            if STATES.index("verifying") > STATES.index(rec.state):
+                rec = self._move(rec, "verifying", "", None, None)
+            return self._move(rec, state, note, None, result)
+
     def _move(
         self,
         rec: TaskRecord,

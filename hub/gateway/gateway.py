@@ -319,20 +319,18 @@ class Gateway:
         )
         base = Decision("block", "", args, effect or "", target, action_hash)
         # duplicate / unknown
-        for row in self.ledger.same_action(call.task_id, action_hash, call.call_id):
-            if row.status == "waiting":
-                return self._block("already waiting for the owner's answer", base)
-            if spec.retry == "forbidden" and row.status in (
-                None,
-                "succeeded",
-                "partial",
-                "running",
-            ):
-                return self._block(
-                    f"{spec.name} already {row.status or 'running'} in this task; "
-                    "retry is forbidden",
-                    base,
-                )
+        forbidden = spec.retry == "forbidden"
+        same = self.ledger.same_action(
+            call.task_id,
+            action_hash,
+            call.call_id,
+            ("waiting", *((None, "succeeded", "partial", "running") if forbidden else ())),
+        )
+        if same is not None and same.status == "waiting":
+            return self._block("already waiting for the owner's answer", base)
+        if same is not None:
+            done = same.status or "running"
+            return self._block(f"{spec.name} already {done} in this task; retry is forbidden", base)
         check = self.ledger.pending_check(call.task_id, m.name, spec.name)
         if check is not None:
             return self._block(
@@ -740,9 +738,12 @@ class Gateway:
         elif ctx.scope not in (spec.scopes if spec.scopes is not None else m.scopes):
             problem = f"scope {ctx.scope!r} may no longer use {m.name}.{spec.name}"
         else:
-            for row in self.ledger.same_action(card.task_id, card.action_hash.hex(), card.call_id):
-                if spec.retry == "forbidden" and row.status in ("succeeded", "partial", None):
-                    problem = "the same action already ran in this task"
+            ran = ("succeeded", "partial", None)
+            if spec.retry == "forbidden" and (
+                self.ledger.same_action(card.task_id, card.action_hash.hex(), card.call_id, ran)
+                is not None
+            ):
+                problem = "the same action already ran in this task"
         if problem:
             self.consent.set_state(card.card_id, "voided", problem)
             r = self._stamp(gateway_receipt("cancelled", problem), call, d, revision=1)

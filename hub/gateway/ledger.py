@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +62,8 @@ CREATE TABLE IF NOT EXISTS calls (
     updated_ms  INTEGER NOT NULL,
     PRIMARY KEY (task_id, call_id)
 );
-CREATE INDEX IF NOT EXISTS calls_action ON calls (task_id, action_hash);
+DROP INDEX IF EXISTS calls_action;
+CREATE INDEX IF NOT EXISTS calls_action_status ON calls (task_id, action_hash, status, outcome);
 CREATE TABLE IF NOT EXISTS checks (
     task_id    TEXT NOT NULL,
     package    TEXT NOT NULL,
@@ -440,16 +441,27 @@ class Ledger:
             )
         return receipt, True
 
-    def same_action(self, task_id: str, action_hash: str, call_id: str) -> list[CallRow]:
-        """Other calls of this task with the same action (for the duplicate rule)."""
-        return [
-            self._row(r)
+    def same_action(
+        self, task_id: str, action_hash: str, call_id: str, statuses: Iterable[str | None]
+    ) -> CallRow | None:
+        """The first other call of this task with the same action that was let through
+        (allowed or rewritten) and whose status is one of ``statuses`` (``None``: no
+        outcome yet), for the duplicate rule; ``None`` if there is none.
+
+        One index seek per status, however many such calls the task made: a task can grow
+        for as long as the hub runs (the brain's slot-list reads are one task that gains a
+        call every few seconds), so nothing here reads its other calls."""
+        first: tuple[int, Any] | None = None
+        for status in dict.fromkeys(statuses):
             for r in self.db.execute(
-                f"SELECT {self._COLS} FROM calls WHERE task_id=? AND action_hash=? "
-                "AND call_id<>? AND outcome IN ('allow','rewrite')",
-                (task_id, action_hash, call_id),
-            )
-        ]
+                f"SELECT rowid, {self._COLS} FROM calls WHERE task_id=? AND action_hash=? "
+                "AND status IS ? AND outcome IN ('allow','rewrite') AND call_id<>? "
+                "ORDER BY rowid LIMIT 1",
+                (task_id, action_hash, status, call_id),
+            ):
+                if first is None or r[0] < first[0]:
+                    first = (r[0], r[1:])
+        return None if first is None else self._row(first[1])
 
     def task_receipts(self, task_id: str) -> list[Receipt]:
         return [
@@ -539,7 +551,10 @@ class Ledger:
         return [f for f in fact_ids if f not in said], [f for f in fact_ids if f in said]
 
     def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
-        """Only ACKed facts count as said: call this when the reply's delivery is ACKed."""
+        """Only ACKed facts count as said: call this when the reply's delivery is ACKed.
+        No facts (most replies): no transaction."""
+        if not fact_ids:
+            return
         with self.transaction():
             for fact_id in fact_ids:
                 self.db.execute(

@@ -500,7 +500,8 @@ class MemoryIndex:
         """Insert or replace several items in one transaction, embedding them in batches.
 
         ``vectors`` (unit rows, same order) skips the embedder: for re-indexing and benches.
-        A re-indexed item keeps its last access time.
+        A re-indexed item keeps its last access time. A text that comes more than once (the
+        timeline's replies: "Done.", "I didn't catch that") is embedded once.
         """
         if not entries:
             return
@@ -511,7 +512,7 @@ class MemoryIndex:
         with self._lock:
             self._follow()
             if vectors is None:
-                vectors = self.embedder.embed([e.text for e in entries])
+                vectors = self._embed([e.text for e in entries])
             if vectors.shape != (len(entries), self.dim):
                 raise RecallError(
                     "recall.invalid",
@@ -525,6 +526,15 @@ class MemoryIndex:
                     self._conn.execute("INSERT INTO items_fts(items_fts) VALUES('optimize')")
             if replaced_text:
                 self.drop_freed_pages()
+
+    def _embed(self, texts: list[str]) -> Vectors:
+        """The embedder's vectors for ``texts``, each distinct text embedded once."""
+        distinct = list(dict.fromkeys(texts))
+        vectors = self.embedder.embed(distinct)
+        if len(distinct) == len(texts) or vectors.shape[0] != len(distinct):
+            return vectors  # a wrong shape is the caller's to refuse
+        row = {t: i for i, t in enumerate(distinct)}
+        return vectors[[row[t] for t in texts]]
 
     def _write(self, entries: Sequence[Entry], vectors: Vectors) -> bool:
         """Write rows inside the caller's transaction; True if an item's text was replaced."""

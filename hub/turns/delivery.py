@@ -15,7 +15,6 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import replace
 from typing import NamedTuple
 
 from google.protobuf.message import Message
@@ -80,36 +79,23 @@ class Delivery:
         the final one puts the whole reply on the timeline."""
         texts: list[str] = []
         for i, (text, final, task_id, brain, intent) in enumerate(pieces, start):
-            c = self.store.add_chunk(
-                Chunk(
-                    reply_id,
-                    i,
-                    adm.device,
-                    adm.utterance_id,
-                    task_id,
-                    text,
-                    final,
-                    brain,
-                    adm.trace_id,
-                    adm.seq,
-                )
+            made = Chunk(
+                reply_id,
+                i,
+                adm.device,
+                adm.utterance_id,
+                task_id,
+                text,
+                final,
+                brain,
+                adm.trace_id,
+                adm.seq,
             )
+            # the chunk, and when it is the final one the whole reply, in one transaction;
+            # from chunk 0 the earlier chunks are those kept here, else the store reads them
+            c, stored = self.store.keep_chunk(made, texts if start == 0 else None, intent=intent)
             texts.append(c.text)
-            if c.final:
-                # from chunk 0 every chunk is one of these; else the earlier ones are read
-                kept = texts if start == 0 else [x.text for x in self.store.chunks(reply_id)]
-                whole = " ".join(kept)
-                stored = self.store.finish_reply(
-                    reply_id=reply_id,
-                    utterance_id=adm.utterance_id,
-                    device=adm.device,
-                    text=whole,
-                    trace_id=adm.trace_id,
-                    utterance_seq=adm.seq,
-                    meta={"utterance": adm.utterance_id, "task": c.task_id, "brain": c.brain},
-                    intent=intent,
-                )
-                c = replace(c, reply_seq=stored.reply_seq)
+            if stored is not None:
                 entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)
                 await self._publish([entry])
             await self.send_chunk(c)
