@@ -55,13 +55,16 @@ def cmd_hub_run(args: argparse.Namespace) -> int:
 
 def serve_hub(args: argparse.Namespace, **extra: Any) -> int:
     """Run the hub the arguments of :func:`add_run_arguments` describe (``extra``: more
-    :class:`HubOptions` fields) until SIGTERM/SIGINT."""
+    :class:`HubOptions` fields) until SIGTERM/SIGINT. numpy's BLAS runs one thread in the
+    hub's process (:func:`models.blas.single_thread`: its workers spin after each call)."""
     from hub.mesh.daemon import HubDaemon, HubOptions
     from hub.schedule.clock import clock_from_env
     from hub.web.options import WebTls
+    from models.blas import single_thread
     from provisioning.home import Home
 
     setup_logging(args.verbose)
+    single_thread()
     extra.setdefault("clock", clock_from_env())  # YIMI_TEST_CLOCK: tests only
     home = Home.load(args.home)
     options = HubOptions(

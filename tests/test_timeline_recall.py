@@ -3,14 +3,16 @@ time phrases in English and Chinese narrowing the search."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime as dt
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from hub.memory.assertions import AssertionStore
-from hub.memory.index import MemoryIndex
+from hub.memory.index import Entry, MemoryIndex
 from hub.memory.period import past_period
 from hub.memory.timeline_recall import (
     TimelineIndexer,
@@ -327,3 +329,42 @@ def test_untold_leaves_questions_and_replies_out_and_they_crowd_nothing_out(
     )
     assert found[0] not in hidden and not asked & set(hidden) and len(hidden) == 3
     assert untold(path / "missing.db")([timeline_item("u-q")]) == set()
+
+
+async def test_the_running_indexer_embeds_each_entry_once(tmp_path: Path) -> None:
+    """The indexer the hub runs (``run``, passes on wake) hands each entry to the index once:
+    a later pass starts after its cursor, and a pass with nothing new writes nothing (the
+    embedding is what the hub's worker threads spend their CPU on)."""
+    loop = asyncio.get_running_loop()
+    timeline = [TimelineText(s, f"u{s}", "utterance", f"entry {s}", NOW_MS + s) for s in (1, 2, 3)]
+    written: list[str] = []
+    caught_up: asyncio.Queue[int] = asyncio.Queue()
+
+    class Recorder:
+        def upsert_many(self, entries: Sequence[Entry]) -> None:  # runs in a worker thread
+            written.extend(e.item_id for e in entries)
+
+    def read(after: int, limit: int) -> list[TimelineText]:
+        rows = [t for t in timeline if t.seq > after][:limit]
+        if len(rows) < limit:  # the pass's last read (on the loop)
+            caught_up.put_nowait(rows[-1].seq if rows else after)
+        return rows
+
+    indexer = TimelineIndexer(read, Recorder(), cursor_path(tmp_path), batch=2)
+    wake = asyncio.Event()
+    task = loop.create_task(indexer.run(wake, interval_s=3600.0, settle_s=0.0))
+    try:
+        assert await asyncio.wait_for(caught_up.get(), 30) == 3
+        timeline.extend(
+            TimelineText(s, f"u{s}", "utterance", f"entry {s}", NOW_MS + s) for s in (4, 5)
+        )
+        wake.set()
+        assert await asyncio.wait_for(caught_up.get(), 30) == 5
+        wake.set()  # a pass with nothing new
+        assert await asyncio.wait_for(caught_up.get(), 30) == 5
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert written == [timeline_item(f"u{s}") for s in (1, 2, 3, 4, 5)]
+    assert indexer.position == 5
