@@ -354,7 +354,7 @@ class DeviceNode:
             await self.mqtt.publish(uplink, data, qos=1)
             if not await self._reply_or_relink(waiter, link):
                 continue  # reconnected meanwhile: what was in flight may be lost, send it again
-            self.outbox.done(item.id)
+            self.outbox.done(item.id, answered=True)  # mostly done already: by the reply
             if item.id == stop_after:
                 return True
 
@@ -451,7 +451,7 @@ class DeviceNode:
         each chunk is handed on once as fresh (see :data:`ReplyHandler`)."""
         reply = opened.payload
         assert isinstance(reply, mesh_pb2.Reply)
-        if reply.utterance_id and self.outbox.done(reply.utterance_id):
+        if reply.utterance_id and self.outbox.done(reply.utterance_id, answered=True):
             self.delivered += 1
         fresh = self.seen.claim(reply.id, reply.chunk)
         fut = self._waiters.pop(reply.utterance_id, None) if reply.utterance_id else None
