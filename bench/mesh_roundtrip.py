@@ -204,6 +204,18 @@ class TripDriver:
                 raise RuntimeError(
                     f"{self.bundle.name} did not connect: {node.mqtt.last_error}"
                 ) from None
+            # A device keeps its replicas in step with the hub (``yimi edge run`` catches up
+            # on every connection, then every CATCHUP_INTERVAL_S): without that a fresh
+            # bundle's replica lacks the hub's history, and every live timeline update would
+            # be a pending import kept in memory and tried again at each later one — a cost
+            # (growing with the run) that no real device pays, and none of the log appends
+            # and syncs that a real device does pay.
+            await self._stack.enter_async_context(node.replication)
+            node.replication.wake()
+            try:
+                await asyncio.wait_for(node.replication.caught_up.wait(), CONNECT_TIMEOUT_S)
+            except TimeoutError:
+                raise RuntimeError(f"{self.bundle.name} did not catch up") from None
         except BaseException:
             await self._stack.aclose()
             raise

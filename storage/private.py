@@ -68,7 +68,7 @@ def private_file(path: Path) -> Path:
     return path
 
 
-def open_private_fd(path: Path, mode: str = "ab") -> int:
+def open_private_fd(path: str | Path, mode: str = "ab") -> int:
     """The file descriptor of ``path`` opened for writing (``"ab"`` append or ``"wb"``
     truncate), creating it 0600 (an existing file is set to 0600); the caller closes it."""
     flags = os.O_WRONLY | os.O_CREAT | (os.O_APPEND if mode == "ab" else os.O_TRUNC)

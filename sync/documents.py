@@ -19,6 +19,7 @@ malformed (a hostile or buggy peer cannot break a listing).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
@@ -58,7 +59,10 @@ def seq_doc(period: str) -> str:
     return SEQ + period
 
 
+@functools.lru_cache(maxsize=1024)
 def period_of_doc(doc_id: str) -> str | None:
+    """The period of a timeline or seq document's id (``None`` for any other id). Cached:
+    every received update asks it several times (wanted, refusal) of the same few ids."""
     for prefix in (TIMELINE, SEQ):
         if doc_id.startswith(prefix):
             period = doc_id[len(prefix) :]

@@ -5,6 +5,11 @@ outbox only when the hub's reply for it arrives. Retries re-seal the payload wit
 counter; the hub deduplicates by the item id, so a retry never doubles an entry.
 Flushing is serialised across processes by an ``flock`` on ``outbox.lock``.
 
+A put and a withdrawal wait for the disk. The bookkeeping of sending — an attempt counted,
+an answered item removed — commits without a sync of its own (WAL, ``synchronous=NORMAL``:
+atomic and safe from a crash of the process; the next synced commit covers it): a power cut
+that loses such a commit only makes an item be sent once more, which the hub deduplicates.
+
 An item may carry attachments (a voice utterance's encoded audio, as ``AUDIO_CHUNK``
 pieces): they are committed in the same transaction as the item, sent before it, in index
 order, on every attempt, and leave the outbox with it.
@@ -123,14 +128,25 @@ class Outbox:
             self._conn.execute("SELECT 1 FROM outbox WHERE id=?", (item_id,)).fetchone() is not None
         )
 
+    @contextmanager
+    def _unsynced(self) -> Iterator[apsw.Connection]:
+        """A transaction whose commit does not wait for the disk (see the module doc)."""
+        self._conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            with transaction(self._conn) as conn:
+                yield conn
+        finally:
+            self._conn.execute("PRAGMA synchronous=FULL")
+
     def attempted(self, item_id: str) -> None:
-        with transaction(self._conn):
+        with self._unsynced():
             self._conn.execute("UPDATE outbox SET attempts = attempts + 1 WHERE id=?", (item_id,))
 
-    def done(self, item_id: str) -> bool:
+    def done(self, item_id: str, *, answered: bool = False) -> bool:
         """Remove a delivered (or withdrawn) item and its chunks; ``False`` if it was
-        already gone."""
-        with transaction(self._conn):
+        already gone. ``answered``: the hub's reply came, so the removal need not wait for
+        the disk (see the module doc); a withdrawal does."""
+        with self._unsynced() if answered else transaction(self._conn):
             self._conn.execute("DELETE FROM outbox_chunks WHERE item_id=?", (item_id,))
             return (
                 self._conn.execute(

@@ -100,6 +100,10 @@ class Replica:
         self.doc = LoroDoc()
         self.gen = 0
         self._offset = 0  # bytes of the current log already imported
+        self._lock_path = os.path.join(folder, f"{doc_id}.lock")
+        self._paths: tuple[int, str, str] = (-1, "", "")
+        """(generation, its log, the next generation's snapshot) as strings: the paths every
+        apply looks at, made once per generation rather than twice per update"""
         self.problems: list[str] = []
         private_dir(folder)
         with self._locked():
@@ -112,6 +116,15 @@ class Replica:
     def _log(self, gen: int) -> Path:
         return self.folder / f"{self.doc_id}.g{gen}.log"
 
+    def _hot_paths(self) -> tuple[str, str]:
+        """This generation's log and the next generation's snapshot (as strings)."""
+        gen, log_path, next_snap = self._paths
+        if gen != self.gen:
+            base = os.path.join(self.folder, self.doc_id)
+            log_path, next_snap = f"{base}.g{self.gen}.log", f"{base}.g{self.gen + 1}.snap"
+            self._paths = (self.gen, log_path, next_snap)
+        return log_path, next_snap
+
     def _generations(self) -> list[int]:
         pattern = re.compile(rf"^{re.escape(self.doc_id)}\.g(\d+)\.(snap|log)$")
         gens = {int(m.group(1)) for name in os.listdir(self.folder) if (m := pattern.match(name))}
@@ -119,7 +132,7 @@ class Replica:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        fd = os.open(self.folder / f"{self.doc_id}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(self._lock_path, os.O_CREAT | os.O_RDWR, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -231,12 +244,12 @@ class Replica:
             return self._refresh_locked()
 
     def _refresh_locked(self) -> list[bytes]:
-        path = self._log(self.gen)
+        path, next_snap = self._hot_paths()
         try:
             size: int | None = os.stat(path).st_size
         except FileNotFoundError:
             size = None
-        if size is None or self._snap(self.gen + 1).exists():
+        if size is None or os.path.exists(next_snap):
             # maybe a newer generation (another process compacted): look at them all. With
             # our log still there and no snapshot N+1, there is none: generations are made
             # one after the other (N+1's snapshot before its log) and removed oldest first,
@@ -249,7 +262,7 @@ class Replica:
         if size is None or size == self._offset:
             return []
         before = version(self.doc)
-        self._offset = self._replay(path, self._offset)
+        self._offset = self._replay(Path(path), self._offset)
         return [self._export_since(before)] if version(self.doc) != before else []
 
     def _export_since(self, before: bytes) -> bytes:
@@ -336,7 +349,7 @@ class Replica:
             self._compact_locked()
 
     def _append_only(self, blob: bytes) -> None:
-        path = self._log(self.gen)
+        path, _ = self._hot_paths()
         fd = open_private_fd(path)
         try:
             start = os.lseek(fd, 0, os.SEEK_END)

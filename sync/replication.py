@@ -84,8 +84,12 @@ class DeviceReplication:
         request: Request,
         is_connected: Callable[[], bool],
         scopes: Collection[str] | None = None,
+        flush: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.replicas = replicas
+        self._flush = flush
+        """makes the replicas' appends durable (their :class:`~storage.group_commit.GroupCommit`'s
+        flush, when they have one): awaited before anything about them is sent"""
         self._broadcast = broadcast
         self._request = request
         self._is_connected = is_connected
@@ -121,6 +125,8 @@ class DeviceReplication:
         if message is None or not self._is_connected():
             return
         try:
+            if self._flush is not None:
+                await self._flush()
             await self._broadcast(message)
         except Exception as exc:  # offline now: the next catch-up pushes it
             log.info("live update not sent (%s); catch-up will carry it", exc)
@@ -197,6 +203,8 @@ class DeviceReplication:
                 blob, _ = updates_since(doc_id, doc, theirs)
                 push.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))
         if push:
+            if self._flush is not None:
+                await self._flush()
             result = await self._request(sync_pb2.SyncRequest(push=push))
             for reason in result.refused:
                 log.warning("hub refused a pushed update: %s", reason)

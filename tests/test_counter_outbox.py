@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,37 @@ def test_outbox_done_removes(tmp_path: Path) -> None:
     box.attempted("a")
     box.attempted("a")
     assert box.pending()[0].attempts == 2
+    box.close()
+
+
+def test_only_the_bookkeeping_of_sending_commits_without_waiting_for_the_disk(
+    tmp_path: Path,
+) -> None:
+    """A put and a withdrawal commit with ``synchronous=FULL``; an attempt counted and an
+    answered item removed commit with ``NORMAL`` (the next synced commit covers them), and
+    the connection is back to ``FULL`` after each."""
+    box = Outbox(tmp_path / "outbox.db")
+    statements: list[str] = []
+
+    def trace(cursor: object, sql: str, bindings: object) -> bool:
+        statements.append(sql.strip().upper())
+        return True
+
+    box._conn.exec_trace = trace
+
+    def syncs_of(op: Callable[[], object]) -> list[str]:
+        statements.clear()
+        op()
+        return [s for s in statements if s.startswith(("PRAGMA SYNCHRONOUS", "COMMIT"))]
+
+    assert syncs_of(lambda: put(box, "a")) == ["COMMIT"]
+    assert syncs_of(lambda: put(box, "b")) == ["COMMIT"]
+    relaxed = ["PRAGMA SYNCHRONOUS=NORMAL", "COMMIT", "PRAGMA SYNCHRONOUS=FULL"]
+    assert syncs_of(lambda: box.attempted("a")) == relaxed
+    assert syncs_of(lambda: box.done("a", answered=True)) == relaxed
+    assert syncs_of(lambda: box.done("b")) == ["COMMIT"]  # a withdrawal waits for the disk
+    assert box._conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
+    assert box.count() == 0
     box.close()
 
 

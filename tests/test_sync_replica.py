@@ -26,6 +26,7 @@ from loro import ExportMode, LoroDoc, VersionVector
 
 from hub.timeline import HubStore
 from protos import sync_pb2
+from storage.group_commit import GroupCommit
 from sync import crdt
 from sync import documents as docs
 from sync.crdt import CrdtError, guard, updates_since, version
@@ -688,6 +689,52 @@ def test_devices_catch_up_through_the_hub_and_get_seqs(hub: Hub, tmp_path: Path)
     before = hub.sqlite()
     catch_up(a, b)
     assert hub.sqlite() == before and view(a.replicas) == expected
+
+
+def test_a_device_with_a_group_commit_syncs_before_it_tells_the_hub(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """With a GroupCommit (a DeviceNode's), a received update is appended without a sync
+    of its own; the group is flushed before a live broadcast and before a catch-up push."""
+    group = GroupCommit()
+    replicas = ReplicaSet(tmp_path / "g-replicas", group=group)
+    pending_when_sent: list[int] = []
+
+    async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        if req.push:
+            pending_when_sent.append(group.pending)
+        response, _ = hub.sync.serve(req, "g")
+        return response
+
+    async def live(_: sync_pb2.SyncUpdate) -> None:
+        pending_when_sent.append(group.pending)
+
+    device = DeviceReplication(
+        replicas, broadcast=live, request=request, is_connected=lambda: True, flush=group.flush
+    )
+    hub.replicas.add_entry(entry("h1", device="hub", ts=T0 + 1))
+    update = sync_pb2.SyncUpdate(
+        updates=[
+            sync_pb2.DocUpdate(doc=d, blob=updates_since(d, hub.replicas.get(d).doc, b"")[0])
+            for d in hub.replicas.doc_ids()
+        ]
+    )
+    device.on_hub_update(update)
+    assert group.pending > 0  # appended, not synced yet
+    assert [e.id for e in replicas.timeline()] == ["h1"]
+    other = ReplicaSet(tmp_path / "g-replicas")  # another process writes a note
+    other.set_note("n", {"text": "mine"}, device="g")
+
+    async def run() -> None:
+        await device.catch_up()  # pushes the note
+        replicas.get(docs.NOTES).change(
+            partial(docs.set_note_fields, note_id="n", fields={"done": True}, device="g")
+        )
+        await device.send([sync_pb2.DocUpdate(doc=docs.NOTES, blob=b"x")])
+
+    asyncio.run(run())
+    assert pending_when_sent == [0, 0]
+    assert hub.replicas.notes()[0].text == "mine"
 
 
 def test_an_entry_in_another_devices_name_is_refused_everywhere(hub: Hub, tmp_path: Path) -> None:
