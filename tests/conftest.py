@@ -4,6 +4,11 @@ import compileall
 from collections.abc import Iterator
 from pathlib import Path
 
+# imported here, at the top of the stack: hypothesis's pytest plugin imports it lazily in its
+# terminal summary otherwise, where pytest's assertion rewriter parses it deep in the stack and
+# CPython 3.11.7's parser fails ("AST constructor recursion depth mismatch"), ending a run
+# without xdist with a SystemError after every test passed
+import hypothesis  # noqa: F401
 import pytest
 
 from tests.mesh_harness import Mesh, mosquitto_pids
