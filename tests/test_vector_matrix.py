@@ -12,7 +12,7 @@ import numpy.typing as npt
 import pytest
 
 from hub.memory.index import DAY_MS, LIST_LIMIT, STALE_DAYS, Entry, MemoryIndex
-from hub.memory.vector_matrix import QueryVectors, VectorMatrix
+from hub.memory.vector_matrix import RecentVectors, VectorMatrix
 
 T0 = 1_780_000_000_000
 DIM = 32
@@ -126,7 +126,7 @@ def test_a_query_is_embedded_once_while_it_is_among_the_recent_ones() -> None:
         calls.append(text)
         return np.full(DIM, float(len(text)), dtype=np.float32)
 
-    cache = QueryVectors(size=2)
+    cache = RecentVectors(size=2)
     first = cache.get("m", "tea", embed)
     assert cache.get("m", "tea", embed) is first and calls == ["tea"]
     cache.get("other-model", "tea", embed)  # another model: its own vector
@@ -135,6 +135,31 @@ def test_a_query_is_embedded_once_while_it_is_among_the_recent_ones() -> None:
     assert calls == ["tea", "tea", "coffee", "tea"]
     with pytest.raises(ValueError):
         first[0] = 1.0  # what the cache hands out is read-only
+
+
+def test_texts_held_are_not_embedded_again_and_rows_keep_their_order() -> None:
+    calls: list[list[str]] = []
+
+    def embed(texts: list[str]) -> npt.NDArray[np.float32]:
+        calls.append(list(texts))
+        return np.stack([np.full(DIM, float(len(t)), dtype=np.float32) for t in texts])
+
+    cache = RecentVectors(size=3)
+    rows = cache.many("m", ["Done.", "tea", "Done."], embed)
+    assert calls == [["Done.", "tea"]]  # each distinct text once
+    assert [r[0] for r in rows] == [5.0, 3.0, 5.0]
+    rows = cache.many("m", ["coffee", "Done."], embed)
+    assert calls[1:] == [["coffee"]]  # "Done." was held
+    assert [r[0] for r in rows] == [6.0, 5.0]
+    cache.many("m", ["milk"], embed)  # size 3: "tea" (the oldest) is dropped
+    cache.many("m", ["tea", "Done."], embed)
+    assert calls[-1] == ["tea"]
+    cache.many("other-model", ["Done."], embed)  # another model: its own vector
+    assert calls[-1] == ["Done."]
+    assert cache.get("m", "tea", lambda t: pytest.fail("held")).tolist() == [3.0] * DIM
+    wrong = np.zeros((1, DIM), dtype=np.float32)  # one row for two texts: handed back, unkept
+    assert cache.many("m", ["x", "y"], lambda texts: wrong) is wrong
+    assert cache.many("m", ["x"], embed)[0][0] == 1.0
 
 
 def test_nearest_is_the_brute_force_ranking_with_ties_by_rowid() -> None:

@@ -50,7 +50,7 @@ import apsw
 
 from hub.memory.errors import MemoryStoreError
 from hub.memory.sensitivity import Source, check_level, parse_source
-from hub.memory.vector_matrix import QueryVectors, VectorMatrix
+from hub.memory.vector_matrix import RecentVectors, VectorMatrix
 from protos.clock import now_ms
 from storage.private import private_dir, private_file
 
@@ -77,6 +77,9 @@ vector hit, and RRF would rank any item in both lists above the best vector-only
 FTS_CANDIDATES = 4 * LIST_LIMIT
 """trigram hits read to re-check terms at word starts before the keyword list is cut"""
 WINDOW_NEAREST = 10
+TEXTS_HELD = 256
+"""the last texts written whose embeddings are kept: a repeated reply is not embedded again
+(256 × 512 floats, half a megabyte)"""
 """in a time window, the nearest this many are in the vector list whatever their cosine"""
 W_RELEVANCE, W_IMPORTANCE, W_RECENCY = 0.65, 0.20, 0.15
 DECAY_PER_DAY = 0.95
@@ -340,7 +343,8 @@ class MemoryIndex:
         self.is_live = is_live
         self._lock = threading.RLock()
         self._home: Path | None = None
-        self._queries = QueryVectors()
+        self._queries = RecentVectors()
+        self._texts = RecentVectors(size=TEXTS_HELD)
         """set by :meth:`for_home`: the index follows the home's switch of embedding model"""
         self._open(dim)
 
@@ -528,13 +532,10 @@ class MemoryIndex:
                 self.drop_freed_pages()
 
     def _embed(self, texts: list[str]) -> Vectors:
-        """The embedder's vectors for ``texts``, each distinct text embedded once."""
-        distinct = list(dict.fromkeys(texts))
-        vectors = self.embedder.embed(distinct)
-        if len(distinct) == len(texts) or vectors.shape[0] != len(distinct):
-            return vectors  # a wrong shape is the caller's to refuse
-        row = {t: i for i, t in enumerate(distinct)}
-        return vectors[[row[t] for t in texts]]
+        """The embedder's vectors for ``texts``: each distinct text embedded once, and not
+        at all if it was among the last :data:`TEXTS_HELD` written (replies repeat)."""
+        embedder = self.embedder
+        return self._texts.many(embedder.model_id, texts, embedder.embed)
 
     def _write(self, entries: Sequence[Entry], vectors: Vectors) -> bool:
         """Write rows inside the caller's transaction; True if an item's text was replaced."""

@@ -18,14 +18,14 @@ at or after the cutoff, nearest first (equal distances by rowid).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy is imported where the matrix is first built (a large import)
     import numpy as np
     import numpy.typing as npt
 
-__all__ = ["QueryVectors", "VectorMatrix"]
+__all__ = ["RecentVectors", "VectorMatrix"]
 
 _MIN_CAPACITY = 1024
 
@@ -179,11 +179,15 @@ def _unit(vecs: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return np.asarray(vecs / norms, dtype=np.float32)
 
 
-class QueryVectors:
-    """The last few queries' embeddings, by (model, text): a turn's recall asks for the same
-    words more than once (its context, then the model's own search), and embedding them
-    costs milliseconds each time. Embeddings are deterministic, so a remembered one is the
-    one the model would give again."""
+class RecentVectors:
+    """The last few texts' embeddings, by (model, text). Embeddings are deterministic, so a
+    remembered one is the one the model would give again:
+
+    - a turn's recall asks for the same words more than once (its context, then the model's
+      own search), and embedding them costs milliseconds each time;
+    - the timeline's replies repeat ("Done.", "I didn't catch that", the help text), and the
+      indexer would embed each again.
+    """
 
     def __init__(self, size: int = 64) -> None:
         self.size = size
@@ -201,7 +205,39 @@ class QueryVectors:
             vec.setflags(write=False)
         with self._lock:
             self._held.pop(key, None)
-            while len(self._held) >= self.size:
-                del self._held[next(iter(self._held))]  # the oldest
-            self._held[key] = vec  # newest last
+            self._keep(key, vec)
         return vec
+
+    def many(
+        self,
+        model_id: str,
+        texts: Sequence[str],
+        embed: Callable[[list[str]], npt.NDArray[np.float32]],
+    ) -> npt.NDArray[np.float32]:
+        """The ``(len(texts), dim)`` rows of ``texts``, in order: the texts not held (each
+        distinct one once) in one call of ``embed``. A result of the wrong shape is returned
+        as it is, unkept (the caller refuses it)."""
+        import numpy as np
+
+        with self._lock:
+            held = {t: self._held.pop((model_id, t)) for t in texts if (model_id, t) in self._held}
+        missing = [t for t in dict.fromkeys(texts) if t not in held]
+        if missing:
+            fresh = embed(missing)
+            if fresh.ndim != 2 or fresh.shape[0] != len(missing):
+                return fresh
+            for t, vec in zip(missing, fresh, strict=True):
+                vec = np.array(vec, dtype=np.float32)
+                vec.setflags(write=False)
+                held[t] = vec
+        with self._lock:
+            for t, vec in held.items():
+                self._held.pop((model_id, t), None)
+                self._keep((model_id, t), vec)
+        return np.stack([held[t] for t in texts])
+
+    def _keep(self, key: tuple[str, str], vec: npt.NDArray[np.float32]) -> None:
+        """Hold ``vec`` as the newest (under the lock), dropping the oldest past ``size``."""
+        while len(self._held) >= self.size:
+            del self._held[next(iter(self._held))]  # the oldest
+        self._held[key] = vec  # newest last
