@@ -64,6 +64,7 @@ from hub.turns.context import ContextSources
 from hub.turns.delivery import Delivery
 from hub.turns.later import Later
 from hub.turns.notify import Notifier, NotifySettings
+from hub.turns.redelivery import Redelivery
 from hub.turns.watching import Watching, gateway_reader
 from hub.vision.describe import provider_describer
 from hub.vision.service import Vision
@@ -216,6 +217,12 @@ class HubDaemon:
             gateway=self._gateway,
         )
         """every reply the hub sends, and the devices' ACKs"""
+        self.redelivery = Redelivery(
+            online=self._online_devices,
+            unacked=self.store.unacked_chunks,
+            send=self.delivery.send_chunk,
+        )
+        """reply chunks an online device has not ACKed, sent again with backoff"""
         self.scheduler = Scheduler(
             JobStore(home.path / "schedule.db"),
             clock=options.clock,
@@ -579,6 +586,7 @@ class HubDaemon:
         if opts.web_port is not None:
             await self._start_web(opts.web_port)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
+        tasks.spawn(self.redelivery.run(), "reply-redelivery")
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")
         tasks.spawn(self._migrate_recall(), "recall-migrate")
@@ -947,6 +955,9 @@ class HubDaemon:
 
     async def _send_decision(self, decision: Decision) -> None:
         await self.port.send(decision.device, mesh_pb2.WAKE_DECISION, decision.message())
+
+    def _online_devices(self) -> list[str]:
+        return [d for d, row in self.store.presence().items() if row.state == "online"]
 
     async def _on_presence(self, opened: Opened) -> None:
         pres = opened.payload
