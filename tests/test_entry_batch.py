@@ -205,3 +205,45 @@ async def test_a_caller_cancelled_as_it_is_handed_the_next_flight_hands_it_on() 
             await doomed
         await batch.publish([entry(3)])
     assert f.written == [["e1"], ["e2", "e3"]]
+
+
+async def test_a_held_entry_goes_with_the_next_flight() -> None:
+    f = Flights()
+    batch = f.batch()
+    async with asyncio.timeout(DEADLINE_S):
+        batch.hold([entry(1)])  # the utterance: the turn goes on at once
+        assert f.written == [] and batch.held == 1
+        await batch.publish([entry(2)])  # its reply
+    assert f.written == [["e1", "e2"]] and f.sent == 1 and f.after == [["e1", "e2"]]
+    assert batch.held == 0 and (batch.flights, batch.entries) == (1, 2)
+
+
+async def test_a_held_entry_flies_on_its_own_when_no_flight_comes() -> None:
+    f = Flights()
+    batch = EntryBatch(f.write, f.send, f.done, hold_s=0.05)
+    loop = asyncio.get_running_loop()
+    flew = asyncio.Event()
+    f.on_after = flew.set
+    async with asyncio.timeout(DEADLINE_S), asyncio.TaskGroup() as tg:
+        runner = tg.create_task(batch.run(), name="held")
+        batch.hold([entry(1)])
+        held_at = loop.time()
+        await flew.wait()
+        flew_at = loop.time()
+        runner.cancel()
+    assert f.written == [["e1"]] and f.sent == 1 and batch.held == 0
+    assert flew_at - held_at >= 0.05  # it waited for a reply to go with first
+
+
+async def test_held_entries_of_a_failed_flight_are_held_again() -> None:
+    f = Flights()
+    batch = f.batch()
+    async with asyncio.timeout(DEADLINE_S):
+        batch.hold([entry(1)])
+        f.fail = OSError(28, "No space left on device")
+        with pytest.raises(OSError, match="No space"):
+            await batch.publish([entry(2)])
+        assert batch.held == 1  # e2's caller was told; e1 has nobody waiting: kept
+        f.fail = None
+        await batch.publish([entry(3)])
+    assert f.written == [["e1", "e3"]] and batch.held == 0

@@ -262,7 +262,7 @@ async def test_typed_and_unusable_voice_utterances_pass_the_one_admission(
     published: list[str] = []
     committed: list[int] = []
 
-    async def publish(entries: list[Any]) -> None:
+    def hold(entries: list[Any]) -> None:
         published.extend(e.id for e in entries)
 
     def commit(o: Opened) -> tuple[str, int, bytes]:
@@ -270,7 +270,7 @@ async def test_typed_and_unusable_voice_utterances_pass_the_one_admission(
         return (o.sender, o.counter, b"\x01")
 
     admission = Admission(
-        store, turns=queue, publish=publish, commit=commit, count=lambda name: counts.update([name])
+        store, turns=queue, hold=hold, commit=commit, count=lambda name: counts.update([name])
     )
 
     def opened(utt: mesh_pb2.Utterance, counter: int) -> Opened:

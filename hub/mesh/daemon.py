@@ -298,7 +298,7 @@ class HubDaemon:
         self.admission = Admission(
             self.store,
             turns=self.turns,
-            publish=self._publish_entries,
+            hold=self.entry_batch.hold,
             commit=port.commit,
             count=port.count,
         )
@@ -586,6 +586,7 @@ class HubDaemon:
         if opts.web_port is not None:
             await self._start_web(opts.web_port)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
+        tasks.spawn(self.entry_batch.run(), "timeline-held")
         tasks.spawn(self.redelivery.run(), "reply-redelivery")
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")

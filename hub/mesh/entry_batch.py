@@ -11,6 +11,15 @@ waits for the disk and the broker — queue up, and the first of them, when the 
 writes and broadcasts everything queued as one batch. There is no task of its own: a
 caller is answered when its batch is durable and broadcast, exactly as when it wrote alone,
 and a failure reaches every caller of the failed batch (the next batch tries afresh).
+
+An admitted utterance is not published on its own: :meth:`EntryBatch.hold` keeps its entry
+for the flight of its reply, which a rule-based brain makes a few milliseconds later — one
+change and one broadcast per turn instead of two, for the hub and for every device that
+takes it — and the turn starts without waiting for a flush. An entry whose reply is slower
+(a cloud model, a turn queued behind others) flies on its own at most :data:`HOLD_S` after
+it was held (:meth:`EntryBatch.run`, the hub's task). Holding loses nothing: the utterance
+is durable in ``hub.db`` before it is held, and a hub that stops with entries held writes
+them into the documents when it starts again (``HubMesh._reconcile``).
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ log = logging.getLogger(__name__)
 
 MAX_BATCH = 32
 """callers whose entries one flight carries at most (one broadcast stays small)"""
+HOLD_S = 0.2
+"""seconds a held entry waits for a flight to go with before it flies on its own (other
+devices show the utterance at most this much later; the owner's own device shows it at once)"""
 
 WriteFn = Callable[[list[docs.Entry]], list[sync_pb2.DocUpdate]]
 SendFn = Callable[[list[sync_pb2.DocUpdate]], Awaitable[None]]
@@ -52,12 +64,20 @@ class _Waiter:
 class EntryBatch:
     """``publish(entries)``: written by ``write``, sent by ``send``, then told to ``after``."""
 
-    def __init__(self, write: WriteFn, send: SendFn, after: AfterFn) -> None:
+    def __init__(
+        self, write: WriteFn, send: SendFn, after: AfterFn, *, hold_s: float = HOLD_S
+    ) -> None:
         self._write = write
         self._send = send
         self._after = after
+        self.hold_s = hold_s
+        """seconds a held entry waits for a flight (:data:`HOLD_S`)"""
         self._queue: list[_Waiter] = []
         self._flying = False
+        self._held: list[docs.Entry] = []
+        self._held_at = 0.0
+        """the loop's time when the oldest held entry was held"""
+        self._wake = asyncio.Event()
         self.flights = 0
         """batches written and broadcast so far"""
         self.entries = 0
@@ -68,10 +88,41 @@ class EntryBatch:
         """callers queued behind the flight in the air"""
         return len(self._queue)
 
-    async def publish(self, entries: list[docs.Entry]) -> None:
-        """Return once ``entries`` are in the documents and broadcast (raises what the write
-        raised for their batch)."""
+    @property
+    def held(self) -> int:
+        """entries held for the next flight"""
+        return len(self._held)
+
+    def hold(self, entries: list[docs.Entry]) -> None:
+        """Send ``entries`` with the next flight, or on their own :attr:`hold_s` from now if
+        none comes (returns at once; a failed flight holds them again)."""
         if not entries:
+            return
+        if not self._held:
+            self._held_at = asyncio.get_running_loop().time()
+        self._held.extend(entries)
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Fly held entries whose wait is over, until cancelled (the hub's task)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._held:
+                delay = self._held_at + self.hold_s - loop.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # a flight in the meantime takes them along
+                    continue
+                try:
+                    await self.publish([])
+                except Exception as exc:  # held again: the next try is hold_s from now
+                    log.warning("held timeline entries not published: %s", exc)
+
+    async def publish(self, entries: list[docs.Entry]) -> None:
+        """Return once ``entries`` (and those held) are in the documents and broadcast
+        (raises what the write raised for their batch)."""
+        if not entries and not self._held:
             return
         me = _Waiter(list(entries))
         self._queue.append(me)
@@ -80,7 +131,7 @@ class EntryBatch:
         self._flying = True
         batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
         try:
-            failed = await self._fly(batch)
+            failed = await self._fly(batch, me)
         except BaseException:
             if not me.answer.done():
                 me.answer.cancel()  # cancelled in flight: never handed the next one
@@ -102,19 +153,29 @@ class EntryBatch:
                 self._hand_over()
             raise
 
-    async def _fly(self, batch: list[_Waiter]) -> Exception | None:
-        """Write and send ``batch``; answers its other callers, returns the write's error."""
-        entries = [e for w in batch for e in w.entries]
+    async def _fly(self, batch: list[_Waiter], lead: _Waiter) -> Exception | None:
+        """Write and send ``batch`` with the held entries; answers its callers but ``lead``
+        (the one flying it), returns the write's error."""
+        held, self._held = self._held, []
+        entries = held + [e for w in batch for e in w.entries]
         try:
-            await self._send(self._write(entries))
+            if entries:
+                await self._send(self._write(entries))
         except Exception as exc:
+            self._hold_again(held)
             for w in batch:
-                if not w.answer.done():
+                if w is not lead and not w.answer.done():
                     w.answer.set_exception(exc)
             return exc
         except BaseException:  # this caller was cancelled: the others' entries fly next
+            self._hold_again(held)
             self._queue[:0] = batch  # none was answered: every entry goes again
             raise
+        if not entries:
+            for w in batch:
+                if not w.answer.done():
+                    w.answer.set_result(_Role.DONE)
+            return None
         self.flights += 1
         self.entries += len(entries)
         try:
@@ -125,6 +186,13 @@ class EntryBatch:
             if not w.answer.done():
                 w.answer.set_result(_Role.DONE)
         return None
+
+    def _hold_again(self, held: list[docs.Entry]) -> None:
+        """``held`` did not fly: first in line again, their wait starting afresh."""
+        if held:
+            self._held[:0] = held
+            self._held_at = asyncio.get_running_loop().time()
+            self._wake.set()
 
     def _hand_over(self) -> None:
         """The next flight is the first waiting caller's (one whose wait was cancelled

@@ -45,6 +45,9 @@ MAX_TEXT = 16_000
 
 PublishFn = Callable[[list[docs.Entry]], Awaitable[None]]
 """sequence timeline entries in the replicated documents and broadcast them"""
+HoldFn = Callable[[list[docs.Entry]], None]
+"""publish timeline entries with the next broadcast, or on their own shortly
+(:meth:`hub.mesh.entry_batch.EntryBatch.hold`)"""
 
 
 def typed_scope(scopes: Sequence[str]) -> str | None:
@@ -262,13 +265,13 @@ class Admission:
         store: HubStore,
         *,
         turns: TurnQueue,
-        publish: PublishFn,
+        hold: HoldFn,
         commit: Callable[[Opened], ReplayState | None],
         count: Callable[[str], None],
     ) -> None:
         self.store = store
         self.turns = turns
-        self._publish = publish
+        self._hold = hold
         self._commit = commit
         self._count = count
 
@@ -335,6 +338,8 @@ class Admission:
             return
         log.debug("turn %s from %s admitted as %s (seq %d)", utt.id, opened.sender, scope, adm.seq)
         entry = docs.Entry(adm.utterance_id, adm.device, adm.ts_ms, "utterance", text, adm.seq)
-        await self._publish([entry])
+        # durable in hub.db already: the entry goes out with its reply's broadcast, and the
+        # turn does not wait for it
+        self._hold([entry])
         raw = None if utt.HasField("voice") else utt.SerializeToString()
         self.turns.enqueue(adm, raw)
