@@ -454,6 +454,19 @@ def ledger_batches(gw_dir: Path) -> list[tuple[int, int]]:
     ]
 
 
+async def crashed_before_the_file_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, prefix: str
+) -> Path:
+    """The gateway folder a crash leaves after receipts were acknowledged and before the
+    audit file's background sync: the ledger still holds every batch. Returns its
+    ``audit`` folder."""
+    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)  # no file sync meanwhile
+    async with gw_at(tmp_path) as gw:
+        await acknowledged(gw, prefix)
+        crashed = snapshot(tmp_path, "crash")
+    return crashed / "gw" / "audit"
+
+
 @pytest.mark.parametrize("torn", [False, True])
 async def test_acknowledged_records_the_audit_file_lost_are_re_appended_from_the_ledger(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torn: bool
@@ -486,11 +499,8 @@ async def test_acknowledged_records_the_audit_file_lost_are_re_appended_from_the
 async def test_a_whole_audit_file_is_not_appended_to_again(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)
-    async with gw_at(tmp_path) as gw:
-        await acknowledged(gw, "w")
-        crashed = snapshot(tmp_path, "crash")  # the ledger still holds every batch
-    audit_dir = crashed / "gw" / "audit"
+    audit_dir = await crashed_before_the_file_sync(tmp_path, monkeypatch, "w")
+    crashed = audit_dir.parent.parent
     log_before = (audit_dir / "audit.jsonl").read_bytes()
     async with gw_at(crashed):
         assert (audit_dir / "audit.jsonl").read_bytes() == log_before
@@ -501,11 +511,8 @@ async def test_a_whole_audit_file_is_not_appended_to_again(
 async def test_ledger_records_that_do_not_chain_on_the_log_are_not_appended(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(commit_module, "CHECKPOINT_S", 3600.0)
-    async with gw_at(tmp_path) as gw:
-        await acknowledged(gw, "f")
-        crashed = snapshot(tmp_path, "crash")
-    audit_dir = crashed / "gw" / "audit"
+    audit_dir = await crashed_before_the_file_sync(tmp_path, monkeypatch, "f")
+    crashed = audit_dir.parent.parent
     cut_after(audit_dir, 2)
     log_before = (audit_dir / "audit.jsonl").read_bytes()
     # someone edits a record in the ledger's copy: its hash no longer matches, so the
