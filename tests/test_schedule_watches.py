@@ -157,3 +157,24 @@ async def test_a_timeline_watch_tells_each_matching_entry_once(tmp_path: Path) -
             ("phone1", "Watch “the parcel”: The parcel is at the door"),
             ("phone1", "你让我留意的“快递”：快递到了"),
         ]
+
+
+async def test_the_request_that_set_a_timeline_watch_is_not_an_occurrence(
+    tmp_path: Path,
+) -> None:
+    """The request's own entry reaches the timeline with its reply, after the watch exists
+    (hub/mesh/entry_batch.py holds it): it names the words, yet is not what was asked about."""
+    async with world(tmp_path) as w:
+        asked = "tell me when the timeline mentions the parcel"
+        turn = Turn(asked, device_id="phone1", turn_id="u-ask")
+        assert await collect(w.brain.turn(turn)) == (
+            "OK, I'll tell you when the timeline mentions the parcel."
+        )
+        w.watching.on_entries(
+            [
+                Entry("u-ask", "phone1", 1, "utterance", asked),
+                Entry("u-next", "mac1", 2, "utterance", "the parcel is with the neighbour"),
+            ]
+        )
+        await w.scheduler.run_due()
+        assert w.sent == [("phone1", "Watch “the parcel”: the parcel is with the neighbour")]

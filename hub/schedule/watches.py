@@ -126,10 +126,12 @@ class WatchDesk:
     def watch_timeline(
         self, request_id: str, *, device: str, rule: str, what: str, lang: str, trace: str
     ) -> WatchView:
-        """Tell the owner of every new timeline entry holding the words of ``rule``."""
+        """Tell the owner of every new timeline entry holding the words of ``rule``
+        (``request_id``, the entry of the request that set it, is not one)."""
         now = self.scheduler.now_ms()
         spec = {
             "source": TIMELINE,
+            "set_by": request_id,
             "device": device,
             "words": words_of(rule),
             "what": what[:200],
@@ -171,11 +173,15 @@ class WatchDesk:
 
     def matching(self, entry_id: str, text: str) -> list[Job]:
         """The timeline watches the entry ``entry_id`` is an occurrence of, each claimed
-        once (a second call with the same entry returns none)."""
+        once (a second call with the same entry returns none). The request that set a
+        watch ("tell me when the timeline mentions the parcel") is not an occurrence of it:
+        its entry reaches the timeline with its reply, after the watch was set."""
         jobs = [
             j
             for j in self.scheduler.store.jobs(WATCH)
-            if j.spec.get("source") == TIMELINE and matches(j.spec.get("words") or (), text)
+            if j.spec.get("source") == TIMELINE
+            and entry_id not in (j.spec.get("set_by"), j.id.removeprefix("watch-"))
+            and matches(j.spec.get("words") or (), text)
         ]
         if not jobs:
             return []  # the common case: no transaction per timeline entry
