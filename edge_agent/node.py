@@ -60,6 +60,11 @@ REPLY_TIMEOUT_S = 10.0
 """seconds to wait for the hub's reply to one outbox item before backing off"""
 FLUSH_POLL_S = 2.0
 """seconds between outbox checks of a long-lived node (items queued by other processes)"""
+COUNTER_BLOCK = 32
+"""envelope counter values reserved per synced write (a turn seals two or three messages)"""
+COUNTER_BLOCK_S = 2.0
+"""seconds a reserved block is used at most (the bundle's counter file is shared by its
+processes: see :mod:`sync.counter`)"""
 
 ReplyHandler = Callable[[mesh_pb2.Reply, Opened, bool], Awaitable[None]]
 """called with (reply chunk, its envelope, fresh): ``fresh`` the first time a process of
@@ -85,7 +90,9 @@ class DeviceNode:
         self.options = options
         self._on_reply = on_reply
         state = bundle.state_dir
-        self.counter = PersistentCounter(state / "counter.db")
+        self.counter = PersistentCounter(
+            state / "counter.db", block=COUNTER_BLOCK, max_age_s=COUNTER_BLOCK_S
+        )
         self.outbox = Outbox(state / "outbox.db")
         self.seen = SeenReplies(state / "replies.db")
         self.group_keys = bundle_keys(bundle.path, bundle.group_key, bundle.group_epoch)

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from protos import mesh_pb2
+from storage.sqlite import read_rows
 from sync import outbox as outbox_module
 from sync.counter import PersistentCounter
 from sync.errors import SyncError
@@ -55,8 +56,8 @@ from pathlib import Path
 from sync.counter import PersistentCounter
 from tests.waiting import poll_sync
 
-path, go, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
-counter = PersistentCounter(path)
+path, go, n, block = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+counter = PersistentCounter(path, block=block, max_age_s=2.0)
 print("ready", flush=True)
 poll_sync(go.exists, 20, "the go signal", interval=0.005)
 print(json.dumps([counter.next() for _ in range(n)]))
@@ -64,10 +65,11 @@ counter.close()
 """
 
 
-def test_counter_two_processes_never_share_a_value(tmp_path: Path) -> None:
+@pytest.mark.parametrize("block", [1, 32])
+def test_counter_two_processes_never_share_a_value(tmp_path: Path, block: int) -> None:
     path, go = tmp_path / "counter.db", tmp_path / "go"
     PersistentCounter(path).close()  # schema in place before they race
-    procs = [run_python(DRAW, str(path), str(go), "500") for _ in range(2)]
+    procs = [run_python(DRAW, str(path), str(go), "500", str(block)) for _ in range(2)]
     for p in procs:  # both have the database open before either draws
         assert p.stdout is not None and p.stdout.readline().strip() == "ready"
     go.touch()
@@ -81,6 +83,30 @@ def test_counter_two_processes_never_share_a_value(tmp_path: Path) -> None:
     c = PersistentCounter(path)
     assert c.next() > max(everything)
     c.close()
+
+
+def test_a_counter_block_is_one_write_and_an_old_block_is_left(tmp_path: Path) -> None:
+    path = tmp_path / "counter.db"
+    now = [100.0]
+    c = PersistentCounter(path, block=32, max_age_s=2.0, clock=lambda: now[0])
+
+    def stored() -> int:
+        return int(read_rows(path, "SELECT value FROM counter")[0][0])
+
+    assert [c.next() for _ in range(3)] == [1, 2, 3]
+    assert stored() == 32  # one write reserved the block
+    now[0] += 1.9
+    assert c.next() == 4 and stored() == 32
+    now[0] += 0.2  # the block is older than 2 s: the rest is skipped
+    assert c.next() == 33 and stored() == 64
+    assert [c.next() for _ in range(31)] == list(range(34, 65))
+    assert c.next() == 65 and stored() == 96  # used up: the next block
+    c.close()
+    again = PersistentCounter(path, block=32)
+    assert again.next() == 97  # a restart continues above every value reserved
+    again.close()
+    with pytest.raises(ValueError):
+        PersistentCounter(path, block=0)
 
 
 # --------------------------------------------------------------------------- outbox
@@ -198,6 +224,7 @@ def test_outbox_flush_lock_excludes_a_second_holder(tmp_path: Path) -> None:
 TRY_LOCK = """
 import sys
 from pathlib import Path
+from storage.sqlite import read_rows
 from sync.outbox import Outbox
 
 box = Outbox(Path(sys.argv[1]))
