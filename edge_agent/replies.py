@@ -5,6 +5,11 @@ ONLINE, and when an utterance is repeated); the broker may deliver a message twi
 is shown or spoken once: the first process of the bundle to *claim* it does so, every later
 copy is only ACKed again. Shared by the processes of one bundle (``yimi edge run`` and
 ``yimi say``) through SQLite; rows older than :data:`KEEP_DAYS` are dropped at open.
+
+A claim is committed without waiting for the disk (``synchronous=NORMAL``: it survives a
+crash of the process, not a power cut): a power cut can at worst forget the last claims, and
+a chunk the hub sends again after it is shown once more. Waiting for the disk cost every
+reply chunk a sync on the device's loop.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ CREATE TABLE IF NOT EXISTS seen (
 
 class SeenReplies:
     def __init__(self, path: Path) -> None:
-        self.conn: apsw.Connection = open_db(path, SCHEMA)
+        self.conn: apsw.Connection = open_db(path, SCHEMA, synchronous="NORMAL")
         cutoff = now_ms() - KEEP_DAYS * 86_400_000
         with transaction(self.conn):
             self.conn.execute("DELETE FROM seen WHERE at_ms < ?", (cutoff,))
