@@ -1095,6 +1095,11 @@ class HubDaemon:
         self._status = status
 
     def _end_status(self) -> None:
+        batch = self.entry_batch
+        if batch.flights:
+            log.info(
+                "timeline: %d entries went out in %d broadcasts", batch.entries, batch.flights
+            )
         self._stopping = True
         self._status = None
         remove_status(self.home.path)
