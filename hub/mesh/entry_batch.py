@@ -19,7 +19,7 @@ takes it — and the turn starts without waiting for a flush. An entry whose rep
 (a cloud model, a turn queued behind others) flies on its own at most :data:`HOLD_S` after
 it was held (:meth:`EntryBatch.run`, the hub's task). Holding loses nothing: the utterance
 is durable in ``hub.db`` before it is held, and a hub that stops with entries held writes
-them into the documents when it starts again (``HubMesh._reconcile``).
+them into the documents when it starts again (``HubDaemon._reconcile``).
 """
 
 from __future__ import annotations
