@@ -224,6 +224,36 @@ def test_update_makes_a_new_contact_recognisable(engine: IntentEngine) -> None:
     assert engine.recognize("email Zhang Wei that I am late") is None
 
 
+def test_a_repeated_request_is_not_matched_again(
+    engine: IntentEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ "What time is it" comes again and again: its outcome is kept (for these slot lists,
+    among the last RECENT_REQUESTS requests), and hassil does not run for it again."""
+    from hub.brain.intents import engine as engine_module
+
+    runs: list[str] = []
+    real = engine_module.recognize_all
+
+    def counting(text: str, *args: object, **kwargs: object) -> object:
+        runs.append(text)
+        return real(text, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine_module, "recognize_all", counting)
+    monkeypatch.setattr(engine_module, "RECENT_REQUESTS", 2)
+    first = engine.recognize("turn on the kitchen light please")
+    assert first is not None and runs
+    matched = len(runs)
+    assert engine.recognize("turn on the kitchen light please") is first
+    assert engine.recognize("blorp the flange") is None  # not understood: kept too
+    runs.clear()
+    assert engine.recognize("blorp the flange") is None and runs == []
+    assert engine.recognize("turn on the kitchen light please", "en") == first  # another key
+    assert runs, "a request with its language given is its own key"
+    runs.clear()
+    engine.recognize("turn on the kitchen light please")  # the oldest of 2: gone
+    assert len(runs) == matched
+
+
 def test_new_device_and_empty_lists() -> None:
     empty = IntentEngine(SlotLists())
     assert empty.recognize("turn on the kitchen light") is None
