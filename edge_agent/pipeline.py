@@ -407,6 +407,8 @@ class Stats:
     stood_down: int = 0
     wakes: int = 0
     previews: int = 0
+    previews_reused: int = 0
+    """requests that sent their preview's encoding (nothing was said after it)"""
     played: int = 0
     rendered: int = 0
     embed_ms: list[float] = field(default_factory=list)
@@ -453,6 +455,9 @@ class VoicePipeline:
         self._preview_job: tuple[str, Samples] | None = None
         """(utterance id, samples) of the next preview to send (the latest wins)"""
         self._preview_ready = asyncio.Event()
+        self._previewed: tuple[str, int, bytes] | None = None
+        """(utterance id, samples, FLAC) of the last preview encoded: its request, when no
+        speech followed, sends the same bytes without encoding them again"""
         self.pending: dict[str, str] = {}
         """utterance id → call id of requests waiting for their reply (played or shown)"""
         self._busy = 0
@@ -634,6 +639,7 @@ class VoicePipeline:
         except Exception as exc:  # the encoder's own errors: the request is encoded again
             log.info("preview of %s not encoded: %s", uid, exc)
             return
+        self._previewed = (uid, len(samples), data)
         if len(data) > PREVIEW_MAX_BYTES:
             log.debug("preview of %s not sent: %d bytes", uid, len(data))
             return
@@ -694,7 +700,7 @@ class VoicePipeline:
                 self._changed.set()
 
     def _measure(
-        self, samples: Samples, voiced: npt.NDArray[np.bool_] | None
+        self, samples: Samples, voiced: npt.NDArray[np.bool_] | None, encoded: bytes | None
     ) -> tuple[Embedding | None, bytes, float, float]:
         t0 = time.perf_counter()
         emb: Embedding | None
@@ -704,7 +710,7 @@ class VoicePipeline:
             log.warning("speaker embedding failed: %s", exc)
             emb = None
         t1 = time.perf_counter()
-        audio = self.ears.encode(samples)
+        audio = encoded if encoded is not None else self.ears.encode(samples)
         t2 = time.perf_counter()
         return emb, audio, (t1 - t0) * 1000, (t2 - t1) * 1000
 
@@ -713,8 +719,14 @@ class VoicePipeline:
         cut = MAX_REQUEST_MS * SAMPLE_RATE // 1000
         samples = speech.samples[:cut]
         voiced = speech.voiced[:cut] if speech.voiced is not None else None
+        encoded = None
+        previewed = self._previewed
+        if previewed is not None and previewed[:2] == (request.utterance_id, len(samples)):
+            # its preview was these very samples (a segment only grows): the same FLAC
+            encoded = previewed[2]
+            self.stats.previews_reused += 1
         emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
-            self._executor, self._measure, samples, voiced
+            self._executor, self._measure, samples, voiced, encoded
         )
         self.stats.embed_ms.append(embed_ms)
         self.stats.encode_ms.append(encode_ms)

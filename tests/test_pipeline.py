@@ -549,9 +549,23 @@ def fake_flac(samples: Samples) -> bytes:
     return b"fake-flac:" + samples.tobytes()
 
 
+def counted_encoder(p: VoicePipeline) -> list[int]:
+    """The sample counts of every encoding the pipeline makes from now on."""
+    encodes: list[int] = []
+    encode = p.ears.encode
+
+    def counting(samples: Samples) -> bytes:
+        encodes.append(len(samples))
+        return encode(samples)
+
+    p.ears.encode = counting
+    return encodes
+
+
 async def test_a_request_is_previewed_when_its_speech_stops(tmp_path: Path) -> None:
     p, uplink, _ = make(tmp_path, pauses=True)
     answer_claims(p, uplink)
+    encodes = counted_encoder(p)
     parts = silence(5) + speech(40, wake_at=8) + silence(10)
     async with p:
         await p.listen(feed(frames_of(parts)))
@@ -564,11 +578,13 @@ async def test_a_request_is_previewed_when_its_speech_stops(tmp_path: Path) -> N
     assert preview.data == fake_flac(np.concatenate(parts[5:45]))
     assert b"".join(chunks) == preview.data  # here the whole request: nothing followed
     assert p.stats.previews == 1
+    assert encodes == [40 * FRAME_SAMPLES] and p.stats.previews_reused == 1  # encoded once
 
 
 async def test_speech_resuming_after_a_preview_sends_the_latest(tmp_path: Path) -> None:
     p, uplink, _ = make(tmp_path, pauses=True)
     answer_claims(p, uplink)
+    encodes = counted_encoder(p)
     parts = silence(5) + speech(30, wake_at=8) + silence(1) + speech(10) + silence(10)
     async with p:
         await p.listen(feed(frames_of(parts)))
@@ -578,6 +594,8 @@ async def test_speech_resuming_after_a_preview_sends_the_latest(tmp_path: Path) 
     assert first.utterance_id == latest.utterance_id == utt.id  # the latest wins on the hub
     assert (first.samples, latest.samples) == (30 * FRAME_SAMPLES, 41 * FRAME_SAMPLES)
     assert utt.voice.preview_samples == latest.samples
+    # the request is its latest preview's samples: that encoding is sent, not made again
+    assert encodes == [30 * FRAME_SAMPLES, 41 * FRAME_SAMPLES] and p.stats.previews_reused == 1
 
 
 async def test_no_preview_outside_a_window_or_before_the_wake_is_answered(
