@@ -56,6 +56,30 @@ def test_transitions_follow_the_machine(tmp_path: Path) -> None:
     store.close()
 
 
+def test_a_task_is_created_and_moved_on_in_one_step(tmp_path: Path) -> None:
+    """What a rule-based turn does first: received → admitted → thinking, one transaction,
+    the same transitions as a create and a walk; an existing id is returned as it is."""
+    store = TaskStore(tmp_path / "tasks.db")
+    rec, fresh = store.create(
+        "t1", trace_id="tr", run_id="r", owner="o", scope="owner", kind="turn",
+        then=("admitted", "thinking"),
+    )  # fmt: skip
+    assert fresh and rec.state == "thinking" and store.require("t1").state == "thinking"
+    assert store.history_of_states("t1") == ["received", "admitted", "thinking"]
+    again, fresh = store.create(
+        "t1", trace_id="tr", run_id="r", owner="o", scope="owner", kind="turn",
+        then=("admitted", "thinking", "acting"),
+    )  # fmt: skip
+    assert not fresh and again.state == "thinking"
+    with pytest.raises(BrainError):
+        store.create(
+            "t2", trace_id="tr", run_id="r", owner="o", scope="owner", kind="turn",
+            then=("acting",),
+        )  # fmt: skip
+    assert store.get("t2") is None  # the illegal move undid the whole creation
+    store.close()
+
+
 def test_everything_survives_reopening(tmp_path: Path) -> None:
     store = TaskStore(tmp_path / "tasks.db")
     make(store, "t1")

@@ -302,6 +302,7 @@ class RuleBrain(Brain):
                 **({"text": turn.text[:500]} if intent.name == "YimiScheduleRun" else {}),
                 **({"heard": turn.text[:500]} if intent.name is None else {}),
             },
+            then=("admitted", "thinking"),
         )
         if fresh and intent.kind in ("order", "order_same", "pay_it", "undo"):
             # where the words came from, for payments
@@ -318,7 +319,8 @@ class RuleBrain(Brain):
             yield chunk
 
     async def _run(self, task: TaskRecord, intent: Intent, sources: Sequence[ContextSource]) -> str:
-        task = self.store.walk(task.task_id, "admitted", "thinking")
+        if task.state in ("received", "admitted"):  # a fresh task is created thinking
+            task = self.store.walk(task.task_id, "admitted", "thinking")
         lang = _lang(task)
         try:
             text = await self._act(task, intent, sources, lang)
@@ -331,8 +333,10 @@ class RuleBrain(Brain):
             if current.finished:
                 return str(current.result.get("report", text))
             return text
-        # finished inside _act (help text, unknown recipient...): record and report
-        current = self.store.move(task.task_id, current.state, result={"report": text})
+        # finished inside _act (help text, unknown recipient...): record and report (a
+        # task _finish closed holds the report already)
+        if current.result != {"report": text}:
+            current = self.store.move(task.task_id, current.state, result={"report": text})
         await self.core.emit(current, text)
         return text
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -203,9 +203,11 @@ class TaskStore:
         depth: int = 0,
         title: str = "",
         spec: dict[str, Any] | None = None,
+        then: Sequence[str] = (),
     ) -> tuple[TaskRecord, bool]:
-        """Create a task in ``received``; idempotent: an existing id returns its record
-        and ``False``."""
+        """Create a task in ``received`` and move it on through the states ``then`` (as
+        :meth:`walk` would, in the same transaction); idempotent: an existing id returns
+        its record, as it is, and ``False``."""
         old = self.get(task_id)
         if old is not None:
             return old, False
@@ -238,7 +240,10 @@ class TaskStore:
                 "INSERT OR IGNORE INTO transitions VALUES (?,?,?,?,?,?)",
                 (task_id, 0, "", "received", "", t),
             )
-        return _task(row), True
+            rec = _task(row)
+            for state in then:
+                rec = self._move(rec, state, "", None, None)
+        return rec, True
 
     def get(self, task_id: str) -> TaskRecord | None:
         for r in self.db.execute(f"SELECT {_COLS} FROM tasks WHERE task_id=?", (task_id,)):
