@@ -28,7 +28,7 @@ import apsw
 
 from protos.clock import now_ms
 from storage.group_commit import GroupCommit
-from storage.sqlite import open_db, transaction
+from storage.sqlite import joined, open_db, transaction
 from sync.documents import REFUSED as REFUSED_SEQ
 from sync.envelope import HUB as HUB_NAME
 from sync.scopes import HUB_ENTRY_KINDS
@@ -403,7 +403,7 @@ class HubStore:
                 if earlier is not None
                 else [c.text for c in self.chunks(chunk.reply_id)]
             )
-            stored = self._finish_reply(
+            stored = self.finish_reply(
                 reply_id=kept.reply_id,
                 utterance_id=kept.utterance_id,
                 device=kept.device,
@@ -456,69 +456,46 @@ class HubStore:
         utterance_seq: int,
         meta: dict[str, object],
         intent: str = "",
+        now: int | None = None,
     ) -> StoredReply:
         """The whole reply on the timeline (and, when it answers an utterance, in
         ``replies``); idempotent by reply id. ``intent``: what the brain understood the
         utterance as, recorded in the same transaction in the utterance's meta (``intent``;
-        recall leaves the owner's recall questions out of what it remembers)."""
-        with transaction(self.conn):
-            return self._finish_reply(
-                reply_id=reply_id,
-                utterance_id=utterance_id,
-                device=device,
-                text=text,
-                trace_id=trace_id,
-                utterance_seq=utterance_seq,
-                meta=meta,
-                intent=intent,
-                now=now_ms(),
-            )
-
-    def _finish_reply(
-        self,
-        *,
-        reply_id: str,
-        utterance_id: str,
-        device: str,
-        text: str,
-        trace_id: str,
-        utterance_seq: int,
-        meta: dict[str, object],
-        intent: str,
-        now: int,
-    ) -> StoredReply:
-        """:meth:`finish_reply` inside the caller's transaction."""
-        row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
-        if row is None:
-            reply_seq = self._append(
-                reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
-            )
-            if intent and utterance_id:
-                self.conn.execute(
-                    "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
-                    "WHERE id = ? AND kind = 'utterance'",
-                    (intent, utterance_id),
+        recall leaves the owner's recall questions out of what it remembers). Joins the
+        caller's transaction when one is open (:meth:`keep_chunk`'s)."""
+        now = now_ms() if now is None else now
+        with joined(self.conn):
+            row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
+            if row is None:
+                reply_seq = self._append(
+                    reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
                 )
-        else:
-            reply_seq = int(row[0])
-        if utterance_id:
-            self.conn.execute(
-                "INSERT OR IGNORE INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
-                (
-                    reply_id,
-                    utterance_id,
-                    device,
-                    text,
-                    0,
-                    utterance_seq,
-                    reply_seq,
-                    trace_id,
-                    now,
-                ),
+                if intent and utterance_id:
+                    self.conn.execute(
+                        "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
+                        "WHERE id = ? AND kind = 'utterance'",
+                        (intent, utterance_id),
+                    )
+            else:
+                reply_seq = int(row[0])
+            if utterance_id:
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO replies VALUES (?,?,?,?,?,?,?,?,?)",
+                    (
+                        reply_id,
+                        utterance_id,
+                        device,
+                        text,
+                        0,
+                        utterance_seq,
+                        reply_seq,
+                        trace_id,
+                        now,
+                    ),
+                )
+            return StoredReply(
+                reply_id, utterance_id, device, text, False, utterance_seq, reply_seq, trace_id
             )
-        return StoredReply(
-            reply_id, utterance_id, device, text, False, utterance_seq, reply_seq, trace_id
-        )
 
     def chunks(self, reply_id: str) -> list[Chunk]:
         rows = self.conn.execute(

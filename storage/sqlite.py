@@ -55,6 +55,17 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     conn.execute("COMMIT")
 
 
+@contextmanager
+def joined(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """The transaction the caller has open on ``conn``, or a :func:`transaction` of its own:
+    for a write that is a step of bigger ones as well as a whole one."""
+    if conn.in_transaction:
+        yield conn
+    else:
+        with transaction(conn):
+            yield conn
+
+
 def read_rows(path: Path, sql: str, *params: object, busy_ms: int = 5000) -> list[tuple[Any, ...]]:
     """The rows of one query on a database another process writes, opened read-only."""
     conn = apsw.Connection(str(path), flags=apsw.SQLITE_OPEN_READONLY)

@@ -15,7 +15,7 @@ import pytest
 import storage.group_commit as gc
 from storage.errors import StorageError
 from storage.group_commit import GroupCommit
-from storage.sqlite import open_db, transaction
+from storage.sqlite import joined, open_db, transaction
 from sync.replica import Replica
 from tests.mesh_harness import Mesh
 
@@ -196,3 +196,21 @@ async def test_the_hub_sends_a_reply_only_after_its_writes_are_synced(mesh: Mesh
         assert hub.group.files_synced > synced
         rows = mesh.hub_query("SELECT count(*) FROM timeline WHERE kind='utterance'")
         assert rows[0][0] == 1
+
+
+def test_joined_opens_its_own_transaction_or_joins_the_callers(tmp_path: Path) -> None:
+    conn = open_db(tmp_path / "t.db", "CREATE TABLE IF NOT EXISTS t (v INTEGER)")
+    with joined(conn):  # alone: a transaction of its own, committed
+        assert conn.in_transaction
+        conn.execute("INSERT INTO t VALUES (1)")
+    assert not conn.in_transaction
+    with pytest.raises(RuntimeError), joined(conn):
+        conn.execute("INSERT INTO t VALUES (2)")
+        raise RuntimeError("rolled back")
+    with pytest.raises(RuntimeError), transaction(conn):
+        with joined(conn):  # a step of the caller's: its fate is the caller's
+            conn.execute("INSERT INTO t VALUES (3)")
+        assert conn.in_transaction
+        raise RuntimeError("the caller's failure undoes the step too")
+    assert [r[0] for r in conn.execute("SELECT v FROM t")] == [1]
+    conn.close()

@@ -28,7 +28,7 @@ from hub.payments.model import (
 )
 from hub.payments.options import PayOptions
 from protos.clock import now_ms
-from storage.sqlite import open_db, transaction
+from storage.sqlite import joined, open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS payments (
@@ -301,9 +301,7 @@ class PaymentStore:
     ) -> bool:
         """Compare-and-set the state (and fields); ``False`` if it was not in ``old``.
         Call inside a transaction (or it opens its own)."""
-        if self.db.in_transaction:
-            return self._move(payment_id, old, new, reason, set_)
-        with transaction(self.db):
+        with joined(self.db):
             return self._move(payment_id, old, new, reason, set_)
 
     def _move(
@@ -441,10 +439,7 @@ class PaymentStore:
         lifecycle.check(olds, new, lifecycle.AUTH_TRANSITIONS)
         marks = ",".join("?" * len(olds))
         sql = f"UPDATE authorisations SET state=?, reason=? WHERE auth_id=? AND state IN ({marks})"
-        if self.db.in_transaction:
-            self.db.execute(sql, (new, reason[:300], auth_id, *olds))
-            return bool(self.db.changes() == 1)
-        with transaction(self.db):
+        with joined(self.db):
             self.db.execute(sql, (new, reason[:300], auth_id, *olds))
             return bool(self.db.changes() == 1)
 
