@@ -171,17 +171,13 @@ class EntryBatch:
             self._hold_again(held)
             self._queue[:0] = batch  # none was answered: every entry goes again
             raise
-        if not entries:
-            for w in batch:
-                if not w.answer.done():
-                    w.answer.set_result(_Role.DONE)
-            return None
-        self.flights += 1
-        self.entries += len(entries)
-        try:
-            self._after(entries)
-        except Exception:  # a watcher's failure is not the entries' failure
-            log.exception("after publishing %d entries", len(entries))
+        if entries:  # (none: a wait ended by another flight taking the held entries)
+            self.flights += 1
+            self.entries += len(entries)
+            try:
+                self._after(entries)
+            except Exception:  # a watcher's failure is not the entries' failure
+                log.exception("after publishing %d entries", len(entries))
         for w in batch:
             if not w.answer.done():
                 w.answer.set_result(_Role.DONE)
