@@ -3,7 +3,9 @@ unauthenticated requests, and ``yimi say`` latency meanwhile.
 
 1. a home is made, one device flashed, and a real hub started on loopback;
 2. ``yimi say`` (the CLI, a process per utterance) is timed ``--says`` times with nothing
-   else going on: the same-run baseline;
+   else going on: the same-run baseline; then the hub's warm-up is let end (its recall
+   index takes the says in and loads its embedding model once, about 100 MB it keeps) and
+   its RSS steady, and that RSS is the memory baseline;
 3. the flood: rounds of 8 concurrent calls from one attacker address, each with a
    ``--mib`` MiB body and no valid authentication (a unary ``Identify``, ``Pair``,
    ``Sync`` and ``Enrol``; a streamed ``Sync`` without authentication; one with a forged
@@ -14,13 +16,15 @@ unauthenticated requests, and ``yimi say`` latency meanwhile.
 It prints the RSS before, the peak during, and after (growth in MB; goal ≤ 64 MB, back
 within 10 s), the say latency medians with and without the flood (and their ratio), and
 the refusals the hub counted by reason (hub.db ``counters``, read once the hub stopped). Run:
-``python -m bench.grpc_flood [--mib 60] [--says 5]``.
+``.venv/bin/python bench/grpc_flood.py [--mib 60] [--says 5] [--quick]`` (or as
+``python -m bench.grpc_flood``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -29,6 +33,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
 import grpc
 from nacl.signing import SigningKey
@@ -48,6 +54,14 @@ SAMPLE_S = 0.05
 BACK_WITHIN_MB = 8.0
 """MB: 'back to baseline' is an RSS at most this much over the one before the flood"""
 BACK_TIMEOUT_S = 30.0
+WARM_TIMEOUT_S = 30.0
+"""seconds the hub gets to finish its warm-up before the baseline is taken anyway"""
+STEADY_S = 1.0
+STEADY_MB = 2.0
+"""the baseline is taken once the RSS stayed within this many MB for :data:`STEADY_S`"""
+RECALL_INDEXED = "recall index:"
+"""the hub's log line once the recall index took in timeline entries (the first time, it
+loads its embedding model: memory the hub keeps, not growth under the flood)"""
 CONCURRENT = 8
 SEND_OPTIONS = [("grpc.max_send_message_length", 100 * 1024 * 1024)]
 
@@ -165,10 +179,36 @@ class Results:
     flooded: list[float] = field(default_factory=list)
     outcomes: list[str] = field(default_factory=list)
     flood_s: float = 0.0
+    warm_s: float = 0.0
+    """seconds waited after the quiet says for the hub's warm-up to end (:func:`warm`)"""
     hub_cpu_s: float = 0.0
     """CPU seconds the hub spent during the flood"""
     attacker_cpu_s: float = 0.0
     """CPU seconds the attacker (this process) spent during the flood"""
+
+
+async def warm(hub: HubProcess, sampler: Sampler) -> float:
+    """Seconds until the hub's warm-up after the first says is over: the recall index has
+    taken the says' timeline entries in (:data:`RECALL_INDEXED`) and the RSS has stayed within
+    :data:`STEADY_MB` for :data:`STEADY_S`; at most :data:`WARM_TIMEOUT_S`, then the baseline
+    is taken anyway (a hub whose timeline recall is off never logs it)."""
+    started = time.monotonic()
+    deadline = started + WARM_TIMEOUT_S
+    indexed = False
+    while (now := time.monotonic()) < deadline:
+        if not indexed:
+            with contextlib.suppress(OSError):
+                indexed = RECALL_INDEXED in hub.log.read_text(errors="replace")
+        recent = [mb for t, mb in sampler.samples if t >= now - STEADY_S]
+        if (
+            indexed
+            and now - started >= STEADY_S
+            and recent
+            and max(recent) - min(recent) <= STEADY_MB
+        ):
+            break
+        await asyncio.sleep(SAMPLE_S)
+    return time.monotonic() - started
 
 
 async def run_bench(hub: HubProcess, bundle: Bundle, args: argparse.Namespace) -> Results:
@@ -180,6 +220,7 @@ async def run_bench(hub: HubProcess, bundle: Bundle, args: argparse.Namespace) -
     try:
         await says(bundle.path, 1, "warm-up")
         res.quiet = await says(bundle.path, args.says, "quiet")
+        res.warm_s = await warm(hub, sampler)
         res.base_mb = rss_mb(hub.pid)
         size = args.mib * 1024 * 1024 - 16
         body = b"\x0a" + _varint(size) + bytes(size)  # field 1: bytes, in every request type
@@ -238,7 +279,8 @@ def report(res: Results, home: Path, args: argparse.Namespace) -> None:
         + f"; CPU during it: hub {res.hub_cpu_s:.1f} s, attacker {res.attacker_cpu_s:.1f} s"
     )
     print(
-        f"hub RSS: before {res.base_mb:.0f} MB, peak during {res.peak_mb:.0f} MB "
+        f"hub RSS: before {res.base_mb:.0f} MB (after its warm-up: {res.warm_s:.1f} s), "
+        f"peak during {res.peak_mb:.0f} MB "
         f"(growth {growth:+.0f} MB, goal <= 64), after {res.after_mb:.0f} MB; "
         f"back within {BACK_WITHIN_MB:g} MB of the baseline "
         + (
@@ -263,7 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--says", type=int, default=5, help="yimi say runs each way (default 5)")
     p.add_argument("--dir", type=Path, default=None, help="where the temporary home goes")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument("--quick", action="store_true", help="smoke run: 8 MiB requests, 3 says")
     args = p.parse_args(argv)
+    if args.quick:
+        args.mib, args.says = min(args.mib, 8), min(args.says, 3)
     root = Path(tempfile.mkdtemp(prefix="yimi-flood-", dir=args.dir))
     hub: HubProcess | None = None
     status = 0

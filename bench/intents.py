@@ -113,7 +113,10 @@ def main() -> int:
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--contacts", type=int, default=1000)
     p.add_argument("--devices", type=int, default=200)
+    p.add_argument("--quick", action="store_true", help="smoke run: one run")
     args = p.parse_args()
+    if args.quick:
+        args.runs = 1
 
     print(f"intent engine bench — {platform.python_version()}, {platform.machine()}")
     fixture = fixture_lists()

@@ -46,6 +46,7 @@ What is measured, in a temporary folder removed afterwards:
 
 from __future__ import annotations
 
+import argparse
 import os
 import platform
 import random
@@ -551,7 +552,22 @@ def _languages_for(
         )
 
 
+def main() -> None:
+    p = argparse.ArgumentParser(
+        description=" ".join(__doc__.split("\n\n")[0].split()) if __doc__ else None
+    )
+    p.add_argument("--quick", action="store_true", help="smoke run: 1k and 5k memories")
+    p.add_argument("--languages", action="store_true", help="only the languages section")
+    p.add_argument(
+        "--size",
+        type=int,
+        action="append",
+        metavar="N",
+        help="only the latency section, at N memories (repeatable: --size=100000)",
+    )
+    a = p.parse_args()
+    run(quick=a.quick, languages_only=a.languages, sizes_only=a.size)
+
+
 if __name__ == "__main__":
-    argv = sys.argv[1:]
-    sizes = [int(a.split("=", 1)[1]) for a in argv if a.startswith("--size=")]
-    run(quick="--quick" in argv, languages_only="--languages" in argv, sizes_only=sizes or None)
+    main()

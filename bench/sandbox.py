@@ -176,7 +176,10 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--files", type=int, default=10_000)
+    p.add_argument("--quick", action="store_true", help="smoke run: 2 rounds, 1,000 files")
     args = p.parse_args()
+    if args.quick:
+        args.rounds, args.files = min(args.rounds, 2), min(args.files, 1000)
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     bench_spawn(args.rounds)
     bench_start(args.rounds)
