@@ -25,8 +25,10 @@ What is measured, in a temporary folder removed afterwards:
   without embedding 100k texts on a 2-core machine. ``created`` is spread over 45 days, so
   about a third of the memory is past the 30-day rule and filtered out of default recall.
 * **Recall.** 200 questions (quick 40) from question templates, each searched for the top
-  10 after five warm-up searches. *fused search*: ``MemoryIndex.search`` as the brain calls
-  it — query embedding, keyword list, vector list, RRF, blend, touching the results.
+  10 after five warm-up searches, with numpy's BLAS on one thread as in the hub's process
+  (``models.blas.single_thread``). *fused search*: ``MemoryIndex.search`` as the brain
+  calls it — query embedding, keyword list and, from 20,000 vectors on, the vector list in a
+  thread of its own at the same time, RRF, blend, touching the results.
   *fused, vector given*: the same with the query vector computed beforehand (the index's
   own cost). *sqlite-vec k-NN*: the vector list alone (top 100 with the 30-day filter).
   *numpy brute force*: the same top 100 by cosine over an in-memory float32 matrix of
@@ -62,6 +64,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from hub.memory.index import DAY_MS, LIST_LIMIT, Entry, MemoryIndex
+from models.blas import blas_threads, single_thread
 from models.embed import Embedder, shared_embedder
 
 SIGMA = 0.025
@@ -229,6 +232,7 @@ TARGET_EMBEDS_MS = 40.0
 
 
 def run(quick: bool, *, languages_only: bool = False, sizes_only: list[int] | None = None) -> None:
+    single_thread()  # as in the hub's process (cli/hub.py): searches run as they run there
     if not sizes_only:
         languages()
     if languages_only:
@@ -243,6 +247,7 @@ def run(quick: bool, *, languages_only: bool = False, sizes_only: list[int] | No
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
         f"{platform.python_version()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', '-')}"
+        f"; BLAS threads {blas_threads()} (one, as in the hub's process)"
     )
     embedder: Embedder = shared_embedder()
     print(f"model: {embedder.model_id} ({embedder.dim}-d)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import hub.memory.index as index_module
 from hub.memory.context import (
     BUDGET_CHARS,
     ContextSource,
@@ -339,6 +341,38 @@ def test_deleted_originals_are_skipped_not_back_filled(tmp_path: Path) -> None:
     assert fts == [i for i in fts_all if i not in gone] and len(fts) < LIST_LIMIT
     assert vec == [i for i in vec_all if i not in gone] and len(vec) < LIST_LIMIT
     assert not gone & set(fused) and set(fused) <= set(fts_all) | set(vec_all)
+
+
+def test_the_vector_pass_in_its_own_thread_gives_the_same_hits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """From PARALLEL_ROWS vectors on, a search runs the vector pass in a thread while the
+    keyword query runs: the same hits, in the same order, as in line; the thread ends with
+    the index."""
+    rng = np.random.default_rng(11)
+    n = 300
+    vectors = rng.normal(size=(n, INDEX_DIM)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    words = ["zebra", "crossing", "kettle", "garden", "ticket"]
+    entries = [
+        Entry(f"m{i}", f"{words[i % 5]} {words[(i * 7) % 5]} {i}", "low", [], 0.5, T0 - i * DAY_MS)
+        for i in range(n)
+    ]
+    queries = [(w, vectors[i * 13] + 0.1 * vectors[i * 29]) for i, w in enumerate(words)]
+    found: dict[int, list[list[tuple[str, float]]]] = {}
+    for rows in (10**9, 1):  # in line, then in the thread
+        monkeypatch.setattr(index_module, "PARALLEL_ROWS", rows)
+        path = tmp_path / f"ix-{rows}.db"
+        with MemoryIndex(path, clock=lambda: T0) as ix:
+            ix.upsert_many(entries, vectors=vectors)
+            found[rows] = [
+                [(h.item_id, h.score) for h in ix.search(w, 20, query_vector=q, touch=False)]
+                for w, q in queries
+            ]
+            threaded = [t for t in threading.enumerate() if t.name.startswith("recall-vectors")]
+            assert bool(threaded) == (rows == 1)
+        assert not [t for t in threading.enumerate() if t.name.startswith("recall-vectors")]
+    assert found[1] == found[10**9] and all(found[1])
 
 
 def test_short_and_chinese_queries(index: MemoryIndex) -> None:

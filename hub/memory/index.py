@@ -40,6 +40,7 @@ import re
 import threading
 import unicodedata
 from collections.abc import Callable, Collection, Hashable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -75,6 +76,10 @@ between unrelated English sentences under MiniLM (mean 0.08, sd 0.10). Without i
 always 100 deep, and on a small memory that is most of it: every keyword hit would also be a
 vector hit, and RRF would rank any item in both lists above the best vector-only answer."""
 FTS_CANDIDATES = 4 * LIST_LIMIT
+PARALLEL_ROWS = 20_000
+"""vectors from which a search runs the vector pass in a thread of its own while the
+keyword query runs (both release the GIL: numpy's product, SQLite's steps); below it the
+hand-off costs more than it saves"""
 """trigram hits read to re-check terms at word starts before the keyword list is cut"""
 WINDOW_NEAREST = 10
 TEXTS_HELD = 256
@@ -342,6 +347,9 @@ class MemoryIndex:
         self._clock = clock
         self.is_live = is_live
         self._lock = threading.RLock()
+        self._vector_pass: ThreadPoolExecutor | None = None
+        """the thread of a large index's vector pass (:data:`PARALLEL_ROWS`), made on first
+        use, stopped by :meth:`close`"""
         self._home: Path | None = None
         self._queries = RecentVectors()
         self._texts = RecentVectors(size=TEXTS_HELD)
@@ -479,6 +487,9 @@ class MemoryIndex:
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+            pool, self._vector_pass = self._vector_pass, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def __enter__(self) -> MemoryIndex:
         return self
@@ -688,15 +699,20 @@ class MemoryIndex:
             qvec = self._query_vector(query, query_vector)
             cutoff = None if include_stale else self._cutoff()
             drop = None if skip is None else self._dropper(skip)
-            fts = self._fts_list(query, cutoff, created)
-            if drop is not None:
-                gone = drop(fts)
-                fts = [rid for rid in fts if rid not in gone]
-            vec = (
-                self._vec_list(qvec, cutoff, k, drop)
-                if created is None
-                else self._vec_window(qvec, cutoff, created, drop)
-            )
+            nearest = self._nearest_soon(qvec, cutoff) if created is None else None
+            try:
+                fts = self._fts_list(query, cutoff, created)  # meanwhile, the vector pass
+                if drop is not None:
+                    gone = drop(fts)
+                    fts = [rid for rid in fts if rid not in gone]
+                vec = (
+                    self._vec_list(qvec, cutoff, k, drop, nearest=nearest)
+                    if created is None
+                    else self._vec_window(qvec, cutoff, created, drop)
+                )
+            finally:
+                if nearest is not None:  # it reads the matrix: done before the lock goes
+                    wait([nearest])
             fused = rrf([fts, vec])
             rows = self._rows_by_rid(list(fused))
             live = self._live({rid: row[1] for rid, row in rows.items()})
@@ -855,18 +871,8 @@ class MemoryIndex:
 
         return drop
 
-    def _vec_list(
-        self,
-        qvec: Vectors,
-        cutoff: int | None,
-        k: int,
-        drop: Callable[[list[int]], set[int]] | None = None,
-    ) -> list[int]:
-        """The vector list: nearest by cosine, at most 100 (less those ``drop`` leaves out).
-
-        The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
-        only at cosine ≥ ``MIN_COSINE``.
-        """
+    def _current_matrix(self) -> VectorMatrix:
+        """The in-memory matrix, loaded again if another connection committed since."""
         matrix = self._matrix
         version = self._scalar("PRAGMA data_version")  # changes on another connection's commit
         if not matrix.loaded or matrix.version != version:
@@ -874,8 +880,41 @@ class MemoryIndex:
                 self._conn.execute("SELECT rowid, embedding, last_access_ms FROM items_vec")
             )
             matrix.version = version
+        return matrix
+
+    def _nearest_soon(
+        self, qvec: Vectors, cutoff: int | None
+    ) -> Future[list[tuple[int, float]]] | None:
+        """The matrix's :data:`LIST_LIMIT` nearest, computed in the vector-pass thread while
+        the caller goes on (it holds the lock, so the matrix does not change meanwhile), for
+        a matrix of :data:`PARALLEL_ROWS` rows or more; else ``None`` (done in line)."""
+        matrix = self._current_matrix()
+        if len(matrix) < PARALLEL_ROWS:
+            return None
+        if self._vector_pass is None:
+            self._vector_pass = ThreadPoolExecutor(1, thread_name_prefix="recall-vectors")
+        return self._vector_pass.submit(matrix.nearest, qvec, LIST_LIMIT, cutoff)
+
+    def _vec_list(
+        self,
+        qvec: Vectors,
+        cutoff: int | None,
+        k: int,
+        drop: Callable[[list[int]], set[int]] | None = None,
+        *,
+        nearest: Future[list[tuple[int, float]]] | None = None,
+    ) -> list[int]:
+        """The vector list: nearest by cosine, at most 100 (less those ``drop`` leaves out).
+
+        The ``k`` nearest are always in it (what a vector-only search answers); deeper ranks
+        only at cosine ≥ ``MIN_COSINE``. ``nearest``: the matrix's answer, under way
+        (:meth:`_nearest_soon`).
+        """
         max_distance = 1.0 - MIN_COSINE
-        near = list(matrix.nearest(qvec, LIST_LIMIT, cutoff))
+        if nearest is None:
+            near = self._current_matrix().nearest(qvec, LIST_LIMIT, cutoff)
+        else:
+            near = nearest.result()
         if drop is not None:
             gone = drop([int(rid) for rid, _ in near])
             near = [(rid, d) for rid, d in near if int(rid) not in gone]
