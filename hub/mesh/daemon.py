@@ -1097,9 +1097,7 @@ class HubDaemon:
     def _end_status(self) -> None:
         batch = self.entry_batch
         if batch.flights:
-            log.info(
-                "timeline: %d entries went out in %d broadcasts", batch.entries, batch.flights
-            )
+            log.info("timeline: %d entries went out in %d broadcasts", batch.entries, batch.flights)
         self._stopping = True
         self._status = None
         remove_status(self.home.path)
