@@ -279,8 +279,11 @@ def report(res: Results, home: Path, args: argparse.Namespace) -> None:
         + f"; CPU during it: hub {res.hub_cpu_s:.1f} s, attacker {res.attacker_cpu_s:.1f} s"
     )
     print(
-        f"hub RSS: before {res.base_mb:.0f} MB (after its warm-up: {res.warm_s:.1f} s), "
-        f"peak during {res.peak_mb:.0f} MB "
+        f"hub warm-up before the baseline: {res.warm_s:.1f} s (the recall index took the "
+        "quiet says in and loaded its embedding model: memory the hub keeps)"
+    )
+    print(
+        f"hub RSS: before {res.base_mb:.0f} MB, peak during {res.peak_mb:.0f} MB "
         f"(growth {growth:+.0f} MB, goal <= 64), after {res.after_mb:.0f} MB; "
         f"back within {BACK_WITHIN_MB:g} MB of the baseline "
         + (
