@@ -76,11 +76,11 @@ between unrelated English sentences under MiniLM (mean 0.08, sd 0.10). Without i
 always 100 deep, and on a small memory that is most of it: every keyword hit would also be a
 vector hit, and RRF would rank any item in both lists above the best vector-only answer."""
 FTS_CANDIDATES = 4 * LIST_LIMIT
+"""trigram hits read to re-check terms at word starts before the keyword list is cut"""
 PARALLEL_ROWS = 20_000
 """vectors from which a search runs the vector pass in a thread of its own while the
 keyword query runs (both release the GIL: numpy's product, SQLite's steps); below it the
 hand-off costs more than it saves"""
-"""trigram hits read to re-check terms at word starts before the keyword list is cut"""
 WINDOW_NEAREST = 10
 TEXTS_HELD = 256
 """the last texts written whose embeddings are kept: a repeated reply is not embedded again
@@ -882,18 +882,18 @@ class MemoryIndex:
             matrix.version = version
         return matrix
 
-    def _nearest_soon(
-        self, qvec: Vectors, cutoff: int | None
-    ) -> Future[list[tuple[int, float]]] | None:
-        """The matrix's :data:`LIST_LIMIT` nearest, computed in the vector-pass thread while
-        the caller goes on (it holds the lock, so the matrix does not change meanwhile), for
-        a matrix of :data:`PARALLEL_ROWS` rows or more; else ``None`` (done in line)."""
+    def _nearest_soon(self, qvec: Vectors, cutoff: int | None) -> Future[list[tuple[int, float]]]:
+        """The matrix's :data:`LIST_LIMIT` nearest: for a matrix of :data:`PARALLEL_ROWS` rows
+        or more computed in the vector-pass thread while the caller goes on (it holds the
+        lock, so the matrix does not change meanwhile); below that, computed here."""
         matrix = self._current_matrix()
-        if len(matrix) < PARALLEL_ROWS:
-            return None
-        if self._vector_pass is None:
-            self._vector_pass = ThreadPoolExecutor(1, thread_name_prefix="recall-vectors")
-        return self._vector_pass.submit(matrix.nearest, qvec, LIST_LIMIT, cutoff)
+        if len(matrix) >= PARALLEL_ROWS:
+            if self._vector_pass is None:
+                self._vector_pass = ThreadPoolExecutor(1, thread_name_prefix="recall-vectors")
+            return self._vector_pass.submit(matrix.nearest, qvec, LIST_LIMIT, cutoff)
+        done: Future[list[tuple[int, float]]] = Future()
+        done.set_result(matrix.nearest(qvec, LIST_LIMIT, cutoff))
+        return done
 
     def _vec_list(
         self,
