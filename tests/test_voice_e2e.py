@@ -3,7 +3,8 @@
 A WAV of "Yimi, remember I don't eat cilantro" (espeak-ng, ``tests/speech.py``) is played
 into ``yimi edge run --audio FILE --once`` on a glasses bundle: the hub transcribes it and
 puts it on the timeline with the scope its voiceprint authority gives (owner for the enrolled
-voice, guest for another); two devices hearing the same wake give one answer. The only fake
+voice, guest for another); two devices hearing the same wake give one answer; a request
+heard from a live microphone is recognised from the device's preview. The only fake
 is the hardware: the "microphone" is a file (for the two devices, raw PCM the test writes into
 both at once, once both listen) and the "speaker" a WAV file (``--out``).
 """
@@ -185,6 +186,55 @@ def speak_into(wav: Path, pipes: list[IO[bytes]]) -> None:
             time.sleep(delay)
     for pipe in pipes:
         pipe.close()
+
+
+def test_a_request_heard_live_is_recognised_from_the_devices_preview(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A microphone paced in real time: when the glasses hear the end of the request they
+    send it as an ``AUDIO_PREVIEW`` and wait out their hang-over; the hub recognises the
+    preview meanwhile, and once the request comes with the same samples (nothing was said
+    after it) the turn uses that transcript (meta ``asr_preview``) instead of recognising
+    the audio again. The reply comes back and is spoken."""
+    mesh.start_hub()
+    glasses = mesh.add_device("glasses1")
+    wav = request_wav(tmp_path / "owner.wav", OWNER)
+    edge = mesh.spawn(
+        "edge-live",
+        "edge",
+        "run",
+        "--bundle",
+        str(glasses),
+        "--hub",
+        mesh.hub_target,
+        "--audio",
+        "-",
+        "--out",
+        str(tmp_path / "spoken.wav"),
+        "--realtime",
+        "--once",
+        "--timeout",
+        "120",
+        stdin=subprocess.PIPE,
+    )
+    poll_sync(
+        lambda: "hearing -" in edge.text() or not edge.alive(),
+        RUN_TIMEOUT_S,
+        "the glasses to load their models, connect and listen",
+    )
+    assert edge.alive(), edge.text()[-2000:]
+    assert edge.popen.stdin is not None
+    speak_into(wav, [edge.popen.stdin])
+    poll_sync(lambda: not edge.alive(), RUN_TIMEOUT_S, "the glasses to finish")
+    assert edge.popen.returncode == 0, edge.text()[-2000:]
+    ((device, text, meta),) = voice_turns(mesh)
+    assert "cilantro" in text.lower(), text
+    assert meta.get("asr_preview") is True, meta
+    assert str(meta["asr_model"]).startswith("faster-whisper:whisper-tiny.en@"), meta
+    ((replied_to, _),) = replies(mesh)
+    assert replied_to == device
+    assert "hub: " in edge.text()
+    assert (tmp_path / "spoken.wav").stat().st_size > 10_000
 
 
 def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path) -> None:
