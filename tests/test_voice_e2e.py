@@ -5,8 +5,9 @@ into ``yimi edge run --audio FILE --once`` on a glasses bundle: the hub transcri
 puts it on the timeline with the scope its voiceprint authority gives (owner for the enrolled
 voice, guest for another); two devices hearing the same wake give one answer; a request
 heard from a live microphone is recognised from the device's preview. The only fake
-is the hardware: the "microphone" is a file (for the two devices, raw PCM the test writes into
-both at once, once both listen) and the "speaker" a WAV file (``--out``).
+is the hardware: the "microphone" is a file (for the two devices and the live one, raw PCM
+the test writes into them, paced like a microphone, once they listen) and the "speaker" a
+WAV file (``--out``).
 """
 
 from __future__ import annotations
