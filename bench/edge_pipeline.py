@@ -99,6 +99,8 @@ import numpy.typing as npt
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from google.protobuf.message import Message
+
 from edge_agent.ears import load_ears
 from edge_agent.pipeline import (
     DeviceVoice,
@@ -864,7 +866,7 @@ class NullUplink:
     def is_connected(self) -> bool:
         return False
 
-    async def send(self, kind: int, payload: voice_pb2.WakeClaim) -> None:
+    async def send(self, kind: int, payload: Message) -> None:
         return None
 
     def queue_voice(self, utt: mesh_pb2.Utterance, audio: list[bytes], trace_id: str) -> int:

@@ -91,6 +91,7 @@ from sync.hub_rpc import MAX_RPC_BYTES
 from sync.replica import REC_HEADER, SNAP_HEADER, SNAP_MAGIC, Replica
 from sync.replicas import ReplicaSet
 from sync.replication import DeviceReplication, HubReplication
+from sync.tls import ClientTls
 from worlds import ports
 
 SCRIPT = Path(__file__).resolve()
@@ -217,6 +218,16 @@ class DocData:
             self.log_bytes = 0
 
 
+def _recorder(data: DocData, doc: LoroDoc) -> Callable[[bytes], bool]:
+    """A local-update subscriber that records each update of ``doc`` into ``data``."""
+
+    def on_update(blob: bytes) -> bool:
+        data.record(doc, bytes(blob))
+        return True
+
+    return on_update
+
+
 def make_text(rng: random.Random, chars: int = 60) -> str:
     words: list[str] = []
     length = -1
@@ -269,12 +280,7 @@ def build_docs(
         t_data = DocData(docs.timeline_doc(period))
         s_data = DocData(docs.seq_doc(period))
         pairs = ((timeline, t_data), (seq, s_data))
-        subs = [
-            doc.subscribe_local_update(
-                lambda b, d=data, doc=doc: (d.record(doc, bytes(b)), True)[1]
-            )
-            for doc, data in pairs
-        ]
+        subs = [doc.subscribe_local_update(_recorder(data, doc)) for doc, data in pairs]
         entries_list, seq_map = timeline.get_list("entries"), seq.get_map("seq")
         for i in indices:
             if i == cut_at:
@@ -667,9 +673,15 @@ class ByteCounter:
         self._real = node_module.sync_exchange
 
     async def exchange(
-        self, host: str, port: int, envelope: bytes, sealer: Sealer, timeout: float = 30.0
+        self,
+        host: str,
+        port: int,
+        envelope: bytes,
+        sealer: Sealer,
+        tls: ClientTls,
+        timeout: float = 30.0,
     ) -> bytes:
-        answer = await self._real(host, port, envelope, sealer, timeout)
+        answer = await self._real(host, port, envelope, sealer, tls, timeout)
         self.nbytes += len(envelope) + len(answer)
         return answer
 
@@ -882,7 +894,9 @@ async def steady_state(
             update = writer.replicas.add_entry(entry)
             t1 = time.perf_counter()
             doc = writer.replicas.get(update.doc).doc
-            op = ID(doc.peer_id, doc.oplog_vv.get_last(doc.peer_id))
+            last = doc.oplog_vv.get_last(doc.peer_id)
+            assert last is not None  # the writer has just made this change
+            op = ID(doc.peer_id, last)
             futures: list[asyncio.Future[float]] = []
             for r in receivers:
                 fut: asyncio.Future[float] = loop.create_future()

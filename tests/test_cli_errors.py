@@ -46,7 +46,7 @@ def nothing(s: Setup) -> None:
 
 
 # (id, preparation, argv with {root}/{home}/{bundle} placeholders, what the line mentions)
-CASES: list[tuple[str, Callable[[Setup], None], list[str], str]] = [
+CASES: list[tuple[str, Callable[[Setup], object], list[str], str]] = [
     (
         "missing home: device list",
         nothing,
@@ -347,7 +347,7 @@ CASES: list[tuple[str, Callable[[Setup], None], list[str], str]] = [
 def test_refused_with_one_line(
     setup: Setup,
     capsys: pytest.CaptureFixture[str],
-    prepare: Callable[[Setup], None],
+    prepare: Callable[[Setup], object],
     argv: list[str],
     mentions: str,
 ) -> None:

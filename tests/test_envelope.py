@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from google.protobuf.message import Message
@@ -394,7 +395,7 @@ def test_malformed_payload_not_parseable(w: World, plain: bytes) -> None:
     ],
     ids=lambda f: next(iter(f)),
 )
-def test_malformed_header(w: World, fields: dict[str, object]) -> None:
+def test_malformed_header(w: World, fields: dict[str, Any]) -> None:
     dropped(w.opener().open(forge(w, **fields)), DropReason.MALFORMED)
 
 

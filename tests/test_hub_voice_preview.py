@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest_asyncio
@@ -24,7 +25,7 @@ from protos import mesh_pb2, voice_pb2
 from sync.envelope import HUB, Dropped, DropReason
 from tests.speech import OWNER, concat, say, silence
 from tests.test_envelope import Node, World
-from tests.test_hub_voice import Daemon, Rig, chunk, opened, pieces, voice_utterance, whisper
+from tests.test_hub_voice import Daemon, Rig, Turn, chunk, opened, pieces, voice_utterance, whisper
 from tests.waiting import poll
 
 __all__ = ["whisper"]  # the module's Whisper, loaded once
@@ -77,6 +78,12 @@ async def heard(rig: Rig, uid: str, sender: str = "dev-a") -> None:
     await poll(held.task.done, what=f"the preview of {uid} heard")
 
 
+def utterance_id(turn: Turn) -> str:
+    utt = turn.opened.payload
+    assert isinstance(utt, mesh_pb2.Utterance)
+    return utt.id
+
+
 async def send_final(rig: Rig, uid: str, samples: np.ndarray, vouched: int) -> dict[str, object]:
     audio = encode_flac(samples)
     utt = voice_utterance(uid, audio, 2)
@@ -85,7 +92,7 @@ async def send_final(rig: Rig, uid: str, samples: np.ndarray, vouched: int) -> d
         await rig.voice.on_chunk(opened(chunk(uid, i, 2, part), mesh_pb2.AUDIO_CHUNK))
     await rig.voice.on_utterance(opened(utt, mesh_pb2.UTTERANCE))
     turn = await poll(
-        lambda: next((t for t in rig.daemon.turns if t.opened.payload.id == uid), None),
+        lambda: next((t for t in rig.daemon.turns if utterance_id(t) == uid), None),
         what=f"the turn of {uid}",
     )
     assert turn.reply is None, turn.reply
@@ -108,14 +115,15 @@ def test_covers_wants_the_same_samples() -> None:
 def test_malformed_previews_are_refused_unread() -> None:
     good = voice_pb2.AudioPreview(utterance_id="u-1", samples=16_000, data=b"fLaC...")
     assert check_preview(good) is None
-    for change, reason, needle in [
+    cases: list[tuple[dict[str, Any], DropReason, str]] = [
         ({"utterance_id": ""}, DropReason.MALFORMED, "utterance id"),
         ({"utterance_id": "u" * 129}, DropReason.MALFORMED, "utterance id"),
         ({"data": b""}, DropReason.MALFORMED, "no audio"),
         ({"data": b"x" * (MAX_PREVIEW_BYTES + 1)}, DropReason.OVERSIZE, "at most"),
         ({"samples": 0}, DropReason.MALFORMED, "0 samples"),
         ({"samples": 31 * SAMPLE_RATE}, DropReason.MALFORMED, "samples"),
-    ]:
+    ]
+    for change, reason, needle in cases:
         bad = voice_pb2.AudioPreview()
         bad.CopyFrom(good)
         for k, v in change.items():
@@ -135,7 +143,7 @@ async def test_preview_is_used_when_the_final_audio_is_it_then_quiet(rig: Rig) -
     assert meta["asr_preview"] is True and "asr_preview" not in plain
     assert meta["transcript"] == plain["transcript"] and "kitchen" in str(meta["transcript"])
     assert meta["language"] == plain["language"] and meta["asr_model"] == plain["asr_model"]
-    turns = {t.opened.payload.id: t for t in rig.daemon.turns}
+    turns = {utterance_id(t): t for t in rig.daemon.turns}
     assert turns["u-spec"].text == turns["u-plain"].text
     # nothing was left to wait for (the plain one waited for Whisper)
     assert meta["asr_ms"] == 0.0 and isinstance(plain["asr_ms"], float) and plain["asr_ms"] > 0

@@ -6,6 +6,7 @@ import os
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,7 +163,11 @@ def test_a_fact_said_again_regenerates_the_profile(
     (its source added, its level raised) and the profile is regenerated after the merge's
     transaction (a listener inside it could not write: no error, the new level shown)."""
     root, store = home
-    said = {"subject": "user.diet", "predicate": PROFILE_PREDICATE, "value": "No cilantro."}
+    said: dict[str, Any] = {
+        "subject": "user.diet",
+        "predicate": PROFILE_PREDICATE,
+        "value": "No cilantro.",
+    }
     store.register_source(("utterance", "u-1"), "low")
     store.register_source(("utterance", "u-2"), "medium")
     first = store.commit(None, 0, sources=[("utterance", "u-1")], sensitivity="low", **said)

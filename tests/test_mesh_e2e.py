@@ -146,10 +146,10 @@ def test_two_devices_interleaved_timeline_acks_status_and_sigterm(mesh: Mesh) ->
     # order as the hub), current at least up to this device's own last turn
     for bundle in (g, p):
         view = timeline_rows(mesh.yimi("timeline", "--bundle", str(bundle), check=True).stdout)
-        shown = [(int(r["seq"]), r["kind"], r["text"]) for r in view]
-        assert shown == [(r[0], r[2], r[3]) for r in rows[: len(shown)]], shown
+        listed = [(int(r["seq"]), r["kind"], r["text"]) for r in view]
+        assert listed == [(r[0], r[2], r[3]) for r in rows[: len(listed)]], listed
         own = [r for r in rows if r[1] == ids[bundle]]
-        assert len(shown) >= own[-1][0] + 1, "the device's last turn and its reply are listed"
+        assert len(listed) >= own[-1][0] + 1, "the device's last turn and its reply are listed"
         assert {r["device"] for r in view if int(r["seq"]) in {o[0] for o in own}} == {
             bundle.name.removeprefix("bundle-")
         }

@@ -23,6 +23,7 @@ import signal
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import aiomqtt
@@ -99,7 +100,7 @@ def cli_timeline(
     out = mesh.yimi("timeline", where, str(path), check=True).stdout
     lines = out.splitlines()
     assert lines[0].split() == ["SEQ", "DEVICE", "TIME", "KIND", "TEXT"], out
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for line in lines[1:]:
         m = ROW_RE.match(line)
         assert m, f"unparsable timeline line {line!r}"
@@ -289,6 +290,11 @@ class Writer(threading.Thread):
     def count(self) -> int:
         return len(self.ids)
 
+    def wrote_more(self, n: int) -> Callable[[], bool]:
+        """A condition: ``n`` more memos written than now."""
+        start = self.count()
+        return lambda: self.count() >= start + n
+
 
 def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -> None:
     """Two devices keep writing memos while their edges sync. ``kill -9`` the glasses'
@@ -322,8 +328,7 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
             assert rc == -signal.SIGKILL
             kills.append(f"edge {bundle.name} at {synced()} synced")
             w = writers[0 if bundle == g else 1]
-            start = w.count()
-            poll_sync(lambda w=w, start=start: w.count() >= start + 2, 20, "memos while it is dead")
+            poll_sync(w.wrote_more(2), 20, "memos while it is dead")
             edges[bundle] = mesh.start_edge(bundle)
             progress(4, f"sync after restarting {bundle.name}'s edge")
 
@@ -370,9 +375,9 @@ def test_kill_9_of_each_node_during_sync_loses_and_doubles_nothing(mesh: Mesh) -
         (len(written), len(written))
     ]
     for folder in everyone:
-        counts = raw_id_counts(folder)
-        assert set(counts) == set(written), folder
-        doubled = {i: c for i, c in counts.items() if c != 1}
+        stored = raw_id_counts(folder)
+        assert set(stored) == set(written), folder
+        doubled = {i: c for i, c in stored.items() if c != 1}
         assert not doubled, f"{folder}: entries stored more than once: {doubled}"
     hub_crdt_agrees_with_sqlite(mesh)
     # a device's own memos are sequenced in the order they were written

@@ -1053,7 +1053,15 @@ def test_entry_readers_skip_malformed_values() -> None:
 def test_seq_and_note_readers_skip_malformed_values() -> None:
     doc = LoroDoc()
     m = doc.get_map("seq")
-    for key, value in [("a", 3), ("b", "4"), ("c", True), ("d", 0), ("e", -1), ("f", 2.0)]:
+    values: list[tuple[str, int | str | bool | float]] = [
+        ("a", 3),
+        ("b", "4"),
+        ("c", True),
+        ("d", 0),
+        ("e", -1),
+        ("f", 2.0),
+    ]
+    for key, value in values:
         m.insert(key, value)
     doc.get_map("note:good").insert("text", "fine")
     doc.get_map("note:good").insert("updated_at", 5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import apsw
 import numpy as np
@@ -175,7 +176,7 @@ def test_call_anchor_is_for_that_call_only(db: Path) -> None:
     auth.close()
 
 
-FAKE_OK = {"config": {"allow_fake_biometric": True}}
+FAKE_OK: dict[str, Any] = {"config": {"allow_fake_biometric": True}}
 
 
 def test_the_fake_biometric_is_refused_unless_configured(db: Path) -> None:
@@ -296,7 +297,7 @@ def test_device_keeps_newer_voiceprints_and_never_lowers_the_line(tmp_path: Path
 
 def test_enrol_requests_are_answered_not_raised(tmp_path: Path) -> None:
     """``Hub.Enrol``'s handling of a VoiceEnrol: every refusal is an answer with a key."""
-    from typing import Any, cast
+    from typing import cast
 
     from hub.voice.voiceprints import VoiceprintMesh
     from protos import voice_pb2
