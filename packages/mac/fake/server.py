@@ -28,6 +28,7 @@ forks: dict[str, str] = {}
 def run(command: str, args: list[str] | None = None, call_id: str = "") -> dict[str, Any]:
     """Run an allow-listed command on the Mac (fake: nothing runs)."""
     argv = list(args or [])
+    a: dict[str, Any]
     if command not in ALLOWED:
         a = {"status": "refused", "error_code": "NOT_ALLOWED", "error": "not allowed"}
     else:
