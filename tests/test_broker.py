@@ -575,13 +575,21 @@ def test_invalid_accounts_are_rejected() -> None:
 
 def test_a_connection_closed_before_its_tls_handshake_is_no_refusal(tmp_path: Path) -> None:
     """mosquitto logs an OpenSSL error for a TCP connection closed before any handshake (the
-    hub's own readiness probe): never counted; a handshake a client aborts is."""
+    hub's own readiness probe): never counted; a handshake a client aborts is, in either of
+    the two ways mosquitto logs it (which one depends on how much of the handshake had
+    arrived when it took the connection: a flaky suite run found the second)."""
     broker = make_broker(tmp_path / "broker", ports.port())
     broker.log_path.parent.mkdir(parents=True, exist_ok=True)
     broker.log_path.write_text(
         "1: New connection from 127.0.0.1:51918 on port 21444.\n"
         "1: OpenSSL Error[0]: error:0A000126:SSL routines::unexpected eof while reading\n"
         "1: Client <unknown> disconnected: Protocol error.\n"
+        "1: Client connection from 127.0.0.1 failed: error:0A000126:SSL routines::unexpected"
+        " eof while reading.\n"
         "2: OpenSSL Error[0]: error:0A000418:SSL routines::tlsv1 alert unknown ca\n"
+        "3: Client connection from 127.0.0.1 failed: error:0A000418:SSL routines::tlsv1 alert"
+        " unknown ca.\n"
+        "4: Client connection from 127.0.0.1 failed: error:0A00010B:SSL routines::wrong version"
+        " number.\n"
     )
-    assert broker.refusals() == {"broker.refused.tls": 1}
+    assert broker.refusals() == {"broker.refused.tls": 3}

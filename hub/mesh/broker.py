@@ -96,8 +96,12 @@ REFUSALS = (
     # a retained publish (mosquitto 2.0.11 logs no reason for it), or another protocol error
     (": Unknown error.", "broker.refused.protocol"),
     ("not authorised", "broker.refused.login"),
-    # a TLS handshake that failed: a plaintext client, or one pinned to another home's CA
+    # a TLS handshake that failed: a plaintext client, or one pinned to another home's CA.
+    # mosquitto says it one of two ways: while it takes the connection, when the client's
+    # whole handshake is in already ("Client connection from ADDRESS failed: error:…"), or
+    # when a handshake it went on with later fails ("OpenSSL Error[N]: error:…")
     ("OpenSSL Error[", "broker.refused.tls"),
+    ("failed: error:", "broker.refused.tls"),
 )
 """(line fragment of mosquitto's log, counter name): the refusals the hub only sees there"""
 NOT_REFUSALS = ("unexpected eof while reading",)
