@@ -22,7 +22,7 @@ import pytest
 import soundfile as sf
 
 from hardware.pcm import SAMPLE_RATE
-from tests.mesh_harness import Mesh
+from tests.mesh_harness import Mesh, Proc
 from tests.speech import (
     OTHERS,
     OWNER,
@@ -189,60 +189,10 @@ def speak_into(wav: Path, pipes: list[IO[bytes]]) -> None:
         pipe.close()
 
 
-def test_a_request_heard_live_is_recognised_from_the_devices_preview(
-    mesh: Mesh, tmp_path: Path
-) -> None:
-    """A microphone paced in real time: when the glasses hear the end of the request they
-    send it as an ``AUDIO_PREVIEW`` and wait out their hang-over; the hub recognises the
-    preview meanwhile, and once the request comes with the same samples (nothing was said
-    after it) the turn uses that transcript (meta ``asr_preview``) instead of recognising
-    the audio again. The reply comes back and is spoken."""
-    mesh.start_hub()
-    glasses = mesh.add_device("glasses1")
-    wav = request_wav(tmp_path / "owner.wav", OWNER)
-    edge = mesh.spawn(
-        "edge-live",
-        "edge",
-        "run",
-        "--bundle",
-        str(glasses),
-        "--hub",
-        mesh.hub_target,
-        "--audio",
-        "-",
-        "--out",
-        str(tmp_path / "spoken.wav"),
-        "--realtime",
-        "--once",
-        "--timeout",
-        "120",
-        stdin=subprocess.PIPE,
-    )
-    poll_sync(
-        lambda: "hearing -" in edge.text() or not edge.alive(),
-        RUN_TIMEOUT_S,
-        "the glasses to load their models, connect and listen",
-    )
-    assert edge.alive(), edge.text()[-2000:]
-    assert edge.popen.stdin is not None
-    speak_into(wav, [edge.popen.stdin])
-    poll_sync(lambda: not edge.alive(), RUN_TIMEOUT_S, "the glasses to finish")
-    assert edge.popen.returncode == 0, edge.text()[-2000:]
-    ((device, text, meta),) = voice_turns(mesh)
-    assert "cilantro" in text.lower(), text
-    assert meta.get("asr_preview") is True, meta
-    assert str(meta["asr_model"]).startswith("faster-whisper:whisper-tiny.en@"), meta
-    ((replied_to, _),) = replies(mesh)
-    assert replied_to == device
-    assert "hub: " in edge.text()
-    assert (tmp_path / "spoken.wav").stat().st_size > 10_000
-
-
-def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path) -> None:
-    mesh.start_hub()
-    first = mesh.add_device("glasses1")
-    second = mesh.add_device("glasses2")
-    wav = request_wav(tmp_path / "owner.wav", OWNER)
+def live_devices(mesh: Mesh, bundles: list[Path], folder: Path) -> list[Proc]:
+    """``yimi edge run`` of each bundle hearing raw PCM on its stdin (:func:`speak_into`
+    paces it like a microphone), speaking replies into ``folder/<name>.wav`` and exiting
+    once its replies are in; returned once every one listens."""
     procs = [
         mesh.spawn(
             f"edge-{b.name}",
@@ -255,21 +205,56 @@ def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path
             "--audio",
             "-",
             "--out",
-            str(tmp_path / f"{b.name}.wav"),
+            str(folder / f"{b.name}.wav"),
             "--realtime",
             "--once",
             "--timeout",
             "120",
             stdin=subprocess.PIPE,
         )
-        for b in (first, second)
+        for b in bundles
     ]
     poll_sync(
         lambda: all("hearing -" in p.text() or not p.alive() for p in procs),
         RUN_TIMEOUT_S,
-        "both devices to load their models, connect and listen",
+        "the devices to load their models, connect and listen",
     )
     assert all(p.alive() for p in procs), [p.text()[-2000:] for p in procs]
+    return procs
+
+
+def test_a_request_heard_live_is_recognised_from_the_devices_preview(
+    mesh: Mesh, tmp_path: Path
+) -> None:
+    """A microphone paced in real time: when the glasses hear the end of the request they
+    send it as an ``AUDIO_PREVIEW`` and wait out their hang-over; the hub recognises the
+    preview meanwhile, and once the request comes with the same samples (nothing was said
+    after it) the turn uses that transcript (meta ``asr_preview``) instead of recognising
+    the audio again. The reply comes back and is spoken."""
+    mesh.start_hub()
+    glasses = mesh.add_device("glasses1")
+    wav = request_wav(tmp_path / "owner.wav", OWNER)
+    (edge,) = live_devices(mesh, [glasses], tmp_path)
+    assert edge.popen.stdin is not None
+    speak_into(wav, [edge.popen.stdin])
+    poll_sync(lambda: not edge.alive(), RUN_TIMEOUT_S, "the glasses to finish")
+    assert edge.popen.returncode == 0, edge.text()[-2000:]
+    ((device, text, meta),) = voice_turns(mesh)
+    assert "cilantro" in text.lower(), text
+    assert meta.get("asr_preview") is True, meta
+    assert str(meta["asr_model"]).startswith("faster-whisper:whisper-tiny.en@"), meta
+    ((replied_to, _),) = replies(mesh)
+    assert replied_to == device
+    assert "hub: " in edge.text()
+    assert (tmp_path / f"{glasses.name}.wav").stat().st_size > 10_000
+
+
+def test_two_devices_hearing_one_wake_give_one_answer(mesh: Mesh, tmp_path: Path) -> None:
+    mesh.start_hub()
+    first = mesh.add_device("glasses1")
+    second = mesh.add_device("glasses2")
+    wav = request_wav(tmp_path / "owner.wav", OWNER)
+    procs = live_devices(mesh, [first, second], tmp_path)
     # one microphone signal to both from the same instant (each stamps its frames from the
     # wall clock of its first bytes): the same wake, heard by both
     speak_into(wav, [p.popen.stdin for p in procs if p.popen.stdin is not None])
