@@ -457,7 +457,10 @@ class WavSource(Source):
 
     ``start_ms`` stamps the first frame (default: the wall clock when the source opens);
     frame ``i`` starts at ``start_ms + 32 * i``. With ``realtime`` frame ``i`` is yielded
-    no earlier than 32 ms·(i+1) after the source started (as a microphone would).
+    no earlier than 32 ms·(i+1) after the source started (as a microphone would), and a
+    ``start_ms`` still ahead is waited for: hearing starts then, so devices started apart
+    that were given the same ``start_ms`` hear the file together, as two microphones in one
+    room hear one voice.
     """
 
     def __init__(
@@ -490,6 +493,10 @@ class WavSource(Source):
             raise RuntimeError("WavSource.frames() outside 'async with'")
         assert self.start_ms is not None
         framer = _Framer(self.start_ms)
+        ahead_s = (self.start_ms - now_ms()) / 1000
+        if self.realtime and ahead_s > 0:
+            log.info("%s: heard from its start time, in %.1f s", self.what, ahead_s)
+            await asyncio.sleep(ahead_s)  # a scheduled start, not a wait on another task
         t0 = time.monotonic()
         index = 0
         for block in _blocks(self._file, self.what, self.max_seconds):

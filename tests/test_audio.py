@@ -439,6 +439,26 @@ def test_wav_source_realtime_pacing(tmp_path: Path) -> None:
     assert times[-1] < 0.5 + 1.0  # and not much behind it (a loaded machine is slow)
 
 
+def test_wav_source_realtime_starts_hearing_at_its_start_time(tmp_path: Path) -> None:
+    """``--audio-start-ms`` with ``--realtime``: a start time still ahead is waited for (the
+    first frame, stamped with it, comes no earlier); one already past starts at once."""
+    path = tmp_path / "short.wav"
+    sf.write(str(path), np.zeros(SAMPLE_RATE // 10, np.int16), SAMPLE_RATE)
+
+    async def first_frame(start_ms: int) -> tuple[int, int]:
+        async with WavSource(path, realtime=True, start_ms=start_ms) as src:
+            async for frame in src.frames():
+                return frame.start_ms, now_ms()
+        raise AssertionError("no frame")
+
+    start = now_ms() + 400
+    stamped, heard = asyncio.run(first_frame(start))
+    assert stamped == start and heard >= start + FRAME_MS
+    before = now_ms()
+    stamped, heard = asyncio.run(first_frame(before - 60_000))
+    assert stamped == before - 60_000 and heard - before < 5_000  # not a minute's wait
+
+
 def test_wav_source_bad_files(tmp_path: Path) -> None:
     empty = tmp_path / "empty.wav"
     empty.write_bytes(b"")
