@@ -453,7 +453,7 @@ def test_wav_source_realtime_starts_hearing_at_its_start_time(tmp_path: Path) ->
 
     start = now_ms() + 400
     stamped, heard = asyncio.run(first_frame(start))
-    assert stamped == start and heard >= start + FRAME_MS
+    assert stamped == start and heard >= start  # never heard before it was said
     before = now_ms()
     stamped, heard = asyncio.run(first_frame(before - 60_000))
     assert stamped == before - 60_000 and heard - before < 5_000  # not a minute's wait
