@@ -493,10 +493,8 @@ class WavSource(Source):
             raise RuntimeError("WavSource.frames() outside 'async with'")
         assert self.start_ms is not None
         framer = _Framer(self.start_ms)
-        ahead_s = (self.start_ms - now_ms()) / 1000
-        if self.realtime and ahead_s > 0:
-            log.info("%s: heard from its start time, in %.1f s", self.what, ahead_s)
-            await asyncio.sleep(ahead_s)  # a scheduled start, not a wait on another task
+        if self.realtime:
+            await self._start_at(self.start_ms)
         t0 = time.monotonic()
         index = 0
         for block in _blocks(self._file, self.what, self.max_seconds):
@@ -508,6 +506,14 @@ class WavSource(Source):
         if last is not None:
             await self._pace(t0, index + 1)
             yield last
+
+    async def _start_at(self, start_ms: int) -> None:
+        """Wait until the wall clock reaches ``start_ms``, if it is still ahead (a scheduled
+        start, not a wait on another task)."""
+        ahead_s = (start_ms - now_ms()) / 1000
+        if ahead_s > 0:
+            log.info("%s: heard from its start time, in %.1f s", self.what, ahead_s)
+            await asyncio.sleep(ahead_s)
 
     async def _pace(self, t0: float, index: int) -> None:
         if self.realtime:
