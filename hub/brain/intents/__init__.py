@@ -22,7 +22,8 @@ How a sentence is matched (``engine.py``):
    Slot lists: ``name`` (devices, with domain/area context, and list names as domain
    ``todo``), ``area``, ``floor`` (empty), ``contact``, ``shop``, ``list``, ``subject``;
    free-text slots are wildcard lists. Long lists are narrowed per request to the names the
-   request contains. A home's only cover / fan / speaker / light also answers to the kind
+   request contains, and templates needing a list none of whose names it contains ("[the]
+   {name}", "{area} to {brightness}") are not tried (``prefilter.py``). A home's only cover / fan / speaker / light also answers to the kind
    ("the blinds", "风扇"; ``GENERIC_NAMES``), and the hub's "shopping"/"todo" lists to the
    default spoken forms ("grocery list", "待办清单"; ``DEFAULT_LISTS``).
 3. Of hassil's results the one with the least wildcard text wins (then a device ``name`` over

@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import threading
 import types
+import unicodedata
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -30,21 +31,14 @@ from typing import Any
 
 import yaml
 from hassil import Intents, RecognizeResult, recognize_all
-from hassil.expression import (
-    Alternative,
-    Expression,
-    Group,
-    ListReference,
-    RuleReference,
-    TextChunk,
-)
+from hassil.expression import Alternative, Expression, Group, TextChunk
 from hassil.intents import SlotList, TextSlotList, TextSlotValue
 from hassil.util import fold_case, normalize_for_matching
 from home_assistant_intents import get_intents
 
 from hub.brain.intents.cache import load_or_parse
 from hub.brain.intents.numerals import parse_number
-from hub.brain.intents.prefilter import TemplateIndex
+from hub.brain.intents.prefilter import MAX_DEPTH, TemplateIndex, haystack, required_lists
 from hub.brain.intents.text import (
     Lang,
     clean_free_text,
@@ -278,26 +272,6 @@ LETTERS: dict[Lang, Callable[[str], bool]] = {
 }
 """a letter of the language's script that no normalisation turns into another script's: a
 slot value holding one cannot be found in a request without :data:`SCRIPT`'s characters"""
-MAX_DEPTH = 32
-
-
-def _required_lists(exp: Expression, rules: Mapping[str, Any], depth: int = 0) -> set[str]:
-    """The slot lists every match of ``exp`` takes a value from (conservative: a list under
-    an optional, or in only some branches of an alternative, is not required)."""
-    if depth > MAX_DEPTH:
-        return set()
-    if isinstance(exp, ListReference):
-        return {exp.list_name}
-    if isinstance(exp, Alternative):
-        if exp.is_optional or not exp.items:
-            return set()
-        branches = [_required_lists(item, rules, depth + 1) for item in exp.items]
-        return set.intersection(*branches)
-    if isinstance(exp, Group):
-        return set().union(*(_required_lists(item, rules, depth + 1) for item in exp.items))
-    if isinstance(exp, RuleReference) and exp.rule_name in rules:
-        return _required_lists(rules[exp.rule_name].expression, rules, depth + 1)
-    return set()
 
 
 def _lists_in_script(intents: Intents, lang: Lang) -> frozenset[str]:
@@ -357,7 +331,7 @@ def _without_script(intents: Intents, lang: Lang) -> Intents:
                     all(any(is_script(ch) for ch in fragment) for fragment in clause)
                     for clause in sentence.get_required_clauses(rules)
                 )
-                and in_script.isdisjoint(_required_lists(sentence.expression, rules))
+                and in_script.isdisjoint(required_lists(sentence.expression, rules))
             ]
             if kept:
                 sub = dataclasses.replace(d, sentence_texts=[str(x.text) for x in kept])
@@ -467,8 +441,10 @@ def _build_lists(lists: SlotLists) -> dict[str, SlotList]:
 
 
 def _key(text: str) -> str:
-    """Casefolded, without whitespace, punctuation, '-' and '_' (for the list prefilter)."""
-    return "".join(ch for ch in text.casefold() if ch.isalnum())
+    """NFC, folded as hassil folds (:func:`hassil.util.fold_case`), without whitespace,
+    punctuation, '-' and '_' (for the list prefilter): a value hassil finds in a request has
+    its key in the request's key."""
+    return "".join(ch for ch in fold_case(unicodedata.normalize("NFC", text)) if ch.isalnum())
 
 
 @dataclass(frozen=True)
@@ -479,7 +455,7 @@ class _IndexedList:
     full: TextSlotList
     keys: tuple[str, ...]
     by_pair: Mapping[str, tuple[int, ...]]
-    short: tuple[int, ...]  # values whose key is shorter than two characters (kept always)
+    short: tuple[int, ...]  # values whose key is shorter than two characters (checked each)
 
     @staticmethod
     def of(slot_list: TextSlotList) -> _IndexedList:
@@ -496,10 +472,12 @@ class _IndexedList:
                 pairs.setdefault(k[:2], []).append(i)
         return _IndexedList(slot_list, keys, {k: tuple(v) for k, v in pairs.items()}, tuple(short))
 
-    def narrowed(self, request_key: str) -> TextSlotList:
+    def picked(self, request_key: str) -> list[int]:
+        """The values that may occur in the request (their key is in ``request_key``; a
+        value without a key, one that is no plain text, always may), in list order."""
         if len(self.keys) <= PREFILTER_MIN:
-            return self.full
-        picked: set[int] = set(self.short)
+            return [j for j, k in enumerate(self.keys) if k in request_key]
+        picked = {j for j in self.short if self.keys[j] in request_key}  # "" always is
         seen: set[str] = set()
         for i in range(len(request_key) - 1):
             pair = request_key[i : i + 2]
@@ -509,8 +487,14 @@ class _IndexedList:
             for j in self.by_pair.get(pair, ()):
                 if self.keys[j] in request_key:
                     picked.add(j)
-        values = [self.full.values[j] for j in sorted(picked)]
-        return TextSlotList(name=self.full.name, values=values)
+        return sorted(picked)
+
+    def narrowed(self, picked: Sequence[int]) -> TextSlotList:
+        """The list with only the ``picked`` values (a short list as it is: hassil scans it
+        as fast as a narrowed one)."""
+        if len(self.keys) <= PREFILTER_MIN:
+            return self.full
+        return TextSlotList(name=self.full.name, values=[self.full.values[j] for j in picked])
 
 
 def _weight(text: str) -> int:
@@ -757,6 +741,21 @@ class _Live:
         areas = {d.value: d.area for d in lists.devices if d.area}
         return _Live(built, indexed, _placeholders(lists.devices), areas)
 
+    def for_request(self, hay: str) -> tuple[dict[str, SlotList], frozenset[str]]:
+        """For a request whose :func:`~.prefilter.haystack` is ``hay`` (the text hassil
+        looks in, with and without skip words): the slot lists to match it with (long ones
+        narrowed to the values it may hold) and the lists none of whose values it holds (a
+        value matches only where its key occurs)."""
+        hay_key = _key(hay)
+        slot_lists: dict[str, SlotList] = dict(self.lists)
+        absent = []
+        for name, indexed in self.indexed.items():
+            picked = indexed.picked(hay_key)
+            slot_lists[name] = indexed.narrowed(picked)
+            if not picked:
+                absent.append(name)
+        return slot_lists, frozenset(absent)
+
 
 RECENT_REQUESTS = 256
 """requests whose outcome the engine keeps, for the slot lists it has: an owner says "what
@@ -850,15 +849,15 @@ class IntentEngine:
 
     def _match_whole(self, live: _Live, request: str, language: Lang) -> Match | None:
         is_negated = negated(request, language)
-        request_key = _key(request)
-        slot_lists: dict[str, SlotList] = dict(live.lists)
-        for name, indexed in live.indexed.items():
-            slot_lists[name] = indexed.narrowed(request_key)
+        index = (self._index if _has_script(request, language) else self._scriptless_index)[
+            language
+        ]
+        hay = haystack(request, index.intents)
+        slot_lists, absent = live.for_request(hay)
         results = []
-        index = self._index if _has_script(request, language) else self._scriptless_index
         for result in recognize_all(
             request,
-            index[language].candidates(request),
+            index.candidates_in(hay, absent),
             slot_lists=slot_lists,
             language=HA_LANG[language],
         ):

@@ -14,22 +14,57 @@ filed clause was found — plus those with no required text. A template left out
 hassil's own filter would have skipped, so the results are the same, in the same order
 (a test checks that on the labelled sets). Subsets are cached: requests that find the same
 fragments share one.
+
+A caller that knows which slot lists have no value in the request (the engine: none of the
+home's device or area names occurs in it) names them as ``absent``, and the templates that
+need a value of one of them (:func:`required_lists`: "[the] {name}", "{area} to
+{brightness}") are left out as well — hassil could only fail on them, list value by list
+value; they are most of the work of a request no template matches.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from hassil import Intents
-from hassil.expression import Sentence
+from hassil.expression import (
+    Alternative,
+    Expression,
+    Group,
+    ListReference,
+    RuleReference,
+    Sentence,
+)
 from hassil.intents import Intent, IntentData
 from hassil.util import CJK_WHITESPACE, fold_case, normalize_for_matching, remove_skip_words_tracked
 
 SUBSETS_CACHED = 256
 """template subsets kept (one per set of fragments found)"""
+MAX_DEPTH = 32
+"""nesting followed by :func:`required_lists` (rules within rules); deeper counts as none"""
+
+
+def required_lists(exp: Expression, rules: Mapping[str, Any], depth: int = 0) -> set[str]:
+    """The slot lists every match of ``exp`` takes a value from (conservative: a list under
+    an optional, or in only some branches of an alternative, is not required)."""
+    if depth > MAX_DEPTH:
+        return set()
+    if isinstance(exp, ListReference):
+        return {exp.list_name}
+    if isinstance(exp, Alternative):
+        if exp.is_optional or not exp.items:
+            return set()
+        branches = [required_lists(item, rules, depth + 1) for item in exp.items]
+        return set.intersection(*branches)
+    if isinstance(exp, Group):
+        return set().union(*(required_lists(item, rules, depth + 1) for item in exp.items))
+    if isinstance(exp, RuleReference) and exp.rule_name in rules:
+        return required_lists(rules[exp.rule_name].expression, rules, depth + 1)
+    return set()
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,8 @@ class TemplateIndex:
 
     intents: Intents
     _places: list[_Place] = field(default_factory=list)
+    _needs: list[frozenset[str]] = field(default_factory=list)
+    """per template: the slot lists it needs a value of (:func:`required_lists`)"""
     _by_fragment: dict[str, list[int]] = field(default_factory=dict)
     _always: list[int] = field(default_factory=list)
     _subsets: OrderedDict[tuple[int, ...], Intents] = field(default_factory=OrderedDict)
@@ -81,6 +118,9 @@ class TemplateIndex:
                 for sentence in data.sentences:
                     i = len(self._places)
                     self._places.append(_Place(name, block, sentence))
+                    # a list the block defines itself is its own, not the caller's
+                    needs = required_lists(sentence.expression, rules) - set(data.slot_lists)
+                    self._needs.append(frozenset(needs))
                     clauses = sentence.get_required_clauses(rules)
                     if not clauses:
                         self._always.append(i)
@@ -93,13 +133,20 @@ class TemplateIndex:
     def templates(self) -> int:
         return len(self._places)
 
-    def candidates(self, text: str) -> Intents:
-        """The subset of the templates hassil could match ``text`` against."""
-        hay = haystack(text, self.intents)
+    def candidates(self, text: str, absent: Collection[str] = ()) -> Intents:
+        """The subset of the templates hassil could match ``text`` against, given that the
+        slot lists ``absent`` have no value in it."""
+        return self.candidates_in(haystack(text, self.intents), absent)
+
+    def candidates_in(self, hay: str, absent: Collection[str] = ()) -> Intents:
+        """:meth:`candidates` of a request whose :func:`haystack` is ``hay``."""
         found = set(self._always)
         for fragment, places in self._by_fragment.items():
             if fragment in hay:
                 found.update(places)
+        if absent:
+            needs = self._needs
+            found = {i for i in found if needs[i].isdisjoint(absent)}
         key = tuple(sorted(found))
         subset = self._subsets.get(key)
         if subset is None:
