@@ -65,6 +65,11 @@ COUNTER_BLOCK = 32
 COUNTER_BLOCK_S = 2.0
 """seconds a reserved block is used at most (the bundle's counter file is shared by its
 processes: see :mod:`sync.counter`)"""
+RECEIVED_SYNC_S = 0.5
+"""seconds the replica logs' appends of received updates wait for their ``fdatasync``: every
+update received meanwhile shares it (a turn brings one, a busy mesh dozens a second). They
+are the hub's, durable there: a device that loses the last of them in a power cut gets them
+again when it catches up. Anything this node sends about its replicas flushes first."""
 
 ReplyHandler = Callable[[mesh_pb2.Reply, Opened, bool], Awaitable[None]]
 """called with (reply chunk, its envelope, fresh): ``fresh`` the first time a process of
@@ -127,8 +132,8 @@ class DeviceNode:
         self.hub_address: HubAddress | None = None
         self.replica_sync = GroupCommit()
         """syncs the replica logs' appends of received updates: one ``fdatasync`` per
-        written document for all the updates that came while the last one ran, in its own
-        thread (was: one per document per update, on the loop); flushed before anything
+        written document for all the updates that came in :data:`RECEIVED_SYNC_S`, in its
+        own thread (was: one per document per update, on the loop); flushed before anything
         this node sends about its replicas (live changes, catch-up pushes) and at exit"""
         self._replica_flusher: asyncio.Task[None] | None = None
         self.replicas = ReplicaSet(
@@ -468,8 +473,8 @@ class DeviceNode:
 
     # ------------------------------------------------------------------ replication
     def _sync_replicas_soon(self) -> None:
-        """Have the replica appends of received updates synced, off the loop; updates that
-        arrive while a sync runs share the next one."""
+        """Have the replica appends of received updates synced, off the loop, within
+        :data:`RECEIVED_SYNC_S`; updates that arrive meanwhile share the sync."""
         if self.replica_sync.pending and (
             self._replica_flusher is None or self._replica_flusher.done()
         ):
@@ -478,6 +483,7 @@ class DeviceNode:
             )
 
     async def _flush_replicas(self) -> None:
+        await asyncio.sleep(RECEIVED_SYNC_S)  # gathers the updates of a burst (see there)
         while self.replica_sync.pending:
             try:
                 await self.replica_sync.flush()

@@ -20,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
+import edge_agent.node as node_module
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.gateway.facts import fact_map
 from hub.mesh.daemon import HubDaemon
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
+from sync import documents as docs
 from sync.envelope import Opened, new_trace_id, random_id
 from tests.fake_openai import FakeOpenAI, Reply, Request, calls, stall, text
 from tests.mesh_harness import Mesh, Proc
@@ -265,6 +267,35 @@ async def mute_device(mesh: Mesh, bundle: Path) -> AsyncIterator[tuple[DeviceNod
         assert node.mqtt is not None
         await asyncio.wait_for(node.mqtt.connected.wait(), 20)
         yield node, heard
+
+
+async def test_a_devices_received_updates_share_one_sync(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The timeline updates a device receives (one broadcast per turn) are appended to its
+    replica logs at once and synced together, within ``RECEIVED_SYNC_S``: not one fsync per
+    update."""
+    monkeypatch.setattr(node_module, "RECEIVED_SYNC_S", 2.0)  # the turns fit in one window
+    mac = mesh.add_device("mac1", "mac")
+    async with mesh.hub_in_process(), mute_device(mesh, mac) as (node, heard):
+        flushes = node.replica_sync.flushes
+        said = [f"hello number {i}" for i in range(6)]
+        for text in said:
+            uid, _ = node.queue_utterance(text)
+            await node.flush(stop_after=uid)
+            await heard.final(uid)
+
+        def held() -> set[str]:
+            return {
+                e.text
+                for d in node.replicas.doc_ids()
+                if d.startswith(docs.TIMELINE)
+                for e in docs.entries_of(node.replicas.get(d).doc)
+            }
+
+        await poll(lambda: set(said) <= held(), 20, "the turns' broadcasts at the device")
+        await poll(lambda: node.replica_sync.pending == 0, 20, "the received updates synced")
+        assert 1 <= node.replica_sync.flushes - flushes <= 2, node.replica_sync.flushes - flushes
 
 
 async def test_repeated_utterance_and_facts_said_only_after_the_ack(mesh: Mesh) -> None:
