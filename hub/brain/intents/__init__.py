@@ -23,9 +23,10 @@ How a sentence is matched (``engine.py``):
    ``todo``), ``area``, ``floor`` (empty), ``contact``, ``shop``, ``list``, ``subject``;
    free-text slots are wildcard lists. Long lists are narrowed per request to the names the
    request contains, and templates needing a list none of whose names it contains ("[the]
-   {name}", "{area} to {brightness}") are not tried (``prefilter.py``). A home's only cover / fan / speaker / light also answers to the kind
-   ("the blinds", "风扇"; ``GENERIC_NAMES``), and the hub's "shopping"/"todo" lists to the
-   default spoken forms ("grocery list", "待办清单"; ``DEFAULT_LISTS``).
+   {name}", "{area} to {brightness}") are not tried (``prefilter.py``). A home's only
+   cover / fan / speaker / light also answers to the kind ("the blinds", "风扇";
+   ``GENERIC_NAMES``), and the hub's "shopping"/"todo" lists to the default spoken forms
+   ("grocery list", "待办清单"; ``DEFAULT_LISTS``).
 3. Of hassil's results the one with the least wildcard text wins (then a device ``name`` over
    an area, then more literal text). Slots are normalised: list values → canonical ids,
    numbers → int (budget float; Chinese numerals via ``numerals.py`` when hassil's range

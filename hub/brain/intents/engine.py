@@ -719,6 +719,16 @@ WARM_UP: Mapping[Lang, tuple[str, ...]] = types.MappingProxyType(
         ),
     }
 )
+WARM_UP_LISTS = SlotLists(
+    devices=(
+        Named("light.warm_up", ("warm-up lamp",), "light", "warm_up"),
+        Named("cover.warm_up", ("warm-up blinds",), "cover", "warm_up"),
+        Named("media_player.warm_up", ("warm-up speaker",), "media_player", "warm_up"),
+    ),
+    areas=(Named("warm_up", ("warm-up room",)),),
+)
+"""the lists :data:`WARM_UP` is matched with: one light, blinds and speaker (each answering to
+its kind: "the light", "窗帘"), so the device templates are among those hassil prepares"""
 
 
 @dataclass(frozen=True)
@@ -779,10 +789,12 @@ class IntentEngine:
         self._recent_for: _Live | None = None
         self._recent_lock = threading.Lock()
         # hassil builds its number-word tries and template indexes lazily (120-200 ms on the
-        # first sentence): pay that here, once, not in the owner's first turn.
+        # first sentence): pay that here, once, not in the owner's first turn — with devices,
+        # or the templates that need one would be left out (no name in the request)
+        warm = _Live.of(WARM_UP_LISTS)
         for lang, sentences in WARM_UP.items():
             for sentence in sentences:
-                self.recognize(sentence, lang)
+                self._recognize(sentence, lang, warm)
 
     def update(self, lists: SlotLists) -> None:
         """New live data: only the slot lists are rebuilt."""
