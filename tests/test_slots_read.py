@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import yaml
 
-from hub.brain.slots import LiveSlots
+from hub.brain.slots import Device, LiveSlots
+from hub.turns.context import FileContacts
 
 
 class CountingGateway:
@@ -82,3 +87,35 @@ async def test_a_read_that_keeps_failing_the_same_way_is_warned_about_once(
     ]
     assert "Connection refused" in shops[0].getMessage()
     assert "read again" in shops[-1].getMessage()
+
+
+def test_the_named_lists_are_made_again_only_when_contacts_or_devices_change(
+    tmp_path: Path,
+) -> None:
+    """Asked before every request, the lists are made from the address book and the devices
+    only when either changed: a thousand contacts are not named again every turn, and an
+    edit of ``contacts.yaml`` or a new device listing is taken at once."""
+    book = tmp_path / "contacts.yaml"
+    people = [{"name": f"Person{i} Example", "email": f"p{i}@example.org"} for i in range(1000)]
+    book.write_text(yaml.safe_dump(people))
+    live = LiveSlots(CountingGateway(), contacts=FileContacts(book))  # type: ignore[arg-type]
+    first = live.slot_lists()
+    assert len(first.contacts) == 1000
+    again = live.slot_lists()
+    assert again == first and again.contacts is first.contacts  # not made again
+
+    book.write_text(yaml.safe_dump([*people, {"name": "Dana Reyes", "email": "d@example.org"}]))
+    os.utime(book, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))  # a new stamp
+    edited = live.slot_lists()
+    assert [c.value for c in edited.contacts][-1] == "Dana Reyes"
+    assert edited.devices == () and edited.contacts is not first.contacts
+
+    live.devices = [Device("light.desk", "desk lamp", "light", "study")]
+    listed = live.slot_lists()
+    assert [d.value for d in listed.devices] == ["light.desk"]
+    assert [a.value for a in listed.areas] == ["study"]
+    assert listed.contacts is edited.contacts  # the address book did not change
+    assert live.engine is not None and live.engine.recognize("turn on the desk lamp") is None
+    live._update()  # what recognize() does first: the engine takes the new lists
+    match = live.engine.recognize("turn on the desk lamp")
+    assert match is not None and match.slots.get("name") == "light.desk", match

@@ -164,6 +164,12 @@ class LiveSlots:
     _calls: Iterator[int] = field(default_factory=itertools.count)
     _failures: dict[tuple[str, str], str] = field(default_factory=dict)
     """(package, tool) → why its last read failed (said once at WARNING)"""
+    _contacts_from: list[Any] | None = None
+    _contacts_named: tuple[Named, ...] = ()
+    """the address book's contacts as the engine names them, made from ``_contacts_from``"""
+    _devices_from: list[Device] | None = None
+    _devices_named: tuple[tuple[Named, ...], tuple[Named, ...]] = ((), ())
+    """(devices, areas) as the engine names them, made from ``_devices_from``"""
 
     def __post_init__(self) -> None:
         if self.engine is None:
@@ -254,28 +260,39 @@ class LiveSlots:
 
     # ------------------------------------------------------------------ lists
     def slot_lists(self) -> SlotLists:
-        areas: dict[str, Named] = {}
-        for d in self.devices:
-            if d.area and d.area not in areas:
-                areas[d.area] = Named(d.area, _area_names(d.area, d.area_names))
-        devices = [
-            Named(d.entity, tuple(dict.fromkeys([d.name, *d.aliases])), d.domain, d.area)
-            for d in self.devices
-        ]
+        """The lists as they are now. Asked before every request: the named contacts,
+        devices and areas are made again only when the address book or the devices changed
+        (a thousand contacts took milliseconds a turn; comparing them takes microseconds)."""
+        every = getattr(self.contacts, "all", None)
+        listed: list[Any] = list(every()) if callable(every) else []
+        if listed != self._contacts_from:
+            self._contacts_named = tuple(self._named_contacts(listed))
+            self._contacts_from = listed
+        if self.devices != self._devices_from:
+            self._devices_named = self._named_devices()
+            self._devices_from = list(self.devices)
+        devices, areas = self._devices_named
         return SlotLists(
-            contacts=tuple(self._contacts()),
-            devices=tuple(devices),
-            areas=tuple(areas.values()),
+            contacts=self._contacts_named,
+            devices=devices,
+            areas=areas,
             shops=tuple(self.shops),
             lists=DEFAULT_LISTS,
         )
 
-    def _contacts(self) -> list[Named]:
-        book = self.contacts
-        listed: Sequence[ContactLike] = ()
-        every = getattr(book, "all", None)
-        if callable(every):
-            listed = every()
+    def _named_devices(self) -> tuple[tuple[Named, ...], tuple[Named, ...]]:
+        areas: dict[str, Named] = {}
+        for d in self.devices:
+            if d.area and d.area not in areas:
+                areas[d.area] = Named(d.area, _area_names(d.area, d.area_names))
+        devices = tuple(
+            Named(d.entity, tuple(dict.fromkeys([d.name, *d.aliases])), d.domain, d.area)
+            for d in self.devices
+        )
+        return devices, tuple(areas.values())
+
+    @staticmethod
+    def _named_contacts(listed: Sequence[ContactLike]) -> list[Named]:
         out = []
         for c in listed:
             first = c.name.split()[:1]
