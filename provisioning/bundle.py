@@ -40,7 +40,7 @@ from provisioning.home import Home
 from provisioning.identity import NodeKeys, fingerprint, read_secret, write_secret
 from provisioning.profiles import Profile, dump_profile, load_profile
 from provisioning.registry import DeviceRecord, check_name
-from provisioning.tls import ca_fingerprint, check_endorsement, endorse, ensure_ca
+from provisioning.tls import UNREADABLE, ca_fingerprint, check_endorsement, endorse, ensure_ca
 from storage.private import private_dir, write_private
 
 BUNDLE_VERSION = 1
@@ -151,7 +151,11 @@ def _pinned_ca(path: Path, config: dict[str, Any]) -> bytes | None:
     if "tls_ca_sha256" not in hub:
         return None
     pem = (path / CA_FILE).read_bytes()
-    if ca_fingerprint(pem) != hub["tls_ca_sha256"]:
+    try:
+        pinned = ca_fingerprint(pem)
+    except UNREADABLE as exc:
+        raise ValueError(f"{CA_FILE} is not a certificate: {exc}") from None
+    if pinned != hub["tls_ca_sha256"]:
         raise ValueError(f"{CA_FILE} is not the pinned TLS CA")
     try:
         check_endorsement(

@@ -78,6 +78,11 @@ def plaintext_requested() -> bool:
     return os.environ.get(PLAINTEXT_ENV, "") == "1"
 
 
+UNREADABLE = (ValueError, TypeError, UnsupportedAlgorithm, x509.InvalidVersion)
+"""what reading a certificate raises when it is not one we can read (``InvalidVersion``, a
+version field that is not 1-3, is none of the others)"""
+
+
 def tls_name(home_id: str) -> str:
     """The hub's stable TLS name (in every leaf; gRPC clients ask for it)."""
     return f"hub-{home_id}.yimi"
@@ -107,13 +112,7 @@ def check_endorsement(home_sign_pk: bytes, ca_pem: bytes, signature: bytes) -> N
             raise ValueError("not a P-256 key")
         if not cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
             raise ValueError("not a CA certificate")
-    except (
-        ValueError,
-        TypeError,
-        BadSignatureError,
-        UnsupportedAlgorithm,
-        x509.ExtensionNotFound,
-    ) as exc:
+    except (*UNREADABLE, BadSignatureError, x509.ExtensionNotFound) as exc:
         reason = "not endorsed by the home key" if isinstance(exc, BadSignatureError) else exc
         raise ProvisioningError("tls.ca_invalid", reason=reason) from None
 
@@ -289,7 +288,7 @@ def leaf_is_current(
         cert = x509.load_pem_x509_certificate(cert_pem)
         ca = x509.load_pem_x509_certificate(ca_pem)
         cert.verify_directly_issued_by(ca)
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+    except (*UNREADABLE, InvalidSignature):
         return False
     renew_at = cert.not_valid_after_utc - dt.timedelta(days=RENEW_BEFORE_DAYS)
     return _utc(now) < renew_at and set(names) <= _names_of(cert)
@@ -379,6 +378,6 @@ def issued_by(leaf_pem: bytes, ca_pem: bytes) -> bool:
         x509.load_pem_x509_certificate(leaf_pem).verify_directly_issued_by(
             x509.load_pem_x509_certificate(ca_pem)
         )
-    except (ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm):
+    except (*UNREADABLE, InvalidSignature):
         return False
     return True

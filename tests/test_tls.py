@@ -17,7 +17,7 @@ import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from edge_agent.node import DeviceNode, NodeOptions
@@ -146,6 +146,13 @@ def test_bundles_pin_the_ca_and_old_bundles_are_told_to_re_pair(tmp_path: Path) 
     with pytest.raises(ProvisioningError) as err:
         Bundle.load(bundle.path)
     assert err.value.key == "bundle.corrupt"
+    # the bundle's own CA damaged (its version field: cryptography's InvalidVersion)
+    der = bytearray(x509.load_pem_x509_certificate(good).public_bytes(DER))
+    der[12] ^= 1
+    (bundle.path / CA_FILE).write_bytes(_PEM_HEAD + base64.encodebytes(bytes(der)) + _PEM_TAIL)
+    with pytest.raises(ProvisioningError) as err:
+        Bundle.load(bundle.path)
+    assert err.value.key == "bundle.corrupt" and "not a certificate" in str(err.value)
     (bundle.path / CA_FILE).write_bytes(good)
 
     # a bundle from before TLS: it loads, connecting says what to do
@@ -324,6 +331,7 @@ DER = serialization.Encoding.DER
     mutate=st.booleans(),
     signature=st.binary(max_size=80),
 )
+@example(junk=b"", flips=[(12, 1)], mutate=True, signature=b"")  # version 3: InvalidVersion
 def test_untrusted_certificates_never_raise_unexpectedly(
     homes: tuple[Home, Home],
     junk: bytes,
