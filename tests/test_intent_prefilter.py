@@ -100,32 +100,27 @@ def test_templates_needing_a_list_with_no_value_in_the_request_are_left_out() ->
     request naming nothing of the home is not tried against the templates that need a
     name or an area."""
     lists = fixture_lists()
+    # contacts enough for the list to be narrowed too (over PREFILTER_MIN)
     many = tuple(Named(f"person{i:03d}", (f"Person{i:03d} Example",)) for i in range(60))
-    engines = [
-        IntentEngine(lists),
-        IntentEngine(dataclasses.replace(lists, contacts=(*lists.contacts, *many))),
-    ]
+    engine = IntentEngine(dataclasses.replace(lists, contacts=(*lists.contacts, *many)))
     texts = [s.text for lang in LANGS for which in SETS for s in load_set(lang, which)]
     texts += ["Ｔｕｒｎ ｏｎ the fan", "turn-on the living-room lights", "50", "OK", "好的"]
     texts += ["bench block 1 trip 7", "把 牛奶 加到 购物清单", "打开  厨房的灯", ""]
     texts += ["please the kitchen please light", "KITCHEN LIGHT", "厨房 灯", "客厅"]
     texts += ["call person007 example", "text Person059 Example that I am late"]
     compared = pruned = 0
-    for engine in engines:
-        live = engine._live
-        for text in texts:
-            for lang in LANGS:
-                index = engine._index[lang]
-                slot_lists, absent = live.for_request(haystack(text, index.intents))
-                subset = index.candidates(text, absent)
-                expected = _results(engine, engine._intents[lang], text, lang)
-                got = _results(engine, subset, text, lang, slot_lists)
-                assert got == expected, (text, lang, absent)
-                compared += 1
-                pruned += _templates(subset) < _templates(index.candidates(text))
-    assert compared >= 1200 and pruned >= 300, (compared, pruned)
+    for text in texts:
+        for lang in LANGS:
+            index = engine._index[lang]
+            slot_lists, absent = engine._live.for_request(haystack(text, index.intents))
+            subset = index.candidates(text, absent)
+            expected = _results(engine, engine._intents[lang], text, lang)
+            got = _results(engine, subset, text, lang, slot_lists)
+            assert got == expected, (text, lang, absent)
+            compared += 1
+            pruned += _templates(subset) < _templates(index.candidates(text))
+    assert compared >= 600 and pruned >= 150, (compared, pruned)
     for lang in LANGS:
-        engine = engines[0]
         index = engine._index[lang]
         hay = haystack("bench block 1 trip 7", index.intents)
         _, absent = engine._live.for_request(hay)
