@@ -266,7 +266,7 @@ class LiveSlots:
         every = getattr(self.contacts, "all", None)
         listed: list[Any] = list(every()) if callable(every) else []
         if listed != self._contacts_from:
-            self._contacts_named = tuple(self._named_contacts(listed))
+            self._contacts_named = self._named_contacts(listed)
             self._contacts_from = listed
         if self.devices != self._devices_from:
             self._devices_named = self._named_devices()
@@ -292,14 +292,14 @@ class LiveSlots:
         return devices, tuple(areas.values())
 
     @staticmethod
-    def _named_contacts(listed: Sequence[ContactLike]) -> list[Named]:
+    def _named_contacts(listed: Sequence[ContactLike]) -> tuple[Named, ...]:
         out = []
         for c in listed:
             first = c.name.split()[:1]
             mine = [f"my {a}" for a in c.aliases if a.isascii() and not a.lower().startswith("my ")]
             names = dict.fromkeys([c.name, *c.aliases, *mine, *first])
             out.append(Named(c.name, tuple(n for n in names if n)))
-        return out
+        return tuple(out)
 
     def _update(self) -> None:
         lists = self.slot_lists()
