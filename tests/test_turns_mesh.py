@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,6 +173,67 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
                 mesh.stop(p)
     hub_view = mesh.yimi("timeline", "--home", str(mesh.home), check=True).stdout
     assert "activity" in hub_view and "waiting for consent" in hub_view, hub_view
+
+
+# ---------------------------------------------------------------- answered while announced
+async def test_a_card_answered_while_its_reply_is_sent_is_still_reported(
+    mesh: Mesh, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner denies the card while the reply that announced it is still on its way
+    (held here until the denial has settled the task): the denial is reported to the Mac
+    after that reply, and recorded as activity — not lost as part of a turn already said."""
+    mac = mesh.add_device("mac1", "mac")
+    phone = mesh.add_device("phone1", "phone")
+    async with SmtpWorld() as smtp:
+        prepare(mesh, smtp)
+        async with mesh.hub_in_process() as hub:
+            brain = hub.turns.brain
+            assert brain is not None
+            mac_edge = await asyncio.to_thread(mesh.start_edge, mac, hub=mesh.hub_target)
+            held, release = asyncio.Event(), asyncio.Event()
+            deliver = hub.turns.delivery.deliver
+
+            async def slow_announcement(adm: Any, rid: str, pieces: Any, **kw: Any) -> None:
+                if any("need your approval" in p.text for p in pieces):
+                    held.set()
+                    await release.wait()
+                await deliver(adm, rid, pieces, **kw)
+
+            monkeypatch.setattr(hub.turns.delivery, "deliver", slow_announcement)
+            said = asyncio.ensure_future(
+                asyncio.to_thread(mesh.say, mac, MAIL, "--hub", mesh.hub_target)
+            )
+            try:
+                await asyncio.wait_for(held.wait(), 30)
+                task = turn_id(mesh, MAIL)
+                r = await asyncio.to_thread(
+                    mesh.yimi, "deny", "--bundle", str(phone), "--hub", mesh.hub_target
+                )
+                assert r.returncode == 0, (r.stdout, r.stderr)
+                await poll(lambda: brain.store.require(task).finished, 20, "the denial settled")
+            finally:
+                release.set()
+                out = (await said).stdout
+            assert "need your approval" in out, out
+
+            def reported(p: Proc = mac_edge) -> bool:
+                return "hub: Cancelled: " in p.text()
+
+            await poll(reported, 20, "the denial reported on the Mac")
+            replies = [
+                str(t)
+                for (t,) in mesh.hub_query(
+                    "SELECT text FROM timeline WHERE kind='reply' ORDER BY seq"
+                )
+            ]
+            assert "need your approval" in replies[-2] and "Cancelled: " in replies[-1], replies
+            assert smtp.messages() == []
+            await poll(
+                lambda: any(a.startswith("e-mail Dana Lee — failed") for a in activity(mesh)),
+                10,
+                "the outcome as activity",
+            )
+            mesh.stop(mac_edge)
 
 
 # ---------------------------------------------------------------- a guest voice

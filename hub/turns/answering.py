@@ -141,6 +141,11 @@ class Turns:
         """utterance ids queued or being answered in this process"""
         self._in_turn: set[str] = set()
         """task ids inside ``brain.turn`` now (their events are the turn's own reply)"""
+        self._from_receipt: set[str] = set()
+        """task ids a card's answer is settling now: their events are never part of the
+        reply of a turn still being sent (the reply was made before the answer came)"""
+        self._after_turn: dict[str, list[TaskEvent]] = {}
+        """reports of such events, held until their turn's own reply is out"""
         self._archive: Archive | None = None
         self._archive_failed = False
         self._brain_cm: Any = None
@@ -270,6 +275,7 @@ class Turns:
         turn = brain_turn(adm, meta, self.context.sources(meta.scope, uid))
         t0 = time.perf_counter()
         self._in_turn.add(uid)
+        late: list[TaskEvent] = []
         sent = 0
         try:
             async for chunk in brain.turn(turn):
@@ -292,10 +298,12 @@ class Turns:
                 start=sent,
             )
         finally:
-            self._in_turn.discard(uid)
+            late = self._turn_ended(uid)
         log.debug(  # every turn: not at INFO on the hot path
             "turn %s answered in %.0f ms (%s)", uid, (time.perf_counter() - t0) * 1000, brain.kind
         )
+        for event in late:
+            await self._report(event)
 
     # ------------------------------------------------------------------ scheduled runs
     async def run_scheduled(self, occ: Occurrence) -> None:
@@ -330,7 +338,7 @@ class Turns:
         try:
             result = await collect(brain.turn(turn))
         finally:
-            self._in_turn.discard(run_id)
+            late = self._turn_ended(run_id)
         receipts = gw.ledger.task_receipts(run_id)
         blocked = [r for r in receipts if r.status == "rejected" and r.error == SCHEDULED_BLOCK]
         if blocked:
@@ -352,30 +360,49 @@ class Turns:
             if not self.store.chunks(rid):
                 notice = Admitted("", device, 0, "", trace, {}, 0, False)
                 await self.delivery.deliver(notice, rid, [Piece(text, True, run_id, HUB_BRAIN)])
+        for event in late:
+            await self._report(event)
 
     # ------------------------------------------------------------------ events and receipts
+    def _turn_ended(self, task_id: str) -> list[TaskEvent]:
+        """``task_id``'s turn is out of ``brain.turn``: the reports held for it."""
+        self._in_turn.discard(task_id)
+        return self._after_turn.pop(task_id, [])
+
     async def on_receipt(self, receipt: Receipt) -> None:
         """A card was answered or expired: the waiting task goes on."""
         brain = self.brain
         if brain is None:  # the brain reads it from the ledger when it resumes
             return
+        self._from_receipt.add(receipt.task_id)
         try:
             await brain.on_receipt(receipt)
         except Exception:
             log.exception("task %s: receipt not taken by the brain", receipt.task_id)
+        finally:
+            self._from_receipt.discard(receipt.task_id)
 
     async def on_event(self, event: TaskEvent) -> None:
-        """Task events: activity entries for background work, reports of late results."""
+        """Task events: activity entries for background work, reports of late results.
+
+        An event of a task inside its turn is that turn's own reply, unless a card's answer
+        made it: the owner (or the expiry sweep) can answer a card while the reply that
+        announced it is still being sent, and its outcome is reported once that reply is
+        out."""
         in_turn = event.task_id in self._in_turn
-        background = bool(event.parent_id) or not in_turn
+        late = in_turn and event.task_id in self._from_receipt
+        background = bool(event.parent_id) or not in_turn or late
         if background or event.state == "waiting_for_consent":
             await self.activity.record(event)
-        if in_turn or not event.text or not event.device_id:
+        if (in_turn and not late) or not event.text or not event.device_id:
             return
         if event.state in ("done", "failed") or (
             event.state == "waiting_for_consent" and event.parent_id
         ):
-            await self._report(event)
+            if late:
+                self._after_turn.setdefault(event.task_id, []).append(event)
+            else:
+                await self._report(event)
 
     async def _report(self, event: TaskEvent) -> None:
         """A task's result after its turn was answered: to the device of the turn."""
