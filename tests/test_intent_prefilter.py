@@ -6,7 +6,9 @@ templates instead of hundreds."""
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 
+import pytest
 from hassil import Intents, recognize_all
 from hassil.intents import SlotList
 
@@ -41,22 +43,56 @@ def _templates(intents: Intents) -> int:
     return sum(len(d.sentences) for i in intents.intents.values() for d in i.data)
 
 
-def test_the_indexed_templates_give_what_all_templates_give() -> None:
-    engine = IntentEngine(fixture_lists())
+@dataclass(frozen=True)
+class Case:
+    text: str
+    lang: Lang
+    expected: Found
+    """what hassil yields with every template and whole lists"""
+
+
+@dataclass(frozen=True)
+class Cases:
+    engine: IntentEngine
+    cases: list[Case]
+
+
+@pytest.fixture(scope="module")
+def cases() -> Cases:
+    """Every sentence of the sets in both languages, plus edge cases, with what all
+    templates give (worked out once: both equivalence tests compare with it). The lists are
+    the fixture's plus contacts enough for the contact list to be narrowed (over
+    ``PREFILTER_MIN``)."""
+    lists = fixture_lists()
+    many = tuple(Named(f"person{i:03d}", (f"Person{i:03d} Example",)) for i in range(60))
+    engine = IntentEngine(dataclasses.replace(lists, contacts=(*lists.contacts, *many)))
     texts = [s.text for lang in LANGS for which in SETS for s in load_set(lang, which)]
     texts += ["Ｔｕｒｎ ｏｎ the fan", "turn-on the living-room lights", "50", "OK", "好的"]
     texts += ["bench block 1 trip 7", "把 牛奶 加到 购物清单", "打开  厨房的灯", ""]
+    texts += ["please the kitchen please light", "KITCHEN LIGHT", "厨房 灯", "客厅"]
+    texts += ["call person007 example", "text Person059 Example that I am late"]
+    return Cases(
+        engine,
+        [
+            Case(text, lang, _results(engine, engine._intents[lang], text, lang))
+            for text in texts
+            for lang in LANGS
+        ],
+    )
+
+
+def test_the_indexed_templates_give_what_all_templates_give(cases: Cases) -> None:
+    engine = cases.engine
     compared = matched = 0
     looked_at: list[float] = []
-    for text in texts:
-        for lang in LANGS:
-            index = engine._index[lang]
-            subset = index.candidates(text)
-            expected = _results(engine, engine._intents[lang], text, lang)
-            assert _results(engine, subset, text, lang) == expected, (text, lang)
-            compared += 1
-            matched += bool(expected)
-            looked_at.append(_templates(subset) / index.templates)
+    for case in cases.cases:
+        text, lang = case.text, case.lang
+        index = engine._index[lang]
+        subset = index.candidates(text)
+        assert _results(engine, subset, text, lang) == case.expected, (text, lang)
+        compared += 1
+        matched += bool(case.expected)
+        looked_at.append(_templates(subset) / index.templates)
     assert compared >= 600 and matched >= 300, (compared, matched)
     looked_at.sort()
     assert looked_at[len(looked_at) // 2] < 0.2, looked_at[len(looked_at) // 2]
@@ -93,32 +129,25 @@ def test_subsets_are_cached_and_bounded() -> None:
     assert len(index._subsets) <= SUBSETS_CACHED
 
 
-def test_templates_needing_a_list_with_no_value_in_the_request_are_left_out() -> None:
+def test_templates_needing_a_list_with_no_value_in_the_request_are_left_out(
+    cases: Cases,
+) -> None:
     """What the engine hands hassil — the templates found, less those needing a slot list
     none of whose values is in the request, and long lists narrowed to the values that are —
     gives what all templates with whole lists give, on every sentence of the sets; and a
     request naming nothing of the home is not tried against the templates that need a
     name or an area."""
-    lists = fixture_lists()
-    # contacts enough for the list to be narrowed too (over PREFILTER_MIN)
-    many = tuple(Named(f"person{i:03d}", (f"Person{i:03d} Example",)) for i in range(60))
-    engine = IntentEngine(dataclasses.replace(lists, contacts=(*lists.contacts, *many)))
-    texts = [s.text for lang in LANGS for which in SETS for s in load_set(lang, which)]
-    texts += ["Ｔｕｒｎ ｏｎ the fan", "turn-on the living-room lights", "50", "OK", "好的"]
-    texts += ["bench block 1 trip 7", "把 牛奶 加到 购物清单", "打开  厨房的灯", ""]
-    texts += ["please the kitchen please light", "KITCHEN LIGHT", "厨房 灯", "客厅"]
-    texts += ["call person007 example", "text Person059 Example that I am late"]
+    engine = cases.engine
     compared = pruned = 0
-    for text in texts:
-        for lang in LANGS:
-            index = engine._index[lang]
-            slot_lists, absent = engine._live.for_request(haystack(text, index.intents))
-            subset = index.candidates(text, absent)
-            expected = _results(engine, engine._intents[lang], text, lang)
-            got = _results(engine, subset, text, lang, slot_lists)
-            assert got == expected, (text, lang, absent)
-            compared += 1
-            pruned += _templates(subset) < _templates(index.candidates(text))
+    for case in cases.cases:
+        text, lang = case.text, case.lang
+        index = engine._index[lang]
+        slot_lists, absent = engine._live.for_request(haystack(text, index.intents))
+        subset = index.candidates(text, absent)
+        got = _results(engine, subset, text, lang, slot_lists)
+        assert got == case.expected, (text, lang, absent)
+        compared += 1
+        pruned += _templates(subset) < _templates(index.candidates(text))
     assert compared >= 600 and pruned >= 150, (compared, pruned)
     for lang in LANGS:
         index = engine._index[lang]
