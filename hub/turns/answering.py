@@ -29,6 +29,7 @@ import asyncio
 import datetime as dt
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -141,9 +142,9 @@ class Turns:
         """utterance ids queued or being answered in this process"""
         self._in_turn: set[str] = set()
         """task ids inside ``brain.turn`` now (their events are the turn's own reply)"""
-        self._from_receipt: set[str] = set()
-        """task ids a card's answer is settling now: their events are never part of the
-        reply of a turn still being sent (the reply was made before the answer came)"""
+        self._from_receipt: Counter[str] = Counter()
+        """task ids a card's answer is settling now (how many answers): their events are
+        never part of the reply of a turn still being sent (made before the answer came)"""
         self._after_turn: dict[str, list[TaskEvent]] = {}
         """reports of such events, held until their turn's own reply is out"""
         self._archive: Archive | None = None
@@ -374,13 +375,15 @@ class Turns:
         brain = self.brain
         if brain is None:  # the brain reads it from the ledger when it resumes
             return
-        self._from_receipt.add(receipt.task_id)
+        self._from_receipt[receipt.task_id] += 1
         try:
             await brain.on_receipt(receipt)
         except Exception:
             log.exception("task %s: receipt not taken by the brain", receipt.task_id)
         finally:
-            self._from_receipt.discard(receipt.task_id)
+            self._from_receipt[receipt.task_id] -= 1
+            if self._from_receipt[receipt.task_id] <= 0:
+                del self._from_receipt[receipt.task_id]
 
     async def on_event(self, event: TaskEvent) -> None:
         """Task events: activity entries for background work, reports of late results.
@@ -390,7 +393,7 @@ class Turns:
         announced it is still being sent, and its outcome is reported once that reply is
         out."""
         in_turn = event.task_id in self._in_turn
-        late = in_turn and event.task_id in self._from_receipt
+        late = in_turn and self._from_receipt[event.task_id] > 0
         background = bool(event.parent_id) or not in_turn or late
         if background or event.state == "waiting_for_consent":
             await self.activity.record(event)
