@@ -25,6 +25,7 @@ import edge_agent.node as node_module
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.gateway.facts import fact_map
 from hub.mesh.daemon import HubDaemon
+from hub.turns.delivery import report_id_for
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
@@ -216,10 +217,20 @@ async def test_a_card_answered_while_its_reply_is_sent_is_still_reported(
                 out = (await said).stdout
             assert "need your approval" in out, out
 
+            # shown once on the Mac: by its edge daemon, or by `yimi say` when the report came
+            # while it was still connected (the bundle's processes claim each chunk once)
             def reported(p: Proc = mac_edge) -> bool:
-                return "hub: Cancelled: " in p.text()
+                return "hub: Cancelled: " in p.text() or "(update) Cancelled: " in out
 
             await poll(reported, 20, "the denial reported on the Mac")
+            report = report_id_for(f"{task}:failed")
+            await poll(
+                lambda: mesh.hub_query(
+                    "SELECT device FROM deliveries WHERE reply_id=? AND state='rendered'", report
+                ),
+                10,
+                "the report ACKed rendered",
+            )
             replies = [
                 str(t)
                 for (t,) in mesh.hub_query(
