@@ -6,7 +6,6 @@ templates instead of hundreds."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 
 import pytest
 from hassil import Intents, recognize_all
@@ -43,7 +42,7 @@ def _templates(intents: Intents) -> int:
     return sum(len(d.sentences) for i in intents.intents.values() for d in i.data)
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Case:
     text: str
     lang: Lang
@@ -51,7 +50,7 @@ class Case:
     """what hassil yields with every template and whole lists"""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Cases:
     engine: IntentEngine
     cases: list[Case]

@@ -20,7 +20,8 @@ steps are idempotent) — at start, before ``brain.resume()``.
 A task that finishes after its turn was answered reports to the device its turn came from
 (a reply without ``utterance_id``); cards answered on the phone (``gateway.answer`` in
 :mod:`hub.gateway.courier`) and expired cards reach the brain through
-:meth:`Turns.on_receipt`.
+:meth:`Turns.on_receipt`. The outcome of a card answered while the reply announcing it is
+still being sent is reported right after that reply (never taken as part of it).
 """
 
 from __future__ import annotations
@@ -276,7 +277,6 @@ class Turns:
         turn = brain_turn(adm, meta, self.context.sources(meta.scope, uid))
         t0 = time.perf_counter()
         self._in_turn.add(uid)
-        late: list[TaskEvent] = []
         sent = 0
         try:
             async for chunk in brain.turn(turn):
