@@ -141,6 +141,26 @@ class Entry:
     trace_id: str
 
 
+NOT_UNDERSTOOD = "?"
+"""the intent a reply records when no intent matched its request (the rule brain's honest "I
+can't do that yet — here is what I can do …"). The recall index leaves that reply out: it
+is the request heard back and the same list of what the hub can do every time, and
+embedding it costs more than the request (about 60 tokens against 5-10), which is indexed.
+The utterance records no intent then, as for a model's turn."""
+
+
+@dataclass(frozen=True)
+class EntryMeta:
+    """A timeline entry with what its meta says of it."""
+
+    entry: Entry
+    scope: str
+    """the scope it was admitted in (``""``: none, the hub's own and replicated entries)"""
+    intent: str
+    """what the brain understood the request as, on an utterance and on the reply to it
+    (``""``: not recorded, as for a model's turn; :data:`NOT_UNDERSTOOD`: on a reply)"""
+
+
 @dataclass(frozen=True)
 class StoredReply:
     id: str
@@ -460,17 +480,26 @@ class HubStore:
     ) -> StoredReply:
         """The whole reply on the timeline (and, when it answers an utterance, in
         ``replies``); idempotent by reply id. ``intent``: what the brain understood the
-        utterance as, recorded in the same transaction in the utterance's meta (``intent``;
-        recall leaves the owner's recall questions out of what it remembers). Joins the
-        caller's transaction when one is open (:meth:`keep_chunk`'s)."""
+        utterance as, recorded in the reply's meta and, in the same transaction, in the
+        utterance's unless it is :data:`NOT_UNDERSTOOD` (``intent``; recall leaves the owner's
+        recall questions out of what it remembers, and the answer to a request not
+        understood out of the index). Joins the caller's transaction when one is open
+        (:meth:`keep_chunk`'s)."""
         now = now_ms() if now is None else now
         with joined(self.conn):
             row = self.conn.execute("SELECT seq FROM timeline WHERE id=?", (reply_id,)).fetchone()
             if row is None:
                 reply_seq = self._append(
-                    reply_id, "hub", "reply", text, now, now, trace_id, {"to": device, **meta}
+                    reply_id,
+                    "hub",
+                    "reply",
+                    text,
+                    now,
+                    now,
+                    trace_id,
+                    {"to": device, **meta, **({"intent": intent} if intent else {})},
                 )
-                if intent and utterance_id:
+                if intent and intent != NOT_UNDERSTOOD and utterance_id:
                     self.conn.execute(
                         "UPDATE timeline SET meta = json_set(meta, '$.intent', ?) "
                         "WHERE id = ? AND kind = 'utterance'",
@@ -794,6 +823,11 @@ class HubStore:
     def entries_with_scope(self, *, after: int = 0, limit: int = 500) -> list[tuple[Entry, str]]:
         """Entries after ``seq`` ``after`` with the scope they were admitted in (``""`` for
         entries that carry none: the hub's own, replicated ones)."""
+        return [(e.entry, e.scope) for e in self.entries_with_meta(after=after, limit=limit)]
+
+    def entries_with_meta(self, *, after: int = 0, limit: int = 500) -> list[EntryMeta]:
+        """Entries after ``seq`` ``after`` with what their meta says of them (the recall
+        indexer's read)."""
         rows = self.conn.execute(
             "SELECT seq, id, device, kind, text, ts_ms, trace_id, meta FROM timeline "
             "WHERE seq > ? ORDER BY seq LIMIT ?",
@@ -802,10 +836,11 @@ class HubStore:
         out = []
         for *fields, meta in rows:
             try:
-                scope = json.loads(meta).get("scope", "")
+                known = json.loads(meta)
+                scope, intent = known.get("scope", ""), known.get("intent", "")
             except (ValueError, AttributeError):
-                scope = ""
-            out.append((Entry(*fields), str(scope or "")))
+                scope = intent = ""
+            out.append(EntryMeta(Entry(*fields), str(scope or ""), str(intent or "")))
         return out
 
     def entries_before(self, before: int, limit: int = 50) -> list[Entry]:

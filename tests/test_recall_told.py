@@ -22,8 +22,14 @@ from hub.brain.rules import RuleBrain
 from hub.brain.tasks import TaskStore
 from hub.memory.home import open_memory
 from hub.memory.index import MemoryIndex
-from hub.memory.timeline_recall import TimelineIndexer, TimelineText, cursor_path, told
-from hub.timeline import HubStore
+from hub.memory.timeline_recall import (
+    TimelineIndexer,
+    cursor_path,
+    read_timeline,
+    timeline_item,
+    told,
+)
+from hub.timeline import NOT_UNDERSTOOD, HubStore
 from hub.turns.delivery import Delivery, Piece
 from models.embed import Embedder, shared_embedder
 from protos.clock import now_ms
@@ -42,6 +48,7 @@ class Hub:
     brain: RuleBrain
     delivery: Delivery
     indexer: TimelineIndexer
+    index: MemoryIndex
     ids: itertools.count[int]
 
     async def say(self, text: str) -> str:
@@ -83,14 +90,7 @@ async def hub(tmp: Path, embedder: Embedder) -> AsyncIterator[Hub]:
     timeline = HubStore(home / "hub.db")
     index = MemoryIndex.for_home(home, embedder=embedder, clock=now_ms)
     memory = open_memory(home, index=index)
-    indexer = TimelineIndexer(
-        lambda after, limit: [
-            TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, s)
-            for e, s in timeline.entries_with_scope(after=after, limit=limit)
-        ],
-        index,
-        cursor_path(home),
-    )
+    indexer = TimelineIndexer(read_timeline(timeline), index, cursor_path(home))
     state = tmp / "package-state"
     state.mkdir()
     env = {
@@ -117,7 +117,7 @@ async def hub(tmp: Path, embedder: Embedder) -> AsyncIterator[Hub]:
             ) as gw,
             RuleBrain(gw, store, contacts=BOOK) as brain,
         ):
-            yield Hub(timeline, brain, delivery, indexer, itertools.count(1))
+            yield Hub(timeline, brain, delivery, indexer, index, itertools.count(1))
     finally:
         store.close()
         memory.close()
@@ -161,6 +161,13 @@ async def test_recall_answers_with_what_was_told_in_english(
         assert h.timeline.admitted("u-3").meta["intent"] == "YimiRecall"  # type: ignore[union-attr]
         assert h.timeline.admitted("u-1").meta["intent"] == "YimiRemember"  # type: ignore[union-attr]
         assert "intent" not in h.timeline.admitted("u-5").meta  # type: ignore[union-attr]
+        # its answer says so on the reply, and stays out of the recall index (the request
+        # heard back and the list of what the hub can do); understood replies go in
+        intents = {m.entry.id: m.intent for m in h.timeline.entries_with_meta()}
+        assert intents["r-5"] == NOT_UNDERSTOOD and intents["r-1"] == "YimiRemember"
+        indexed = set(h.index.ids())
+        assert timeline_item("u-5") in indexed and timeline_item("r-5") not in indexed
+        assert {timeline_item("u-1"), timeline_item("r-1")} <= indexed
 
 
 @pytest.mark.slow

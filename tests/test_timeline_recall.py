@@ -19,11 +19,12 @@ from hub.memory.timeline_recall import (
     TimelineText,
     cursor_path,
     dated,
+    read_timeline,
     recall,
     timeline_item,
     untold,
 )
-from hub.timeline import HubStore
+from hub.timeline import NOT_UNDERSTOOD, HubStore
 from models.embed import Embedder, shared_embedder
 
 TZ = dt.timezone(dt.timedelta(hours=8))
@@ -84,13 +85,7 @@ def home(tmp_path: Path, embedder: Embedder) -> Iterator[tuple[HubStore, MemoryI
 
 
 def indexer_for(store: HubStore, index: MemoryIndex, home: Path) -> TimelineIndexer:
-    def read(after: int, limit: int) -> list[TimelineText]:
-        return [
-            TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, scope)
-            for e, scope in store.entries_with_scope(after=after, limit=limit)
-        ]
-
-    return TimelineIndexer(read, index, cursor_path(home), batch=3)
+    return TimelineIndexer(read_timeline(store), index, cursor_path(home), batch=3)
 
 
 def ids(hits: list) -> list[str]:  # type: ignore[type-arg]
@@ -329,6 +324,55 @@ def test_untold_leaves_questions_and_replies_out_and_they_crowd_nothing_out(
     )
     assert found[0] not in hidden and not asked & set(hidden) and len(hidden) == 3
     assert untold(path / "missing.db")([timeline_item("u-q")]) == set()
+
+
+def test_the_answer_to_a_request_not_understood_stays_out_of_the_index(
+    home: tuple[HubStore, MemoryIndex, Path],
+) -> None:
+    """The rule brain's "I heard: …. I can't do that yet — here is what I can do: …" is the
+    request heard back and the same list every time: the request is indexed, its answer
+    not (and the utterance records no intent); an understood answer is indexed."""
+    store, index, path = home
+    for rid, uid, text, intent in (
+        (
+            "r-wed",
+            "u-wed",
+            "I heard: the plumber is coming. I can't do that yet — here is "
+            "what I can do: remember and recall things, e-mail a contact.",
+            NOT_UNDERSTOOD,
+        ),
+        (
+            "r-tue",
+            "u-tue",
+            "这个我还做不到。我能做的有：记住和回想事情、给联系人发邮件。",
+            NOT_UNDERSTOOD,
+        ),
+        ("r-q", "u-q", "About the dentist I remember: Friday at three.", "YimiRecall"),
+    ):
+        store.finish_reply(
+            reply_id=rid,
+            utterance_id=uid,
+            device="phone",
+            text=text,
+            trace_id="t",
+            utterance_seq=0,
+            meta={},
+            intent=intent,
+        )
+    indexer_for(store, index, path).catch_up()
+    indexed = set(index.ids())
+    assert {timeline_item(u) for u in ("u-wed", "u-tue", "u-q", "r-q")} <= indexed
+    assert not {timeline_item("r-wed"), timeline_item("r-tue")} & indexed
+    for uid in ("u-wed", "u-tue"):
+        assert "intent" not in store.admitted(uid).meta  # type: ignore[union-attr]
+    assert store.admitted("u-q").meta["intent"] == "YimiRecall"  # type: ignore[union-attr]
+    replies = {m.entry.id: m.intent for m in store.entries_with_meta() if m.entry.kind == "reply"}
+    assert replies == {
+        "r-mon": "",
+        "r-wed": NOT_UNDERSTOOD,
+        "r-tue": NOT_UNDERSTOOD,
+        "r-q": "YimiRecall",
+    }
 
 
 async def test_the_running_indexer_embeds_each_entry_once(tmp_path: Path) -> None:

@@ -96,8 +96,10 @@ class ReplyChunk:
     brain: str = ""
     """``rule-based`` or ``llm``: what produced the words"""
     intent: str = ""
-    """what the turn was understood as (``YimiRecall``…), when an intent engine read it: the
-    hub records it on the utterance's timeline entry (recall leaves recall questions out)"""
+    """what the turn was understood as (``YimiRecall``…, or ``?`` when no intent matched),
+    when an intent engine read it: the hub records it on the utterance's timeline entry and
+    the reply's (recall leaves recall questions, and the answer to a request not understood,
+    out)"""
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ from hub.brain.tasks import TaskRecord, TaskStore
 from hub.gateway import Gateway, Receipt
 from hub.gateway.gateway import SCHEDULED_BLOCK
 from hub.memory.context import ContextSource, Snippet
+from hub.timeline import NOT_UNDERSTOOD
 from protos.errors import YimiError
 
 if TYPE_CHECKING:
@@ -308,7 +309,11 @@ class RuleBrain(Brain):
             # where the words came from, for payments
             task = self.store.update_spec(task.task_id, pay=self.desk.request_spec(turn))
         out = Outbox(
-            task.task_id, task.trace_id, turn.device_id, self.kind, intent=intent.name or ""
+            task.task_id,
+            task.trace_id,
+            turn.device_id,
+            self.kind,
+            intent=intent.name or NOT_UNDERSTOOD,
         )
         if not fresh and task.finished:
             text = str(task.result.get("report", "")) or say("already", lang)

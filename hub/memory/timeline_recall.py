@@ -35,6 +35,7 @@ from typing import Protocol
 from hub.memory.index import RECALL_DIR, Entry, Hit, SkipFilter
 from hub.memory.period import Period, past_period
 from hub.memory.sensitivity import Source
+from hub.timeline import NOT_UNDERSTOOD, HubStore
 from storage.private import private_dir
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,9 @@ class TimelineText:
     text: str
     ts_ms: int
     scope: str = ""
+    intent: str = ""
+    """what the brain understood the request as (on an utterance and its reply; ``""``: not
+    recorded)"""
 
 
 class IndexWriter(Protocol):
@@ -90,6 +94,26 @@ ReadTimeline = Callable[[int, int], Sequence[TimelineText]]
 """``(after seq, limit)`` → the next entries in ``seq`` order"""
 Sensitivity = Callable[[Source], str | None]
 """the registered level of a source, if any"""
+
+
+def read_timeline(store: HubStore) -> ReadTimeline:
+    """The indexer's read of the hub's timeline: its entries with their scope and intent."""
+
+    def read(after: int, limit: int) -> list[TimelineText]:
+        return [
+            TimelineText(
+                m.entry.seq,
+                m.entry.id,
+                m.entry.kind,
+                m.entry.text,
+                m.entry.ts_ms,
+                m.scope,
+                m.intent,
+            )
+            for m in store.entries_with_meta(after=after, limit=limit)
+        ]
+
+    return read
 
 
 def cursor_path(home: Path) -> Path:
@@ -132,6 +156,8 @@ class TimelineIndexer:
         """The index entry of one timeline entry (None: not recalled)."""
         if t.kind not in INDEXED_KINDS or t.scope in SKIP_SCOPES or not t.text.strip():
             return None
+        if t.kind == "reply" and t.intent == NOT_UNDERSTOOD:
+            return None  # the request heard back and the list of what the hub can do
         level = self._sensitivity(("timeline", t.id)) if self._sensitivity else None
         importance = IMPORTANCE.get(t.kind, DEFAULT_IMPORTANCE)
         if t.kind == "utterance" and _QUESTION.search(t.text):
@@ -231,7 +257,8 @@ def told(kind: str, text: str, intent: str = "") -> bool:
     about …" answers with. Not the hub's replies (its own words: they stay searchable, for
     the call-time context and for forgetting), and not the owner's questions: an utterance
     the brain understood as asking the memory (``intent``, recorded with its reply), or —
-    no intent recorded (a model's turn, one not answered yet) — one phrased as a question."""
+    no intent recorded (a model's turn, one not understood or not answered yet) — one
+    phrased as a question."""
     if kind == "reply":
         return False
     if kind != "utterance":

@@ -830,19 +830,13 @@ class HubDaemon:
     async def _index_timeline(self) -> None:
         """The timeline in the recall index, as it grows (:mod:`hub.memory.timeline_recall`)."""
         from hub.memory.index import MemoryIndex
-        from hub.memory.timeline_recall import TimelineIndexer, TimelineText, cursor_path
-
-        def read(after: int, limit: int) -> list[TimelineText]:
-            return [
-                TimelineText(e.seq, e.id, e.kind, e.text, e.ts_ms, scope)
-                for e, scope in self.store.entries_with_scope(after=after, limit=limit)
-            ]
+        from hub.memory.timeline_recall import TimelineIndexer, cursor_path, read_timeline
 
         index = self.memory.index
         if not isinstance(index, MemoryIndex):
             return
         indexer = TimelineIndexer(
-            read,
+            read_timeline(self.store),
             index,
             cursor_path(self.home.path),
             sensitivity=self.memory.registered_sensitivity,
