@@ -7,10 +7,11 @@ mesh topic. The hub applies a device's update only if the device is enrolled and
 devices take live updates from the hub only, so a device needs no other device's key.
 
 Catch-up: on (re)connect, when an import is *pending* (it depends on operations the node
-lacks), and every ``CATCHUP_INTERVAL_S``, a device sends the hub its version vectors over
-gRPC (``Hub.Sync``); the hub answers with exactly what the device lacks (a snapshot where
-the device is behind the hub's compaction point) and its own versions, and the device
-pushes what the hub lacks. Imports are idempotent, so duplicates and reordering are harmless.
+lacks), and every ``CATCHUP_INTERVAL_S`` (jittered; a failed one is tried again after a
+backoff), a device sends the hub its version vectors over gRPC (``Hub.Sync``); the hub
+answers with exactly what the device lacks (a snapshot where the device is behind the hub's
+compaction point) and its own versions, and the device pushes what the hub lacks. Imports
+are idempotent, so duplicates and reordering are harmless.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import random
 from collections.abc import Awaitable, Callable, Collection
 from functools import partial
 from types import TracebackType
@@ -26,6 +28,7 @@ from loro import VersionVector
 
 from protos import sync_pb2
 from sync import documents as docs
+from sync.backoff import Backoff
 from sync.crdt import CrdtError, lacks, updates_since
 from sync.env import positive_float
 from sync.replicas import ReplicaSet
@@ -42,6 +45,18 @@ LOCAL_POLL_S = 0.25
 """seconds between looks for changes other processes wrote to this node's replicas"""
 HUB_SENDER = "hub"
 """who the hub's own sequencing is attributed to"""
+
+
+CATCHUP_JITTER = 0.2
+"""each wait between periodic catch-ups is the interval ± this share of it, drawn anew, so
+devices that started together (the power comes back, a bench starts fifty) do not all ask
+the hub at the same instant every interval: the hub caps the calls in progress per address
+and refuses the rest"""
+
+
+def jittered(interval: float) -> float:
+    """``interval`` ± :data:`CATCHUP_JITTER` of it, uniformly."""
+    return random.uniform(interval * (1 - CATCHUP_JITTER), interval * (1 + CATCHUP_JITTER))
 
 
 def catchup_interval() -> float:
@@ -166,10 +181,18 @@ class DeviceReplication:
                 await self.send(changes)
 
     async def _catchup_loop(self) -> None:
+        """A catch-up when one is wanted, else every :func:`catchup_interval` (jittered); a
+        failed one (the hub busy or out of reach) is tried again after a capped, jittered
+        backoff, not only at the next interval."""
         interval = catchup_interval()
+        retry = Backoff(cap=interval)
+        again: float | None = None
+        """seconds until the retry of a failed catch-up (``None``: none failed)"""
         while True:
             try:
-                await asyncio.wait_for(self._wanted.wait(), interval)
+                await asyncio.wait_for(
+                    self._wanted.wait(), jittered(interval) if again is None else again
+                )
             except TimeoutError:
                 pass
             self._wanted.clear()
@@ -178,7 +201,11 @@ class DeviceReplication:
             try:
                 await self.catch_up()
             except Exception as exc:
-                log.info("catch-up failed: %s", exc)
+                again = retry.next_delay()
+                log.info("catch-up failed (tried again in %.1f s): %s", again, exc)
+            else:
+                retry.reset()
+                again = None
 
     async def catch_up(self) -> tuple[int, int]:
         """One exchange with the hub; returns (updates taken, updates pushed)."""

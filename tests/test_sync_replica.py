@@ -32,7 +32,14 @@ from sync import documents as docs
 from sync.crdt import CrdtError, guard, updates_since, version
 from sync.replica import REC_HEADER, Replica
 from sync.replicas import ReplicaSet
-from sync.replication import DeviceReplication, HubReplication, refusal
+from sync.replication import (
+    CATCHUP_ENV,
+    CATCHUP_JITTER,
+    DeviceReplication,
+    HubReplication,
+    jittered,
+    refusal,
+)
 
 PERIOD = "2026-W48"
 T0 = docs.period_start_ms(PERIOD) + 3_600_000  # Monday 01:00 UTC of that week
@@ -1358,3 +1365,40 @@ def test_a_device_writes_only_the_documents_its_certificate_grants(tmp_path: Pat
         assert "p-reply" not in [e.id for e in h.replicas.timeline()]
     finally:
         h.store.close()
+
+
+def test_periodic_catch_ups_are_jittered() -> None:
+    """Devices started together do not all ask the hub at the same instant each interval."""
+    waits = [jittered(30.0) for _ in range(200)]
+    assert all(30.0 * (1 - CATCHUP_JITTER) <= w <= 30.0 * (1 + CATCHUP_JITTER) for w in waits)
+    assert max(waits) - min(waits) > 30.0 * CATCHUP_JITTER  # spread, not one value
+
+
+async def test_a_refused_catch_up_is_tried_again_after_a_backoff(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hub refuses a call when a peer has too many in progress (``peer_busy``): the
+    device tries again after a short backoff, not only at the next (minutes-long) interval."""
+    monkeypatch.setenv(CATCHUP_ENV, "600")
+    replicas = ReplicaSet(tmp_path / "busy-replicas")
+    replicas.add_entry(entry("busy1", device="busy", ts=T0 + 1))
+    calls: list[int] = []
+
+    async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        calls.append(len(req.push))
+        if len(calls) == 1:
+            raise RuntimeError("RESOURCE_EXHAUSTED: too many calls")
+        response, _ = hub.sync.serve(req, "busy")
+        return response
+
+    async def no_live(_: sync_pb2.SyncUpdate) -> None:
+        return None
+
+    device = DeviceReplication(
+        replicas, broadcast=no_live, request=request, is_connected=lambda: True
+    )
+    async with device:
+        device.wake()
+        await asyncio.wait_for(device.caught_up.wait(), 10)  # the interval is 600 s
+    assert len(calls) >= 3 and device.catchups == 1  # refused, then asked and pushed
+    assert "busy1" in dict(view(hub.replicas))
