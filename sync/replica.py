@@ -105,6 +105,9 @@ class Replica:
         """(generation, its log, the next generation's snapshot) as strings: the paths every
         apply looks at, made once per generation rather than twice per update"""
         self.problems: list[str] = []
+        self._unreported: list[bytes] = []
+        """what other processes appended that an :meth:`apply` or :meth:`change` imported
+        (they read the log first) and :meth:`refresh` has not returned yet"""
         private_dir(folder)
         with self._locked():
             self._load()
@@ -239,9 +242,13 @@ class Replica:
 
     # ------------------------------------------------------------------ changes
     def refresh(self) -> list[bytes]:
-        """Import what other processes appended since we last looked; returns those blobs."""
+        """Import what other processes appended since we last looked; returns those blobs
+        (with those an :meth:`apply` or :meth:`change` imported meanwhile: a node broadcasts
+        them as its own changes, so none may be taken in silently)."""
         with self._locked():
-            return self._refresh_locked()
+            blobs = [*self._unreported, *self._refresh_locked()]
+            self._unreported = []
+            return blobs
 
     def _refresh_locked(self) -> list[bytes]:
         path, next_snap = self._hot_paths()
@@ -273,7 +280,7 @@ class Replica:
     def change(self, mutate: Callable[[LoroDoc], None]) -> bytes:
         """Apply a local change, persist it (fsynced), and return the update to broadcast."""
         with self._locked():
-            self._refresh_locked()
+            self._unreported += self._refresh_locked()
             before = version(self.doc)
             mutate(self.doc)
             self.doc.commit()
@@ -284,7 +291,7 @@ class Replica:
     def apply(self, blob: bytes) -> Applied:
         """Import a peer's update; persist it if it taught us anything. Raises CrdtError."""
         with self._locked():
-            self._refresh_locked()
+            self._unreported += self._refresh_locked()
             before = version(self.doc)
             try:
                 status = guard(self.doc_id, lambda: self.doc.import_(blob))
@@ -323,7 +330,7 @@ class Replica:
         re-expresses what ``old`` has and ``new`` lacks as fresh changes on ``new``.
         """
         with self._locked():
-            self._refresh_locked()
+            self._unreported += self._refresh_locked()
             mine = self.doc
             fresh = LoroDoc()
             guard(self.doc_id, partial(fresh.import_, blob))
@@ -375,7 +382,7 @@ class Replica:
     def compact(self) -> int:
         """Write a shallow snapshot as a new generation; returns its size in bytes."""
         with self._locked():
-            self._refresh_locked()
+            self._unreported += self._refresh_locked()
             return self._compact_locked()
 
     def _compact_locked(self) -> int:
@@ -392,7 +399,7 @@ class Replica:
         fallback generation (what was deleted from the document — a forgotten entry's text —
         is then in no file). Returns the snapshot's size."""
         with self._locked():
-            self._refresh_locked()
+            self._unreported += self._refresh_locked()
             # with concurrent heads a shallow snapshot keeps history back to where they part:
             # one small local change joins them into one head first
             before = version(self.doc)

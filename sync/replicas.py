@@ -10,7 +10,7 @@ from collections.abc import Collection
 from functools import partial
 from pathlib import Path
 
-from loro import ExportMode, VersionVector
+from loro import ExportMode, LoroDoc, VersionVector
 
 from protos import sync_pb2
 from storage.group_commit import GroupCommit
@@ -22,6 +22,9 @@ from sync.errors import SyncError
 from sync.replica import Applied, Replica
 
 log = logging.getLogger(__name__)
+
+EMPTY_VERSION = version(LoroDoc())
+"""the version of a document with nothing in it"""
 
 _DOC_FILE = re.compile(r"^(?P<doc>[A-Za-z0-9][A-Za-z0-9._-]{0,63})\.g\d+\.(snap|log)$")
 
@@ -46,6 +49,9 @@ class ReplicaSet:
         self._replicas: dict[str, Replica] = {}
         self._at_start = set(self.doc_ids())
         """documents on disk when this set was made (any other is new to :meth:`refresh`)"""
+        self._made_elsewhere: set[str] = set()
+        """documents another process made after this set was: opened here (by an
+        :meth:`apply`, say) before :meth:`refresh` reported what they held"""
 
     # ------------------------------------------------------------------ documents
     def doc_ids(self) -> list[str]:
@@ -67,6 +73,8 @@ class ReplicaSet:
             replica = self._replicas[doc_id] = Replica(
                 self.folder, doc_id, compact_at=self.compact_at, group=self.group
             )
+            if doc_id not in self._at_start and version(replica.doc) != EMPTY_VERSION:
+                self._made_elsewhere.add(doc_id)  # nothing of it was written here
         return replica
 
     def problems(self) -> list[str]:
@@ -138,10 +146,10 @@ class ReplicaSet:
         """Changes other processes wrote to this folder since we last looked."""
         out = []
         for doc_id in self.doc_ids():
-            created = doc_id not in self._replicas and doc_id not in self._at_start
             replica = self.get(doc_id)
             blobs = replica.refresh()
-            if created:  # another process created it after we started: all of it is new
+            if doc_id in self._made_elsewhere:  # made by another process after we started
+                self._made_elsewhere.discard(doc_id)  # (opened here since): all of it is new
                 blobs = [bytes(replica.doc.export(ExportMode.Updates(VersionVector())))]
             for blob in blobs:
                 out.append(sync_pb2.DocUpdate(doc=doc_id, blob=blob))

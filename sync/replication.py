@@ -197,6 +197,7 @@ class DeviceReplication:
                 pass
             self._wanted.clear()
             if not self._is_connected():
+                again = None  # no retries while offline: the reconnection wakes it
                 continue
             try:
                 await self.catch_up()

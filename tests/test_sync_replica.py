@@ -1402,3 +1402,28 @@ async def test_a_refused_catch_up_is_tried_again_after_a_backoff(
         await asyncio.wait_for(device.caught_up.wait(), 10)  # the interval is 600 s
     assert len(calls) >= 3 and device.catchups == 1  # refused, then asked and pushed
     assert "busy1" in dict(view(hub.replicas))
+
+
+@pytest.mark.parametrize("made_by", ["the other process", "this node"])
+def test_another_process_write_taken_in_by_an_apply_is_still_reported(
+    tmp_path: Path, made_by: str
+) -> None:
+    """``yimi memo --bundle`` writes into the replicas of a bundle whose edge runs: the edge
+    reports (broadcasts) it at its next :meth:`ReplicaSet.refresh`. A hub update for the same
+    document applied before that refresh reads the other process's write first; it must
+    not be taken in silently (it then reached the hub only at the next periodic catch-up,
+    30 s later) — whether the other process made the document (a new week) or not."""
+    folder = tmp_path / "bundle-replicas"
+    edge = ReplicaSet(folder)
+    hub = ReplicaSet(tmp_path / "hub-replicas")
+    if made_by == "this node":
+        hub.apply(edge.add_entry(entry("e0", device="dev-a", ts=T0)))  # broadcast live
+        assert edge.refresh() == []  # its own write: nothing from elsewhere
+    ReplicaSet(folder).add_entry(entry("memo1", device="dev-a", ts=T0 + 1))  # yimi memo
+    edge.apply(hub.add_entry(entry("h1", device="hub", ts=T0 + 2)))  # the hub's broadcast
+    reported = edge.refresh()
+    assert reported and all(u.doc == TL for u in reported)
+    for update in reported:
+        hub.apply(update)
+    assert "memo1" in {e.id for e in hub.timeline()}
+    assert edge.refresh() == []  # reported once
