@@ -135,8 +135,16 @@ class DeviceReplication:
         self._wanted.set()
 
     async def send(self, updates: list[sync_pb2.DocUpdate]) -> None:
-        """Broadcast local changes (best effort: catch-up delivers whatever is missed)."""
-        message = live([u for u in updates if self._may_write(u.doc)])
+        """Broadcast local changes (best effort: catch-up delivers whatever is missed).
+        Documents a device never writes (``seq``: another process of the bundle appended
+        the hub's broadcast of one to the shared files) are not sent: the hub refuses them."""
+        message = live(
+            [
+                u
+                for u in updates
+                if refusal(u.doc, from_hub=False) is None and self._may_write(u.doc)
+            ]
+        )
         if message is None or not self._is_connected():
             return
         try:

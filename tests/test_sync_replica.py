@@ -1427,3 +1427,26 @@ def test_another_process_write_taken_in_by_an_apply_is_still_reported(
         hub.apply(update)
     assert "memo1" in {e.id for e in hub.timeline()}
     assert edge.refresh() == []  # reported once
+
+
+async def test_a_device_never_sends_the_hubs_seq_documents(tmp_path: Path) -> None:
+    """Another process of the bundle (``yimi say``) appends the hub's broadcasts to the shared
+    replica files; the edge's refresh reports them like any other process's write, but a
+    ``seq`` document is the hub's alone: the hub would refuse it (``rejected.sync_update``)."""
+    sent: list[sync_pb2.SyncUpdate] = []
+
+    async def broadcast(update: sync_pb2.SyncUpdate) -> None:
+        sent.append(update)
+
+    async def request(_: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        raise AssertionError("no catch-up here")
+
+    device = DeviceReplication(
+        ReplicaSet(tmp_path / "r"), broadcast=broadcast, request=request, is_connected=lambda: True
+    )
+    await device.send(
+        [sync_pb2.DocUpdate(doc=SEQ, blob=b"seq"), sync_pb2.DocUpdate(doc=TL, blob=b"tl")]
+    )
+    assert [[u.doc for u in m.updates] for m in sent] == [[TL]]
+    await device.send([sync_pb2.DocUpdate(doc=SEQ, blob=b"seq")])
+    assert len(sent) == 1  # nothing left to send: no message at all
