@@ -106,8 +106,9 @@ class Replica:
         apply looks at, made once per generation rather than twice per update"""
         self.problems: list[str] = []
         self._unreported: list[bytes] = []
-        """what other processes appended that an :meth:`apply` or :meth:`change` imported
-        (they read the log first) and :meth:`refresh` has not returned yet"""
+        """what other processes appended, imported (by any read of the log: an
+        :meth:`apply` or :meth:`change` reads it first) and not yet returned by
+        :meth:`refresh`"""
         private_dir(folder)
         with self._locked():
             self._load()
@@ -246,11 +247,17 @@ class Replica:
         (with those an :meth:`apply` or :meth:`change` imported meanwhile: a node broadcasts
         them as its own changes, so none may be taken in silently)."""
         with self._locked():
-            blobs = [*self._unreported, *self._refresh_locked()]
-            self._unreported = []
+            self._refresh_locked()
+            blobs, self._unreported = self._unreported, []
             return blobs
 
-    def _refresh_locked(self) -> list[bytes]:
+    def _refresh_locked(self) -> None:
+        """Import what other processes appended since we last looked (every read of the
+        document does this first); what it brought is kept for :meth:`refresh`."""
+        if blob := self._imported_from_disk():
+            self._unreported.append(blob)
+
+    def _imported_from_disk(self) -> bytes | None:
         path, next_snap = self._hot_paths()
         try:
             size: int | None = os.stat(path).st_size
@@ -265,12 +272,12 @@ class Replica:
             if gens and gens[-1] != self.gen:
                 before = version(self.doc)
                 self._load()
-                return [self._export_since(before)] if version(self.doc) != before else []
+                return self._export_since(before) if version(self.doc) != before else None
         if size is None or size == self._offset:
-            return []
+            return None
         before = version(self.doc)
         self._offset = self._replay(Path(path), self._offset)
-        return [self._export_since(before)] if version(self.doc) != before else []
+        return self._export_since(before) if version(self.doc) != before else None
 
     def _export_since(self, before: bytes) -> bytes:
         from loro import VersionVector
@@ -280,7 +287,7 @@ class Replica:
     def change(self, mutate: Callable[[LoroDoc], None]) -> bytes:
         """Apply a local change, persist it (fsynced), and return the update to broadcast."""
         with self._locked():
-            self._unreported += self._refresh_locked()
+            self._refresh_locked()
             before = version(self.doc)
             mutate(self.doc)
             self.doc.commit()
@@ -291,7 +298,7 @@ class Replica:
     def apply(self, blob: bytes) -> Applied:
         """Import a peer's update; persist it if it taught us anything. Raises CrdtError."""
         with self._locked():
-            self._unreported += self._refresh_locked()
+            self._refresh_locked()
             before = version(self.doc)
             try:
                 status = guard(self.doc_id, lambda: self.doc.import_(blob))
@@ -330,7 +337,7 @@ class Replica:
         re-expresses what ``old`` has and ``new`` lacks as fresh changes on ``new``.
         """
         with self._locked():
-            self._unreported += self._refresh_locked()
+            self._refresh_locked()
             mine = self.doc
             fresh = LoroDoc()
             guard(self.doc_id, partial(fresh.import_, blob))
@@ -382,7 +389,7 @@ class Replica:
     def compact(self) -> int:
         """Write a shallow snapshot as a new generation; returns its size in bytes."""
         with self._locked():
-            self._unreported += self._refresh_locked()
+            self._refresh_locked()
             return self._compact_locked()
 
     def _compact_locked(self) -> int:
@@ -399,7 +406,7 @@ class Replica:
         fallback generation (what was deleted from the document — a forgotten entry's text —
         is then in no file). Returns the snapshot's size."""
         with self._locked():
-            self._unreported += self._refresh_locked()
+            self._refresh_locked()
             # with concurrent heads a shallow snapshot keeps history back to where they part:
             # one small local change joins them into one head first
             before = version(self.doc)

@@ -138,13 +138,7 @@ class DeviceReplication:
         """Broadcast local changes (best effort: catch-up delivers whatever is missed).
         Documents a device never writes (``seq``: another process of the bundle appended
         the hub's broadcast of one to the shared files) are not sent: the hub refuses them."""
-        message = live(
-            [
-                u
-                for u in updates
-                if refusal(u.doc, from_hub=False) is None and self._may_write(u.doc)
-            ]
-        )
+        message = live([u for u in updates if self._sendable(u.doc)])
         if message is None or not self._is_connected():
             return
         try:
@@ -177,6 +171,11 @@ class DeviceReplication:
     def _may_write(self, doc_id: str) -> bool:
         return self._scopes is None or doc_refusal(doc_id, self._scopes) is None
 
+    def _sendable(self, doc_id: str) -> bool:
+        """A document this device may send the hub: one devices write, its certificate
+        granting it (the hub refuses any other)."""
+        return refusal(doc_id, from_hub=False) is None and self._may_write(doc_id)
+
     async def _poll_local(self) -> None:
         while True:
             await asyncio.sleep(LOCAL_POLL_S)
@@ -194,8 +193,7 @@ class DeviceReplication:
         backoff, not only at the next interval."""
         interval = catchup_interval()
         retry = Backoff(cap=interval)
-        again: float | None = None
-        """seconds until the retry of a failed catch-up (``None``: none failed)"""
+        again: float | None = None  # seconds to the retry of a failed one (None: none failed)
         while True:
             try:
                 await asyncio.wait_for(
@@ -231,7 +229,7 @@ class DeviceReplication:
         hub_has = {s.doc: s.version for s in response.have}
         push = []
         for doc_id in self.replicas.doc_ids():
-            if refusal(doc_id, from_hub=False) or not self._may_write(doc_id):
+            if not self._sendable(doc_id):
                 continue
             doc = self.replicas.get(doc_id).doc
             theirs = hub_has.get(doc_id, b"")

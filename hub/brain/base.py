@@ -97,9 +97,9 @@ class ReplyChunk:
     """``rule-based`` or ``llm``: what produced the words"""
     intent: str = ""
     """what the turn was understood as (``YimiRecall``…, or ``?`` when no intent matched),
-    when an intent engine read it: the hub records it on the utterance's timeline entry and
-    the reply's (recall leaves recall questions, and the answer to a request not understood,
-    out)"""
+    when an intent engine read it: the hub records it on the reply's timeline entry and,
+    unless it is ``?``, on the utterance's (recall leaves recall questions, and the answer
+    to a request not understood, out)"""
 
 
 @dataclass(frozen=True)
