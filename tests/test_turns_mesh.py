@@ -117,7 +117,12 @@ async def test_remember_recall_and_an_email_approved_on_the_phone(mesh: Mesh) ->
                 )
             )
             assert (meta["scope"], meta["admitted"]) == ("owner", True), meta
-            originals = archived(mesh)
+            # written by the archive's batching writer, off the turn's path
+            originals = await poll(
+                lambda: got if len(got := archived(mesh)) >= 2 else None,
+                10,
+                "both typed originals archived",
+            )
             assert [m["source"] for m in originals] == ["typed", "typed"], originals
 
             out = await mesh.say_answered(mac, MAIL)

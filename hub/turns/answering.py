@@ -9,7 +9,8 @@ out through :mod:`hub.turns.delivery`; background work becomes activity entries
 (:mod:`hub.turns.activity`); owner turns read :mod:`hub.turns.context`.
 
 The raw original of a typed utterance goes to the L5 archive (the ``Utterance`` message as
-an ``event`` object) from the turn's task (voice: the audio, by ``hub/voice/hearing.py``).
+an ``event`` object) through :mod:`hub.turns.originals`, batched and never waited on by the
+turn (voice: the audio, by ``hub/voice/hearing.py``).
 An utterance admitted with an ``error`` (audio the hub could not use) is answered with the
 hub's words for it.
 
@@ -36,7 +37,6 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
-from hub.archive.archive import Archive, NewObject
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
 from hub.brain.vision import VisionDesk
@@ -52,6 +52,7 @@ from hub.turns.activity import Activity
 from hub.turns.admission import TurnMeta, meta_of
 from hub.turns.context import ContextSources, FileContacts
 from hub.turns.delivery import HUB_BRAIN, Delivery, Piece, reply_id_for, report_id_for
+from hub.turns.originals import TypedOriginals
 from protos.errors import YimiError
 from provisioning.home import Home
 from storage.group_commit import GroupCommit
@@ -148,8 +149,7 @@ class Turns:
         never part of the reply of a turn still being sent (made before the answer came)"""
         self._after_turn: dict[str, list[TaskEvent]] = {}
         """reports of such events, held until their turn's own reply is out"""
-        self._archive: Archive | None = None
-        self._archive_failed = False
+        self._originals = TypedOriginals(self.home, count)
         self._brain_cm: Any = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -169,6 +169,7 @@ class Turns:
             group=self._group,
         )
         self.brain = await self._brain_cm.__aenter__()
+        await self._originals.__aenter__()
         self._tasks = TaskOwner("turns")
         for device in self._queues:
             self._tasks.spawn(self._worker(device), f"device:{device}")
@@ -191,9 +192,7 @@ class Turns:
                 if brain_cm is not None:
                     await brain_cm.__aexit__(et, e, tb)
             finally:
-                if self._archive is not None:
-                    self._archive.close()
-                    self._archive = None
+                await self._originals.__aexit__(None, None, None)
 
     @property
     def gateway(self) -> Gateway | None:
@@ -258,7 +257,7 @@ class Turns:
         adm = job.admitted
         uid, brain = adm.utterance_id, self.brain
         if job.raw is not None:
-            await self._archive_typed(adm, job.raw)
+            await self._originals.keep(adm, job.raw)
         rid = reply_id_for(uid)
         meta = meta_of(adm)
         if meta.error:  # audio the hub could not use: its own words say what went wrong
@@ -501,40 +500,6 @@ class Turns:
             log.warning("slot lists still being read after %.0f s: going on", timeout)
             return False
         return True
-
-    # ------------------------------------------------------------------ archive
-    async def _archive_typed(self, adm: Admitted, raw: bytes) -> None:
-        def store() -> str:
-            if self._archive is None and not self._archive_failed:
-                try:
-                    from hub.archive.settings import open_archive
-
-                    self._archive = open_archive(self.home)
-                except Exception as exc:
-                    self._archive_failed = True
-                    log.error("typed originals will not be archived: %s", exc)
-            if self._archive is None:
-                return "not stored: no archive"
-            obj = NewObject(
-                "event",
-                raw,
-                adm.device,
-                adm.trace_id,
-                adm.ts_ms,
-                {
-                    "utterance_id": adm.utterance_id,
-                    "format": "yimi.mesh.v1.Utterance",
-                    "source": "typed",
-                },
-            )
-            return str(self._archive.store([obj])[0])
-
-        try:
-            outcome = await asyncio.to_thread(store)
-        except Exception as exc:
-            outcome = f"not stored: {exc}"
-        self._count("turn.archived" if outcome.startswith("stored") else "turn.not_archived")
-        log.debug("typed original of %s: %s", adm.utterance_id, outcome)
 
     # ------------------------------------------------------------------ packages
     def package_env(self, manifest: Manifest) -> dict[str, str]:
