@@ -15,7 +15,8 @@ ACL), so they never take over the node's own session; the one a process holds by
 either (without a free slot or a lock folder: a random slot per connection).
 
 Every session speaks TLS to the broker, verified against the home CA (``tls``, a
-:class:`~sync.tls.ClientTls`; plaintext only as that allows: to loopback, when asked).
+:class:`~sync.tls.ClientTls`; plaintext only as that allows: to loopback, when asked) —
+except the hub's own session to its own broker over a unix socket (:data:`LOCAL_PORT`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ from sync.tls import ClientTls, tls_refusal
 log = logging.getLogger(__name__)
 
 Target = tuple[str, int]
-"""(host, port) of the broker"""
+"""(host, port) of the broker; with port :data:`LOCAL_PORT`, host is a unix socket's path"""
+LOCAL_PORT = 0
+"""the port of a :data:`Target` that is a unix socket: the hub's own broker on its own
+machine (:attr:`hub.mesh.broker.Broker.local_socket`), reached without TCP or TLS — only
+the hub's user can reach the socket, and the broker asks for the same login"""
 SOCKET_OPTIONS = ((socket.IPPROTO_TCP, socket.TCP_NODELAY, 1),)
 """No Nagle: with it, a small publish waits for the ACK of the previous small packet, which
 the peer delays (~40 ms) — every hop of a round trip stalled. The broker sets it too."""
@@ -224,10 +229,12 @@ class MqttSession:
         else:
             login = random_transient_username(self._username)
         self._login = login
-        self._where = f"{host}:{port}"
+        local = port == LOCAL_PORT
+        self._where = host if local else f"{host}:{port}"
         client = aiomqtt.Client(
             host,
-            port,
+            1883 if local else port,  # paho checks the port even of a unix socket
+            transport="unix" if local else "tcp",
             username=login,
             password=self._password,
             identifier=login,
@@ -236,8 +243,8 @@ class MqttSession:
             keepalive=self._keepalive,
             timeout=5.0,
             max_queued_outgoing_messages=10_000,
-            socket_options=SOCKET_OPTIONS,
-            tls_context=self._tls.ssl_context(host),
+            socket_options=() if local else SOCKET_OPTIONS,
+            tls_context=None if local else self._tls.ssl_context(host),
         )
         client._client.connect_timeout = self._connect_timeout  # paho's, in its thread
         async with client:
@@ -247,7 +254,7 @@ class MqttSession:
             self.connections += 1
             self._backoff.reset()
             self.connected.set()
-            log.debug("mqtt %s connected to %s:%d", self._identifier, host, port)
+            log.debug("mqtt %s connected to %s", self._identifier, self._where)
             hook = (
                 asyncio.create_task(
                     self._guarded_on_connect(client), name=f"on-connect:{self._identifier}"

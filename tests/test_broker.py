@@ -360,8 +360,77 @@ def test_the_config_carries_every_limit(tmp_path: Path) -> None:
         f"max_inflight_bytes {4 * 1024 * 1024}",
     ):
         assert line in conf, line
-    # a listener setting: after the listener line (before it, mosquitto opens port 1883 too)
-    assert conf.index("use_username_as_clientid true") > conf.index(f"listener 1883 {LOOPBACK}")
+    # a listener setting: right after each listener's line (before the first, mosquitto
+    # would open port 1883 too)
+    listeners = [i for i, line in enumerate(conf) if line.startswith("listener ")]
+    assert [conf[i] for i in listeners] == [
+        f"listener 0 {tmp_path.absolute() / 'mqtt.sock'}",
+        f"listener 1883 {LOOPBACK}",
+    ]
+    for i in listeners:
+        assert conf[i + 1] == "use_username_as_clientid true", conf[i : i + 2]
+    assert not any(line.startswith("use_username_as_clientid") for line in conf[: listeners[0]])
+
+
+def local_client(
+    broker: Broker, username: str | None, password: str | None = None
+) -> aiomqtt.Client:
+    """A client of ``broker``'s unix socket (the hub's own way in)."""
+    assert broker.local_socket is not None
+    if username is not None and password is None:
+        password = PASSWORDS[username]
+    return aiomqtt.Client(
+        str(broker.local_socket),
+        1883,
+        transport="unix",
+        username=username,
+        password=password,
+        identifier=username or "",
+        timeout=5,
+    )
+
+
+async def test_the_hubs_unix_socket_is_private_and_asks_for_the_same_logins_and_acl(
+    tmp_path: Path, port: int
+) -> None:
+    workdir = tmp_path / "broker"
+    async with (
+        running(workdir, port) as broker,
+        local_client(broker, HUB) as hub,
+        mqtt(port, DEV_A, identifier=DEV_A) as dev_a,
+    ):
+        sock = broker.local_socket
+        assert sock is not None and sock.parent == workdir.absolute()
+        assert sock.is_socket()
+        assert workdir.stat().st_mode & 0o777 == 0o700  # only the hub's user reaches it
+        for who, password in ((DEV_A, "wrong-password"), (None, None), (DEV_C, new_password())):
+            with pytest.raises(aiomqtt.MqttCodeError):
+                async with local_client(broker, who, password):
+                    pass
+        # the hub over the socket and a device over TCP are one broker, one ACL
+        await hub.subscribe(f"yimi/{HOME}/#", qos=1)
+        await dev_a.subscribe(topics.inbox(HOME, DEV_A), qos=1)
+        async with local_client(broker, DEV_B) as dev_b:  # a device login: its own ACL here too
+            await dev_b.publish(topics.uplink(HOME, DEV_A), b"forged", qos=1)
+            await dev_b.publish(topics.uplink(HOME, DEV_B), b"b-own", qos=1)
+        await dev_a.publish(topics.uplink(HOME, DEV_A), b"a-own", qos=1)
+        got = await collect_until(hub, b"a-own")
+        assert got == [
+            (topics.uplink(HOME, DEV_B), b"b-own"),
+            (topics.uplink(HOME, DEV_A), b"a-own"),
+        ]
+        await hub.publish(topics.inbox(HOME, DEV_A), b"for-a", qos=1)
+        assert await collect_until(dev_a, b"for-a") == [(topics.inbox(HOME, DEV_A), b"for-a")]
+
+
+def test_a_work_directory_too_long_for_a_socket_gets_only_the_network_listener(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 120)
+    broker = make_broker(deep, 1883)
+    assert broker.local_socket is None
+    conf = broker._render_config().splitlines()
+    assert [line for line in conf if line.startswith("listener ")] == [f"listener 1883 {LOOPBACK}"]
 
 
 # -- supervision -----------------------------------------------------------------------------

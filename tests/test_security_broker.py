@@ -111,6 +111,9 @@ def test_a_device_cannot_take_the_hubs_or_another_devices_client_id(mesh: Mesh) 
     hub = mesh.start_hub()
     edge_b = mesh.start_edge(b_dir)
     assert (sessions_of(mesh, HUB), sessions_of(mesh, b.device_id)) == (1, 1)
+    # the hub's own session comes over the broker's private unix socket (no TCP, no TLS)
+    sock = (mesh.home / "broker" / "mqtt.sock").absolute()
+    assert f"New client connected from {sock}:0 as {HUB} (" in broker_log(mesh)
     stolen = [HUB, f"hub-{a.home_id}", b.device_id, f"{b.device_id}-edge"]
 
     async def attack() -> int:

@@ -37,6 +37,13 @@ TLS (issue 15): the listener serves ``tls`` (:class:`BrokerTls`: the home CA and
 leaf of :mod:`provisioning.tls`; TLS 1.2 or later). Without it the listener is plaintext,
 which only a loopback ``host`` may be (``tls.plaintext_not_loopback`` otherwise).
 
+The hub's own session does not go through TLS and TCP to reach a broker on its own
+machine: a second listener, a unix socket in the work directory (:attr:`Broker.local_socket`,
+``mqtt.sock``), serves it. Only the hub's user can reach it (the directory is 0700), and it
+asks for the same logins and applies the same ACL as the network listener. A work
+directory whose path is too long for a unix socket gets no such listener (the hub then
+connects over TCP, as devices do).
+
 Note on the ACL file: ``topic`` lines before the first ``user`` line apply only to
 *anonymous* clients in mosquitto 2.0 (checked against 2.0.11), so every grant here is
 written under an explicit ``user`` line.
@@ -108,6 +115,10 @@ NOT_REFUSALS = ("unexpected eof while reading",)
 """log fragments that match a refusal but are none: a connection closed before its TLS
 handshake began (the hub's own readiness probe, :func:`accepts`) is no refused client"""
 
+LOCAL_SOCKET = "mqtt.sock"
+"""the hub's own listener, in the work directory (see the module doc)"""
+MAX_SOCKET_PATH = 100
+"""bytes a unix socket's path may have (the kernel's limit is 107)"""
 MAX_PACKET_BYTES = 512 * 1024
 """The largest MQTT packet (topic + payload + headers): twice the hub's envelope limit
 (:data:`sync.envelope.MAX_ENVELOPE_BYTES`), so an oversize envelope still reaches the hub and
@@ -217,6 +228,13 @@ class Broker:
     @property
     def data_dir(self) -> Path:
         return self.workdir / "data"
+
+    @property
+    def local_socket(self) -> Path | None:
+        """The unix socket the hub's own session connects to (see the module doc), or
+        ``None`` when the work directory's path is too long for one."""
+        path = self.workdir / LOCAL_SOCKET
+        return path if len(os.fsencode(path)) <= MAX_SOCKET_PATH else None
 
     # -- state -------------------------------------------------------------------------
 
@@ -346,6 +364,11 @@ class Broker:
             # No Nagle on client sockets: otherwise each small message can wait ~40 ms for
             # the delayed ACK of the previous one (clients set TCP_NODELAY too, sync/mqtt.py).
             "set_tcp_nodelay true",
+        ]
+        local = self.local_socket
+        if local is not None:  # first: the TLS lines below are the network listener's
+            lines += [f"listener 0 {local}", "use_username_as_clientid true"]
+        lines += [
             f"listener {self.port} {self.host}",
             # A listener setting: before the first 'listener' line it would open the
             # default listener on 1883.

@@ -92,7 +92,7 @@ from sync import discovery, topics
 from sync import documents as docs
 from sync.envelope import HUB, DropReason, Opened
 from sync.errors import SyncError
-from sync.mqtt import MqttSession
+from sync.mqtt import LOCAL_PORT, MqttSession
 from sync.replicas import ReplicaSet
 from sync.replication import HubReplication
 from sync.tasks import STOP_TIMEOUT_S, Bounded, TaskOwner, within
@@ -541,8 +541,11 @@ class HubDaemon:
                 )
             )
         host = "127.0.0.1" if opts.bind in ("0.0.0.0", "") else opts.bind
+        local = self.broker.local_socket
 
         async def target() -> tuple[str, int]:
+            if local is not None:  # the broker's own unix socket: no TCP, no TLS
+                return str(local), LOCAL_PORT
             return host, opts.mqtt_port
 
         # opened in arrival order, handled per sender (left after the session stops)
