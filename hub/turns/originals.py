@@ -11,7 +11,10 @@ the context writes what is pending before the archive is closed.
 
 The utterance itself is durable before this (it is on the timeline before it is ACKed);
 this is the second copy, the one kept byte for byte. Each outcome is counted
-(``turn.archived`` / ``turn.not_archived``).
+(``turn.archived`` / ``turn.not_archived``). A forget plan made in another process
+(``yimi memory forget``, the memory package) finds the originals already written: one of an
+utterance said less than :data:`DELAY_S` before the plan was made can be missed, as one
+still being written could be before (the window was the turn's own write).
 """
 
 from __future__ import annotations
@@ -84,9 +87,11 @@ class TypedOriginals:
         stored.add_done_callback(lambda f: self._outcome(uid, f))
 
     def _outcome(self, uid: str, done: asyncio.Future[WriteResult]) -> None:
-        result = done.result()
-        self._count("turn.archived" if result.stored else "turn.not_archived")
-        log.debug("typed original of %s: %s", uid, result)
+        result = None if done.cancelled() else done.result()
+        self._count(
+            "turn.archived" if result is not None and result.stored else "turn.not_archived"
+        )
+        log.debug("typed original of %s: %s", uid, result or "cancelled")
 
     async def _get_writer(self) -> ArchiveWriter | None:
         if self._writer is not None or self._failed:
