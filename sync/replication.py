@@ -135,18 +135,24 @@ class DeviceReplication:
         self._wanted.set()
 
     async def send(self, updates: list[sync_pb2.DocUpdate]) -> None:
-        """Broadcast local changes (best effort: catch-up delivers whatever is missed).
-        Documents a device never writes (``seq``: another process of the bundle appended
-        the hub's broadcast of one to the shared files) are not sent: the hub refuses them."""
-        message = live([u for u in updates if self._sendable(u.doc)])
+        """Broadcast local changes (best effort: a catch-up delivers whatever is missed; a
+        change too large to go live, or one that could not be sent, wakes one at once,
+        retried with backoff while it fails). Documents a device never writes (``seq``:
+        another process of the bundle appended the hub's broadcast of one to the shared
+        files) are not sent: the hub refuses them."""
+        sendable = [u for u in updates if self._sendable(u.doc)]
+        message = live(sendable)
+        if any(len(u.blob) > MAX_LIVE_BLOB for u in sendable):
+            self._wanted.set()  # too large for a live message: a catch-up carries it now
         if message is None or not self._is_connected():
             return
         try:
             if self._flush is not None:
                 await self._flush()
             await self._broadcast(message)
-        except Exception as exc:  # offline now: the next catch-up pushes it
-            log.info("live update not sent (%s); catch-up will carry it", exc)
+        except Exception as exc:  # a catch-up pushes it: now, not at the next interval
+            log.info("live update not sent (%s); a catch-up will carry it", exc)
+            self._wanted.set()
 
     def on_hub_update(self, update: sync_pb2.SyncUpdate) -> None:
         """Apply a live update the hub broadcast.

@@ -194,8 +194,22 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
                 return False
         return True
 
+    def state(entry_ids: set[str]) -> str:
+        """What each replica holds (said when a wait times out)."""
+        lines = [f"written: {sorted(entry_ids)}"]
+        lines.append(f"hub sqlite: {[(r[0], r[1]) for r in sqlite_rows(mesh)]}")
+        for name, folder in [("hub", hub_folder), *folders.items()]:
+            rows = [(r[0], r[1]) for r in crdt_rows(folder)]
+            lines.append(f"{name}: {rows}; notes {[n.text for n in crdt_notes(folder)]}")
+        for p in [hub, *edges]:
+            lines.append(f"--- {p.name} (last lines)\n{p.text()[-3000:]}")
+        return "\n".join(lines)
+
     t0 = time.monotonic()
-    poll_sync(lambda: everyone_has(written, "shared note"), 30, "the baseline everywhere")
+    try:
+        poll_sync(lambda: everyone_has(written, "shared note"), 30, "the baseline everywhere")
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{state(written)}") from None
     print(f"\n[sync] baseline on 4 replicas: {time.monotonic() - t0:.2f} s")
 
     # partition: every device offline
@@ -227,7 +241,10 @@ def test_partition_three_devices_and_the_hub_converge_within_the_bound(mesh: Mes
         notes = [crdt_notes(f) for f in [hub_folder, *folders.values()]]
         return all(n == notes[0] for n in notes)
 
-    poll_sync(converged, 60, "every replica to converge", interval=0.1)
+    try:
+        poll_sync(converged, 60, "every replica to converge", interval=0.1)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{state(written)}") from None
     took = time.monotonic() - t_heal
     print(
         f"[sync] partition healed: 3 devices + hub identical after {took:.2f} s "

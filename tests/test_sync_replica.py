@@ -13,6 +13,7 @@ import asyncio
 import ctypes
 import os
 import random
+import secrets
 import struct
 import tempfile
 from collections.abc import Iterator
@@ -35,6 +36,7 @@ from sync.replicas import ReplicaSet
 from sync.replication import (
     CATCHUP_ENV,
     CATCHUP_JITTER,
+    MAX_LIVE_BLOB,
     DeviceReplication,
     HubReplication,
     jittered,
@@ -1402,6 +1404,66 @@ async def test_a_refused_catch_up_is_tried_again_after_a_backoff(
         await asyncio.wait_for(device.caught_up.wait(), 10)  # the interval is 600 s
     assert len(calls) >= 3 and device.catchups == 1  # refused, then asked and pushed
     assert "busy1" in dict(view(hub.replicas))
+
+
+async def test_a_live_update_that_could_not_be_sent_is_pushed_by_a_catch_up_at_once(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live broadcast that fails while the device is connected (the publish refused) is
+    carried by a catch-up started at once, not at the next (minutes-long) interval."""
+    monkeypatch.setenv(CATCHUP_ENV, "600")
+    replicas = ReplicaSet(tmp_path / "lost-replicas")
+    pushed: list[int] = []
+
+    async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        pushed.append(len(req.push))
+        response, _ = hub.sync.serve(req, "lost")
+        return response
+
+    async def failing(_: sync_pb2.SyncUpdate) -> None:
+        raise RuntimeError("publish refused")
+
+    device = DeviceReplication(
+        replicas, broadcast=failing, request=request, is_connected=lambda: True
+    )
+    async with device:
+        await device.send([replicas.add_entry(entry("lost1", device="lost", ts=T0 + 1))])
+        await asyncio.wait_for(device.caught_up.wait(), 10)  # the interval is 600 s
+    assert device.catchups == 1 and sum(pushed) == 1  # lost1, pushed by it
+    assert "lost1" in dict(view(hub.replicas))
+
+
+async def test_a_change_too_large_to_go_live_is_pushed_by_a_catch_up_at_once(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change larger than a live message may carry is left to a catch-up, started at once."""
+    monkeypatch.setenv(CATCHUP_ENV, "600")
+    replicas = ReplicaSet(tmp_path / "big-replicas")
+    sent: list[sync_pb2.SyncUpdate] = []
+
+    async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        response, _ = hub.sync.serve(req, "big")
+        return response
+
+    async def broadcast(update: sync_pb2.SyncUpdate) -> None:
+        sent.append(update)
+
+    device = DeviceReplication(
+        replicas, broadcast=broadcast, request=request, is_connected=lambda: True
+    )
+    many = [  # one change of random texts (an entry's text is capped), over the limit
+        entry(f"big{i}", device="big", ts=T0 + 1 + i, text=secrets.token_urlsafe(20_000))
+        for i in range(20)
+    ]
+    big = sync_pb2.DocUpdate(
+        doc=TL, blob=replicas.get(TL).change(partial(docs.push_entries, entries=many))
+    )
+    assert len(big.blob) > MAX_LIVE_BLOB
+    async with device:
+        await device.send([big])
+        await asyncio.wait_for(device.caught_up.wait(), 10)  # the interval is 600 s
+    assert sent == []  # never live
+    assert {f"big{i}" for i in range(20)} <= set(dict(view(hub.replicas)))
 
 
 @pytest.mark.parametrize("made_by", ["the other process", "this node"])
