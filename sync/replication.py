@@ -83,8 +83,13 @@ def refusal(doc_id: str, *, from_hub: bool) -> str | None:
     return None
 
 
+def too_large(update: sync_pb2.DocUpdate) -> bool:
+    """Whether ``update`` is left out of live messages (:data:`MAX_LIVE_BLOB`)."""
+    return len(update.blob) > MAX_LIVE_BLOB
+
+
 def live(updates: list[sync_pb2.DocUpdate]) -> sync_pb2.SyncUpdate | None:
-    small = [u for u in updates if len(u.blob) <= MAX_LIVE_BLOB and u.blob]
+    small = [u for u in updates if u.blob and not too_large(u)]
     return sync_pb2.SyncUpdate(updates=small) if small else None
 
 
@@ -142,7 +147,7 @@ class DeviceReplication:
         files) are not sent: the hub refuses them."""
         sendable = [u for u in updates if self._sendable(u.doc)]
         message = live(sendable)
-        if any(len(u.blob) > MAX_LIVE_BLOB for u in sendable):
+        if any(map(too_large, sendable)):
             self._wanted.set()  # too large for a live message: a catch-up carries it now
         if message is None or not self._is_connected():
             return

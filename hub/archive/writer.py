@@ -10,6 +10,11 @@ Within one batch, consecutive audio frames of the same (source, trace id) become
 object; every image and event is its own object. The thresholds are checked on every
 submission (frames, bytes) and against an injectable clock (age of the oldest pending
 item), so tests drive time without sleeping: advance the clock, then ``await poll()``.
+
+:class:`LazyArchiveWriter` is the writer of a part of the hub that archives only when it
+has something to keep (voice audio, typed originals): the archive is opened in a worker
+thread at first use, a failure to open it is said once (nothing of that part is archived
+then), and leaving writes what is pending before closing an archive it opened itself.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -284,6 +290,66 @@ class ArchiveWriter:
                 pass
             self._wake.clear()
             await self.poll()
+
+
+ArchiveSource = Archive | Callable[[], Archive] | None
+"""an archive given open, a way to open one, or ``None``: the home's (``open_archive``)"""
+
+
+class LazyArchiveWriter:
+    """An :class:`ArchiveWriter` over an archive opened at first use (see the module doc);
+    ``what`` names what it keeps in the one error said when the archive cannot be opened,
+    ``options`` are the writer's thresholds."""
+
+    def __init__(self, home: Path, what: str, source: ArchiveSource = None, **options: Any):
+        self._home = home
+        self._what = what
+        self._source = source
+        self._options = options
+        self._archive: Archive | None = None
+        self._writer: ArchiveWriter | None = None
+        self._failed = False
+        self._opening = asyncio.Lock()
+
+    async def __aenter__(self) -> LazyArchiveWriter:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        writer, self._writer = self._writer, None
+        archive, self._archive = self._archive, None
+        try:
+            if writer is not None:  # what is pending is written (and its waiters told) first
+                await writer.__aexit__(None, None, None)
+        finally:
+            if archive is not None and not isinstance(self._source, Archive):
+                archive.close()  # one this opened
+
+    async def get(self) -> ArchiveWriter | None:
+        """The writer, the archive opened now if it is not yet (``None``: it cannot be)."""
+        if self._writer is not None or self._failed:
+            return self._writer
+        async with self._opening:
+            if self._writer is None and not self._failed:
+                try:
+                    self._archive = await asyncio.to_thread(self._open)
+                except Exception as exc:
+                    self._failed = True
+                    log.error("%s will not be archived: %s", self._what, exc)
+                    return None
+                self._writer = await ArchiveWriter(self._archive, **self._options).__aenter__()
+        return self._writer
+
+    def _open(self) -> Archive:
+        source = self._source
+        if isinstance(source, Archive):
+            return source
+        if source is not None:
+            return source()
+        from hub.archive.settings import open_archive
+
+        return open_archive(self._home)
 
 
 def _group(items: list[_Item]) -> list[tuple[NewObject, list[_Item]]]:

@@ -2,7 +2,7 @@
 
 :class:`TypedOriginals` is an async context manager owned by :class:`hub.turns.answering.Turns`.
 A turn hands it its message and goes on answering at once: the message is written by the
-archive's batching writer (:class:`hub.archive.writer.ArchiveWriter`), at most
+archive's batching writer (:class:`hub.archive.writer.LazyArchiveWriter`), at most
 :data:`DELAY_S` later and together with the other turns' messages of that window, so a
 turn never waits on the archive's file syncs and a busy hub syncs its index once a batch
 instead of once a turn. The archive is opened (in a worker thread) on the first typed turn;
@@ -25,9 +25,9 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 
-from hub.archive.archive import Archive, WriteResult
+from hub.archive.archive import WriteResult
 from hub.archive.errors import ArchiveError
-from hub.archive.writer import ArchiveWriter
+from hub.archive.writer import LazyArchiveWriter
 from hub.timeline import Admitted
 
 log = logging.getLogger(__name__)
@@ -43,12 +43,10 @@ FORMAT = "yimi.mesh.v1.Utterance"
 
 class TypedOriginals:
     def __init__(self, home: Path, count: Callable[[str], None]) -> None:
-        self._home = home
         self._count = count
-        self._archive: Archive | None = None
-        self._writer: ArchiveWriter | None = None
-        self._failed = False
-        self._opening = asyncio.Lock()
+        self._writer = LazyArchiveWriter(
+            home, "typed originals", max_delay_s=DELAY_S, max_frames=MAX_ITEMS, max_bytes=MAX_BYTES
+        )
 
     async def __aenter__(self) -> TypedOriginals:
         return self
@@ -56,18 +54,11 @@ class TypedOriginals:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        writer, self._writer = self._writer, None
-        archive, self._archive = self._archive, None
-        try:
-            if writer is not None:
-                await writer.__aexit__(None, None, None)  # writes what is pending
-        finally:
-            if archive is not None:
-                archive.close()
+        await self._writer.__aexit__(et, e, tb)  # writes what is pending, closes the archive
 
     async def keep(self, adm: Admitted, raw: bytes) -> None:
         """Queue ``raw``, the typed utterance ``adm``'s message, for the archive."""
-        writer = await self._get_writer()
+        writer = await self._writer.get()
         if writer is None:
             self._count("turn.not_archived")
             return
@@ -92,23 +83,3 @@ class TypedOriginals:
             "turn.archived" if result is not None and result.stored else "turn.not_archived"
         )
         log.debug("typed original of %s: %s", uid, result or "cancelled")
-
-    async def _get_writer(self) -> ArchiveWriter | None:
-        if self._writer is not None or self._failed:
-            return self._writer
-        async with self._opening:
-            if self._writer is not None or self._failed:
-                return self._writer
-            from hub.archive.settings import open_archive
-
-            try:
-                archive = await asyncio.to_thread(open_archive, self._home)
-            except Exception as exc:
-                self._failed = True
-                log.error("typed originals will not be archived: %s", exc)
-                return None
-            self._archive = archive
-            self._writer = await ArchiveWriter(
-                archive, max_delay_s=DELAY_S, max_frames=MAX_ITEMS, max_bytes=MAX_BYTES
-            ).__aenter__()
-        return self._writer

@@ -52,8 +52,8 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.message import Message
 
-from hub.archive.archive import Archive, WriteResult
-from hub.archive.writer import ArchiveWriter
+from hub.archive.archive import WriteResult
+from hub.archive.writer import ArchiveSource, LazyArchiveWriter
 from hub.brain.providers import AsrRoute, Endpoint, ProviderStore, asr_route
 from hub.errors import HubError
 from hub.timeline import ReplayState
@@ -542,7 +542,7 @@ class Hearing:
         scope: ScopeFn = no_voiceprint_scope,
         transcriber: Transcriber | Callable[[], Transcriber] | None = None,
         providers: ProviderStore | Callable[[], ProviderStore] | None = None,
-        archive: Archive | Callable[[], Archive] | None = None,
+        archive: ArchiveSource = None,
         not_stored: NotStoredFn | None = None,
         wake_word: str = WAKE_WORD,
         assembler: ChunkAssembler | None = None,
@@ -578,9 +578,7 @@ class Hearing:
         self.asr_route = AsrRoute(-1, None)
         """the recogniser the provider configuration gave the last utterance, and why"""
         self._archive_source = archive
-        self._archive: Archive | None = archive if isinstance(archive, Archive) else None
-        self._archive_failed = False
-        self._writer: ArchiveWriter | None = None
+        self._writer = LazyArchiveWriter(home, "voice audio", archive)
         """the archive's batching writer (500 ms / 20 frames / 64 KiB), opened at first use"""
         self._not_stored = not_stored
         self.wake_word = wake_word
@@ -614,12 +612,7 @@ class Hearing:
         pool, self._pool = self._pool, None
         if pool is not None:  # a transcription already running is let finish
             await asyncio.to_thread(pool.shutdown, wait=True, cancel_futures=True)
-        writer, self._writer = self._writer, None
-        if writer is not None:  # what is pending is written (and its waiters told) first
-            await writer.__aexit__(None, None, None)
-        archive, self._archive = self._archive, None
-        if archive is not None and not isinstance(self._archive_source, Archive):
-            archive.close()
+        await self._writer.__aexit__(None, None, None)  # pending audio first, then the archive
         if self._open_providers is not None and self._providers is not None:
             self._providers.close()  # the store this worker opened
             self._providers = None
@@ -1060,31 +1053,6 @@ class Hearing:
         upkeep yields meanwhile)."""
         return bool(self._in_flight) or self.assembler.pending > 0 or len(self.previews) > 0
 
-    def _get_archive(self) -> Archive | None:
-        if self._archive is None and not self._archive_failed:
-            try:
-                source = self._archive_source
-                if isinstance(source, Archive):
-                    self._archive = source
-                elif source is not None:
-                    self._archive = source()
-                else:
-                    from hub.archive.settings import open_archive
-
-                    self._archive = open_archive(self.home)
-            except Exception as exc:
-                self._archive_failed = True
-                log.error("voice audio will not be archived: %s", exc)
-        return self._archive
-
-    async def _get_writer(self) -> ArchiveWriter | None:
-        if self._writer is None:
-            archive = await asyncio.to_thread(self._get_archive)
-            if archive is None or self._writer is not None:
-                return self._writer
-            self._writer = await ArchiveWriter(archive).__aenter__()
-        return self._writer
-
     async def _archive_audio(
         self, opened: Opened, samples: Samples, extra: dict[str, Any]
     ) -> dict[str, object]:
@@ -1099,7 +1067,7 @@ class Hearing:
         start_ms = utt.started_ms or opened.time_ms
         total_ms = len(pcm) // 32
         try:
-            writer = await self._get_writer()
+            writer = await self._writer.get()
             if writer is None:
                 return {"stored": False, "reason": "no archive"}
             futures = []
