@@ -108,6 +108,17 @@ class GroupCommit:
             self._marked += 1
 
     @property
+    def marked(self) -> int:
+        """marks so far: every commit or append counts one (for tests)"""
+        with self._guard:
+            return self._marked
+
+    @property
+    def synced(self) -> int:
+        """marks covered by the last finished flush (for tests)"""
+        return self._synced
+
+    @property
     def pending(self) -> int:
         """files written and not yet synced"""
         with self._guard:
