@@ -30,6 +30,7 @@ import asyncio
 import logging
 import os
 import threading
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -64,6 +65,8 @@ class GroupCommit:
         """flushes that synced something (for benches and tests)"""
         self.files_synced = 0
         """fdatasync calls made"""
+        self._settles: list[Callable[[], Awaitable[None]]] = []
+        """other stores' "durable so far" waits, awaited by every flush (:meth:`also`)"""
 
     async def __aenter__(self) -> GroupCommit:
         self._flushing = asyncio.Lock()
@@ -124,9 +127,28 @@ class GroupCommit:
         with self._guard:
             return len(self._dirty)
 
+    # ------------------------------------------------------------------ other stores
+    def also(self, settle: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        """Every :meth:`flush` also awaits ``settle`` after the files: a store with a group
+        commit of its own (the gateway's ledger) whose pending writes must be durable
+        before anything leaves. Returns what removes it again."""
+        self._settles.append(settle)
+
+        def remove() -> None:
+            if settle in self._settles:
+                self._settles.remove(settle)
+
+        return remove
+
     # ------------------------------------------------------------------ flushing
     async def flush(self) -> None:
-        """Return once everything written before this call is on disk."""
+        """Return once everything written before this call is on disk, in these files and
+        in every store added with :meth:`also` (raises what its ``settle`` raises)."""
+        await self._flush_files()
+        for settle in tuple(self._settles):
+            await settle()
+
+    async def _flush_files(self) -> None:
         with self._guard:
             target = self._marked
         if target <= self._synced:

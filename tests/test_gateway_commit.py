@@ -27,6 +27,7 @@ from hub.gateway import commit as commit_module
 from hub.gateway.audit import AuditLog, Prepared, records, verify
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import Ledger
+from storage.group_commit import GroupCommit
 from storage.sqlite import read_rows
 from tests.gateway_kit import PACKAGES
 from tests.waiting import poll
@@ -45,9 +46,12 @@ ECHOED = ToolOutcome(
 
 
 @asynccontextmanager
-async def gw_at(tmp: Path) -> AsyncIterator[Gateway]:
+async def gw_at(tmp: Path, *, settled_by_caller: bool = False) -> AsyncIterator[Gateway]:
     async with open_gateway(
-        tmp / "gw", packages=[PACKAGES["probe"], PACKAGES["messaging"]], audit_signer=SIGNER
+        tmp / "gw",
+        packages=[PACKAGES["probe"], PACKAGES["messaging"]],
+        audit_signer=SIGNER,
+        settled_by_caller=settled_by_caller,
     ) as gw:
         yield gw
 
@@ -221,6 +225,80 @@ async def test_an_observe_decision_rides_with_its_receipt_or_is_written_by_itsel
         )
         assert ("alone0",) in read_rows(tmp_path / "gw" / "gateway.db", "SELECT call_id FROM calls")
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+async def test_in_the_hub_an_observe_receipt_is_made_durable_by_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``settled_by_caller`` (the hub's gateway): an ``observe`` call's receipt returns at
+    once, staged; the hub's group commit, which runs before anything leaves the hub, waits
+    until it is committed and synced. Any other receipt still returns only once durable."""
+    monkeypatch.setattr(commit_module, "LATER_S", 60.0)  # no batch unless one is awaited
+    group = GroupCommit()
+    settles: list[int] = []
+
+    async def settle() -> None:
+        settles.append(1)
+        await gw.commits.settled()
+
+    async with group, gw_at(tmp_path, settled_by_caller=True) as gw:
+        remove = group.also(settle)
+        ((c, d),) = await decided(gw, 1, "obs")
+        before = gw.commits.stats.batches
+        r = await gw.receipt(c, CTX, d, ECHOED)
+        assert r.status == "succeeded"
+        assert gw.commits.stats.batches == before  # not written yet: nothing waited
+        assert "obs0" not in ledger_receipts(tmp_path)
+        await group.flush()  # what every message, web response and gRPC answer awaits
+        assert gw.commits.stats.batches == before + 1
+        assert "obs0" in ledger_receipts(tmp_path)
+        assert "obs0" in audited(tmp_path)
+        await group.flush()  # nothing staged: no batch
+        assert gw.commits.stats.batches == before + 1
+        # a call with an effect: its receipt is durable when receipt() returns
+        gw.consent.remember_send("owner", "ann@example.org", "email")
+        sent = send("eff1")
+        dec = await gw.decide(sent, CTX)
+        assert dec.runs and dec.effect == "send"
+        mailed = ToolOutcome(
+            structured={
+                "receipt_version": 1,
+                "status": "succeeded",
+                "effects": [{"kind": "email", "state": "verified", "fields": {}}],
+            }
+        )
+        await gw.receipt(sent, CTX, dec, mailed)
+        assert "eff1" in ledger_receipts(tmp_path)
+        remove()
+        asked = len(settles)
+        await group.flush()  # no longer the group's: its flush does not ask
+        assert len(settles) == asked
+        # an observe receipt nobody flushes for is still written soon (LATER_S)
+        monkeypatch.setattr(commit_module, "LATER_S", 0.05)
+        ((c2, d2),) = await decided(gw, 1, "idle")
+        await gw.receipt(c2, CTX, d2, ECHOED)
+        await poll(lambda: "idle0" in ledger_receipts(tmp_path), what="the idle receipt")
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
+
+
+async def test_settled_reports_a_batch_that_failed(tmp_path: Path) -> None:
+    async with gw_at(tmp_path, settled_by_caller=True) as gw:
+        await gw.commits.settled()  # nothing staged or written: at once
+        ((c, d),) = await decided(gw, 1, "bad")
+        await gw.commits.drain()
+        await gw.receipt(c, CTX, d, ECHOED)
+        fd = gw.audit._fd
+        saved = os.dup(fd)
+        full = os.open("/dev/full", os.O_WRONLY)
+        os.dup2(full, fd)  # the batch's audit write fails: ENOSPC
+        try:
+            with pytest.raises(GatewayError) as err:
+                await gw.commits.settled()
+        finally:
+            os.dup2(saved, fd)
+            os.close(saved)
+            os.close(full)
+        assert err.value.key == "gateway.commit_failed"
 
 
 async def test_a_caller_that_gives_up_leaves_its_batch_to_the_others(tmp_path: Path) -> None:

@@ -203,6 +203,27 @@ async def test_the_hub_sends_a_reply_only_after_its_writes_are_synced(mesh: Mesh
         assert rows[0][0] == 1
 
 
+@pytest.mark.slow
+async def test_the_hubs_flush_also_makes_the_gateways_staged_writes_durable(mesh: Mesh) -> None:
+    """The hub's gateway leaves an observe receipt's fsync to the hub's group commit
+    (``settled_by_caller``): the flush before every message out waits for its batch."""
+    from hub.gateway import commit as commit_module
+
+    mesh.use_packages({})
+    async with mesh.hub_in_process() as hub:
+        gw = hub.consent.gateway
+        assert gw is not None and gw.settled_by_caller
+        before = gw.commits.stats.batches
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(commit_module, "LATER_S", 60.0)  # only a flush writes it
+            gw.audit.stage("note", {"what": "staged by the test"}, trace_id="t-flush")
+            gw.commits.later()
+            assert gw.commits.stats.batches == before
+            await hub.port.durable()  # what every envelope out awaits
+        assert gw.commits.stats.batches == before + 1
+        assert gw.commits._open is None and gw.commits._writing is None
+
+
 def test_joined_opens_its_own_transaction_or_joins_the_callers(tmp_path: Path) -> None:
     conn = open_db(tmp_path / "t.db", "CREATE TABLE IF NOT EXISTS t (v INTEGER)")
     with joined(conn):  # alone: a transaction of its own, committed

@@ -80,9 +80,11 @@ async def open_gateway(
     courier: Courier | None = None,
     durable: bool = True,
     audit_signer: SigningKey | None = None,
+    settled_by_caller: bool = False,
 ) -> AsyncIterator[Gateway]:
     """A gateway with its ledger (``state_dir/gateway.db``), audit log
-    (``state_dir/audit/``) and MCP host over ``packages``; everything closes on exit."""
+    (``state_dir/audit/``) and MCP host over ``packages``; everything closes on exit.
+    ``settled_by_caller``: see :attr:`Gateway.settled_by_caller` (the hub's)."""
     catalog = dict(manifests or {})
     for root in packages or []:
         m = load(root)
@@ -103,7 +105,14 @@ async def open_gateway(
             log_dir=state_dir / "package-logs",
             audit=audit.append,
         ) as host:
-            gw = Gateway(catalog, ledger, audit, host=host, courier=courier)
+            gw = Gateway(
+                catalog,
+                ledger,
+                audit,
+                host=host,
+                courier=courier,
+                settled_by_caller=settled_by_caller,
+            )
             try:
                 yield gw
             finally:

@@ -107,6 +107,22 @@ class ReceiptBatches:
         self._join()
         self._start()
 
+    async def settled(self) -> None:
+        """Return once everything staged so far is durable, at once when nothing is staged
+        or being written (what runs before anything leaves the hub); raise
+        :class:`GatewayError` ``gateway.commit_failed`` if a batch holding it failed."""
+        if self._open is not None:
+            await self.durable()
+            return
+        writing = self._writing
+        if writing is None:
+            return
+        await asyncio.wait({writing})
+        exc = None if writing.cancelled() else writing.exception()
+        if writing.cancelled() or exc is not None:
+            reason = str(exc) if exc is not None else "the write was cancelled"
+            raise GatewayError("gateway.commit_failed", calls=0, reason=reason)
+
     def later(self) -> None:
         """Make what was staged durable with the next batch (nobody waits for it), or in
         :data:`LATER_S` at the latest."""

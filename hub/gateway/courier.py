@@ -65,6 +65,7 @@ from protos import consent_pb2, mesh_pb2
 from protos.codec import parse
 from provisioning.profiles import load_profile
 from provisioning.registry import DeviceRecord
+from storage.group_commit import GroupCommit
 from storage.private import private_dir
 from sync.audit_head import SignedHead
 from sync.scopes import GESTURE_SCOPE
@@ -100,8 +101,13 @@ class MeshConsent:
         port: MeshPort,
         devices: Callable[[], Sequence[DeviceRecord]],
         gesture_effects: frozenset[str] = GESTURE_EFFECTS,
+        group: GroupCommit | None = None,
     ) -> None:
         self.home = home
+        self._group = group
+        """the hub's group commit: its every flush also waits for the gateway's batches,
+        so an ``observe`` receipt need not wait for its own fsync
+        (:attr:`Gateway.settled_by_caller`)"""
         self._gesture_effects = gesture_effects
         """the effects glasses may answer with a nod (home.yaml ``glasses.nod_effects``)"""
         self._audit_signer = audit_signer
@@ -156,8 +162,11 @@ class MeshConsent:
                     env_for=env_for,
                     courier=self,
                     audit_signer=self._audit_signer,
+                    settled_by_caller=self._group is not None,
                 )
             )
+            if self._group is not None:
+                self._stack.callback(self._group.also(self.settled))
             self.gateway.consent.gesture_effects = self._gesture_effects
             from hub.payments import open_payments
 
@@ -182,6 +191,13 @@ class MeshConsent:
         await self._stack.aclose()
         self.gateway = None
         self.payments = None
+
+    async def settled(self) -> None:
+        """What the gateway committed so far is durable (awaited by the hub's group commit
+        before anything leaves the hub)."""
+        gw = self.gateway
+        if gw is not None:
+            await gw.commits.settled()
 
     def packages(self) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
         """(loaded, running, failed: name → why) of the gateway's packages now."""

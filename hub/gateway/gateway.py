@@ -28,6 +28,13 @@ tool run, blocks or asks for a card returns only once that batch is durable; an 
 decision is durable no later than its receipt. Every receipt returns only once durable:
 concurrent calls share one batch — one signed head and one fsync, of the ledger's WAL, which
 holds the batch's audit records too (the audit file is synced in the background).
+
+In the hub (``settled_by_caller``) an ``observe`` call's receipt returns once it is
+committed, without waiting for that fsync: nothing it tells can leave the hub before the
+hub's group commit awaited :meth:`ReceiptBatches.settled` (before every message, web
+response and gRPC answer), and a call with no effect needs no durable record before the
+next step — the same rule as its decision. Every other receipt still returns only once
+durable, so a later call with an effect is decided on a durable ledger.
 """
 
 from __future__ import annotations
@@ -190,8 +197,13 @@ class Gateway:
         host: PackageHost | None = None,
         courier: Courier | None = None,
         on_result: Callable[[Receipt], Awaitable[None]] | None = None,
+        settled_by_caller: bool = False,
     ) -> None:
         self.catalog = catalog
+        self.settled_by_caller = settled_by_caller
+        """the receipt of an ``observe`` call returns once committed, its fsync left to the
+        background: whoever lets anything out first awaits ``commits.settled()`` (the hub's
+        group commit does before every message, response and answer)"""
         self.ledger = ledger
         self.audit = audit
         self.consent = ConsentAuthority(ledger)
@@ -521,10 +533,14 @@ class Gateway:
         r: Receipt,
         trace_id: str,
         facts: dict[str, str] | None = None,
+        *,
+        wait: bool = True,
     ) -> Receipt:
         """Record ``r`` (idempotently) and return the stored receipt once it is durable
         (group commit: concurrent calls share the batch). ``facts``: ``r``'s fact map, if
-        the caller has it already."""
+        the caller has it already. ``wait=False``: return at once; it is made durable with the
+        next batch (:meth:`ReceiptBatches.later`; :meth:`ReceiptBatches.settled` waits
+        for it)."""
         stored, fresh = self.ledger.record_receipt(
             task_id, call_id, r, factsmod.fact_map([r]) if facts is None else facts, sync=False
         )
@@ -543,6 +559,9 @@ class Gateway:
                 trace_id=trace_id,
                 encoded=encoded,
             )
+        if not wait:
+            self.commits.later()
+            return stored
         try:
             await self.commits.durable()  # also when not fresh: its first writer may wait
         except GatewayError:
@@ -614,7 +633,14 @@ class Gateway:
         r = enforce(raw, retry=spec.retry, check_with=spec.check_with)
         output = raw.output or outcome.text[:MAX_OUTPUT]
         r, facts = self._stamped(r, call, decision, revision, output)
-        stored = await self._store(call.task_id, call.call_id, r, ctx.trace_id, facts)
+        stored = await self._store(
+            call.task_id,
+            call.call_id,
+            r,
+            ctx.trace_id,
+            facts,
+            wait=not (self.settled_by_caller and decision.effect == "observe"),
+        )
         if stored.status in ("unknown", "partial") and spec.check_with:
             self.ledger.require_check(call.task_id, m.name, spec.name, spec.check_with)
         if stored.status == "succeeded" and any(

@@ -207,6 +207,7 @@ class HubDaemon:
             port=port,
             devices=self.registry.devices,
             gesture_effects=nod_effects,
+            group=self.group,
         )
         """the capability gateway and its cards (``self.consent.gateway``)"""
         self.delivery = Delivery(
