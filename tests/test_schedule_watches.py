@@ -15,6 +15,7 @@ from hub.brain.base import Turn, collect
 from hub.brain.rules import RuleBrain
 from hub.brain.tasks import TaskStore
 from hub.schedule import JobStore, Scheduler, TestClock
+from hub.schedule.store import Job
 from hub.schedule.watches import INTERVAL_MS, MAX_INTERVAL_MS, WATCH, WatchDesk, observe
 from hub.timeline import HubStore
 from hub.turns.delivery import Delivery
@@ -178,3 +179,41 @@ async def test_the_request_that_set_a_timeline_watch_is_not_an_occurrence(
         )
         await w.scheduler.run_due()
         assert w.sent == [("phone1", "Watch “the parcel”: the parcel is with the neighbour")]
+
+
+def test_timeline_watches_are_read_once_per_change_of_the_job_store(tmp_path: Path) -> None:
+    """The hub asks for every timeline entry; the store is read again only after a change
+    — its own (a watch set, claimed, cancelled) or another process's (``yimi`` on the same
+    ``schedule.db``)."""
+    store = JobStore(tmp_path / "schedule.db")
+    desk = WatchDesk(Scheduler(store, clock=TestClock()))
+    reads: list[int] = []
+    jobs = store.jobs
+
+    def counted(kind: str | None = None, *, active: bool = True) -> list[Job]:
+        reads.append(1)
+        return jobs(kind, active=active)
+
+    store.jobs = counted  # type: ignore[method-assign]
+    for i in range(5):
+        assert desk.matching(f"e{i}", "the parcel arrived") == []
+    assert len(reads) == 1  # nothing changed: read once
+    desk.watch_timeline(
+        "set1", device="mac1", rule="parcel", what="the parcel", lang="en", trace="t"
+    )
+    assert [j.id for j in desk.matching("e10", "the parcel arrived")] == ["watch-set1"]
+    assert desk.matching("e10", "the parcel arrived") == []  # claimed once
+    assert desk.matching("e11", "nothing here") == []
+    before = len(reads)
+    assert desk.matching("e12", "still nothing") == []
+    assert len(reads) == before  # unchanged since the last read
+    # another connection (another process) sets a watch: seen on the next entry
+    other = JobStore(tmp_path / "schedule.db")
+    WatchDesk(Scheduler(other, clock=TestClock())).watch_timeline(
+        "set2", device="mac1", rule="door", what="the door", lang="en", trace="t"
+    )
+    other.close()
+    assert [j.id for j in desk.matching("e13", "the door opened")] == ["watch-set2"]
+    desk.cancel(desk.view(desk.scheduler.store.get("watch-set1")))  # type: ignore[arg-type]
+    assert desk.matching("e14", "another parcel") == []
+    store.close()

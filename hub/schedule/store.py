@@ -127,6 +127,12 @@ class JobStore:
     def transaction(self) -> Any:
         return transaction(self.db)
 
+    def version(self) -> tuple[int, int]:
+        """Changes when a job may have changed: rows this connection changed, and other
+        connections' commits (``PRAGMA data_version``); cheap to ask on every entry."""
+        row = self.db.execute("PRAGMA data_version").fetchone()
+        return self.db.total_changes(), int(row[0]) if row else 0
+
     def put(self, job: Job) -> Job:
         """Insert ``job``; an id already kept returns the kept job (idempotent)."""
         with transaction(self.db):

@@ -90,6 +90,9 @@ def matches(rule_words: Sequence[str], text: str) -> bool:
 class WatchDesk:
     def __init__(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
+        self._timeline_watches: tuple[tuple[int, int], list[Job]] | None = None
+        """(the store's version, the active timeline watches then): read once per change,
+        not for every timeline entry"""
 
     @staticmethod
     def view(job: Job) -> WatchView:
@@ -171,6 +174,16 @@ class WatchDesk:
         self.scheduler.poke()
         return reading
 
+    def _timeline(self) -> list[Job]:
+        """The active timeline watches (re-read only when the job store changed)."""
+        store = self.scheduler.store
+        version = store.version()
+        cached = self._timeline_watches
+        if cached is None or cached[0] != version:
+            jobs = [j for j in store.jobs(WATCH) if j.spec.get("source") == TIMELINE]
+            cached = self._timeline_watches = (version, jobs)
+        return cached[1]
+
     def matching(self, entry_id: str, text: str) -> list[Job]:
         """The timeline watches the entry ``entry_id`` is an occurrence of, each claimed
         once (a second call with the same entry returns none). The request that set a
@@ -178,9 +191,8 @@ class WatchDesk:
         its entry reaches the timeline with its reply, after the watch was set."""
         jobs = [
             j
-            for j in self.scheduler.store.jobs(WATCH)
-            if j.spec.get("source") == TIMELINE
-            and entry_id not in (j.spec.get("set_by"), j.id.removeprefix("watch-"))
+            for j in self._timeline()
+            if entry_id not in (j.spec.get("set_by"), j.id.removeprefix("watch-"))
             and matches(j.spec.get("words") or (), text)
         ]
         if not jobs:
