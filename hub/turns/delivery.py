@@ -76,7 +76,10 @@ class Delivery:
         self, adm: Admitted, reply_id: str, pieces: Sequence[Piece], *, start: int = 0
     ) -> None:
         """Keep and send ``pieces`` (from chunk index ``start``) of the reply to ``adm``;
-        the final one puts the whole reply on the timeline."""
+        the final one puts the whole reply on the timeline — after it is sent: the device
+        that asked hears the reply without waiting for the timeline's broadcast. The whole
+        reply is in ``hub.db`` with its final chunk before the chunk leaves, and a hub that
+        stops before the broadcast writes it into the documents when it starts again."""
         texts: list[str] = []
         for i, (text, final, task_id, brain, intent) in enumerate(pieces, start):
             made = Chunk(
@@ -95,10 +98,10 @@ class Delivery:
             # from chunk 0 the earlier chunks are those kept here, else the store reads them
             c, stored = self.store.keep_chunk(made, texts if start == 0 else None, intent=intent)
             texts.append(c.text)
+            await self.send_chunk(c)
             if stored is not None:
                 entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)
                 await self._publish([entry])
-            await self.send_chunk(c)
 
     async def send_chunk(self, c: Chunk) -> None:
         msg = mesh_pb2.Reply(
