@@ -43,6 +43,8 @@ CATCHUP_ENV = "YIMI_CATCHUP_INTERVAL_S"
 """overrides :data:`CATCHUP_INTERVAL_S` (a positive number of seconds; tests use a short one)"""
 LOCAL_POLL_S = 0.25
 """seconds between looks for changes other processes wrote to this node's replicas"""
+HELLO_RETRY_CAP_S = 10.0
+"""seconds: the longest wait between tries of an owed hello (:meth:`HubReplication.publish`)"""
 HUB_SENDER = "hub"
 """who the hub's own sequencing is attributed to"""
 
@@ -323,9 +325,15 @@ class HubReplication:
         self._sequenced_at: dict[str, tuple[VersionVector, VersionVector]] = {}
         """timeline document → (its version, its seq document's version) when every entry
         it had was found sequenced"""
+        self._owed = asyncio.Event()
+        """a change did not go live (a broadcast failed, or it was too large): the devices
+        are owed a hello, which makes each catch up at once"""
+        self.hellos = 0
+        """hellos sent for changes that did not go live"""
 
     async def __aenter__(self) -> HubReplication:
         self._tasks.spawn(self._poll_local(), "local-changes")
+        self._tasks.spawn(self._hello_when_owed(), "owed-hello")
         return self
 
     async def __aexit__(
@@ -337,13 +345,37 @@ class HubReplication:
         await self._tasks.close()
 
     async def publish(self, updates: list[sync_pb2.DocUpdate]) -> None:
+        """Broadcast ``updates`` to every device. What does not go live (a change too large,
+        or a broadcast that failed) is carried by the devices' catch-ups, woken at once by
+        a hello (:meth:`_hello_when_owed`), not at their next interval."""
         message = live(updates)
+        if any(u.blob and too_large(u) for u in updates):
+            self._owed.set()
         if message is None:
             return
         try:
             await self._broadcast(message)
         except Exception as exc:
-            log.info("live update not broadcast (%s); catch-up will carry it", exc)
+            log.info("live update not broadcast (%s); devices are told to catch up", exc)
+            self._owed.set()
+
+    async def _hello_when_owed(self) -> None:
+        """The hub's hello (an empty update: every device catches up) after a change that did
+        not go live, retried with a capped, jittered backoff while it cannot be sent."""
+        retry = Backoff(cap=HELLO_RETRY_CAP_S)
+        while True:
+            await self._owed.wait()
+            self._owed.clear()
+            try:
+                await self._broadcast(sync_pb2.SyncUpdate())
+            except Exception as exc:
+                delay = retry.next_delay()
+                log.info("hello not broadcast (%s); tried again in %.1f s", exc, delay)
+                self._owed.set()
+                await asyncio.sleep(delay)
+            else:
+                retry.reset()
+                self.hellos += 1
 
     def apply_from_device(
         self, updates: list[sync_pb2.DocUpdate], sender: str

@@ -1512,3 +1512,59 @@ async def test_a_device_never_sends_the_hubs_seq_documents(tmp_path: Path) -> No
     assert [[u.doc for u in m.updates] for m in sent] == [[TL]]
     await device.send([sync_pb2.DocUpdate(doc=SEQ, blob=b"seq")])
     assert len(sent) == 1  # nothing left to send: no message at all
+
+
+@pytest.mark.parametrize("how", ["failed", "too large"])
+async def test_a_hub_change_that_did_not_go_live_is_followed_by_a_hello(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """The hub's broadcast failed (twice: the hello is retried with backoff too), or its
+    change was too large to go live: the hub then broadcasts its hello, and a device that
+    takes it catches up at once, not at its next (here 600 s) interval."""
+    monkeypatch.setenv(CATCHUP_ENV, "600")
+    store = HubStore(tmp_path / "hub.db")
+    replicas = ReplicaSet(tmp_path / "hub-replicas")
+    fails = 2 if how == "failed" else 0
+    sent: list[sync_pb2.SyncUpdate] = []
+    devices: list[DeviceReplication] = []
+
+    async def broadcast(update: sync_pb2.SyncUpdate) -> None:
+        nonlocal fails
+        if fails:
+            fails -= 1
+            raise RuntimeError("publish refused")
+        sent.append(update)
+        for d in devices:  # what goes out reaches the device
+            d.on_hub_update(update)
+
+    hub_sync = HubReplication(replicas, broadcast=broadcast, sequence=store.sequence_entries)
+
+    async def request(req: sync_pb2.SyncRequest) -> sync_pb2.SyncResponse:
+        return hub_sync.serve(req, "dev")[0]
+
+    async def no_live(_: sync_pb2.SyncUpdate) -> None:
+        return None
+
+    dev = ReplicaSet(tmp_path / "dev-replicas")
+    device = DeviceReplication(dev, broadcast=no_live, request=request, is_connected=lambda: True)
+    devices.append(device)
+    if how == "failed":
+        update = replicas.add_entry(entry("h1", device="hub", ts=T0 + 1))
+    else:
+        many = [
+            entry(f"h{i}", device="hub", ts=T0 + 1 + i, text=secrets.token_urlsafe(20_000))
+            for i in range(20)
+        ]
+        update = sync_pb2.DocUpdate(
+            doc=TL, blob=replicas.get(TL).change(partial(docs.push_entries, entries=many))
+        )
+        assert len(update.blob) > MAX_LIVE_BLOB
+    try:
+        async with hub_sync, device:
+            await hub_sync.publish([update])
+            await asyncio.wait_for(device.caught_up.wait(), 10)
+            assert hub_sync.hellos == 1
+        assert "h1" in dict(view(dev))
+        assert sent == [sync_pb2.SyncUpdate()]  # only the hello went out
+    finally:
+        store.close()
