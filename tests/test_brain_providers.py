@@ -428,3 +428,36 @@ async def test_open_brain_is_rule_based_until_a_model_is_confirmed(tmp_path: Pat
         assert await collect(brain.turn(Turn("hello"))) == "Hello from the model."
         assert brain.kind == "llm"
     assert (home.path / "brain" / "tasks.db").exists()
+
+
+def test_the_configuration_is_read_once_per_change_and_sees_other_processes(
+    tmp_path: Path,
+) -> None:
+    """``current()`` is asked on every turn: it is read from ``providers.db`` again only
+    after this connection changed a row or another connection (``yimi model``, another
+    process) committed one."""
+    p, phone = store(tmp_path), SigningKey.generate()
+    reads: list[str] = []
+
+    def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        reads.append(sql)
+        return True
+
+    p.db.exec_trace = trace
+
+    def config_reads() -> int:
+        return sum("FROM config" in sql for sql in reads)
+
+    assert p.current().version == 0
+    assert p.current() is p.current()  # unchanged: the same, not read again
+    assert config_reads() == 1
+    other = store(tmp_path)  # another process applies a change
+    confirm(other, other.propose(CFG), phone)
+    assert other.apply_pending() is not None
+    other.close()
+    assert p.current().version == 1 and p.current().endpoints("brain")[0].model == "m1"
+    assert config_reads() == 2
+    p.db.exec_trace = None
+    confirm(p, p.propose({"roles": {}}), phone)  # this connection's own change
+    assert p.apply_pending() is not None and p.current().version == 2
+    p.close()

@@ -413,6 +413,9 @@ class ProviderStore:
         self.db = open_db(path, SCHEMA)
         self._box = nacl.secret.SecretBox(_box_key(hub_box_secret))
         self.home_id = home_id
+        self._current: tuple[tuple[int, int], ProviderConfig] | None = None
+        """(the store's version, the configuration then): :meth:`current` is asked on
+        every turn; it is read again only after a change"""
 
     @classmethod
     def for_home(cls, home: Home) -> ProviderStore:
@@ -474,11 +477,21 @@ class ProviderStore:
 
     # ------------------------------------------------------------------ config
     def current(self) -> ProviderConfig:
+        """The applied configuration (read again only when this connection changed a row or
+        another connection committed: ``yimi model``, the hub's recognition applying a
+        change)."""
+        row = self.db.execute("PRAGMA data_version").fetchone()
+        key = (self.db.total_changes(), int(row[0]) if row else 0)
+        cached = self._current
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        config = ProviderConfig()
         for version, body in self.db.execute(
             "SELECT version, body FROM config ORDER BY version DESC LIMIT 1"
         ):
-            return ProviderConfig.from_dict(json.loads(body), int(version))
-        return ProviderConfig()
+            config = ProviderConfig.from_dict(json.loads(body), int(version))
+        self._current = (key, config)
+        return config
 
     def propose(
         self, config: ProviderConfig | Mapping[str, Any], *, ttl_s: float = CHANGE_TTL_S
