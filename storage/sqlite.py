@@ -43,6 +43,14 @@ def open_db(
     return conn
 
 
+def change_mark(conn: apsw.Connection) -> tuple[int, int]:
+    """Differs from an earlier mark once a row may have changed: rows this connection
+    changed (``total_changes``) and other connections' commits (``PRAGMA data_version``).
+    Cheap: what a cache of a table's rows compares before it reads them again."""
+    row = conn.execute("PRAGMA data_version").fetchone()
+    return conn.total_changes(), int(row[0]) if row else 0
+
+
 @contextmanager
 def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     """``BEGIN IMMEDIATE`` … ``COMMIT`` (``ROLLBACK`` on error): one writer at a time."""

@@ -64,7 +64,7 @@ from hub.gateway.receipts import canonical
 from hub.memory.sensitivity import LEVELS, Source, format_source, parse_source
 from protos.clock import now_ms
 from protos.codec import signing_input
-from storage.sqlite import open_db, transaction
+from storage.sqlite import change_mark, open_db, transaction
 
 if TYPE_CHECKING:
     from pydantic_ai.models import Model
@@ -480,8 +480,7 @@ class ProviderStore:
         """The applied configuration (read again only when this connection changed a row or
         another connection committed: ``yimi model``, the hub's recognition applying a
         change)."""
-        row = self.db.execute("PRAGMA data_version").fetchone()
-        key = (self.db.total_changes(), int(row[0]) if row else 0)
+        key = change_mark(self.db)
         cached = self._current
         if cached is not None and cached[0] == key:
             return cached[1]

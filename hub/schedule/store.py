@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from storage.sqlite import open_db, transaction
+from storage.sqlite import change_mark, open_db, transaction
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -128,10 +128,9 @@ class JobStore:
         return transaction(self.db)
 
     def version(self) -> tuple[int, int]:
-        """Changes when a job may have changed: rows this connection changed, and other
-        connections' commits (``PRAGMA data_version``); cheap to ask on every entry."""
-        row = self.db.execute("PRAGMA data_version").fetchone()
-        return self.db.total_changes(), int(row[0]) if row else 0
+        """Changes when a job may have changed (:func:`storage.sqlite.change_mark`); cheap
+        to ask on every entry."""
+        return change_mark(self.db)
 
     def put(self, job: Job) -> Job:
         """Insert ``job``; an id already kept returns the kept job (idempotent)."""
