@@ -20,8 +20,9 @@ Everything runs in a temporary folder on this machine, removed afterwards:
 3. **overhead** — the same tool of the same MCP stdio server (the ``probe`` test package's
    ``echo``): *direct* through the package host (one MCP round trip) versus *gated* through
    ``Gateway.call`` (decide + the same round trip + receipt) as the hub runs it
-   (``settled_by_caller``: an ``observe`` call's receipt returns committed, its fsync runs
-   in the background, and the hub's group commit waits for it before anything leaves).
+   (``settled_by_caller``: an ``observe`` call's receipt returns staged, its batch is
+   written with the next one, and the hub's group commit waits for it before anything
+   leaves).
    Also printed: the same followed by waiting for that fsync (a reply sent right after the
    call), and the receipt made durable before the call returns. The four alternate in
    blocks so machine drift hits them alike; medians, p99 and ratios are printed.
@@ -201,8 +202,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
         f"ratio gated/direct p50 {g50 / d50:.2f}x   p99 {g99 / d99:.2f}x"
     )
     print(
-        "  (as in the hub: the observe call's receipt is committed before the call returns;"
-        " its fsync\n   runs in the background and every message, response and answer the"
+        "  (as in the hub: the observe call's receipt is staged when the call returns; its"
+        " batch is\n   written with the next one, and every message, response and answer the"
         " hub sends waits for it)"
     )
     for label, xs in (

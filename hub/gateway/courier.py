@@ -193,7 +193,7 @@ class MeshConsent:
         self.payments = None
 
     async def settled(self) -> None:
-        """What the gateway committed so far is durable (awaited by the hub's group commit
+        """What the gateway staged so far is durable (awaited by the hub's group commit
         before anything leaves the hub)."""
         gw = self.gateway
         if gw is not None:

@@ -30,11 +30,14 @@ concurrent calls share one batch — one signed head and one fsync, of the ledge
 holds the batch's audit records too (the audit file is synced in the background).
 
 In the hub (``settled_by_caller``) an ``observe`` call's receipt returns once it is
-committed, without waiting for that fsync: nothing it tells can leave the hub before the
-hub's group commit awaited :meth:`ReceiptBatches.settled` (before every message, web
-response and gRPC answer), and a call with no effect needs no durable record before the
-next step — the same rule as its decision. Every other receipt still returns only once
-durable, so a later call with an effect is decided on a durable ledger.
+staged (in the ledger's open group transaction, read back by every later decide), without
+waiting for its batch: the batch is written with the next one anyone waits for, or
+:data:`~.commit.LATER_S` later at the latest. Nothing the receipt tells can leave the hub
+before the hub's group commit awaited :meth:`ReceiptBatches.settled` (before every
+message, web response and gRPC answer), and a call with no effect needs no durable record
+before the next step — the same rule as its decision (a ``kill -9`` in between can lose
+both). Every other receipt still returns only once durable, so a later call with an
+effect is decided on a durable ledger.
 """
 
 from __future__ import annotations
@@ -201,9 +204,9 @@ class Gateway:
     ) -> None:
         self.catalog = catalog
         self.settled_by_caller = settled_by_caller
-        """the receipt of an ``observe`` call returns once committed, its fsync left to the
-        background: whoever lets anything out first awaits ``commits.settled()`` (the hub's
-        group commit does before every message, response and answer)"""
+        """the receipt of an ``observe`` call returns once staged, its batch written with
+        the next one: whoever lets anything out first awaits ``commits.settled()`` (the
+        hub's group commit does before every message, response and answer)"""
         self.ledger = ledger
         self.audit = audit
         self.consent = ConsentAuthority(ledger)
