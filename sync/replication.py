@@ -349,7 +349,7 @@ class HubReplication:
         or a broadcast that failed) is carried by the devices' catch-ups, woken at once by
         a hello (:meth:`_hello_when_owed`), not at their next interval."""
         message = live(updates)
-        if any(u.blob and too_large(u) for u in updates):
+        if any(map(too_large, updates)):
             self._owed.set()
         if message is None:
             return

@@ -118,9 +118,8 @@ class ReceiptBatches:
         if writing is None:
             return
         await asyncio.wait({writing})
-        exc = None if writing.cancelled() else writing.exception()
-        if writing.cancelled() or exc is not None:
-            reason = str(exc) if exc is not None else "the write was cancelled"
+        reason = _failure(writing)
+        if reason is not None:
             raise GatewayError("gateway.commit_failed", calls=0, reason=reason)
 
     def later(self) -> None:
@@ -245,10 +244,9 @@ class ReceiptBatches:
 
     def _written(self, batch: _Batch, fut: asyncio.Future[None]) -> None:
         self._writing = None
-        exc = None if fut.cancelled() else fut.exception()
-        if fut.cancelled() or exc is not None:
+        reason = _failure(fut)
+        if reason is not None:
             self.stats.failed += 1
-            reason = str(exc) if exc is not None else "the write was cancelled"
             log.error("group commit of %d call(s) failed: %s", len(batch.waiters), reason)
             for w in batch.waiters:
                 if not w.done():  # each caller gets its own error, same key and fields
@@ -271,3 +269,11 @@ class ReceiptBatches:
                 self._start()
             else:  # only records nobody waits for were staged meanwhile
                 self.later()
+
+
+def _failure(written: asyncio.Future[None]) -> str | None:
+    """Why a batch's write failed (``None``: it did not)."""
+    if written.cancelled():
+        return "the write was cancelled"
+    exc = written.exception()
+    return None if exc is None else str(exc)
