@@ -361,6 +361,12 @@ class Mosquitto:
         self.host, self.port = "127.0.0.1", ports.port()
         self._proc: asyncio.subprocess.Process | None = None
 
+    @property
+    def pid(self) -> int:
+        """the broker's process id (to stop and continue it)"""
+        assert self._proc is not None, "not started"
+        return self._proc.pid
+
     async def __aenter__(self) -> Mosquitto:
         conf = self.workdir / "mosquitto.conf"
         self.workdir.mkdir(parents=True, exist_ok=True)
