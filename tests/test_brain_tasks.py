@@ -145,3 +145,42 @@ def test_finish_closes_a_task_through_verifying_in_one_transaction(tmp_path: Pat
     with pytest.raises(BrainError):
         store.finish("t2", "thinking")  # only a final state closes a task
     store.close()
+
+
+def test_a_turns_transitions_are_numbered_in_order_with_one_write_each(tmp_path: Path) -> None:
+    """A rule-based turn's two writes — create (received → admitted → thinking) and finish
+    (→ verifying → done) — each number their transitions after the task's last one, with
+    one update of the task and one insert of its transitions (statements counted)."""
+    store = TaskStore(tmp_path / "tasks.db")
+    writes: list[str] = []
+
+    def traced(_cursor: object, sql: str, _bindings: object) -> bool:
+        words = sql.replace("OR IGNORE ", "").split()
+        if words[0] in ("INSERT", "UPDATE"):
+            writes.append(f"{words[0]} {words[2] if words[0] == 'INSERT' else words[1]}")
+        return True
+
+    store.db.exec_trace = traced
+    store.create(
+        "t1", trace_id="tr", run_id="r", owner="o", scope="owner", kind="turn",
+        then=("admitted", "thinking"),
+    )  # fmt: skip
+    assert writes == ["INSERT tasks", "INSERT transitions"]
+    writes.clear()
+    store.move("t1", "thinking", "noted")  # the same state: no transition
+    store.finish("t1", "done", "all said", result={"report": "It is noon."})
+    assert writes == ["UPDATE tasks", "UPDATE tasks", "INSERT transitions"]
+    store.db.exec_trace = None
+    rows = store.db.execute(
+        "SELECT seq, src, dst, note FROM transitions WHERE task_id='t1' ORDER BY seq"
+    ).fetchall()
+    assert rows == [
+        (0, "", "received", ""),
+        (1, "received", "admitted", ""),
+        (2, "admitted", "thinking", ""),
+        (3, "thinking", "verifying", ""),
+        (4, "verifying", "done", "all said"),
+    ]
+    rec = store.require("t1")
+    assert (rec.state, rec.result) == ("done", {"report": "It is noon."})
+    store.close()

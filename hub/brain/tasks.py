@@ -24,11 +24,12 @@ What makes a restart *resume* instead of redo:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from hub.brain.errors import BrainError
 from protos.clock import now_ms
@@ -148,6 +149,15 @@ class Step:
     args: dict[str, Any]
 
 
+class _Step(NamedTuple):
+    """One transition asked of :meth:`TaskStore._move`."""
+
+    state: str
+    note: str = ""
+    waiting_for: str | None = None
+    result: dict[str, Any] | None = None
+
+
 _COLS = (
     "task_id, trace_id, run_id, parent_id, owner, scope, session_id, device_id, kind, depth, "
     "title, spec, state, waiting_for, result, created_ms, updated_ms"
@@ -207,11 +217,12 @@ class TaskStore:
     ) -> tuple[TaskRecord, bool]:
         """Create a task in ``received`` and move it on through the states ``then`` (as
         :meth:`walk` would, in the same transaction); idempotent: an existing id returns
-        its record, as it is, and ``False``."""
-        old = self.get(task_id)
-        if old is not None:
-            return old, False
+        its record, as it is, and ``False``. One row and one insert of its transitions."""
         t = now_ms()
+        states = ("received", *then)
+        for src, dst in itertools.pairwise(states):
+            if dst not in TRANSITIONS[src]:
+                raise BrainError("task.transition", task=task_id, src=src, dst=dst)
         row = (
             task_id,
             trace_id,
@@ -225,7 +236,7 @@ class TaskStore:
             depth,
             title[:200],
             json.dumps(spec or {}, ensure_ascii=False),
-            "received",
+            states[-1],
             "",
             "{}",
             t,
@@ -236,14 +247,14 @@ class TaskStore:
                 f"INSERT OR IGNORE INTO tasks ({_COLS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 row,
             )
+            if not self.db.changes():
+                return self.require(task_id), False
+            marks = ",".join(["(?,?,?,?,?,?)"] * len(states))
+            rows = [(task_id, i, ("", *states)[i], s, "", t) for i, s in enumerate(states)]
             self.db.execute(
-                "INSERT OR IGNORE INTO transitions VALUES (?,?,?,?,?,?)",
-                (task_id, 0, "", "received", "", t),
+                f"INSERT OR IGNORE INTO transitions VALUES {marks}", [v for r in rows for v in r]
             )
-            rec = _task(row)
-            for state in then:
-                rec = self._move(rec, state, "", None, None)
-        return rec, True
+        return _task(row), True
 
     def get(self, task_id: str) -> TaskRecord | None:
         for r in self.db.execute(f"SELECT {_COLS} FROM tasks WHERE task_id=?", (task_id,)):
@@ -269,18 +280,22 @@ class TaskStore:
         if state not in STATES:
             raise BrainError("task.transition", task=task_id, src="?", dst=state)
         with transaction(self.db):
-            return self._move(self.require(task_id), state, note, waiting_for, result)
+            step = _Step(state, note, waiting_for, result)
+            return self._move(self.require(task_id), step)
 
     def walk(self, task_id: str, *states: str, note: str = "") -> TaskRecord:
         """Move forward through ``states`` in order, skipping those already reached or
         passed (in the order of :data:`STATES`); one transaction."""
         with transaction(self.db):
             rec = self.require(task_id)
+            ahead: list[_Step] = []
+            at = rec.state
             for s in states:
-                if rec.finished or STATES.index(s) <= STATES.index(rec.state):
+                if rec.finished or STATES.index(s) <= STATES.index(at):
                     continue
-                rec = self._move(rec, s, note, None, None)
-        return rec
+                ahead.append(_Step(s, note))
+                at = s
+            return self._move(rec, *ahead) if ahead else rec
 
     def finish(
         self,
@@ -300,45 +315,45 @@ class TaskStore:
             rec = self.require(task_id)
             if rec.finished:
                 return rec
+            last = _Step(state, note, result=result)
             if STATES.index("verifying") > STATES.index(rec.state):
-                rec = self._move(rec, "verifying", "", None, None)
-            return self._move(rec, state, note, None, result)
+                return self._move(rec, _Step("verifying"), last)
+            return self._move(rec, last)
 
-    def _move(
-        self,
-        rec: TaskRecord,
-        state: str,
-        note: str,
-        waiting_for: str | None,
-        result: dict[str, Any] | None,
-    ) -> TaskRecord:
-        """One transition of ``rec`` (read in the caller's transaction) to a state of
-        :data:`STATES`; the new record."""
+    def _move(self, rec: TaskRecord, *steps: _Step) -> TaskRecord:
+        """Transitions of ``rec`` (read in the caller's transaction) through ``steps``, in
+        order, each to a state of :data:`STATES`: one update of the row and one insert of
+        the transitions; the new record."""
+        changes: dict[str, Any] = {}
+        moved: list[tuple[str, str, str]] = []
         src = rec.state
-        if state != src and state not in TRANSITIONS[src]:
-            raise BrainError("task.transition", task=rec.task_id, src=src, dst=state)
+        for step in steps:
+            if step.state != src and step.state not in TRANSITIONS[src]:
+                raise BrainError("task.transition", task=rec.task_id, src=src, dst=step.state)
+            if step.state != src:
+                moved.append((src, step.state, step.note[:300]))
+            if step.waiting_for is not None:
+                changes["waiting_for"] = step.waiting_for
+            if step.result is not None:
+                changes["result"] = step.result
+            src = step.state
         t = now_ms()
-        sets = ["state=?", "updated_ms=?"]
-        params: list[Any] = [state, t]
-        changes: dict[str, Any] = {"state": state, "updated_ms": t}
-        if waiting_for is not None:
-            sets.append("waiting_for=?")
-            params.append(waiting_for)
-            changes["waiting_for"] = waiting_for
-        if result is not None:
-            stored = json.dumps(result, ensure_ascii=False)
-            sets.append("result=?")
-            params.append(stored)
-            changes["result"] = json.loads(stored)  # what a read gives back
-        self.db.execute(
-            f"UPDATE tasks SET {', '.join(sets)} WHERE task_id=?", (*params, rec.task_id)
-        )
-        if state != src:
-            self.db.execute(
-                "INSERT INTO transitions SELECT ?, COALESCE(MAX(seq), 0) + 1, ?, ?, ?, ? "
-                "FROM transitions WHERE task_id=?",
-                (rec.task_id, src, state, note[:300], t, rec.task_id),
-            )
+        changes |= {"state": src, "updated_ms": t}
+        params = {
+            k: json.dumps(v, ensure_ascii=False) if k == "result" else v for k, v in changes.items()
+        }
+        if "result" in changes:
+            changes["result"] = json.loads(params["result"])  # what a read gives back
+        sets = ", ".join(f"{k}=?" for k in params)
+        self.db.execute(f"UPDATE tasks SET {sets} WHERE task_id=?", (*params.values(), rec.task_id))
+        if moved:  # numbered after the task's last transition
+            row = self.db.execute(
+                "SELECT COALESCE(MAX(seq), 0) FROM transitions WHERE task_id=?", (rec.task_id,)
+            ).fetchone()
+            last = int(row[0]) if row else 0
+            marks = ",".join(["(?,?,?,?,?,?)"] * len(moved))
+            values = [v for i, m in enumerate(moved, last + 1) for v in (rec.task_id, i, *m, t)]
+            self.db.execute(f"INSERT INTO transitions VALUES {marks}", values)
         return dataclasses.replace(rec, **changes)
 
     def update_spec(self, task_id: str, **changes: Any) -> TaskRecord:
