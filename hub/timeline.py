@@ -412,29 +412,44 @@ class HubStore:
         text, joined by spaces; its entry's meta names the utterance and the kept chunk's
         task and brain. Returns the kept chunk (with the reply's ``seq`` once finished)
         and the finished reply, if it was."""
+        kept, stored = self.keep_chunks([chunk], earlier, intent=intent)
+        return kept[0], stored
+
+    def keep_chunks(
+        self, chunks: Sequence[Chunk], earlier: Sequence[str] | None, *, intent: str = ""
+    ) -> tuple[list[Chunk], StoredReply | None]:
+        """:meth:`keep_chunk` for consecutive chunks of one reply made together, in one
+        transaction: ``earlier`` are the kept texts of the reply's chunks before the first
+        of them; the last one, when final, finishes the reply."""
+        if not chunks:
+            raise ValueError("no chunks to keep")
         now = now_ms()
         with transaction(self.conn):
-            self._insert_chunk(chunk, now)
-            kept = self._kept_chunk(chunk)
-            if not kept.final:
+            kept: list[Chunk] = []
+            for chunk in chunks:
+                self._insert_chunk(chunk, now)
+                kept.append(self._kept_chunk(chunk))
+            last = kept[-1]
+            if not last.final:
                 return kept, None
             texts = (
-                [*earlier, kept.text]
+                [*earlier, *(k.text for k in kept)]
                 if earlier is not None
-                else [c.text for c in self.chunks(chunk.reply_id)]
+                else [c.text for c in self.chunks(last.reply_id)]
             )
             stored = self.finish_reply(
-                reply_id=kept.reply_id,
-                utterance_id=kept.utterance_id,
-                device=kept.device,
+                reply_id=last.reply_id,
+                utterance_id=last.utterance_id,
+                device=last.device,
                 text=" ".join(texts),
-                trace_id=kept.trace_id,
-                utterance_seq=kept.utterance_seq,
-                meta={"utterance": kept.utterance_id, "task": kept.task_id, "brain": kept.brain},
+                trace_id=last.trace_id,
+                utterance_seq=last.utterance_seq,
+                meta={"utterance": last.utterance_id, "task": last.task_id, "brain": last.brain},
                 intent=intent,
                 now=now,
             )
-        return dataclasses.replace(kept, reply_seq=stored.reply_seq), stored
+        kept[-1] = dataclasses.replace(last, reply_seq=stored.reply_seq)
+        return kept, stored
 
     def _kept_chunk(self, chunk: Chunk) -> Chunk:
         """The row of ``chunk`` just written or kept (its own row, not all the reply's)."""

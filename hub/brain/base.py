@@ -100,6 +100,9 @@ class ReplyChunk:
     when an intent engine read it: the hub records it on the reply's timeline entry and,
     unless it is ``?``, on the utterance's (recall leaves recall questions, and the answer
     to a request not understood, out)"""
+    more: bool = False
+    """the next chunk was made with this one and follows at once (a reply made whole, then
+    split): the hub keeps them together — one write, one sync — before sending them"""
 
 
 @dataclass(frozen=True)
@@ -275,6 +278,7 @@ class Outbox:
                 self.device_id,
                 self.brain,
                 self.intent,
+                more=i < len(parts) - 1,
             )
             for i, p in enumerate(parts)
         ]

@@ -277,26 +277,26 @@ class Turns:
         t0 = time.perf_counter()
         self._in_turn.add(uid)
         sent = 0
+        made: list[Piece] = []  # chunks made together: kept and sent together (``more``)
         try:
             async for chunk in brain.turn(turn):
-                await self.delivery.deliver(
-                    adm,
-                    rid,
-                    [Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain, chunk.intent)],
-                    start=chunk.index,
+                if not made:
+                    sent = chunk.index
+                made.append(
+                    Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain, chunk.intent)
                 )
-                sent = chunk.index + 1
+                if chunk.more and not chunk.final:
+                    continue
+                pieces, made = made, []
+                await self.delivery.deliver(adm, rid, pieces, start=sent)
+                sent += len(pieces)
                 if chunk.final:
                     break
         except Exception as exc:
             log.exception("the brain failed on turn %s", uid)
             why = str(exc) if isinstance(exc, YimiError) else type(exc).__name__
-            await self.delivery.deliver(
-                adm,
-                rid,
-                [Piece(f"Something went wrong on the hub: {why}", True, uid, HUB_BRAIN)],
-                start=sent,
-            )
+            failed = Piece(f"Something went wrong on the hub: {why}", True, uid, HUB_BRAIN)
+            await self.delivery.deliver(adm, rid, [*made, failed], start=sent)
         finally:
             late = self._turn_ended(uid)
         log.debug(  # every turn: not at INFO on the hot path

@@ -75,33 +75,37 @@ class Delivery:
     async def deliver(
         self, adm: Admitted, reply_id: str, pieces: Sequence[Piece], *, start: int = 0
     ) -> None:
-        """Keep and send ``pieces`` (from chunk index ``start``) of the reply to ``adm``;
-        the final one puts the whole reply on the timeline — after it is sent: the device
-        that asked hears the reply without waiting for the timeline's broadcast. The whole
-        reply is in ``hub.db`` with its final chunk before the chunk leaves, and a hub that
-        stops before the broadcast writes it into the documents when it starts again."""
-        texts: list[str] = []
-        for i, (text, final, task_id, brain, intent) in enumerate(pieces, start):
-            made = Chunk(
+        """Keep and send ``pieces`` (from chunk index ``start``; those made together, kept
+        in one transaction) of the reply to ``adm``; the final one puts the whole reply on
+        the timeline — after it is sent: the device that asked hears the reply without
+        waiting for the timeline's broadcast. The whole reply is in ``hub.db`` with its
+        final chunk before the chunk leaves, and a hub that stops before the broadcast
+        writes it into the documents when it starts again."""
+        made = [
+            Chunk(
                 reply_id,
                 i,
                 adm.device,
                 adm.utterance_id,
-                task_id,
-                text,
-                final,
-                brain,
+                p.task_id,
+                p.text,
+                p.final,
+                p.brain,
                 adm.trace_id,
                 adm.seq,
             )
-            # the chunk, and when it is the final one the whole reply, in one transaction;
-            # from chunk 0 the earlier chunks are those kept here, else the store reads them
-            c, stored = self.store.keep_chunk(made, texts if start == 0 else None, intent=intent)
-            texts.append(c.text)
+            for i, p in enumerate(pieces, start)
+        ]
+        # the chunks, and with the final one the whole reply, in one transaction; from
+        # chunk 0 there are no earlier chunks, else the store reads them
+        kept, stored = self.store.keep_chunks(
+            made, [] if start == 0 else None, intent=pieces[-1].intent
+        )
+        for c in kept:
             await self.send_chunk(c)
-            if stored is not None:
-                entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)
-                await self._publish([entry])
+        if stored is not None:
+            entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)
+            await self._publish([entry])
 
     async def send_chunk(self, c: Chunk) -> None:
         msg = mesh_pb2.Reply(
