@@ -26,12 +26,12 @@ async def test_the_final_chunk_leaves_before_the_timeline_broadcast(tmp_path: Pa
             assert len(replies) == 1
         order.append(f"{device}:chunk{chunk}")
 
-    async def publish(entries: list[docs.Entry]) -> None:
+    def hold(entries: list[docs.Entry]) -> None:
         order.append("timeline:" + ",".join(e.kind for e in entries))
 
     try:
         delivery = Delivery(
-            store, send=send, publish=publish, commit=lambda o: None, gateway=lambda: None
+            store, send=send, hold=hold, commit=lambda o: None, gateway=lambda: None
         )
         t = now_ms()
         adm = store.admit_utterance(
@@ -74,12 +74,12 @@ async def test_chunks_made_together_are_kept_in_one_commit_and_synced_once(
             kept = [c.index for c in store.chunks(getattr(msg, "id", ""))]
             synced_at_send.append((group.flushes, kept))
 
-        async def publish(entries: list[docs.Entry]) -> None:
+        def hold(entries: list[docs.Entry]) -> None:
             return None
 
         try:
             delivery = Delivery(
-                store, send=send, publish=publish, commit=lambda o: None, gateway=lambda: None
+                store, send=send, hold=hold, commit=lambda o: None, gateway=lambda: None
             )
             t = now_ms()
             adm = store.admit_utterance(

@@ -247,3 +247,53 @@ async def test_held_entries_of_a_failed_flight_are_held_again() -> None:
         f.fail = None
         await batch.publish([entry(3)])
     assert f.written == [["e1", "e3"]] and batch.held == 0
+
+
+async def test_a_reply_held_soon_flies_at_once_and_takes_the_held_utterance() -> None:
+    """A finished reply (``soon``) does not wait :attr:`hold_s`: with no flight in the last
+    ``gather_s`` it flies at once — and wakes the task that waits for the utterance held
+    before it, which goes with it."""
+    f = Flights()
+    batch = EntryBatch(f.write, f.send, f.done, hold_s=30.0, gather_s=30.0)
+    loop = asyncio.get_running_loop()
+    flew = asyncio.Event()
+    f.on_after = flew.set
+    async with asyncio.timeout(DEADLINE_S), asyncio.TaskGroup() as tg:
+        runner = tg.create_task(batch.run(), name="held")
+        batch.hold([entry(1)])  # the utterance: 30 s
+        await asyncio.sleep(0)  # the task now waits for it
+        held_at = loop.time()
+        batch.hold([entry(2)], soon=True)  # its reply
+        await flew.wait()
+        runner.cancel()
+    assert f.written == [["e1", "e2"]] and f.sent == 1 and batch.held == 0
+    assert loop.time() - held_at < 5.0  # not the utterance's 30 s, nor gather_s
+
+
+async def test_replies_held_soon_after_a_flight_share_the_next_one() -> None:
+    """Replies finished within ``gather_s`` of the last flight wait for it to pass and then
+    fly together: one change and one broadcast for several turns."""
+    f = Flights()
+    gather = 0.5
+    batch = EntryBatch(f.write, f.send, f.done, hold_s=30.0, gather_s=gather)
+    loop = asyncio.get_running_loop()
+    flights: list[float] = []
+    landed = asyncio.Event()
+
+    def after() -> None:
+        flights.append(loop.time())
+        landed.set()
+
+    f.on_after = after
+    async with asyncio.timeout(DEADLINE_S), asyncio.TaskGroup() as tg:
+        runner = tg.create_task(batch.run(), name="held")
+        batch.hold([entry(1)], soon=True)  # none flew lately: at once
+        await landed.wait()
+        landed.clear()
+        for i in (2, 3, 4):
+            batch.hold([entry(i)], soon=True)
+            await asyncio.sleep(0)
+        await landed.wait()
+        runner.cancel()
+    assert f.written == [["e1"], ["e2", "e3", "e4"]] and f.sent == 2
+    assert flights[1] - flights[0] >= gather * 0.9  # spaced by gather_s

@@ -103,7 +103,7 @@ async def hub(tmp: Path, embedder: Embedder) -> AsyncIterator[Hub]:
         return None
 
     delivery = Delivery(
-        timeline, send=nothing, publish=nothing, commit=lambda _o: None, gateway=lambda: None
+        timeline, send=nothing, hold=lambda _e: None, commit=lambda _o: None, gateway=lambda: None
     )
     store = TaskStore(tmp / "tasks.db")
     try:

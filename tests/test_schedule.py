@@ -212,12 +212,12 @@ async def test_a_notification_in_quiet_hours_waits_unless_urgent(tmp_path: Path)
     async def send(device: str, kind: int, msg: object, trace: str | None) -> None:
         sent.append((device, getattr(msg, "text", "")))
 
-    async def publish(entries: object) -> None:
+    def hold(entries: object) -> None:
         return None
 
     hub_store = HubStore(tmp_path / "hub.db")
     delivery = Delivery(
-        hub_store, send=send, publish=publish, commit=lambda o: None, gateway=lambda: None
+        hub_store, send=send, hold=hold, commit=lambda o: None, gateway=lambda: None
     )
     s = scheduler(tmp_path, clock, Fired())
     devices = [("m", "mac"), ("g", "glasses"), ("p", "phone")]
@@ -256,7 +256,7 @@ def test_a_notification_goes_first_to_the_device_used_last(tmp_path: Path) -> No
 
     hub_store = HubStore(tmp_path / "hub.db")
     delivery = Delivery(
-        hub_store, send=nothing, publish=nothing, commit=lambda o: None, gateway=lambda: None
+        hub_store, send=nothing, hold=lambda _e: None, commit=lambda o: None, gateway=lambda: None
     )
     s = scheduler(tmp_path, TestClock(), Fired())
     devices = [("m", "mac"), ("g", "glasses"), ("p", "phone"), ("w", "watch")]

@@ -35,13 +35,11 @@ async def home(
     async def send(device: str, kind: int, msg: object, trace: str | None) -> None:
         sent.append((device, getattr(msg, "text", "")))
 
-    async def publish(entries: object) -> None:
+    def hold(entries: object) -> None:
         return None
 
     store = HubStore(tmp / "hub.db")
-    delivery = Delivery(
-        store, send=send, publish=publish, commit=lambda o: None, gateway=lambda: None
-    )
+    delivery = Delivery(store, send=send, hold=hold, commit=lambda o: None, gateway=lambda: None)
     scheduler = Scheduler(JobStore(tmp / "schedule.db"), clock=clock, tz=TZ)
     notifier = Notifier(
         store,

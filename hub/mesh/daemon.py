@@ -17,6 +17,7 @@ Both listeners speak TLS with the home CA's leaves, made or renewed at every sta
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import socket
@@ -213,7 +214,7 @@ class HubDaemon:
         self.delivery = Delivery(
             self.store,
             send=self._send_reply,
-            publish=self._publish_entries,
+            hold=functools.partial(self.entry_batch.hold, soon=True),
             commit=port.commit,
             gateway=self._gateway,
         )

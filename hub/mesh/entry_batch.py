@@ -20,11 +20,19 @@ takes it — and the turn starts without waiting for a flush. An entry whose rep
 it was held (:meth:`EntryBatch.run`, the hub's task). Holding loses nothing: the utterance
 is durable in ``hub.db`` before it is held, and a hub that stops with entries held writes
 them into the documents when it starts again (``HubDaemon._reconcile``).
+
+A finished reply is held too, to fly *soon* (:meth:`EntryBatch.hold` with ``soon``): at once
+when no flight left in the last :data:`GATHER_S`, else when that much has passed since the
+last one — its device already has the reply (it was sent before it was held), so the turn
+ends without waiting for the documents or the broadcast, and turns that finish close
+together (ten devices talking at once, or one talking fast) share one change and one
+broadcast instead of one each: for the hub and for every device that takes it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -40,6 +48,9 @@ MAX_BATCH = 32
 HOLD_S = 0.2
 """seconds a held entry waits for a flight to go with before it flies on its own (other
 devices show the utterance at most this much later; the owner's own device shows it at once)"""
+GATHER_S = 0.02
+"""seconds between the starts of two flights of entries held ``soon`` (other devices show a
+reply at most this much later than with a flight of its own)"""
 
 WriteFn = Callable[[list[docs.Entry]], list[sync_pb2.DocUpdate]]
 SendFn = Callable[[list[sync_pb2.DocUpdate]], Awaitable[None]]
@@ -65,18 +76,28 @@ class EntryBatch:
     """``publish(entries)``: written by ``write``, sent by ``send``, then told to ``after``."""
 
     def __init__(
-        self, write: WriteFn, send: SendFn, after: AfterFn, *, hold_s: float = HOLD_S
+        self,
+        write: WriteFn,
+        send: SendFn,
+        after: AfterFn,
+        *,
+        hold_s: float = HOLD_S,
+        gather_s: float = GATHER_S,
     ) -> None:
         self._write = write
         self._send = send
         self._after = after
         self.hold_s = hold_s
         """seconds a held entry waits for a flight (:data:`HOLD_S`)"""
+        self.gather_s = gather_s
+        """seconds between two flights of entries held ``soon`` (:data:`GATHER_S`)"""
         self._queue: list[_Waiter] = []
         self._flying = False
         self._held: list[docs.Entry] = []
-        self._held_at = 0.0
-        """the loop's time when the oldest held entry was held"""
+        self._due = 0.0
+        """the loop's time when the held entries fly on their own"""
+        self._flown_at = float("-inf")
+        """the loop's time when the last flight left"""
         self._wake = asyncio.Event()
         self.flights = 0
         """batches written and broadcast so far"""
@@ -93,13 +114,15 @@ class EntryBatch:
         """entries held for the next flight"""
         return len(self._held)
 
-    def hold(self, entries: list[docs.Entry]) -> None:
+    def hold(self, entries: list[docs.Entry], *, soon: bool = False) -> None:
         """Send ``entries`` with the next flight, or on their own :attr:`hold_s` from now if
-        none comes (returns at once; a failed flight holds them again)."""
+        none comes — ``soon``: at once, or :attr:`gather_s` after the last flight left if
+        that is later (returns at once; a failed flight holds them again)."""
         if not entries:
             return
-        if not self._held:
-            self._held_at = asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
+        due = max(now, self._flown_at + self.gather_s) if soon else now + self.hold_s
+        self._due = min(self._due, due) if self._held else due
         self._held.extend(entries)
         self._wake.set()
 
@@ -110,9 +133,12 @@ class EntryBatch:
             await self._wake.wait()
             self._wake.clear()
             while self._held:
-                delay = self._held_at + self.hold_s - loop.time()
-                if delay > 0:
-                    await asyncio.sleep(delay)  # a flight in the meantime takes them along
+                delay = self._due - loop.time()
+                if delay > 0:  # a flight in the meantime takes them; a sooner hold wakes
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(delay):
+                            await self._wake.wait()
+                    self._wake.clear()
                     continue
                 try:
                     await self.publish([])
@@ -158,6 +184,8 @@ class EntryBatch:
         (the one flying it), returns the write's error."""
         held, self._held = self._held, []
         entries = held + [e for w in batch for e in w.entries]
+        if entries:
+            self._flown_at = asyncio.get_running_loop().time()
         try:
             if entries:
                 await self._send(self._write(entries))
@@ -187,7 +215,7 @@ class EntryBatch:
         """``held`` did not fly: first in line again, their wait starting afresh."""
         if held:
             self._held[:0] = held
-            self._held_at = asyncio.get_running_loop().time()
+            self._due = asyncio.get_running_loop().time() + self.hold_s
             self._wake.set()
 
     def _hand_over(self) -> None:

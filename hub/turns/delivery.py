@@ -21,7 +21,7 @@ from google.protobuf.message import Message
 
 from hub.gateway import Gateway
 from hub.timeline import Admitted, Chunk, HubStore, ReplayState, StoredReply
-from hub.turns.admission import PublishFn
+from hub.turns.admission import HoldFn
 from protos import mesh_pb2
 from protos.clock import now_ms
 from sync import documents as docs
@@ -62,13 +62,15 @@ class Delivery:
         store: HubStore,
         *,
         send: SendFn,
-        publish: PublishFn,
+        hold: HoldFn,
         commit: Callable[[Opened], ReplayState | None],
         gateway: Callable[[], Gateway | None],
     ) -> None:
         self.store = store
         self._send = send
-        self._publish = publish
+        self._hold = hold
+        """a finished reply's timeline entry, to be written and broadcast soon, with the
+        entries of turns that finish close to it (:mod:`hub.mesh.entry_batch`)"""
         self._commit = commit
         self._gateway = gateway
 
@@ -77,10 +79,11 @@ class Delivery:
     ) -> None:
         """Keep and send ``pieces`` (from chunk index ``start``; those made together, kept
         in one transaction) of the reply to ``adm``; the final one puts the whole reply on
-        the timeline — after it is sent: the device that asked hears the reply without
-        waiting for the timeline's broadcast. The whole reply is in ``hub.db`` with its
-        final chunk before the chunk leaves, and a hub that stops before the broadcast
-        writes it into the documents when it starts again."""
+        the timeline — held to fly soon, after it is sent: the device that asked hears the
+        reply without waiting for the timeline's broadcast, nor does its next turn. The
+        whole reply is in ``hub.db`` with its final chunk before the chunk leaves, and a
+        hub that stops before the broadcast writes it into the documents when it starts
+        again."""
         made = [
             Chunk(
                 reply_id,
@@ -105,7 +108,7 @@ class Delivery:
             await self.send_chunk(c)
         if stored is not None:
             entry = docs.Entry(stored.id, HUB, now_ms(), "reply", stored.text, stored.reply_seq)
-            await self._publish([entry])
+            self._hold([entry])
 
     async def send_chunk(self, c: Chunk) -> None:
         msg = mesh_pb2.Reply(
