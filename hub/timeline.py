@@ -289,10 +289,19 @@ class HubStore:
         with transaction(self.conn):
             if replay_state is not None:
                 self._save_replay(*replay_state)
-            row = self.conn.execute(
-                "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
-                (reply_id, chunk),
+            first = self.conn.execute(  # the usual case: the first ACK, from its device
+                "UPDATE reply_chunks SET acked=?, acked_ms=? WHERE reply_id=? AND idx=? "
+                "AND device=? AND acked IS NULL RETURNING task_id",
+                (state, at_ms, reply_id, chunk, device),
             ).fetchone()
+            row = (
+                (device, first[0], None)
+                if first is not None
+                else self.conn.execute(
+                    "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
+                    (reply_id, chunk),
+                ).fetchone()
+            )
             if row is None:  # a reply from before chunks were kept
                 owner = self.conn.execute(
                     "SELECT device FROM replies WHERE id=?", (reply_id,)
@@ -306,16 +315,11 @@ class HubStore:
                 self._bump("rejected.ack_unknown_reply")
                 return Delivery(False, False)
             task_id = str(row[1])
-            if row[2] is None:
-                self.conn.execute(
-                    "UPDATE reply_chunks SET acked=?, acked_ms=? WHERE reply_id=? AND idx=?",
-                    (state, at_ms, reply_id, chunk),
-                )
-            elif row[2] == state or state != "played":
-                self._bump("accepted.ack_duplicate")
-                return Delivery(False, False, task_id)
-            else:  # shown first, spoken later: the stronger state is kept
-                self.conn.execute(
+            if first is None:  # ACKed before: a repeat, or shown first and spoken now
+                if row[2] == state or state != "played":
+                    self._bump("accepted.ack_duplicate")
+                    return Delivery(False, False, task_id)
+                self.conn.execute(  # the stronger state is kept
                     "UPDATE reply_chunks SET acked=? WHERE reply_id=? AND idx=?",
                     (state, reply_id, chunk),
                 )
@@ -362,13 +366,12 @@ class HubStore:
             if old is not None:
                 self._bump("accepted.duplicate")
                 return old
-            self._append(
+            seq = self._append(
                 utterance_id, device, "utterance", text, ts_ms, received_ms, trace_id, meta
             )
             self._bump("accepted.utterance")
-            got = self._admitted(utterance_id)
-        assert got is not None
-        return Admitted(got.utterance_id, device, got.seq, text, trace_id, got.meta, ts_ms, False)
+        stored = json.loads(json.dumps(meta))  # the meta as a read gives it back
+        return Admitted(utterance_id, device, seq, text, trace_id, stored, ts_ms, False)
 
     def admitted(self, utterance_id: str) -> Admitted | None:
         """The utterance entry ``utterance_id`` (``duplicate`` set), if on the timeline."""
@@ -427,8 +430,8 @@ class HubStore:
         with transaction(self.conn):
             kept: list[Chunk] = []
             for chunk in chunks:
-                self._insert_chunk(chunk, now)
-                kept.append(self._kept_chunk(chunk))
+                fresh = self._insert_chunk(chunk, now)
+                kept.append(chunk if fresh else self._kept_chunk(chunk))
             last = kept[-1]
             if not last.final:
                 return kept, None
@@ -460,7 +463,9 @@ class HubStore:
         assert row is not None  # written or kept just now, in this connection
         return _chunk(tuple(row))
 
-    def _insert_chunk(self, c: Chunk, now: int) -> None:
+    def _insert_chunk(self, c: Chunk, now: int) -> bool:
+        """Keep ``c`` unless it is kept already; whether it was new (then its row is ``c``:
+        not ACKed, and its reply not on the timeline before its final chunk is)."""
         self.conn.execute(
             "INSERT OR IGNORE INTO reply_chunks (reply_id, idx, device, utterance_id, task_id, "
             "text, final, brain, trace_id, utterance_seq, created_ms) "
@@ -479,6 +484,7 @@ class HubStore:
                 now,
             ),
         )
+        return self.conn.changes() > 0
 
     def finish_reply(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -252,3 +253,45 @@ def test_a_final_chunk_and_its_reply_are_kept_in_one_transaction(store: HubStore
     _, twice = store.keep_chunk(chunk(1, "rainy.", True), ["It is"])
     assert twice is not None and twice.reply_seq == reply.reply_seq
     assert [e.id for e in store.entries()].count(rid) == 1
+
+
+def test_a_turns_writes_read_back_only_what_they_do_not_know(store: HubStore) -> None:
+    """The hub's part of a typed turn in ``hub.db`` — admit, two chunks made together, their
+    two ACKs — reads no row it has just written: the admitted utterance is the row it
+    inserted, a chunk new to the store is the chunk given, and a chunk's first ACK from its
+    device is one update (statements counted; every answer checked against a read)."""
+    statements: list[str] = []
+
+    def traced(_cursor: object, sql: str, _bindings: object) -> bool:
+        statements.append(" ".join(sql.split()[:3]))
+        return True
+
+    store.conn.exec_trace = traced
+    adm = store.admit_utterance(
+        utterance_id="u1", device="dev-a", text="bench trip 1", ts_ms=1000, received_ms=2000,
+        trace_id="t-u1", meta={"channel": ("typed",)}, replay_state=None,
+    )  # fmt: skip
+    rid = reply_id_for("u1")
+    made = [
+        Chunk(rid, i, "dev-a", "u1", "task-1", f"part {i}.", i == 1, "rules", "t-u1", adm.seq)
+        for i in range(2)
+    ]
+    kept, reply = store.keep_chunks(made, [])
+    acks = [store.record_chunk_delivery(rid, "dev-a", "rendered", 3000, None, i) for i in (0, 1)]
+    store.conn.exec_trace = None
+    assert not [s for s in statements if s.startswith("SELECT") and "timeline" in s], statements
+    assert not any(s.startswith("SELECT device, task_id, acked") for s in statements)
+    assert sum(s.startswith("SELECT c.reply_id") for s in statements) == 0
+    # what was handed back is what a read gives
+    again = store.admitted("u1")
+    assert again is not None and (adm.seq, adm.meta) == (again.seq, again.meta)
+    assert adm.meta == {"channel": ["typed"]}
+    read = store.chunks(rid)
+    unacked = [
+        dataclasses.replace(c, acked=None, reply_seq=k.reply_seq)
+        for c, k in zip(read, kept, strict=True)
+    ]
+    assert unacked == kept and len(kept) == 2
+    assert reply is not None and kept[-1].reply_seq == reply.reply_seq == read[-1].reply_seq
+    assert [(a.fresh, a.complete) for a in acks] == [(True, False), (True, True)]
+    assert acks[1].text == "part 0. part 1."
