@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hub.brain.base import split_chunks
 from hub.brain.errors import BrainError
@@ -115,6 +117,14 @@ def test_reply_chunks_are_whole_sentences() -> None:
     assert " ".join(chunks).split() == text.split()
     assert split_chunks("你好。我在。") == ["你好。我在。"]
     assert split_chunks("") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="ab c.!?…。！？\n\t中文", max_size=400), st.integers(20, 240))
+def test_reply_chunks_keep_every_word_in_order_and_within_the_limit(text: str, limit: int) -> None:
+    chunks = split_chunks(text, limit=limit)
+    assert all(c and c == c.strip() and len(c) <= limit for c in chunks)
+    assert "".join("".join(chunks).split()) == "".join(text.split())
 
 
 def test_finish_closes_a_task_through_verifying_in_one_transaction(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ Background work is reported as :class:`TaskEvent` s to the ``on_event`` callback
 
 from __future__ import annotations
 
+import re
 import secrets
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -125,27 +126,15 @@ class TaskEvent:
 EventSink = Callable[[TaskEvent], Awaitable[None]]
 
 
-_LATIN_END = ".!?…"
-_CJK_END = "。！？"
+_SENTENCE_END = re.compile(r"(?<=[。！？])|(?<=[.!?…])(?=\s)|\n")
+"""where a sentence ends: after a Chinese end mark, after a Latin one followed by white
+space, and at a line break (which goes)"""
 
 
 def _sentences(text: str) -> list[str]:
     """``text`` cut after a sentence's end: Latin end marks followed by white space, Chinese
     ones always, and at line breaks."""
-    out: list[str] = []
-    cur: list[str] = []
-    for i, ch in enumerate(text):
-        if ch == "\n":
-            out.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-        nxt = text[i + 1] if i + 1 < len(text) else ""
-        if ch in _CJK_END or (ch in _LATIN_END and nxt.isspace()):
-            out.append("".join(cur))
-            cur = []
-    out.append("".join(cur))
-    return out
+    return _SENTENCE_END.split(text)
 
 
 def split_chunks(text: str, limit: int = MAX_CHUNK) -> list[str]:
