@@ -123,14 +123,13 @@ class WriteSoon:
         """writes done by the loop (for tests)"""
         self.waited = 0
         """writes the socket could not take whole, left to aiomqtt's writer (for tests)"""
-        client.on_socket_register_write = self._register
+        if self._fallback is not None:  # (aiomqtt always sets one; without, paho writes)
+            client.on_socket_register_write = self._register
 
     def _register(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        if threading.get_ident() != self._thread or self._fallback is None:
-            if self._fallback is not None:
-                self._fallback(client, userdata, sock)
-            return
-        if not self._pending:
+        if threading.get_ident() != self._thread:
+            self._wait(client, userdata, sock)
+        elif not self._pending:
             self._pending = True
             self._loop.call_soon(self._write, client, userdata, sock)
 
@@ -146,9 +145,13 @@ class WriteSoon:
         else:
             if not client.want_write():
                 return
-        assert self._fallback is not None
         self.waited += 1
-        self._fallback(client, userdata, sock)  # still registered: wait until writable
+        self._wait(client, userdata, sock)  # still registered: written when writable
+
+    def _wait(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        """aiomqtt's way: a writer on the socket, from any thread."""
+        assert self._fallback is not None  # installed only with one
+        self._fallback(client, userdata, sock)
 
 
 HANDSHAKE_TIMEOUT_S = 5.0
