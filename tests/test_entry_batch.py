@@ -297,3 +297,18 @@ async def test_replies_held_soon_after_a_flight_share_the_next_one() -> None:
         runner.cancel()
     assert f.written == [["e1"], ["e2", "e3", "e4"]] and f.sent == 2
     assert flights[1] - flights[0] >= gather * 0.9  # spaced by gather_s
+
+
+async def test_a_drain_flies_what_is_held_at_once() -> None:
+    """A hub that stops flies the replies it holds (not at its next start)."""
+    f = Flights()
+    batch = EntryBatch(f.write, f.send, f.done, hold_s=30.0, gather_s=30.0)
+    async with asyncio.timeout(DEADLINE_S):
+        await batch.drain()  # nothing held: nothing flies
+        batch.hold([entry(1)], soon=True)
+        batch.hold([entry(2)])
+        await batch.drain()
+        f.fail = OSError(28, "No space left on device")
+        batch.hold([entry(3)], soon=True)
+        await batch.drain()  # logged, not raised: still held
+    assert f.written == [["e1", "e2"]] and f.sent == 1 and batch.held == 1

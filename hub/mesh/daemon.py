@@ -592,6 +592,8 @@ class HubDaemon:
             await self._start_web(opts.web_port)
         tasks = await self._stack.enter_async_context(TaskOwner("hub"))
         tasks.spawn(self.entry_batch.run(), "timeline-held")
+        # at stop, before the tasks and the MQTT session go: the replies held to fly soon
+        self._stack.push_async_callback(within, "the held timeline entries", self.entry_batch.drain)
         tasks.spawn(self.redelivery.run(), "reply-redelivery")
         tasks.spawn(self._watch_registry(), "registry-watch")
         tasks.spawn(self._flush_stats(), "stats")

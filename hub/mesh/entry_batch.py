@@ -148,6 +148,16 @@ class EntryBatch:
                 except Exception as exc:  # held again: the next try is hold_s from now
                     log.warning("held timeline entries not published: %s", exc)
 
+    async def drain(self) -> None:
+        """Fly what is held, now (a hub that stops: the other devices get its last replies
+        at once, not when it starts again); a failure is logged — they stay in ``hub.db``."""
+        if not self._held:
+            return
+        try:
+            await self.publish([])
+        except Exception as exc:
+            log.warning("held timeline entries not published at stop: %s", exc)
+
     async def publish(self, entries: list[docs.Entry]) -> None:
         """Return once ``entries`` (and those held) are in the documents and broadcast
         (raises what the write raised for their batch)."""
