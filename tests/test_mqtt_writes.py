@@ -9,6 +9,7 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import aiomqtt
@@ -25,15 +26,26 @@ BIG_COUNT = 40
 stopped broker's connection hold"""
 
 
-async def poll(check: object, what: str) -> None:
+async def poll(check: Callable[[], bool], what: str) -> None:
     deadline = time.monotonic() + WAIT_S
-    while not check():  # type: ignore[operator]
+    while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(0.01)
 
 
-def _session(broker: Mosquitto, on_message: object, topics: list[str]) -> MqttSession:
+class Received:
+    """The payloads a session received, in order."""
+
+    def __init__(self) -> None:
+        self.got: list[bytes] = []
+
+    async def __call__(self, message: aiomqtt.Message) -> None:
+        payload = message.payload
+        self.got.append(payload if isinstance(payload, bytes) else b"")
+
+
+def _session(broker: Mosquitto, received: Received, topics: list[str]) -> MqttSession:
     async def target() -> tuple[str, int]:
         return broker.host, broker.port
 
@@ -43,7 +55,7 @@ def _session(broker: Mosquitto, on_message: object, topics: list[str]) -> MqttSe
         password="x",
         identifier="writes-test",
         subscriptions=topics,
-        on_message=on_message,  # type: ignore[arg-type]
+        on_message=received,
         tls=ClientTls.plaintext(""),
     )
 
@@ -51,13 +63,10 @@ def _session(broker: Mosquitto, on_message: object, topics: list[str]) -> MqttSe
 async def test_packets_queued_together_go_out_in_one_write_and_all_arrive(
     tmp_path: Path,
 ) -> None:
-    got: list[bytes] = []
-
-    async def on_message(m: aiomqtt.Message) -> None:
-        got.append(bytes(m.payload))  # type: ignore[arg-type]
-
+    received = Received()
+    got = received.got
     async with Mosquitto(tmp_path / "mosq") as broker:
-        async with _session(broker, on_message, ["w/#"]) as session:
+        async with _session(broker, received, ["w/#"]) as session:
             await asyncio.wait_for(session.connected.wait(), WAIT_S)
             writes = session.writes
             assert writes is not None
@@ -78,14 +87,11 @@ async def test_packets_queued_together_go_out_in_one_write_and_all_arrive(
 async def test_a_socket_that_cannot_take_everything_is_written_when_it_can(
     tmp_path: Path,
 ) -> None:
-    got: list[bytes] = []
-
-    async def on_message(m: aiomqtt.Message) -> None:
-        got.append(bytes(m.payload))  # type: ignore[arg-type]
-
+    received = Received()
+    got = received.got
     payloads = [bytes([i]) * BIG for i in range(BIG_COUNT)]
     async with Mosquitto(tmp_path / "mosq") as broker:
-        async with _session(broker, on_message, ["big"]) as session:
+        async with _session(broker, received, ["big"]) as session:
             await asyncio.wait_for(session.connected.wait(), WAIT_S)
             writes = session.writes
             assert writes is not None
