@@ -194,3 +194,28 @@ def test_a_turns_transitions_are_numbered_in_order_with_one_write_each(tmp_path:
     rec = store.require("t1")
     assert (rec.state, rec.result) == ("done", {"report": "It is noon."})
     store.close()
+
+
+def test_a_tasks_steps_are_read_in_one_query(tmp_path: Path) -> None:
+    store = TaskStore(tmp_path / "tasks.db")
+    make(store)
+    store.start_step("t1", "send", "t1.send", {"to": "a@b.org"})
+    store.start_step("t1", "check", "t1.check")
+    store.finish_step("t1", "send", {"status": "succeeded"})
+    queries: list[str] = []
+
+    def traced(_cursor: object, sql: str, _bindings: object) -> bool:
+        queries.append(sql)
+        return True
+
+    store.db.exec_trace = traced
+    steps = store.steps("t1")
+    store.db.exec_trace = None
+    assert len(queries) == 1
+    assert steps == [store.step("t1", "check"), store.step("t1", "send")]  # last updated last
+    assert [(s.step, s.status, s.receipt, s.args) for s in steps] == [
+        ("check", None, None, {}),
+        ("send", "succeeded", {"status": "succeeded"}, {"to": "a@b.org"}),
+    ]
+    assert store.steps("unknown") == []
+    store.close()

@@ -149,13 +149,19 @@ class Step:
     args: dict[str, Any]
 
 
-class _Step(NamedTuple):
+class _Move(NamedTuple):
     """One transition asked of :meth:`TaskStore._move`."""
 
     state: str
     note: str = ""
     waiting_for: str | None = None
     result: dict[str, Any] | None = None
+
+
+def _step(task_id: str, r: Any) -> Step:
+    """A :class:`Step` from a row of (step, call_id, status, receipt, args)."""
+    receipt = json.loads(r[3]) if r[3] else None
+    return Step(task_id, r[0], r[1], r[2], receipt, json.loads(r[4]))
 
 
 _COLS = (
@@ -280,20 +286,20 @@ class TaskStore:
         if state not in STATES:
             raise BrainError("task.transition", task=task_id, src="?", dst=state)
         with transaction(self.db):
-            step = _Step(state, note, waiting_for, result)
-            return self._move(self.require(task_id), step)
+            move = _Move(state, note, waiting_for, result)
+            return self._move(self.require(task_id), move)
 
     def walk(self, task_id: str, *states: str, note: str = "") -> TaskRecord:
         """Move forward through ``states`` in order, skipping those already reached or
         passed (in the order of :data:`STATES`); one transaction."""
         with transaction(self.db):
             rec = self.require(task_id)
-            ahead: list[_Step] = []
+            ahead: list[_Move] = []
             at = rec.state
             for s in states:
                 if rec.finished or STATES.index(s) <= STATES.index(at):
                     continue
-                ahead.append(_Step(s, note))
+                ahead.append(_Move(s, note))
                 at = s
             return self._move(rec, *ahead) if ahead else rec
 
@@ -315,28 +321,28 @@ class TaskStore:
             rec = self.require(task_id)
             if rec.finished:
                 return rec
-            last = _Step(state, note, result=result)
+            last = _Move(state, note, result=result)
             if STATES.index("verifying") > STATES.index(rec.state):
-                return self._move(rec, _Step("verifying"), last)
+                return self._move(rec, _Move("verifying"), last)
             return self._move(rec, last)
 
-    def _move(self, rec: TaskRecord, *steps: _Step) -> TaskRecord:
-        """Transitions of ``rec`` (read in the caller's transaction) through ``steps``, in
+    def _move(self, rec: TaskRecord, *moves: _Move) -> TaskRecord:
+        """Transitions of ``rec`` (read in the caller's transaction) through ``moves``, in
         order, each to a state of :data:`STATES`: one update of the row and one insert of
         the transitions; the new record."""
         changes: dict[str, Any] = {}
         moved: list[tuple[str, str, str]] = []
         src = rec.state
-        for step in steps:
-            if step.state != src and step.state not in TRANSITIONS[src]:
-                raise BrainError("task.transition", task=rec.task_id, src=src, dst=step.state)
-            if step.state != src:
-                moved.append((src, step.state, step.note[:300]))
-            if step.waiting_for is not None:
-                changes["waiting_for"] = step.waiting_for
-            if step.result is not None:
-                changes["result"] = step.result
-            src = step.state
+        for m in moves:
+            if m.state != src and m.state not in TRANSITIONS[src]:
+                raise BrainError("task.transition", task=rec.task_id, src=src, dst=m.state)
+            if m.state != src:
+                moved.append((src, m.state, m.note[:300]))
+            if m.waiting_for is not None:
+                changes["waiting_for"] = m.waiting_for
+            if m.result is not None:
+                changes["result"] = m.result
+            src = m.state
         t = now_ms()
         changes |= {"state": src, "updated_ms": t}
         params = {
@@ -409,11 +415,10 @@ class TaskStore:
     # ------------------------------------------------------------------ steps
     def step(self, task_id: str, step: str) -> Step | None:
         for r in self.db.execute(
-            "SELECT call_id, status, receipt, args FROM steps WHERE task_id=? AND step=?",
+            "SELECT step, call_id, status, receipt, args FROM steps WHERE task_id=? AND step=?",
             (task_id, step),
         ):
-            receipt = json.loads(r[2]) if r[2] else None
-            return Step(task_id, step, r[0], r[1], receipt, json.loads(r[3]))
+            return _step(task_id, r)
         return None
 
     def start_step(
@@ -452,14 +457,13 @@ class TaskStore:
         return None
 
     def steps(self, task_id: str) -> list[Step]:
-        out = []
-        for (step,) in self.db.execute(
-            "SELECT step FROM steps WHERE task_id=? ORDER BY at_ms, step", (task_id,)
-        ):
-            s = self.step(task_id, step)
-            if s is not None:
-                out.append(s)
-        return out
+        """The task's steps in the order they started (one query)."""
+        rows = self.db.execute(
+            "SELECT step, call_id, status, receipt, args FROM steps WHERE task_id=? "
+            "ORDER BY at_ms, step",
+            (task_id,),
+        )
+        return [_step(task_id, r) for r in rows]
 
     # ------------------------------------------------------------------ history
     def save_history(self, task_id: str, messages: bytes) -> None:
