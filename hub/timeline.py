@@ -294,32 +294,30 @@ class HubStore:
                 "AND device=? AND acked IS NULL RETURNING task_id",
                 (state, at_ms, reply_id, chunk, device),
             ).fetchone()
-            row = (
-                (device, first[0], None)
-                if first is not None
-                else self.conn.execute(
+            if first is not None:
+                task_id = str(first[0])
+            else:  # another device's, a repeat, shown then played, or an unknown chunk
+                row = self.conn.execute(
                     "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
                     (reply_id, chunk),
                 ).fetchone()
-            )
-            if row is None:  # a reply from before chunks were kept
-                owner = self.conn.execute(
-                    "SELECT device FROM replies WHERE id=?", (reply_id,)
-                ).fetchone()
-                if owner is None or owner[0] != device or chunk != 0:
+                if row is None:  # a reply from before chunks were kept
+                    owner = self.conn.execute(
+                        "SELECT device FROM replies WHERE id=?", (reply_id,)
+                    ).fetchone()
+                    if owner is None or owner[0] != device or chunk != 0:
+                        self._bump("rejected.ack_unknown_reply")
+                        return Delivery(False, False)
+                    fresh = self._delivered(reply_id, device, state, at_ms)
+                    return Delivery(fresh, fresh)
+                if row[0] != device:
                     self._bump("rejected.ack_unknown_reply")
                     return Delivery(False, False)
-                fresh = self._delivered(reply_id, device, state, at_ms)
-                return Delivery(fresh, fresh)
-            if row[0] != device:
-                self._bump("rejected.ack_unknown_reply")
-                return Delivery(False, False)
-            task_id = str(row[1])
-            if first is None:  # ACKed before: a repeat, or shown first and spoken now
+                task_id = str(row[1])
                 if row[2] == state or state != "played":
                     self._bump("accepted.ack_duplicate")
                     return Delivery(False, False, task_id)
-                self.conn.execute(  # the stronger state is kept
+                self.conn.execute(  # shown first, spoken now: the stronger state is kept
                     "UPDATE reply_chunks SET acked=? WHERE reply_id=? AND idx=?",
                     (state, reply_id, chunk),
                 )

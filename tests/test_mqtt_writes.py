@@ -8,14 +8,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import aiomqtt
 
 from sync.mqtt import MqttSession
 from sync.tls import ClientTls
+from tests.waiting import poll
 from worlds.fakes import Mosquitto
 
 WAIT_S = 20.0
@@ -24,14 +23,6 @@ BIG = 512 * 1024
 BIG_COUNT = 40
 """large payloads published at once: 20 MiB, more than the loopback buffers of a
 stopped broker's connection hold"""
-
-
-async def poll(check: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 class Received:
@@ -72,10 +63,10 @@ async def test_packets_queued_together_go_out_in_one_write_and_all_arrive(
             assert writes is not None
             for i in range(5):  # one at a time: each waits for its PUBACK
                 await session.publish("w/one", b"one %d" % i)
-            await poll(lambda: len(got) == 5, "5 messages")
+            await poll(lambda: len(got) == 5, WAIT_S, "5 messages")
             before = writes.batches
             await asyncio.gather(*(session.publish("w/many", b"many %d" % i) for i in range(10)))
-            await poll(lambda: len(got) == 15, "15 messages")
+            await poll(lambda: len(got) == 15, WAIT_S, "15 messages")
     assert got == [b"one %d" % i for i in range(5)] + [b"many %d" % i for i in range(10)]
     # the 10 publishes were queued in one loop iteration: one write took them all (the rest
     # of the writes after it are the PUBACKs of the 10 messages received back, at most one
@@ -98,9 +89,9 @@ async def test_a_socket_that_cannot_take_everything_is_written_when_it_can(
             os.kill(broker.pid, signal.SIGSTOP)
             try:
                 sending = asyncio.gather(*(session.publish("big", p) for p in payloads))
-                await poll(lambda: writes.waited >= 1, "a write the socket could not take")
+                await poll(lambda: writes.waited >= 1, WAIT_S, "a write the socket could not take")
             finally:
                 os.kill(broker.pid, signal.SIGCONT)
             await sending
-            await poll(lambda: len(got) == BIG_COUNT, f"{BIG_COUNT} large messages")
+            await poll(lambda: len(got) == BIG_COUNT, WAIT_S, f"{BIG_COUNT} large messages")
     assert got == payloads

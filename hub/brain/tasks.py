@@ -158,6 +158,12 @@ class _Move(NamedTuple):
     result: dict[str, Any] | None = None
 
 
+def _check_transition(task_id: str, src: str, dst: str) -> None:
+    """Raise ``task.transition`` unless :data:`TRANSITIONS` lets ``src`` go to ``dst``."""
+    if dst not in TRANSITIONS[src]:
+        raise BrainError("task.transition", task=task_id, src=src, dst=dst)
+
+
 def _step(task_id: str, r: Any) -> Step:
     """A :class:`Step` from a row of (step, call_id, status, receipt, args)."""
     receipt = json.loads(r[3]) if r[3] else None
@@ -227,8 +233,7 @@ class TaskStore:
         t = now_ms()
         states = ("received", *then)
         for src, dst in itertools.pairwise(states):
-            if dst not in TRANSITIONS[src]:
-                raise BrainError("task.transition", task=task_id, src=src, dst=dst)
+            _check_transition(task_id, src, dst)
         row = (
             task_id,
             trace_id,
@@ -334,9 +339,8 @@ class TaskStore:
         moved: list[tuple[str, str, str]] = []
         src = rec.state
         for m in moves:
-            if m.state != src and m.state not in TRANSITIONS[src]:
-                raise BrainError("task.transition", task=rec.task_id, src=src, dst=m.state)
-            if m.state != src:
+            if m.state != src:  # a move to the current state only updates the other fields
+                _check_transition(rec.task_id, src, m.state)
                 moved.append((src, m.state, m.note[:300]))
             if m.waiting_for is not None:
                 changes["waiting_for"] = m.waiting_for

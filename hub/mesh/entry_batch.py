@@ -143,20 +143,18 @@ class EntryBatch:
                             await self._wake.wait()
                     self._wake.clear()
                     continue
-                try:
-                    await self.publish([])
-                except Exception as exc:  # held again: the next try is hold_s from now
-                    log.warning("held timeline entries not published: %s", exc)
+                await self.drain()  # failed: held again, the next try hold_s from now
 
     async def drain(self) -> None:
-        """Fly what is held, now (a hub that stops: the other devices get its last replies
-        at once, not when it starts again); a failure is logged — they stay in ``hub.db``."""
+        """Fly what is held, now (also a hub that stops: the other devices get its last
+        replies at once, not when it starts again); a failure is logged and holds them
+        again — they stay in ``hub.db`` whatever happens."""
         if not self._held:
             return
         try:
             await self.publish([])
         except Exception as exc:
-            log.warning("held timeline entries not published at stop: %s", exc)
+            log.warning("held timeline entries not published: %s", exc)
 
     async def publish(self, entries: list[docs.Entry]) -> None:
         """Return once ``entries`` (and those held) are in the documents and broadcast
