@@ -17,6 +17,7 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nacl.signing import SigningKey
@@ -397,6 +398,64 @@ def test_the_duplicate_rule_reads_no_more_as_a_task_gains_calls(tmp_path: Path) 
         assert work(("waiting",))[1] == "c1010"
         assert work(("waiting", "succeeded"))[1] == "c0"  # the first of them, as before
     finally:
+        ledger.close()
+
+
+def test_a_new_call_and_its_first_receipt_are_written_without_reading_first(
+    tmp_path: Path,
+) -> None:
+    """A decision is one INSERT and its first receipt one UPDATE (plus its facts): no read
+    of the call before either (both ran on every tool call). A call decided again, other
+    arguments, a receipt for an undecided call and a second receipt still take the checked
+    path, with the same answers as before."""
+    ledger = Ledger(tmp_path / "gateway.db")
+    ran: list[str] = []
+
+    def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        ran.append(sql.split(None, 1)[0].upper())
+        return True
+
+    def decide(call_id: str, args_fp: str = "a", tool: str = "echo") -> Any:
+        return ledger.record_decision(
+            task_id="t", call_id=call_id, package="probe", tool=tool, action_hash="h",
+            args_fp=args_fp, effect="observe", target="", outcome="allow",
+            decision={"outcome": "allow"}, sync=False,
+        )  # fmt: skip
+
+    first = Receipt(status="succeeded", task_id="t", call_id="c1")
+    try:
+        ledger.db.exec_trace = trace
+        row = decide("c1")
+        stored, fresh = ledger.record_receipt("t", "c1", first, {"f1": "it ran"}, sync=False)
+        ledger.db.exec_trace = None
+        assert "SELECT" not in ran, ran
+        assert ran.count("INSERT") == 2 and ran.count("UPDATE") == 1, ran
+        assert row.decision == {"outcome": "allow"} and row.status is None
+        assert fresh and stored is first
+        again = decide("c1")  # the same call again: the row as first stored
+        assert (again.call_id, again.args_fp, again.status) == ("c1", "a", "succeeded")
+        assert again.receipt == json.loads(first.canonical_content)
+        for other in ({"args_fp": "b"}, {"tool": "other"}):
+            with pytest.raises(GatewayError) as err:
+                decide("c1", **other)
+            assert err.value.key == "ledger.conflict"
+        with pytest.raises(GatewayError) as err:
+            ledger.record_receipt("t", "nobody", first, sync=False)
+        assert err.value.key == "ledger.no_decision"
+        same, fresh = ledger.record_receipt("t", "c1", first, sync=False)
+        assert not fresh and same.content() == first.content()
+        with pytest.raises(GatewayError) as err:  # other content at the same revision
+            ledger.record_receipt("t", "c1", Receipt(status="failed"), sync=False)
+        assert err.value.key == "ledger.conflict"
+        newer = Receipt(status="failed", revision=1)
+        assert ledger.record_receipt("t", "c1", newer, sync=False) == (newer, True)
+        ledger.commit_group()
+        rows = ledger.db.execute("SELECT count(*), max(status) FROM calls").fetchall()
+        assert rows == [(1, "failed")]
+        facts = ledger.db.execute("SELECT fact_id, text FROM facts").fetchall()
+        assert facts == [("f1", "it ran")]
+    finally:
+        ledger.db.exec_trace = None
         ledger.close()
 
 

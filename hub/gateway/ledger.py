@@ -335,24 +335,16 @@ class Ledger:
         sync: bool = True,
     ) -> CallRow:
         """Record a decision once; the same (task, call) with other arguments conflicts.
-        ``sync=False``: durable at the next :meth:`sync` (group commit)."""
+        ``sync=False``: durable at the next :meth:`sync` (group commit). Returns the row
+        as stored: the earlier one when this (task, call) was decided already."""
+        t = now_ms()
         with self._write(sync):
-            old = self.call(task_id, call_id)
-            if old is not None:
-                if old.args_fp != args_fp or (old.package, old.tool) != (package, tool):
-                    raise GatewayError(
-                        "ledger.conflict",
-                        task=task_id,
-                        call=call_id,
-                        what="a different call was already decided",
-                    )
-                return old
-            t = now_ms()
-            encoded = json.dumps(decision)
-            self.db.execute(
+            # one statement: the usual new call is inserted without a read first
+            inserted = self.db.execute(
                 "INSERT INTO calls (task_id, call_id, package, tool, action_hash, args_fp, "
                 "effect, target, outcome, decision, created_ms, updated_ms) "
-                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                "VALUES (?,?,?,?,?,?,?,?,?,?,?,?) "
+                "ON CONFLICT (task_id, call_id) DO NOTHING RETURNING 1",
                 (
                     task_id,
                     call_id,
@@ -363,12 +355,24 @@ class Ledger:
                     effect,
                     target,
                     outcome,
-                    encoded,
+                    json.dumps(decision),
                     t,
                     t,
                 ),
-            )
-        # what was just inserted (no read back: the decision as stored, through JSON)
+            ).fetchall()
+            if not inserted:
+                old = self.call(task_id, call_id)
+                if old is None:  # cannot be: the conflict was on this key
+                    raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
+                if old.args_fp != args_fp or (old.package, old.tool) != (package, tool):
+                    raise GatewayError(
+                        "ledger.conflict",
+                        task=task_id,
+                        call=call_id,
+                        what="a different call was already decided",
+                    )
+                return old
+        # what was just inserted (no read back)
         return CallRow(
             task_id,
             call_id,
@@ -379,7 +383,7 @@ class Ledger:
             effect,
             target,
             outcome,
-            json.loads(encoded),
+            decision,
             None,
             None,
             -1,
@@ -402,6 +406,10 @@ class Ledger:
         anything else is a conflict."""
         fp = receipt.fingerprint()
         with self._write(sync):
+            # the usual case, the call's first receipt: one UPDATE, no read first
+            if self._set_receipt(task_id, call_id, receipt, fp, first=True):
+                self._insert_facts(task_id, facts)
+                return receipt, True
             row = None
             for r in self.db.execute(
                 "SELECT receipt, receipt_fp, revision FROM calls WHERE task_id=? AND call_id=?",
@@ -410,11 +418,7 @@ class Ledger:
                 row = r
             if row is None:
                 raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
-            if facts:
-                self.db.executemany(
-                    "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
-                    [(task_id, fact_id, text) for fact_id, text in facts.items()],
-                )
+            self._insert_facts(task_id, facts)
             stored, stored_fp, revision = row
             if stored is not None:
                 if stored_fp == fp:
@@ -426,9 +430,19 @@ class Ledger:
                         call=call_id,
                         what=f"another receipt at revision {revision}",
                     )
+            self._set_receipt(task_id, call_id, receipt, fp, first=False)
+        return receipt, True
+
+    def _set_receipt(
+        self, task_id: str, call_id: str, receipt: Receipt, fp: str, *, first: bool
+    ) -> bool:
+        """Write the call's receipt (``first``: only if it has none yet); whether it did."""
+        return bool(
             self.db.execute(
                 "UPDATE calls SET status=?, receipt=?, receipt_fp=?, revision=?, updated_ms=? "
-                "WHERE task_id=? AND call_id=?",
+                "WHERE task_id=? AND call_id=?"
+                + (" AND receipt IS NULL" if first else "")
+                + " RETURNING 1",
                 (
                     receipt.status,
                     receipt.canonical_content.decode(),  # the fingerprinted bytes: JSON
@@ -438,8 +452,15 @@ class Ledger:
                     task_id,
                     call_id,
                 ),
+            ).fetchall()
+        )
+
+    def _insert_facts(self, task_id: str, facts: dict[str, str] | None) -> None:
+        if facts:
+            self.db.executemany(
+                "INSERT OR IGNORE INTO facts (task_id, fact_id, text) VALUES (?,?,?)",
+                [(task_id, fact_id, text) for fact_id, text in facts.items()],
             )
-        return receipt, True
 
     def same_action(
         self, task_id: str, action_hash: str, call_id: str, statuses: Iterable[str | None]
@@ -451,17 +472,20 @@ class Ledger:
         One index seek per status, however many such calls the task made: a task can grow
         for as long as the hub runs (the brain's slot-list reads are one task that gains a
         call every few seconds), so nothing here reads its other calls."""
-        first: tuple[int, Any] | None = None
+        first: int | None = None
         for status in dict.fromkeys(statuses):
-            for r in self.db.execute(
-                f"SELECT rowid, {self._COLS} FROM calls WHERE task_id=? AND action_hash=? "
-                "AND status IS ? AND outcome IN ('allow','rewrite') AND call_id<>? "
-                "ORDER BY rowid LIMIT 1",
+            for (rowid,) in self.db.execute(  # min(): no sort of the matches
+                "SELECT min(rowid) FROM calls WHERE task_id=? AND action_hash=? "
+                "AND status IS ? AND outcome IN ('allow','rewrite') AND call_id<>?",
                 (task_id, action_hash, status, call_id),
             ):
-                if first is None or r[0] < first[0]:
-                    first = (r[0], r[1:])
-        return None if first is None else self._row(first[1])
+                if rowid is not None and (first is None or rowid < first):
+                    first = rowid
+        if first is None:
+            return None  # the usual answer: no row read at all
+        for r in self.db.execute(f"SELECT {self._COLS} FROM calls WHERE rowid=?", (first,)):
+            return self._row(r)
+        return None
 
     def task_receipts(self, task_id: str) -> list[Receipt]:
         return [
