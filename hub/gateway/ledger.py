@@ -472,20 +472,29 @@ class Ledger:
         One index seek per status, however many such calls the task made: a task can grow
         for as long as the hub runs (the brain's slot-list reads are one task that gains a
         call every few seconds), so nothing here reads its other calls."""
-        first: int | None = None
-        for status in dict.fromkeys(statuses):
-            for (rowid,) in self.db.execute(  # min(): no sort of the matches
-                "SELECT min(rowid) FROM calls WHERE task_id=? AND action_hash=? "
-                "AND status IS ? AND outcome IN ('allow','rewrite') AND call_id<>?",
+        wanted = tuple(dict.fromkeys(statuses))
+        match = (
+            "FROM calls WHERE task_id=? AND action_hash=? AND status IS ? "
+            "AND outcome IN ('allow','rewrite') AND call_id<>?"
+        )
+        # the usual answer is none: a bare look for any (no ordering, no aggregate, which
+        # cost several times as much on the hot path), the first of them only if there is
+        if not any(
+            self.db.execute(
+                f"SELECT 1 {match} LIMIT 1", (task_id, action_hash, s, call_id)
+            ).fetchall()
+            for s in wanted
+        ):
+            return None
+        first: tuple[int, Any] | None = None
+        for status in wanted:
+            for r in self.db.execute(
+                f"SELECT rowid, {self._COLS} {match} ORDER BY rowid LIMIT 1",
                 (task_id, action_hash, status, call_id),
             ):
-                if rowid is not None and (first is None or rowid < first):
-                    first = rowid
-        if first is None:
-            return None  # the usual answer: no row read at all
-        for r in self.db.execute(f"SELECT {self._COLS} FROM calls WHERE rowid=?", (first,)):
-            return self._row(r)
-        return None
+                if first is None or r[0] < first[0]:
+                    first = (r[0], r[1:])
+        return None if first is None else self._row(first[1])
 
     def task_receipts(self, task_id: str) -> list[Receipt]:
         return [
