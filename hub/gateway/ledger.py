@@ -335,8 +335,9 @@ class Ledger:
         sync: bool = True,
     ) -> CallRow:
         """Record a decision once; the same (task, call) with other arguments conflicts.
-        ``sync=False``: durable at the next :meth:`sync` (group commit). Returns the row
-        as stored: the earlier one when this (task, call) was decided already."""
+        ``sync=False``: durable at the next :meth:`sync` (group commit). Returns the new
+        row (with ``decision`` as given), or the stored one when this (task, call) was
+        decided already."""
         t = now_ms()
         with self._write(sync):
             # one statement: the usual new call is inserted without a read first
