@@ -17,7 +17,6 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nacl.signing import SigningKey
@@ -27,7 +26,7 @@ from hub.gateway import CallContext, Decision, Gateway, Receipt, ToolCall, open_
 from hub.gateway import commit as commit_module
 from hub.gateway.audit import AuditLog, Prepared, records, verify
 from hub.gateway.errors import GatewayError
-from hub.gateway.ledger import Ledger
+from hub.gateway.ledger import CallRow, Ledger
 from storage.group_commit import GroupCommit
 from storage.sqlite import read_rows
 from tests.gateway_kit import PACKAGES
@@ -415,7 +414,7 @@ def test_a_new_call_and_its_first_receipt_are_written_without_reading_first(
         ran.append(sql.split(None, 1)[0].upper())
         return True
 
-    def decide(call_id: str, args_fp: str = "a", tool: str = "echo") -> Any:
+    def decide(call_id: str, args_fp: str = "a", tool: str = "echo") -> CallRow:
         return ledger.record_decision(
             task_id="t", call_id=call_id, package="probe", tool=tool, action_hash="h",
             args_fp=args_fp, effect="observe", target="", outcome="allow",

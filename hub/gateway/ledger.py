@@ -363,8 +363,7 @@ class Ledger:
             ).fetchall()
             if not inserted:
                 old = self.call(task_id, call_id)
-                if old is None:  # cannot be: the conflict was on this key
-                    raise GatewayError("ledger.no_decision", task=task_id, call=call_id)
+                assert old is not None  # the insert did nothing: this key is taken
                 if old.args_fp != args_fp or (old.package, old.tool) != (package, tool):
                     raise GatewayError(
                         "ledger.conflict",
@@ -470,9 +469,10 @@ class Ledger:
         (allowed or rewritten) and whose status is one of ``statuses`` (``None``: no
         outcome yet), for the duplicate rule; ``None`` if there is none.
 
-        One index seek per status, however many such calls the task made: a task can grow
-        for as long as the hub runs (the brain's slot-list reads are one task that gains a
-        call every few seconds), so nothing here reads its other calls."""
+        One index seek per status (and one more per status when a twin exists), however
+        many such calls the task made: a task can grow for as long as the hub runs (the
+        brain's slot-list reads are one task that gains a call every few seconds), so
+        nothing here reads its other calls."""
         wanted = tuple(dict.fromkeys(statuses))
         match = (
             "FROM calls WHERE task_id=? AND action_hash=? AND status IS ? "
