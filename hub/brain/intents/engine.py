@@ -866,10 +866,13 @@ class IntentEngine:
         ]
         hay = haystack(request, index.intents)
         slot_lists, absent = live.for_request(hay)
+        candidates = index.candidates_in(hay, absent)
+        if not candidates.intents:
+            return None  # no template has the words this request would need
         results = []
         for result in recognize_all(
             request,
-            index.candidates_in(hay, absent),
+            candidates,
             slot_lists=slot_lists,
             language=HA_LANG[language],
         ):
