@@ -21,6 +21,7 @@ from typing import Any
 import aiomqtt
 from google.protobuf.message import Message
 
+from edge_agent.acks import DelayedAcks
 from edge_agent.port import Handlers
 from edge_agent.replies import SeenReplies
 from edge_agent.roles import role_handlers
@@ -161,6 +162,8 @@ class DeviceNode:
             bundle, self.send, show_cards=options.mode == "edge"
         )
         """more handlers by kind (confirmation cards on a phone or a HUD)"""
+        self.acks = DelayedAcks(self._send_ack, name=f"acks-{bundle.name}")
+        """the ACKs of reply chunks, gathered per reply (:mod:`edge_agent.acks`)"""
         self.revoked = asyncio.Event()
         self.delivered = 0
         """outbox items this process saw answered"""
@@ -198,6 +201,7 @@ class DeviceNode:
                 connect_timeout=self.options.connect_timeout,
             )
         )
+        await self._stack.enter_async_context(self.acks)  # exits first: sends what it holds
         if edge:
             await self._stack.enter_async_context(self.replication)
             tasks = await self._stack.enter_async_context(TaskOwner(f"edge-{b.name}"))
@@ -518,18 +522,16 @@ class DeviceNode:
         return answer.payload
 
     async def ack(self, reply: mesh_pb2.Reply, state: int = mesh_pb2.RENDERED) -> None:
-        """Tell the hub the reply chunk was shown (``RENDERED``) or spoken (``PLAYED``)."""
-        assert self.mqtt is not None
+        """Tell the hub the reply chunk was shown (``RENDERED``) or spoken (``PLAYED``): the
+        ACK of the reply's final chunk at once, with the chunks before it that were held; a
+        chunk before it, held for the next ones up to :data:`edge_agent.acks.ACK_DELAY_S`."""
+        await self.acks.ack(reply, state)
+
+    async def _send_ack(self, ack: mesh_pb2.DeliveryAck) -> None:
+        if self.mqtt is None:
+            raise SyncError("hub.unreachable", target="broker", reason="not connected")
         data = self.sealer.seal(
-            mesh_pb2.DELIVERY_ACK,
-            mesh_pb2.DeliveryAck(
-                reply_id=reply.id,
-                state=state,  # type: ignore[arg-type]
-                at_ms=now_ms(),
-                chunk=reply.chunk,
-            ),
-            recipient=HUB,
-            recipient_box_pk=self.bundle.hub_box_pk,
+            mesh_pb2.DELIVERY_ACK, ack, recipient=HUB, recipient_box_pk=self.bundle.hub_box_pk
         )
         await self.mqtt.publish(
             topics.uplink(self.bundle.home_id, self.bundle.device_id), data, qos=1

@@ -22,7 +22,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import apsw
 
@@ -206,6 +206,13 @@ class Delivery:
     """the whole reply's text (when ``complete``)"""
 
 
+class _ChunkAck(NamedTuple):
+    """What the ACK of one chunk of a kept reply changed."""
+
+    task_id: str
+    fresh: bool
+
+
 @dataclass(frozen=True)
 class Admitted:
     """An utterance on the timeline (a brain turn's first half)."""
@@ -284,54 +291,89 @@ class HubStore:
         replay_state: ReplayState | None,
         chunk: int = 0,
     ) -> Delivery:
-        """Record the ACK of one chunk; once every chunk of the reply (its final one
-        included) is ACKed, the reply is delivered (``deliveries``) and ``complete``."""
+        """Record the ACK of one chunk (see :meth:`record_chunks_delivery`)."""
+        return self.record_chunks_delivery(reply_id, device, state, at_ms, replay_state, (chunk,))
+
+    def record_chunks_delivery(
+        self,
+        reply_id: str,
+        device: str,
+        state: str,
+        at_ms: int,
+        replay_state: ReplayState | None,
+        chunks: Sequence[int],
+    ) -> Delivery:
+        """Record one ACK of the chunks ``chunks`` of a reply (a device gathers the ACKs of
+        chunks that come together), in one transaction; once every chunk of the reply (its
+        final one included) is ACKed, the reply is delivered (``deliveries``) and
+        ``complete``. ``fresh`` when any of them was not recorded in this state before."""
         with transaction(self.conn):
             if replay_state is not None:
                 self._save_replay(*replay_state)
-            first = self.conn.execute(  # the usual case: the first ACK, from its device
-                "UPDATE reply_chunks SET acked=?, acked_ms=? WHERE reply_id=? AND idx=? "
-                "AND device=? AND acked IS NULL RETURNING task_id",
-                (state, at_ms, reply_id, chunk, device),
-            ).fetchone()
-            if first is not None:
-                task_id = str(first[0])
-            else:  # another device's, a repeat, shown then played, or an unknown chunk
-                row = self.conn.execute(
-                    "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
-                    (reply_id, chunk),
-                ).fetchone()
-                if row is None:  # a reply from before chunks were kept
-                    owner = self.conn.execute(
-                        "SELECT device FROM replies WHERE id=?", (reply_id,)
-                    ).fetchone()
-                    if owner is None or owner[0] != device or chunk != 0:
-                        self._bump("rejected.ack_unknown_reply")
-                        return Delivery(False, False)
-                    fresh = self._delivered(reply_id, device, state, at_ms)
-                    return Delivery(fresh, fresh)
-                if row[0] != device:
-                    self._bump("rejected.ack_unknown_reply")
-                    return Delivery(False, False)
-                task_id = str(row[1])
-                if row[2] == state or state != "played":
-                    self._bump("accepted.ack_duplicate")
-                    return Delivery(False, False, task_id)
-                self.conn.execute(  # shown first, spoken now: the stronger state is kept
-                    "UPDATE reply_chunks SET acked=? WHERE reply_id=? AND idx=?",
-                    (state, reply_id, chunk),
-                )
+            task_id: str | None = None
+            fresh = 0
+            for chunk in chunks:
+                got = self._ack_chunk(reply_id, device, state, at_ms, chunk)
+                if isinstance(got, Delivery):  # a reply from before chunks were kept
+                    return got
+                if got is not None:
+                    task_id, fresh = got.task_id, fresh + got.fresh
+            if task_id is None:
+                return Delivery(False, False)
+            if not fresh:
+                return Delivery(False, False, task_id)
             pieces = self.conn.execute(
                 "SELECT text, final, acked FROM reply_chunks WHERE reply_id=? ORDER BY idx",
                 (reply_id,),
             ).fetchall()
             whole = bool(pieces) and bool(pieces[-1][1]) and all(p[2] for p in pieces)
             if not whole:
-                self._bump("accepted.ack_chunk")
+                self._bump("accepted.ack_chunk", fresh)
                 return Delivery(True, False, task_id)
-            fresh = self._delivered(reply_id, device, state, at_ms)
+            if fresh > 1:
+                self._bump("accepted.ack_chunk", fresh - 1)
+            delivered = self._delivered(reply_id, device, state, at_ms)
             text = " ".join(str(p[0]) for p in pieces)
-            return Delivery(True, fresh, task_id, text)
+            return Delivery(True, delivered, task_id, text)
+
+    def _ack_chunk(
+        self, reply_id: str, device: str, state: str, at_ms: int, chunk: int
+    ) -> _ChunkAck | Delivery | None:
+        """One chunk's ACK inside :meth:`record_chunks_delivery`'s transaction: what it
+        changed, a reply from before chunks were kept (its whole answer), or ``None`` when
+        it is not this device's chunk (counted)."""
+        first = self.conn.execute(  # the usual case: the first ACK, from its device
+            "UPDATE reply_chunks SET acked=?, acked_ms=? WHERE reply_id=? AND idx=? "
+            "AND device=? AND acked IS NULL RETURNING task_id",
+            (state, at_ms, reply_id, chunk, device),
+        ).fetchone()
+        if first is not None:
+            return _ChunkAck(str(first[0]), True)
+        # another device's, a repeat, shown then played, or an unknown chunk
+        row = self.conn.execute(
+            "SELECT device, task_id, acked FROM reply_chunks WHERE reply_id=? AND idx=?",
+            (reply_id, chunk),
+        ).fetchone()
+        if row is None:  # a reply from before chunks were kept
+            owner = self.conn.execute(
+                "SELECT device FROM replies WHERE id=?", (reply_id,)
+            ).fetchone()
+            if owner is None or owner[0] != device or chunk != 0:
+                self._bump("rejected.ack_unknown_reply")
+                return None
+            fresh = self._delivered(reply_id, device, state, at_ms)
+            return Delivery(fresh, fresh)
+        if row[0] != device:
+            self._bump("rejected.ack_unknown_reply")
+            return None
+        if row[2] == state or state != "played":
+            self._bump("accepted.ack_duplicate")
+            return _ChunkAck(str(row[1]), False)
+        self.conn.execute(  # shown first, spoken now: the stronger state is kept
+            "UPDATE reply_chunks SET acked=? WHERE reply_id=? AND idx=?",
+            (state, reply_id, chunk),
+        )
+        return _ChunkAck(str(row[1]), True)
 
     def _delivered(self, reply_id: str, device: str, state: str, at_ms: int) -> bool:
         row = self.conn.execute(
@@ -657,6 +699,14 @@ class HubStore:
             "INSERT INTO counters VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value=value+?",
             (name, by, by),
         )
+
+    def refuse(self, counter: str, replay_state: ReplayState | None) -> None:
+        """Count a refused message (``counter``, a ``rejected.*`` name) and keep its
+        sender's replay window, in one transaction."""
+        with transaction(self.conn):
+            if replay_state is not None:
+                self._save_replay(*replay_state)
+            self._bump(counter)
 
     def add_counts(
         self, counts: Iterable[tuple[str, int]], seen: Iterable[tuple[str, int]] = ()

@@ -169,16 +169,18 @@ class Reply(_message.Message):
     def __init__(self, id: _Optional[str] = ..., utterance_id: _Optional[str] = ..., text: _Optional[str] = ..., placeholder: _Optional[bool] = ..., seq: _Optional[int] = ..., reply_seq: _Optional[int] = ..., chunk: _Optional[int] = ..., final: _Optional[bool] = ..., task_id: _Optional[str] = ..., brain: _Optional[str] = ...) -> None: ...
 
 class DeliveryAck(_message.Message):
-    __slots__ = ("reply_id", "state", "at_ms", "chunk")
+    __slots__ = ("reply_id", "state", "at_ms", "chunk", "more_chunks")
     REPLY_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     AT_MS_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    MORE_CHUNKS_FIELD_NUMBER: _ClassVar[int]
     reply_id: str
     state: DeliveryState
     at_ms: int
     chunk: int
-    def __init__(self, reply_id: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., at_ms: _Optional[int] = ..., chunk: _Optional[int] = ...) -> None: ...
+    more_chunks: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, reply_id: _Optional[str] = ..., state: _Optional[_Union[DeliveryState, str]] = ..., at_ms: _Optional[int] = ..., chunk: _Optional[int] = ..., more_chunks: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Presence(_message.Message):
     __slots__ = ("state", "session", "since_ms", "version")

@@ -101,6 +101,48 @@ def test_a_reply_is_delivered_once_every_chunk_is_acked(store: HubStore) -> None
     assert counters["accepted.ack"] == 2 and counters["rejected.ack_unknown_reply"] == 1
 
 
+def test_one_ack_of_several_chunks_delivers_the_reply_in_one_transaction(
+    store: HubStore,
+) -> None:
+    admit(store, "u1")
+    rid = reply_id_for("u1")
+    for i in range(3):
+        store.add_chunk(chunk("u1", i, i == 2))
+    commits: list[int] = []
+
+    def committed() -> bool:
+        commits.append(1)
+        return False  # the commit goes ahead
+
+    store.conn.set_commit_hook(committed)
+    # another device's ACK of the same chunks changes nothing
+    got = store.record_chunks_delivery(rid, "dev-b", "rendered", 5, ("dev-b", 7, b"w"), (2, 0))
+    assert (got.fresh, got.complete) == (False, False)
+    assert store.replay_windows() == [("dev-b", 7, b"w")], "its counter is kept all the same"
+    got = store.record_chunks_delivery(rid, "dev-a", "rendered", 6, None, (2, 0))
+    assert (got.fresh, got.complete, got.task_id) == (True, False, "u1"), "chunk 1 not ACKed"
+    assert [c.index for c in store.unacked_chunks("dev-a")] == [1]
+    # chunk 1 with copies of the others: delivered, once
+    got = store.record_chunks_delivery(rid, "dev-a", "rendered", 7, None, (1, 0, 2))
+    assert (got.fresh, got.complete, got.text) == (True, True, "part 0. part 1. part 2.")
+    again = store.record_chunks_delivery(rid, "dev-a", "rendered", 8, None, (2, 1, 0))
+    assert (again.fresh, again.complete, again.task_id) == (False, False, "u1")
+    # all spoken now, in one ACK: the stronger state for every chunk, one more delivery
+    got = store.record_chunks_delivery(rid, "dev-a", "played", 9, None, (2, 0, 1))
+    assert (got.fresh, got.complete) == (True, True)
+    acked = store.conn.execute("SELECT idx, acked, acked_ms FROM reply_chunks ORDER BY idx")
+    assert [tuple(r) for r in acked] == [(0, "played", 6), (1, "played", 7), (2, "played", 6)]
+    rows = store.conn.execute("SELECT state, at_ms FROM deliveries ORDER BY at_ms").fetchall()
+    assert [tuple(r) for r in rows] == [("rendered", 7), ("played", 9)]
+    counters = store.counters()
+    assert counters["accepted.ack"] == 2
+    # every chunk ACKed fresh but the one that completes it: 0 and 2, then 0 and 1 played
+    assert counters["accepted.ack_chunk"] == 4
+    assert counters["accepted.ack_duplicate"] == 5  # 0 and 2 with 1, then all three
+    assert counters["rejected.ack_unknown_reply"] == 2  # dev-b's two
+    assert len(commits) == 5, "one transaction per ACK"
+
+
 def test_a_reply_without_its_final_chunk_is_not_delivered(store: HubStore) -> None:
     admit(store, "u1")
     store.add_chunk(chunk("u1", 0, False))

@@ -25,7 +25,7 @@ import edge_agent.node as node_module
 from edge_agent.node import DeviceNode, NodeOptions
 from hub.gateway.facts import fact_map
 from hub.mesh.daemon import HubDaemon
-from hub.turns.delivery import report_id_for
+from hub.turns.delivery import MAX_ACK_CHUNKS, report_id_for
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle
 from provisioning.home import Home
@@ -417,6 +417,82 @@ async def test_repeated_utterance_and_facts_said_only_after_the_ack(mesh: Mesh) 
             "WHERE r.utterance_id=?",
             uid,
         ) == [("rendered",)]
+
+
+async def test_a_replys_chunks_are_acked_in_one_message_and_older_acks_still_count(
+    mesh: Mesh,
+) -> None:
+    """A device ACKs the chunks of a reply that come together in one ``DeliveryAck``
+    (``more_chunks``), and the hub records every chunk and the delivery; an ACK per chunk,
+    as an older device sends them, still counts; an ACK of too many chunks is refused."""
+    mac = mesh.add_device("mac1", "mac")
+    heard = Heard()
+    acks: list[mesh_pb2.DeliveryAck] = []
+    by_hand: set[str] = set()
+    """utterances whose reply the test ACKs itself"""
+
+    async def on_reply(reply: mesh_pb2.Reply, opened: Opened, fresh: bool) -> None:
+        heard.add(reply)
+        if reply.utterance_id not in by_hand:
+            await node.ack(reply, mesh_pb2.RENDERED)
+
+    node = DeviceNode(Bundle.load(mac), NodeOptions(mode="say", hub=mesh.hub_target), on_reply)
+    send = node.acks._send
+
+    async def spy(ack: mesh_pb2.DeliveryAck) -> None:
+        acks.append(ack)
+        await send(ack)
+
+    node.acks._send = spy
+    did = node.bundle.device_id
+    async with mesh.hub_in_process() as hub, node:
+        assert node.mqtt is not None
+        await asyncio.wait_for(node.mqtt.connected.wait(), 20)
+        uid, _ = node.queue_utterance("words the brain does not understand")
+        await node.flush(stop_after=uid)
+        chunks = await heard.final(uid)
+        assert len(chunks) >= 2, [c.text for c in chunks]
+        await poll(lambda: not hub.store.unacked_chunks(did), 20, "every chunk ACKed")
+        assert [(a.chunk, list(a.more_chunks)) for a in acks] == [
+            (chunks[-1].chunk, [c.chunk for c in chunks[:-1]])
+        ], "one ACK for the reply"
+        rid = chunks[0].id
+        assert mesh.hub_query("SELECT state FROM deliveries WHERE reply_id=?", rid) == [
+            ("rendered",)
+        ]
+
+        # an older device: one ACK per chunk, no more_chunks
+        old, _ = node.queue_utterance("more words the brain does not understand")
+        by_hand.add(old)
+        await node.flush(stop_after=old)
+        chunks = await heard.final(old)
+        rid = chunks[0].id
+        for c in chunks:
+            await node.acks._send(
+                mesh_pb2.DeliveryAck(reply_id=rid, state=mesh_pb2.RENDERED, chunk=c.chunk)
+            )
+        await poll(lambda: not hub.store.unacked_chunks(did), 20, "the older device's ACKs")
+        assert mesh.hub_query("SELECT count(*) FROM deliveries WHERE reply_id=?", rid) == [(1,)]
+
+        # too many chunks in one ACK: refused whole, counted
+        uid, _ = node.queue_utterance("still more words nobody understands")
+        by_hand.add(uid)
+        await node.flush(stop_after=uid)
+        chunks = await heard.final(uid)
+        await node.acks._send(
+            mesh_pb2.DeliveryAck(
+                reply_id=chunks[0].id,
+                state=mesh_pb2.RENDERED,
+                chunk=0,
+                more_chunks=range(1, MAX_ACK_CHUNKS + 1),
+            )
+        )
+        await poll(
+            lambda: hub.store.counters().get("rejected.ack_too_many_chunks") == 1,
+            20,
+            "the refusal counted",
+        )
+        assert len(hub.store.unacked_chunks(did)) == len(chunks), "none of them recorded"
 
 
 def _calls(hub: HubDaemon) -> int:

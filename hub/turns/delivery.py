@@ -29,6 +29,9 @@ from sync.envelope import HUB, Opened
 
 log = logging.getLogger(__name__)
 
+MAX_ACK_CHUNKS = 256
+"""chunks one ACK may be for (a reply's sentences; far more than any reply has)"""
+
 HUB_BRAIN = "hub"
 """``Reply.brain`` of words the hub itself wrote (not the brain's)"""
 
@@ -162,26 +165,35 @@ class Delivery:
                 await self.resend_reply(reply)
 
     async def on_ack(self, opened: Opened) -> None:
-        """A device ACKed a chunk; a reply whose chunks are all ACKed has said its facts."""
+        """A device ACKed one or more chunks of a reply (``chunk`` and ``more_chunks``); a
+        reply whose chunks are all ACKed has said its facts. An ACK of more than
+        :data:`MAX_ACK_CHUNKS` chunks is refused whole (``rejected.ack_too_many_chunks``);
+        its counter is still taken (a replay of it is refused too)."""
         ack = opened.payload
         assert isinstance(ack, mesh_pb2.DeliveryAck)
         state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
+        replay = self._commit(opened)
+        chunks = tuple(dict.fromkeys((ack.chunk, *ack.more_chunks)))
+        if len(chunks) > MAX_ACK_CHUNKS:
+            log.warning(
+                "ACK from %s of %d chunks (more than %d): refused",
+                opened.sender,
+                len(chunks),
+                MAX_ACK_CHUNKS,
+            )
+            self.store.refuse("rejected.ack_too_many_chunks", replay)
+            return
         await self._acked(
-            ack.reply_id[:128],
-            opened.sender,
-            state,
-            ack.at_ms or opened.time_ms,
-            self._commit(opened),
-            ack.chunk,
+            ack.reply_id[:128], opened.sender, state, ack.at_ms or opened.time_ms, replay, chunks
         )
 
     async def rendered_on_page(self, device: str, reply_id: str) -> bool:
         """The hub's own web page showed the reply to ``device`` (the browser whose session
         asked): each of its chunks for that device is ACKed ``rendered`` (no envelope, so
         no counter). ``False`` when the reply was not sent to ``device``."""
-        chunks = [c for c in self.store.chunks(reply_id[:128]) if c.device == device]
-        for c in chunks:
-            await self._acked(c.reply_id, device, "rendered", now_ms(), None, c.index)
+        chunks = [c.index for c in self.store.chunks(reply_id[:128]) if c.device == device]
+        if chunks:
+            await self._acked(reply_id[:128], device, "rendered", now_ms(), None, chunks)
         return bool(chunks)
 
     async def _acked(
@@ -191,11 +203,11 @@ class Delivery:
         state: str,
         at_ms: int,
         replay: ReplayState | None,
-        chunk: int,
+        chunks: Sequence[int],
     ) -> None:
-        got = self.store.record_chunk_delivery(reply_id, sender, state, at_ms, replay, chunk)
+        got = self.store.record_chunks_delivery(reply_id, sender, state, at_ms, replay, chunks)
         if got.fresh:
-            log.debug("reply %s.%d %s on %s", reply_id, chunk, state, sender)
+            log.debug("reply %s%s %s on %s", reply_id, list(chunks), state, sender)
         gw = self._gateway()
         if got.complete and got.task_id and gw is not None:
             receipts = gw.ledger.task_receipts(got.task_id)
