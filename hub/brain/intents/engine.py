@@ -261,9 +261,12 @@ def _has_script(request: str, lang: Lang) -> bool:
     """Whether the text hassil matches ``request`` as holds a character of ``lang``'s
     script (hassil normalises and folds the text first: full-width letters, the Kelvin
     sign)."""
-    folded = fold_case(normalize_for_matching(request).text)
     is_script = SCRIPT[lang]
-    return any(is_script(ch) for ch in folded) or any(is_script(ch) for ch in request.lower())
+    if any(is_script(ch) for ch in request.lower()):
+        return True
+    if request.isascii():  # normalising ASCII text gives ASCII text, with no letter more
+        return False
+    return any(is_script(ch) for ch in fold_case(normalize_for_matching(request).text))
 
 
 LETTERS: dict[Lang, Callable[[str], bool]] = {
