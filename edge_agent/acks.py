@@ -61,6 +61,8 @@ class DelayedAcks:
         self._delay_s = delay_s
         self._held: dict[tuple[str, int], _Held] = {}
         self._timers = TaskOwner(name)
+        self._closing = False
+        """set at exit: from then on every ACK goes at once (no timer is left behind)"""
 
     @property
     def held(self) -> int:
@@ -76,6 +78,7 @@ class DelayedAcks:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        self._closing = True
         await self._timers.close()
         await within(f"{self._timers.name}: the last ACKs", self._send_all, limit=EXIT_SEND_S)
 
@@ -85,7 +88,8 @@ class DelayedAcks:
 
     async def ack(self, reply: mesh_pb2.Reply, state: int) -> None:
         """ACK ``reply`` (one chunk) in ``state``: at once if it is its reply's final chunk
-        (with the chunks held before it), else held (see the module). Raises
+        (with the chunks held before it) or the component is closing, else held (see the
+        module). Raises
         :class:`~sync.errors.SyncError` when an ACK sent at once cannot be sent."""
         key = (reply.id, state)
         held = self._held.get(key)
@@ -94,7 +98,7 @@ class DelayedAcks:
         if reply.chunk not in held.chunks:
             held.chunks.append(reply.chunk)
         held.at_ms = now_ms()
-        if reply.final:
+        if reply.final or self._closing:
             await self._send_held(key)
         elif held.timer is None:
             held.timer = self._timers.spawn(self._later(key), f"ack:{reply.id}")

@@ -116,3 +116,7 @@ async def test_no_timer_outlives_the_component() -> None:
         assert len(asyncio.all_tasks() - before) == 5, "one timer per held reply"
     assert asyncio.all_tasks() - before == set()
     assert len(sent.acks) == 5, "each sent at exit"
+    # an ACK asked for once it is closing (a reply handled while the node stops): at once
+    await acks.ack(chunk("late", 0, False), mesh_pb2.RENDERED)
+    assert sent.listed()[-1] == ("late", mesh_pb2.RENDERED, [0])
+    assert asyncio.all_tasks() - before == set(), "no timer started after the exit"

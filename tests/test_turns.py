@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hub.timeline import Admitted, Chunk, HubStore
 from hub.turns.admission import Admission, AudioFacts, TurnMeta, VoiceFacts, typed_scope
@@ -141,6 +143,50 @@ def test_one_ack_of_several_chunks_delivers_the_reply_in_one_transaction(
     assert counters["accepted.ack_duplicate"] == 5  # 0 and 2 with 1, then all three
     assert counters["rejected.ack_unknown_reply"] == 2  # dev-b's two
     assert len(commits) == 5, "one transaction per ACK"
+
+
+ACKS = st.lists(
+    st.tuples(
+        st.sampled_from(["dev-a", "dev-b"]),
+        st.sampled_from(["rendered", "played"]),
+        st.lists(st.integers(0, 5), min_size=1, max_size=8),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(acks=ACKS)
+def test_any_acks_of_any_chunks_deliver_a_reply_exactly_when_its_device_acked_all(
+    tmp_path_factory: pytest.TempPathFactory, acks: list[tuple[str, str, list[int]]]
+) -> None:
+    """ACKs of chunks in any order, any grouping, with copies, unknown chunks (3-5) and
+    another device's: nothing raises, a chunk counts only from its own device, and the
+    reply is delivered in a state once every one of its 3 chunks was ACKed in it (or
+    spoken after it was shown)."""
+    s = HubStore(tmp_path_factory.mktemp("acks") / "hub.db")
+    try:
+        admit(s, "u1")
+        rid = reply_id_for("u1")
+        for i in range(3):
+            s.add_chunk(chunk("u1", i, i == 2))
+        acked: dict[int, str] = {}
+        for at, (device, state, chunks) in enumerate(acks):
+            got = s.record_chunks_delivery(rid, device, state, at, None, chunks)
+            if device != "dev-a" or not any(c < 3 for c in chunks):
+                assert not got.fresh and not got.complete
+                continue
+            for c in chunks:
+                if c < 3 and acked.get(c) != "played":
+                    acked[c] = state
+            assert got.task_id == "u1"
+        assert {c.index for c in s.unacked_chunks("dev-a")} == {0, 1, 2} - set(acked)
+        delivered = {str(r[0]) for r in s.conn.execute("SELECT state FROM deliveries")}
+        assert ("rendered" in delivered or "played" in delivered) == (len(acked) == 3)
+        rows = s.conn.execute("SELECT idx, acked FROM reply_chunks ORDER BY idx").fetchall()
+        assert {int(r[0]): r[1] for r in rows if r[1]} == acked
+    finally:
+        s.close()
 
 
 def test_a_reply_without_its_final_chunk_is_not_delivered(store: HubStore) -> None:

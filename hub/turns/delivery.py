@@ -166,23 +166,24 @@ class Delivery:
 
     async def on_ack(self, opened: Opened) -> None:
         """A device ACKed one or more chunks of a reply (``chunk`` and ``more_chunks``); a
-        reply whose chunks are all ACKed has said its facts. An ACK of more than
+        reply whose chunks are all ACKed has said its facts. An ACK that lists more than
         :data:`MAX_ACK_CHUNKS` chunks is refused whole (``rejected.ack_too_many_chunks``);
         its counter is still taken (a replay of it is refused too)."""
         ack = opened.payload
         assert isinstance(ack, mesh_pb2.DeliveryAck)
         state = mesh_pb2.DeliveryState.Name(ack.state).lower() if ack.state else "rendered"
         replay = self._commit(opened)
-        chunks = tuple(dict.fromkeys((ack.chunk, *ack.more_chunks)))
-        if len(chunks) > MAX_ACK_CHUNKS:
+        listed = 1 + len(ack.more_chunks)
+        if listed > MAX_ACK_CHUNKS:
             log.warning(
-                "ACK from %s of %d chunks (more than %d): refused",
+                "ACK from %s lists %d chunks (more than %d): refused",
                 opened.sender,
-                len(chunks),
+                listed,
                 MAX_ACK_CHUNKS,
             )
             self.store.refuse("rejected.ack_too_many_chunks", replay)
             return
+        chunks = tuple(dict.fromkeys((ack.chunk, *ack.more_chunks)))
         await self._acked(
             ack.reply_id[:128], opened.sender, state, ack.at_ms or opened.time_ms, replay, chunks
         )
