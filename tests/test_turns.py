@@ -184,7 +184,7 @@ def test_any_acks_of_any_chunks_deliver_a_reply_exactly_when_its_device_acked_al
         delivered = {str(r[0]) for r in s.conn.execute("SELECT state FROM deliveries")}
         assert ("rendered" in delivered or "played" in delivered) == (len(acked) == 3)
         rows = s.conn.execute("SELECT idx, acked FROM reply_chunks ORDER BY idx").fetchall()
-        assert {int(r[0]): r[1] for r in rows if r[1]} == acked
+        assert {r[0]: r[1] for r in rows if r[1]} == acked
     finally:
         s.close()
 
