@@ -89,8 +89,8 @@ class DelayedAcks:
     async def ack(self, reply: mesh_pb2.Reply, state: int) -> None:
         """ACK ``reply`` (one chunk) in ``state``: at once if it is its reply's final chunk
         (with the chunks held before it) or the component is closing, else held (see the
-        module). Raises
-        :class:`~sync.errors.SyncError` when an ACK sent at once cannot be sent."""
+        module). Raises :class:`~sync.errors.SyncError` when an ACK sent at once cannot be
+        sent."""
         key = (reply.id, state)
         held = self._held.get(key)
         if held is None:

@@ -208,7 +208,7 @@ class Delivery:
     ) -> None:
         got = self.store.record_chunks_delivery(reply_id, sender, state, at_ms, replay, chunks)
         if got.fresh:
-            log.debug("reply %s%s %s on %s", reply_id, list(chunks), state, sender)
+            log.debug("reply %s chunks %s %s on %s", reply_id, chunks, state, sender)
         gw = self._gateway()
         if got.complete and got.task_id and gw is not None:
             receipts = gw.ledger.task_receipts(got.task_id)
