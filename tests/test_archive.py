@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import gzip
+import os
 import shutil
 import subprocess
 import threading
@@ -21,7 +22,16 @@ import pytest
 
 from hub.archive import pack as fmt
 from hub.archive.admission import AdmissionPolicy, DiskSpace
-from hub.archive.archive import DAY_S, FAILED, SUPERSEDED, VERIFIED, Archive, NewObject
+from hub.archive.archive import (
+    DAY_S,
+    FAILED,
+    INLINE,
+    INLINE_MAX_BYTES,
+    SUPERSEDED,
+    VERIFIED,
+    Archive,
+    NewObject,
+)
 from hub.archive.errors import ArchiveError
 from hub.archive.targets import DirectoryTarget, WebDavTarget
 from hub.archive.writer import ArchiveWriter
@@ -69,6 +79,27 @@ def make_archive(root: Path, clock: Clock, disk: Disk | None = None, **kw: Any) 
 
 def hot_files(archive: Archive) -> list[Path]:
     return sorted(archive.iter_hot_files())
+
+
+def hot_copies(archive: Archive) -> list[str]:
+    """The ids of the objects that have a hot copy — a file, or a small event's bytes in
+    the index — each checked to be there, with no file or inline row left over."""
+    files = set(archive.iter_hot_files())
+    rows = {r[0] for r in archive.db.execute("SELECT id FROM hot_inline")}
+    ids: list[str] = []
+    for o in archive.objects():
+        if o.hot_path is None:
+            continue
+        if o.hot_path == INLINE:
+            assert o.id in rows, f"{o.id}: no inline hot copy"
+            rows.discard(o.id)
+        else:
+            path = archive.hot / o.hot_path
+            assert path in files, f"{o.id}: no hot file"
+            files.discard(path)
+        ids.append(o.id)
+    assert not files and not rows, f"left over: {files or rows}"
+    return sorted(ids)
 
 
 # ------------------------------------------------------------------ speech (espeak-ng + sox)
@@ -471,7 +502,7 @@ def test_flipped_byte_fails_verification_and_hot_copy_is_kept(
         released = archive.expire()
         assert released.hot_deleted == 0
         for r, o in zip(stored, _objects(speech), strict=True):
-            assert r.object_id and archive.hot_file(r.object_id) is not None
+            assert r.object_id in hot_copies(archive)
             assert archive.read(r.object_id) == o.data
         # the objects are packed again into a good pack
         [again] = archive.pack()
@@ -491,7 +522,7 @@ def test_failure_found_at_expiry_keeps_every_hot_copy(tmp_path: Path, speech: li
         clock.advance(2 * DAY_S)
         released = archive.expire()
         assert released.packs_failed == [result.pack_id] and released.hot_deleted == 0
-        assert len(hot_files(archive)) == len(stored)
+        assert hot_copies(archive) == sorted(str(r.object_id) for r in stored)
 
 
 def test_retention_two_days_then_reverified(tmp_path: Path, speech: list[bytes]) -> None:
@@ -503,14 +534,14 @@ def test_retention_two_days_then_reverified(tmp_path: Path, speech: list[bytes])
         [result] = archive.pack()
         clock.t = T0 + 2 * DAY_S - 1
         assert archive.expire().hot_deleted == 0
-        assert len(hot_files(archive)) == 2
+        assert hot_copies(archive) == sorted(str(r.object_id) for r in stored)
         reads_before = target.whole_reads
         clock.t = T0 + 2 * DAY_S
         released = archive.expire()
         assert released.hot_deleted == 2 and released.packs_verified == [result.pack_id]
         assert target.whole_reads == reads_before + 1  # fetched and verified again first
         assert archive.packs()[0]["verified_ms"] == int(clock.t * 1000)
-        assert hot_files(archive) == []
+        assert hot_copies(archive) == []
         for r, o in zip(stored, _objects(speech)[:2], strict=True):
             assert r.object_id and archive.read(r.object_id) == o.data
 
@@ -626,6 +657,92 @@ def test_repack_of_a_fully_deleted_pack(tmp_path: Path) -> None:
         assert list((archive.root / "cold").glob("*.l5p")) == []
 
 
+# ------------------------------------------------------------------ small events in the index
+def test_small_events_are_kept_in_the_index_and_live_like_hot_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events up to INLINE_MAX_BYTES: no file and no fsync of their own (one transaction for
+    the batch); read, packed, released after the retention and read from the pack, like
+    the audio and the larger event written as files beside them."""
+    clock = Clock()
+    small = [b"typed %d " % i + bytes(range(256)) * i for i in range(4)]
+    small.append(b"e" * INLINE_MAX_BYTES)
+    large = b"L" * (INLINE_MAX_BYTES + 1)
+    syncs: list[int] = []
+    real_fsync = os.fsync
+
+    def counting_fsync(fd: int) -> None:
+        syncs.append(fd)
+        real_fsync(fd)
+
+    with make_archive(tmp_path, clock) as archive:
+        monkeypatch.setattr(os, "fsync", counting_fsync)
+        events = archive.store([NewObject("event", d, "mac", "t", i) for i, d in enumerate(small)])
+        assert syncs == [] and hot_files(archive) == []  # no file, no fsync: the index's sync
+        others = archive.store(
+            [NewObject("event", large, "mac", "t", 9), NewObject("audio", frame(1), "mac", "t", 9)]
+        )
+        assert len(syncs) == 3  # each file, then their folder
+        monkeypatch.undo()
+        assert all(r.stored for r in events + others)
+        for r, data in zip(events, small, strict=True):
+            assert r.object_id and archive.info(r.object_id).hot_path == INLINE
+            assert archive.hot_file(r.object_id) is None and archive.read(r.object_id) == data
+        assert sorted(p.suffix for p in hot_files(archive)) == [".bin", ".pcm"]
+        everything = sorted(str(r.object_id) for r in events + others)
+        assert hot_copies(archive) == everything
+        assert archive.status().hot_objects == 7
+
+        clock.advance(61)
+        [packed] = archive.pack()
+        assert packed.ok and packed.objects == 7
+        clock.advance(2 * DAY_S)
+        assert archive.expire().hot_deleted == 7
+        assert hot_copies(archive) == []  # no inline row left either
+        for r, data in zip(events + others, [*small, large, frame(1)], strict=True):
+            assert r.object_id and archive.read(r.object_id) == data  # from the cold pack
+
+
+def test_a_deleted_small_event_is_gone_from_the_index_file(tmp_path: Path) -> None:
+    clock = Clock()
+    secret = b"the door code is 48151623"
+    with make_archive(tmp_path, clock) as archive:
+        [kept, gone] = archive.store(
+            [NewObject("event", b"kept", "mac", "t", 0), NewObject("event", secret, "mac", "t", 1)]
+        )
+        assert gone.object_id and kept.object_id
+        archive.db.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        files = [archive.root / "index.db", archive.root / "index.db-wal"]
+        assert any(secret in f.read_bytes() for f in files if f.exists())
+        d = archive.delete(gone.object_id)
+        assert d.hot_deleted and not archive.delete(gone.object_id).hot_deleted
+        with pytest.raises(ArchiveError, match="deleted"):
+            archive.read(gone.object_id)
+        assert not any(secret in f.read_bytes() for f in files if f.exists())
+        assert hot_copies(archive) == [kept.object_id] and archive.read(kept.object_id) == b"kept"
+
+
+def test_a_damaged_or_missing_small_event_is_never_read_nor_packed(tmp_path: Path) -> None:
+    clock = Clock()
+    with make_archive(tmp_path, clock) as archive:
+        good, bent, lost = archive.store(
+            [NewObject("event", b"%d" % i * 10, "mac", "t", i) for i in range(3)]
+        )
+        assert good.object_id and bent.object_id and lost.object_id
+        archive.db.execute("UPDATE hot_inline SET data = ? WHERE id = ?", (b"x", bent.object_id))
+        archive.db.execute("DELETE FROM hot_inline WHERE id = ?", (lost.object_id,))
+        for r in (bent, lost):
+            with pytest.raises(ArchiveError, match="no intact copy"):
+                archive.read(str(r.object_id))
+        clock.advance(61)
+        [result] = archive.pack()
+        assert result.ok and result.objects == 1  # only the intact one
+        assert archive.info(bent.object_id).problem == "hot copy does not match its SHA-256"
+        assert (archive.info(lost.object_id).problem or "").startswith("hot copy unreadable")
+        assert archive.status().damaged == 2
+        assert archive.read(good.object_id) == b"0" * 10
+
+
 # ------------------------------------------------------------------ CLI
 def test_cli_status_pack_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from cli.main import main
@@ -671,12 +788,13 @@ def test_unreachable_webdav_keeps_hot_copies_without_failing_the_pack(
         released = archive.expire()
         assert released.hot_deleted == 0 and released.packs_failed == [result.pack_id]
         assert archive.packs()[0]["state"] == VERIFIED  # unknown, not failed: nothing re-packed
-        assert len(hot_files(archive)) == 3
+        assert hot_copies(archive) == sorted(str(r.object_id) for r in stored)
         # back on line (same files, new port): re-verified, then the hot copies go
         again = DavServer(dav.root)
         try:
             archive.target = WebDavTarget(again.url("packs"), username="yimi", password="s3cret")
             assert archive.expire().hot_deleted == 3
+            assert hot_copies(archive) == []
             for i, r in enumerate(stored):
                 assert r.object_id and archive.read(r.object_id) == b"ev-%d" % i
         finally:
