@@ -145,7 +145,11 @@ class Outbox:
     def done(self, item_id: str, *, answered: bool = False) -> bool:
         """Remove a delivered (or withdrawn) item and its chunks; ``False`` if it was
         already gone. ``answered``: the hub's reply came, so the removal need not wait for
-        the disk (see the module doc); a withdrawal does."""
+        the disk (see the module doc); a withdrawal does. An answered item already gone
+        (each chunk of a reply answers it: the first one removed it) costs one read, not a
+        write transaction."""
+        if answered and not self.contains(item_id):
+            return False
         with self._unsynced() if answered else transaction(self._conn):
             self._conn.execute("DELETE FROM outbox_chunks WHERE item_id=?", (item_id,))
             return (

@@ -180,6 +180,10 @@ def test_only_the_bookkeeping_of_sending_commits_without_waiting_for_the_disk(
     relaxed = ["PRAGMA SYNCHRONOUS=NORMAL", "COMMIT", "PRAGMA SYNCHRONOUS=FULL"]
     assert syncs_of(lambda: box.attempted("a")) == relaxed
     assert syncs_of(lambda: box.done("a", answered=True)) == relaxed
+    # the reply's next chunk answers it again: one read, no write transaction
+    statements.clear()
+    assert box.done("a", answered=True) is False
+    assert not [s for s in statements if not s.startswith("SELECT")], statements
     assert syncs_of(lambda: box.done("b")) == ["COMMIT"]  # a withdrawal waits for the disk
     assert box._conn.execute("PRAGMA synchronous").fetchone() == (2,)  # FULL
     assert box.count() == 0
