@@ -42,12 +42,14 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """User + system CPU time of a live process (0 if it is gone)."""
+def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
+    """User + system CPU time of a live process (0 if it is gone); with ``thread``, of that
+    one thread of it (its main thread's id is ``pid``: an asyncio service's loop)."""
     if pid is None:
         return 0.0
+    stat = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = Path(stat).read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return 0.0
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
