@@ -312,6 +312,8 @@ class Prepared:
     run_dir: Path
     status: Path
     cgroup: Path | None
+    _events: int | None = field(default=None, init=False, repr=False, compare=False)
+    """the cgroup's ``pids.events``, open: read again at offset 0 after every tool call"""
 
     def exit_code(self) -> int | None:
         """bwrap's report of how the server ended (``128 + signal`` when it was killed)."""
@@ -327,17 +329,24 @@ class Prepared:
         return None
 
     def pids_refused(self) -> int:
-        """How many forks the pids cgroup refused so far (0 without one)."""
+        """How many forks the pids cgroup refused so far (0 without one). Asked after every
+        tool call: the file stays open and is read again from its start (one ``pread``,
+        where opening it each time cost an open, a read and a close through pathlib)."""
         if self.cgroup is None:
             return 0
         with contextlib.suppress(OSError, ValueError):
-            for line in (self.cgroup / "pids.events").read_text().splitlines():
+            if self._events is None:
+                self._events = os.open(self.cgroup / "pids.events", os.O_RDONLY | os.O_CLOEXEC)
+            for line in os.pread(self._events, 4096, 0).decode().splitlines():
                 name, _, value = line.partition(" ")
                 if name == "max":
                     return int(value)
         return 0
 
     def close(self) -> None:
+        if self._events is not None:
+            os.close(self._events)
+            self._events = None
         if self.cgroup is not None:
             deadline = time.monotonic() + 2
             while True:
