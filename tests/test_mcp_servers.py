@@ -152,6 +152,11 @@ async def test_observe_on_a_tool_its_server_calls_destructive_never_runs(rig: Ri
 @in_module_loop
 async def test_the_builtins_still_run_next_to_them(rig: Rig) -> None:
     assert set(rig.gw.catalog) >= {p.name for p in builtin_packages()} | {"time", "git"}
+    # the third-party servers are started here too: the test does not rely on the ones
+    # before it in this module having run (alone, or with the module split over workers)
+    now = await rig.call("time", "get_current_time", timezone="Asia/Shanghai")
+    status = await rig.call("git", "git_status", repo_path=str(rig.repo))
+    assert now.status == "succeeded" and status.status == "succeeded", (now, status)
     r = await rig.call("messaging", "find_sent", to="ann@example.org", subject="Hi")
     assert r.status == "succeeded" and not r.violations, r
     assert rig.gw.host is not None
