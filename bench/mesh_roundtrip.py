@@ -51,7 +51,6 @@ from types import FrameType, TracebackType
 
 import aiomqtt
 import apsw
-import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a script
 
@@ -78,9 +77,9 @@ TRIP_TIMEOUT_S = 30.0
 """seconds one trip may take before the bench gives up"""
 CHILD_READY_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 20.0
+"""seconds the hub gets after the last trip to record the last ACKs"""
 RECALL_WARM_TIMEOUT_S = 60.0
 """seconds the warm-up waits for the hub's recall index to take in the warm-up turns"""
-"""seconds the hub gets after the last trip to record the last ACKs"""
 FLOOD_RATE = {"messages_per_s": 20_000, "burst_messages": 20_000}
 """messages per second and burst a bench device may send (see :func:`allow_flood`)"""
 RAW_PAYLOAD_BYTES = 400
@@ -484,7 +483,7 @@ async def run_bench(
             print(f"warm-up: {cfg.warmup} trips each", flush=True)
             await driver.trips(cfg.warmup, "warm-up")
             await raw.trips(cfg.warmup)
-            waited = await recall_warm(home.path)
+            waited = await recall_warm(home)
             if waited is not None:
                 print(
                     f"warm-up: the hub's recall index took in the warm-up turns in {waited:.1f} s "
@@ -595,23 +594,21 @@ def hub_check(home: Path) -> tuple[int, int, dict[str, int]]:
     )
 
 
-async def recall_warm(home: Path, timeout: float = RECALL_WARM_TIMEOUT_S) -> float | None:
+async def recall_warm(home: Home, timeout: float = RECALL_WARM_TIMEOUT_S) -> float | None:
     """Wait until the hub's recall index has taken in the timeline so far — its first pass
     loads the embedding model (about 1.3 s of CPU here), which would otherwise land in a
     measured block; returns the seconds waited (``None``: timeline recall is off)."""
-    from hub.memory.timeline_recall import cursor_path
+    from hub.memory.timeline_recall import cursor_path, timeline_recall_on
 
-    config = yaml.safe_load((home / "home.yaml").read_text(encoding="utf-8")) or {}
-    memory = config.get("memory")
-    if isinstance(memory, dict) and memory.get("timeline_recall") is False:
+    if not timeline_recall_on(home.config):
         return None
-    conn = apsw.Connection(str(home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn = apsw.Connection(str(home.path / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
     try:
         row = conn.execute("SELECT max(seq) FROM timeline").fetchone()
     finally:
         conn.close()
     last = int(row[0]) if row and row[0] is not None else 0
-    cursor = cursor_path(home)
+    cursor = cursor_path(home.path)
     start = time.monotonic()
     while True:
         try:

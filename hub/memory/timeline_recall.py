@@ -27,10 +27,10 @@ import datetime as dt
 import logging
 import os
 import re
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hub.memory.index import RECALL_DIR, Entry, Hit, SkipFilter
 from hub.memory.period import Period, past_period
@@ -63,6 +63,14 @@ _QUESTION = re.compile(
 ASKING_INTENTS = frozenset({"YimiRecall", "YimiForget", "YimiTimeline"})
 """intents of utterances that ask about the memory itself ("what do you remember about …",
 "forget …", "what's on my timeline"): never something the owner told"""
+
+
+def timeline_recall_on(config: Mapping[str, Any]) -> bool:
+    """Whether the home's configuration (``home.yaml``) has the timeline in recall: on
+    unless ``memory: {timeline_recall: false}`` (which also keeps the embedding model out
+    of the hub process)."""
+    memory = config.get("memory")
+    return not (isinstance(memory, Mapping) and memory.get("timeline_recall") is False)
 
 
 def timeline_item(entry_id: str) -> str:

@@ -831,8 +831,9 @@ class HubDaemon:
     def _timeline_recall(self) -> bool:
         """``memory: {timeline_recall: false}`` in home.yaml keeps the timeline out of
         recall (and the embedding model out of the hub process)."""
-        cfg = self.home.config.get("memory")
-        return not (isinstance(cfg, Mapping) and cfg.get("timeline_recall") is False)
+        from hub.memory.timeline_recall import timeline_recall_on
+
+        return timeline_recall_on(self.home.config)
 
     async def _index_timeline(self) -> None:
         """The timeline in the recall index, as it grows (:mod:`hub.memory.timeline_recall`)."""
