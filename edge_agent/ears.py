@@ -51,7 +51,7 @@ class SileroSpeech:
             if isinstance(event, SpeechStart):
                 out.append(SpeechStarted(event.ms))
             elif isinstance(event, SpeechPause):
-                out.append(SpeechPaused(event.samples, event.start_ms))
+                out.append(SpeechPaused(event.samples, event.start_ms, event.voiced_mask()))
             else:
                 out.append(
                     SpeechEnded(

@@ -116,6 +116,9 @@ class SpeechPaused:
     samples: Samples
     """the segment as it will end (its tail included) if the speech does not resume"""
     start_ms: int
+    voiced: npt.NDArray[np.bool_] | None = None
+    """per-sample mask of the voiced frames, if known (its :class:`SpeechEnded`'s mask
+    exactly if the speech does not resume)"""
 
 
 @dataclass(frozen=True)
@@ -396,6 +399,27 @@ class PreviewMark:
     samples: int
 
 
+Measured = tuple[Embedding | None, float]
+"""a segment's speaker embedding (``None``: nothing voiced enough to embed) and the ms it
+took"""
+
+
+@dataclass(frozen=True)
+class Previewed:
+    """The last preview encoded: its request, when no speech followed, sends the same
+    bytes and the same speaker embedding without making them again."""
+
+    utterance_id: str
+    samples: int
+    data: bytes
+    """the FLAC sent as the preview"""
+    voiced: npt.NDArray[np.bool_] | None
+    """the voiced mask it was embedded with"""
+    embedding: asyncio.Future[Measured]
+    """its speaker embedding, made in the model thread right after the encoding (while the
+    hang-over runs)"""
+
+
 Found = tuple[int, str, WakeWindow | None]
 """(window, call id, wake window) a segment falls in"""
 
@@ -408,7 +432,8 @@ class Stats:
     wakes: int = 0
     previews: int = 0
     previews_reused: int = 0
-    """requests that sent their preview's encoding (nothing was said after it)"""
+    """requests that sent their preview's encoding and speaker embedding (nothing was said
+    after it)"""
     played: int = 0
     rendered: int = 0
     embed_ms: list[float] = field(default_factory=list)
@@ -452,12 +477,10 @@ class VoicePipeline:
         """end of the latest frame heard (the frame clock)"""
         self._preview: PreviewMark | None = None
         """the open segment's latest preview (its utterance id goes on to the request)"""
-        self._preview_job: tuple[str, Samples] | None = None
-        """(utterance id, samples) of the next preview to send (the latest wins)"""
+        self._preview_job: tuple[str, SpeechPaused] | None = None
+        """(utterance id, speech) of the next preview to send (the latest wins)"""
         self._preview_ready = asyncio.Event()
-        self._previewed: tuple[str, int, bytes] | None = None
-        """(utterance id, samples, FLAC) of the last preview encoded: its request, when no
-        speech followed, sends the same bytes without encoding them again"""
+        self._previewed: Previewed | None = None
         self.pending: dict[str, str] = {}
         """utterance id → call id of requests waiting for their reply (played or shown)"""
         self._busy = 0
@@ -618,7 +641,7 @@ class VoicePipeline:
         uid = mark.utterance_id if mark is not None and mark.start_ms == speech.start_ms else ""
         uid = uid or random_id("u-")
         self._preview = PreviewMark(speech.start_ms, uid, len(speech.samples))
-        self._preview_job = (uid, speech.samples)
+        self._preview_job = (uid, speech)
         self._preview_ready.set()
 
     async def _preview_worker(self) -> None:
@@ -631,15 +654,19 @@ class VoicePipeline:
                 await self._send_preview(loop, *job)
 
     async def _send_preview(
-        self, loop: asyncio.AbstractEventLoop, uid: str, samples: Samples
+        self, loop: asyncio.AbstractEventLoop, uid: str, speech: SpeechPaused
     ) -> None:
-        """Encode and send one preview now (best effort: any failure only costs latency)."""
+        """Encode and send one preview now (best effort: any failure only costs latency),
+        and start its speaker embedding (the request's, if nothing more is said)."""
+        samples = speech.samples
         try:
             data = await loop.run_in_executor(self._executor, self.ears.encode, samples)
         except Exception as exc:  # the encoder's own errors: the request is encoded again
             log.info("preview of %s not encoded: %s", uid, exc)
             return
-        self._previewed = (uid, len(samples), data)
+        embedding = loop.run_in_executor(self._executor, self._embed, samples, speech.voiced)
+        embedding.add_done_callback(_retrieved)  # a request that does not use it: no warning
+        self._previewed = Previewed(uid, len(samples), data, speech.voiced, embedding)
         if len(data) > PREVIEW_MAX_BYTES:
             log.debug("preview of %s not sent: %d bytes", uid, len(data))
             return
@@ -699,9 +726,7 @@ class VoicePipeline:
                 self._busy -= 1
                 self._changed.set()
 
-    def _measure(
-        self, samples: Samples, voiced: npt.NDArray[np.bool_] | None, encoded: bytes | None
-    ) -> tuple[Embedding | None, bytes, float, float]:
+    def _embed(self, samples: Samples, voiced: npt.NDArray[np.bool_] | None) -> Measured:
         t0 = time.perf_counter()
         emb: Embedding | None
         try:
@@ -709,25 +734,42 @@ class VoicePipeline:
         except ModelError as exc:  # e.g. nothing voiced enough to embed: no verdict
             log.warning("speaker embedding failed: %s", exc)
             emb = None
+        return emb, (time.perf_counter() - t0) * 1000
+
+    def _measure(
+        self, samples: Samples, voiced: npt.NDArray[np.bool_] | None
+    ) -> tuple[Embedding | None, bytes, float, float]:
+        emb, embed_ms = self._embed(samples, voiced)
         t1 = time.perf_counter()
-        audio = encoded if encoded is not None else self.ears.encode(samples)
-        t2 = time.perf_counter()
-        return emb, audio, (t1 - t0) * 1000, (t2 - t1) * 1000
+        audio = self.ears.encode(samples)
+        return emb, audio, embed_ms, (time.perf_counter() - t1) * 1000
+
+    async def _reused(self, previewed: Previewed) -> tuple[Embedding | None, bytes, float, float]:
+        """The preview's encoding and embedding, for the request that is its very samples
+        (its embedding awaited if it is still being made)."""
+        emb, embed_ms = await previewed.embedding
+        self.stats.previews_reused += 1
+        return emb, previewed.data, embed_ms, 0.0
 
     async def _send_request(self, loop: asyncio.AbstractEventLoop, request: Request) -> None:
         speech = request.segment.speech
         cut = MAX_REQUEST_MS * SAMPLE_RATE // 1000
         samples = speech.samples[:cut]
         voiced = speech.voiced[:cut] if speech.voiced is not None else None
-        encoded = None
         previewed = self._previewed
-        if previewed is not None and previewed[:2] == (request.utterance_id, len(samples)):
-            # its preview was these very samples (a segment only grows): the same FLAC
-            encoded = previewed[2]
-            self.stats.previews_reused += 1
-        emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
-            self._executor, self._measure, samples, voiced, encoded
-        )
+        if (
+            previewed is not None
+            and (previewed.utterance_id, previewed.samples) == (request.utterance_id, len(samples))
+            and _same_mask(previewed.voiced, voiced)
+            and not previewed.embedding.cancelled()
+        ):
+            # its preview was these very samples (a segment only grows): the same FLAC and
+            # the same speaker embedding, made while the hang-over ran
+            emb, audio, embed_ms, encode_ms = await self._reused(previewed)
+        else:
+            emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
+                self._executor, self._measure, samples, voiced
+            )
         self.stats.embed_ms.append(embed_ms)
         self.stats.encode_ms.append(encode_ms)
         wake = request.wake
@@ -894,6 +936,17 @@ class VoicePipeline:
         while not self.settled_now():
             self._changed.clear()
             await self._changed.wait()
+
+
+def _same_mask(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_] | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+def _retrieved(done: asyncio.Future[Measured]) -> None:
+    """Mark a preview's embedding's outcome as seen (its request may never ask for it: a
+    failure is the request's to report, when it makes its own)."""
+    if not done.cancelled():
+        done.exception()
 
 
 def _default_speaker() -> Callable[[str], Samples]:

@@ -176,6 +176,17 @@ class SpeechStart:
     """the segment's audio so far, pre-roll included, up to the frame that confirmed it"""
 
 
+def _frames_mask(
+    probs: npt.NDArray[np.float32], samples: int, threshold: float
+) -> npt.NDArray[np.bool_]:
+    """Per-sample mask (``samples`` long) of the frames whose probability is at or above
+    ``threshold``."""
+    mask = np.repeat(probs >= threshold, FRAME_SAMPLES)
+    if len(mask) < samples:
+        mask = np.concatenate([mask, np.zeros(samples - len(mask), bool)])
+    return mask[:samples]
+
+
 @dataclass(frozen=True)
 class SpeechPause:
     """The speech stopped (the hang-over is running): the segment as it will end."""
@@ -184,6 +195,15 @@ class SpeechPause:
     samples: Samples = field(repr=False)
     """the segment's audio: its ``SpeechEnd``'s samples exactly if the speech does not
     resume"""
+    probs: npt.NDArray[np.float32] = field(
+        repr=False, default_factory=lambda: np.zeros(0, np.float32)
+    )
+    """the VAD probability of each frame of ``samples`` (its ``SpeechEnd``'s, likewise)"""
+
+    def voiced_mask(self, threshold: float = 0.5) -> npt.NDArray[np.bool_]:
+        """Per-sample mask of the frames at or above ``threshold`` (its ``SpeechEnd``'s
+        mask exactly if the speech does not resume)."""
+        return _frames_mask(self.probs, len(self.samples), threshold)
 
 
 @dataclass(frozen=True)
@@ -205,10 +225,7 @@ class SpeechEnd:
 
     def voiced_mask(self, threshold: float = 0.5) -> npt.NDArray[np.bool_]:
         """Per-sample mask of the frames at or above ``threshold``."""
-        mask = np.repeat(self.probs >= threshold, FRAME_SAMPLES)
-        if len(mask) < len(self.samples):
-            mask = np.concatenate([mask, np.zeros(len(self.samples) - len(mask), bool)])
-        return mask[: len(self.samples)]
+        return _frames_mask(self.probs, len(self.samples), threshold)
 
 
 SpeechEvent = SpeechStart | SpeechPause | SpeechEnd
@@ -347,7 +364,8 @@ class Segmenter:
         seg = self._seg[: self._keep()]
         samples = np.concatenate([s for s, _, _ in seg])
         self._paused = (self._last_voiced, len(samples))
-        return SpeechPause(start_ms=seg[0][1], samples=samples)
+        probs = np.array([p for _, _, p in seg], dtype=np.float32)
+        return SpeechPause(start_ms=seg[0][1], samples=samples, probs=probs)
 
     def _finish(self, cut: bool = False) -> SpeechEnd:
         keep = len(self._seg)

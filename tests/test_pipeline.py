@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 from google.protobuf.message import Message
 
@@ -562,10 +563,25 @@ def counted_encoder(p: VoicePipeline) -> list[int]:
     return encodes
 
 
+def counted_embedder(p: VoicePipeline) -> list[int]:
+    """The sample counts of every speaker embedding the pipeline makes from now on."""
+    embeds: list[int] = []
+    speaker = p.ears.speaker
+    embed = speaker.embed
+
+    def counting(samples: Samples, voiced_mask: npt.NDArray[np.bool_] | None = None) -> Embedding:
+        embeds.append(len(samples))
+        return embed(samples, voiced_mask)
+
+    speaker.embed = counting  # type: ignore[method-assign]
+    return embeds
+
+
 async def test_a_request_is_previewed_when_its_speech_stops(tmp_path: Path) -> None:
     p, uplink, _ = make(tmp_path, pauses=True)
     answer_claims(p, uplink)
     encodes = counted_encoder(p)
+    embeds = counted_embedder(p)
     parts = silence(5) + speech(40, wake_at=8) + silence(10)
     async with p:
         await p.listen(feed(frames_of(parts)))
@@ -579,12 +595,46 @@ async def test_a_request_is_previewed_when_its_speech_stops(tmp_path: Path) -> N
     assert b"".join(chunks) == preview.data  # here the whole request: nothing followed
     assert p.stats.previews == 1
     assert encodes == [40 * FRAME_SAMPLES] and p.stats.previews_reused == 1  # encoded once
+    # and embedded once, while the hang-over ran: the request carries that embedding
+    assert embeds == [40 * FRAME_SAMPLES]
+    speech_only = np.concatenate(parts[5:45])
+    expected = FakeSpeaker().embed(speech_only).vector.astype("<f4").tobytes()
+    assert utt.voice.embedding == expected and utt.voice.verdict == voice_pb2.VERIFIED
+
+
+async def test_the_speaker_embedding_is_made_while_the_hang_over_runs(tmp_path: Path) -> None:
+    """The request's embedding is made from its preview, before its speech has ended, so
+    the end of speech waits for neither the FLAC nor the embedding."""
+    p, uplink, _ = make(tmp_path, pauses=True)
+    answer_claims(p, uplink)
+    embeds = counted_embedder(p)
+    paused = asyncio.Event()
+    frames = frames_of(silence(5) + speech(40, wake_at=8) + silence(10))
+
+    async def held() -> AsyncIterator[Frame]:
+        for i, f in enumerate(frames):
+            if i == 46:  # the speech paused (frame 45); the hang-over has not run out
+                await paused.wait()
+            yield f
+
+    async with p:
+        listening = asyncio.create_task(p.listen(held()))
+        try:
+            await poll(lambda: embeds == [40 * FRAME_SAMPLES] and uplink.previews)
+            assert uplink.queued == [] and p.pending == {}  # the segment is still open
+        finally:
+            paused.set()
+            await listening
+        await poll(lambda: uplink.queued)
+    assert embeds == [40 * FRAME_SAMPLES]  # not made again for the request
+    assert p.stats.previews_reused == 1 and p.stats.embed_ms
 
 
 async def test_speech_resuming_after_a_preview_sends_the_latest(tmp_path: Path) -> None:
     p, uplink, _ = make(tmp_path, pauses=True)
     answer_claims(p, uplink)
     encodes = counted_encoder(p)
+    embeds = counted_embedder(p)
     parts = silence(5) + speech(30, wake_at=8) + silence(1) + speech(10) + silence(10)
     async with p:
         await p.listen(feed(frames_of(parts)))
@@ -596,6 +646,10 @@ async def test_speech_resuming_after_a_preview_sends_the_latest(tmp_path: Path) 
     assert utt.voice.preview_samples == latest.samples
     # the request is its latest preview's samples: that encoding is sent, not made again
     assert encodes == [30 * FRAME_SAMPLES, 41 * FRAME_SAMPLES] and p.stats.previews_reused == 1
+    # each preview is embedded; the request carries the latest one's embedding
+    assert embeds == [30 * FRAME_SAMPLES, 41 * FRAME_SAMPLES]
+    whole = np.concatenate(parts[5:46])
+    assert utt.voice.embedding == FakeSpeaker().embed(whole).vector.astype("<f4").tobytes()
 
 
 async def test_no_preview_outside_a_window_or_before_the_wake_is_answered(

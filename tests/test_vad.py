@@ -136,6 +136,9 @@ def test_pause_carries_the_segment_as_it_ends(vad: SileroVad) -> None:
     # the segment exactly as it ended (its tail included), before the hang-over was over
     assert end.paused_samples == len(last.samples)
     assert np.array_equal(end.samples, last.samples)
+    # and its voiced frames: the speaker embedding made at the pause is the end's
+    assert np.array_equal(end.probs, last.probs) and last.voiced_mask().any()
+    assert np.array_equal(end.voiced_mask(), last.voiced_mask())
 
 
 def test_speech_resuming_after_a_pause_is_a_new_pause(vad: SileroVad) -> None:
