@@ -18,6 +18,7 @@ from storage.group_commit import GroupCommit
 from storage.sqlite import joined, open_db, transaction
 from sync.replica import Replica
 from tests.mesh_harness import Mesh
+from tests.waiting import poll
 
 SCHEMA = "CREATE TABLE IF NOT EXISTS t (x BLOB)"
 
@@ -134,8 +135,53 @@ def test_the_wal_hook_checkpoints_as_sqlite_would(
     _insert(conn, 40, size=3000)
     # copied into the database file by the hook's checkpoints, and the WAL reused
     assert path.stat().st_size > before + 40 * 3000 // 2
-    assert Path(conn.filename_wal).stat().st_size < 40 * 3000
+    assert os.stat(conn.filename_wal).st_size < 40 * 3000
     conn.close()
+
+
+async def test_an_entered_group_checkpoints_on_its_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Entered, the group checkpoints on its checkpoint thread: a commit over the threshold
+    does not wait for the copy and its syncs, a database has one checkpoint at a time, and
+    the WAL is copied into the database file and then reused, as SQLite's own would be."""
+    monkeypatch.setattr(gc, "CHECKPOINT_PAGES", 8)
+    path = tmp_path / "a.db"
+    release = threading.Event()
+    ran: list[str] = []
+    async with GroupCommit() as group:
+        apart = group._checkpoint_apart
+
+        def held(db: str) -> None:
+            ran.append(threading.current_thread().name)
+            release.wait(30)
+            apart(db)
+
+        monkeypatch.setattr(group, "_checkpoint_apart", held)
+        conn = open_db(path, SCHEMA, group=group)
+        before = path.stat().st_size
+        try:
+            _insert(conn, 40, size=3000)  # the checkpoint it asked for is held: no wait here
+            await poll(lambda: ran)
+            assert len(ran) == 1 and ran[0].startswith("checkpoint")  # one at a time
+            assert path.stat().st_size == before  # nothing copied while it is held
+        finally:
+            release.set()
+        await poll(lambda: group.checkpoints == 1)
+        assert path.stat().st_size > before + 40 * 3000 // 2
+        wal = os.stat(conn.filename_wal).st_size
+        _insert(conn, 40, size=3000)  # written from the WAL's start again, not after it
+        assert os.stat(conn.filename_wal).st_size < 1.5 * wal
+        await poll(lambda: group.checkpoints >= 2 and not group._checkpointing)
+        assert conn.execute("SELECT count(*) FROM t").fetchall()[0][0] == 80
+        conn.close()
+
+
+def test_a_checkpoint_of_a_database_gone_meanwhile_creates_nothing(tmp_path: Path) -> None:
+    group = GroupCommit()
+    gone = tmp_path / "gone.db"
+    group._checkpoint_apart(str(gone))
+    assert not gone.exists() and group.checkpoints == 0
 
 
 async def test_leaving_the_group_syncs_what_is_left(tmp_path: Path) -> None:
