@@ -3,6 +3,14 @@
 Every process is started in its own session and is killed (with its children) when the
 harness closes; waiting is always polling with a deadline, never a blind sleep.
 
+``yimi`` commands that run to completion (``home init``, ``device add``, ``say``…) are
+processes of their own too, forked from a server that imported the CLI once per test worker
+(:func:`run_cli`, ``multiprocessing``'s fork server): the same ``cli.main`` entry point,
+argument list, environment, folder and exit status as ``python -m cli``, without paying the
+interpreter's start and the CLI's imports each time — a few tenths of a second of CPU per
+command, hundreds of commands per run. Daemons (``hub run``, ``edge run``) are started with
+``python -m cli`` as before (:meth:`Mesh.spawn`).
+
 Every home the harness makes hears with Whisper **tiny.en** (``HARNESS_ASR`` in its
 home.yaml), not the hub's multilingual default (Whisper base costs ~1-2 s per utterance on
 2 cores, tiny.en ~0.45 s): the multi-process tests speak English. A test that speaks
@@ -13,6 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
+import itertools
+import multiprocessing
 import os
 import signal
 import ssl
@@ -54,6 +65,67 @@ HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
 BACKOFF_SCALE = "0.25"
 """Every daemon's reconnect/restart backoff, quartered (:mod:`sync.backoff`): the same doubling,
 cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconnect."""
+
+
+CLI_PRELOAD = ["cli.main", "provisioning.bundle", "provisioning.home", "provisioning.profiles"]
+"""what the CLI's fork server imports once (nothing that starts a thread or loads gRPC's core:
+a forked child must start clean)"""
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(CLI_PRELOAD)
+
+
+def _cli_child(args: list[str], env: dict[str, str], cwd: str, out: str, err: str) -> None:
+    """In the forked child: stdin from /dev/null, stdout and stderr to ``out``/``err``,
+    exactly ``env`` and ``cwd``, then ``yimi ARGS`` as ``python -m cli`` runs it (its exit
+    status is the process's). ``cli.main`` is run again on that environment first: what it
+    sets at import (``GRPC_VERBOSITY``) is set as in a fresh process."""
+    import cli.main
+
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    for path, fd in ((out, 1), (err, 2)):
+        f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.dup2(f, fd)
+        os.close(f)
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(cwd)
+    sys.argv = ["yimi", *args]
+    importlib.reload(cli.main).main()
+
+
+def run_cli(
+    args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``yimi ARGS`` to completion in a process forked from the CLI's fork server (see the
+    module doc): its status and its output as text, as ``subprocess.run`` would give them
+    (``TimeoutExpired`` after ``timeout`` s, the process killed)."""
+    run = f".yimi-{os.getpid()}-{next(_RUNS)}"
+    out, err = cwd / f"{run}.out", cwd / f"{run}.err"
+    proc = _FORKS.Process(target=_cli_child, args=(args, env, str(cwd), str(out), str(err)))
+    try:
+        proc.start()
+        proc.join(timeout)
+        if proc.exitcode is None:
+            proc.kill()
+            proc.join()
+            raise subprocess.TimeoutExpired(["yimi", *args], timeout, _read(out), _read(err))
+        status = proc.exitcode
+        return subprocess.CompletedProcess(["yimi", *args], status, _read(out), _read(err))
+    finally:
+        if proc.exitcode is not None:
+            proc.close()  # its sentinel
+        out.unlink(missing_ok=True)
+        err.unlink(missing_ok=True)
+
+
+_RUNS = itertools.count()
+"""numbers the output files of this process's commands"""
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8") if path.exists() else ""
 
 
 def client_tls(home: Path) -> ClientTls:
@@ -106,15 +178,8 @@ class Mesh:
     def yimi(
         self, *args: str, timeout: float = 60, check: bool = False
     ) -> subprocess.CompletedProcess[str]:
-        """Run ``yimi ARGS`` to completion."""
-        proc = subprocess.run(
-            [sys.executable, "-m", "cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env={**env(), **self.env},
-            cwd=self.root,
-        )
+        """Run ``yimi ARGS`` to completion (:func:`run_cli`)."""
+        proc = run_cli(list(args), env={**env(), **self.env}, cwd=self.root, timeout=timeout)
         if check and proc.returncode != 0:
             raise AssertionError(f"yimi {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
