@@ -413,8 +413,6 @@ class Previewed:
     samples: int
     data: bytes
     """the FLAC sent as the preview"""
-    voiced: npt.NDArray[np.bool_] | None
-    """the voiced mask it was embedded with"""
     embedding: asyncio.Future[Measured]
     """its speaker embedding, made in the model thread right after the encoding (while the
     hang-over runs)"""
@@ -666,7 +664,7 @@ class VoicePipeline:
             return
         embedding = loop.run_in_executor(self._executor, self._embed, samples, speech.voiced)
         embedding.add_done_callback(_retrieved)  # a request that does not use it: no warning
-        self._previewed = Previewed(uid, len(samples), data, speech.voiced, embedding)
+        self._previewed = Previewed(uid, len(samples), data, embedding)
         if len(data) > PREVIEW_MAX_BYTES:
             log.debug("preview of %s not sent: %d bytes", uid, len(data))
             return
@@ -760,11 +758,10 @@ class VoicePipeline:
         if (
             previewed is not None
             and (previewed.utterance_id, previewed.samples) == (request.utterance_id, len(samples))
-            and _same_mask(previewed.voiced, voiced)
             and not previewed.embedding.cancelled()
         ):
-            # its preview was these very samples (a segment only grows): the same FLAC and
-            # the same speaker embedding, made while the hang-over ran
+            # its preview was these very samples (a segment only grows), so the same frames
+            # and voiced mask: the same FLAC and speaker embedding, made while the hang-over ran
             emb, audio, embed_ms, encode_ms = await self._reused(previewed)
         else:
             emb, audio, embed_ms, encode_ms = await loop.run_in_executor(
@@ -936,10 +933,6 @@ class VoicePipeline:
         while not self.settled_now():
             self._changed.clear()
             await self._changed.wait()
-
-
-def _same_mask(a: npt.NDArray[np.bool_] | None, b: npt.NDArray[np.bool_] | None) -> bool:
-    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def _retrieved(done: asyncio.Future[Measured]) -> None:

@@ -139,23 +139,19 @@ class GroupCommit:
         """A passive checkpoint of ``db`` on a connection of its own (never creating it: a
         database removed meanwhile has nothing to checkpoint); a failure is left to the next
         commit over the threshold, which asks again."""
+        conn: apsw.Connection | None = None
         try:
-            try:
-                conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READWRITE)
-            except apsw.Error as exc:
-                log.debug("checkpoint of %s: not opened: %s", db, exc)
-                return
-            try:
-                # a read first: a connection opens the WAL only once it has read the database
-                # (before that, a checkpoint on it finds no WAL and copies nothing)
-                conn.execute("PRAGMA schema_version").fetchall()
-                conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-                self.checkpoints += 1
-            except apsw.Error as exc:  # busy, or the disk failed: asked again later
-                log.debug("checkpoint of %s deferred: %s", db, exc)
-            finally:
-                conn.close()
+            conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READWRITE)
+            # a read first: a connection opens the WAL only once it has read the database
+            # (before that, a checkpoint on it finds no WAL and copies nothing)
+            conn.execute("PRAGMA schema_version").fetchall()
+            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
+            self.checkpoints += 1
+        except apsw.Error as exc:  # gone, busy, or the disk failed: asked again later
+            log.debug("checkpoint of %s deferred: %s", db, exc)
         finally:
+            if conn is not None:
+                conn.close()
             with self._guard:
                 self._checkpointing.discard(db)
 

@@ -95,6 +95,10 @@ def _cli_child(args: list[str], env: dict[str, str], cwd: str, out: str, err: st
     importlib.reload(cli.main).main()
 
 
+_RUNS = itertools.count()
+"""numbers the output files of this process's commands"""
+
+
 def run_cli(
     args: list[str], *, env: dict[str, str], cwd: Path, timeout: float
 ) -> subprocess.CompletedProcess[str]:
@@ -118,10 +122,6 @@ def run_cli(
             proc.close()  # its sentinel
         out.unlink(missing_ok=True)
         err.unlink(missing_ok=True)
-
-
-_RUNS = itertools.count()
-"""numbers the output files of this process's commands"""
 
 
 def _read(path: Path) -> str:
