@@ -28,11 +28,11 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from loro import ExportMode, LoroDoc
+from loro import ExportMode, LoroDoc, VersionVector
 
 from protos.clock import now_ms
 from storage.group_commit import GroupCommit
@@ -63,6 +63,10 @@ class Applied:
     """the document learned something new"""
     pending: bool
     """part of the update depends on operations this replica lacks (ask for a catch-up)"""
+    base: VersionVector | None = field(default=None, compare=False)
+    """the document's version just before the update was imported, after what other
+    processes had appended to the folder: what lies between it and the document now came
+    with the update alone (None: the document was replaced by a snapshot)"""
 
 
 def _crc(data: bytes) -> int:
@@ -280,8 +284,6 @@ class Replica:
         return self._export_since(before) if version(self.doc) != before else None
 
     def _export_since(self, before: bytes) -> bytes:
-        from loro import VersionVector
-
         return bytes(self.doc.export(ExportMode.Updates(VersionVector.decode(before))))
 
     def change(self, mutate: Callable[[LoroDoc], None]) -> bytes:
@@ -299,7 +301,8 @@ class Replica:
         """Import a peer's update; persist it if it taught us anything. Raises CrdtError."""
         with self._locked():
             self._refresh_locked()
-            before = version(self.doc)
+            base = self.doc.oplog_vv
+            before = bytes(base.encode())
             try:
                 status = guard(self.doc_id, lambda: self.doc.import_(blob))
             except CrdtError:
@@ -308,7 +311,7 @@ class Replica:
             changed = version(self.doc) != before
             if changed:  # what became part of the document: with earlier pending parts, more
                 self._append(self._export_since(before))
-            return Applied(changed=changed, pending=status.pending is not None)
+            return Applied(changed=changed, pending=status.pending is not None, base=base)
 
     def _reload_if_damaged(self, before: bytes) -> None:
         """After a refused import: a Rust panic poisons the document (every later call on it

@@ -31,6 +31,7 @@ from sync import documents as docs
 from sync.backoff import Backoff
 from sync.crdt import CrdtError, lacks, updates_since
 from sync.env import positive_float
+from sync.replica import Applied
 from sync.replicas import ReplicaSet
 from sync.scopes import doc_refusal
 from sync.tasks import TaskOwner
@@ -402,7 +403,6 @@ class HubReplication:
                 log.warning("update from %s refused: %s: %s", sender, item.doc[:64], reason)
                 continue
             timeline = item.doc.startswith(docs.TIMELINE)
-            before = self.replicas.get(item.doc).doc.oplog_vv if timeline else None
             try:
                 result = self.replicas.apply(item)
             except CrdtError as exc:
@@ -414,11 +414,20 @@ class HubReplication:
                 continue
             if result.changed:
                 changed.append(sync_pb2.DocUpdate(doc=item.doc, blob=item.blob))
-                if before is not None:
-                    added = docs.entries_added(self.replicas.get(item.doc).doc, before)
-                    introduced |= {e.id for e in added or ()}
+                if timeline:
+                    introduced |= self._introduced(item.doc, result)
         seqs = self.sequence_new({u.doc for u in changed}, sender, introduced)
         return changed + seqs, refused
+
+    def _introduced(self, doc_id: str, result: Applied) -> set[str]:
+        """The ids of the entries a device's update brought into a timeline document: those
+        after the version the import started from (not what another process wrote to the
+        folder, read just before it: ``yimi memo --home``'s entries are the hub's). Where the
+        operations cannot be read so, the sender answers for every entry of the document
+        (those already sequenced are left alone)."""
+        doc = self.replicas.get(doc_id).doc
+        added = None if result.base is None else docs.entries_added(doc, result.base)
+        return {e.id for e in (docs.entries_of(doc) if added is None else added)}
 
     def sequence_new(
         self, doc_ids: set[str], sender: str, introduced: Collection[str] = ()

@@ -771,6 +771,34 @@ def test_an_entry_in_another_devices_name_is_refused_everywhere(hub: Hub, tmp_pa
     assert hub.store.counters()["rejected.entry_other_device"] == 1
 
 
+def test_a_hub_entry_another_process_wrote_stays_the_hubs_when_a_device_update_lands(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """``yimi memo --home`` appends a hub entry to the hub's replicas while the hub runs. A
+    device's update applied before the hub's poll reads the folder imports that entry too
+    (every write reads the log first): it is still the hub's entry, sequenced, not one the
+    device sent in another's name (a CI run refused it so and every replica dropped it)."""
+    a = hub.device(tmp_path, "a")
+    a.replicas.add_entry(entry("a1", device="a", ts=T0 + 1))
+    catch_up(a)
+    ReplicaSet(hub.replicas.folder).add_entry(entry("h1", device="hub", ts=T0 + 2))
+    update = a.replicas.add_entry(entry("a2", device="a", ts=T0 + 3))
+    _, refused = hub.sync.apply_from_device([update], "a")
+    assert refused == [] and hub.store.refused_entries() == []
+    assert "rejected.entry_other_device" not in hub.store.counters()
+    assert set(hub.sqlite()) == {"a1", "h1", "a2"}
+    assert sorted(view(hub.replicas)) == sorted(hub.sqlite().items())  # each with its seq
+    # the hub's poll still hands on what the other process wrote (the devices get it)
+    catch_up(a)
+    assert view(a.replicas) == view(hub.replicas)
+    # a device's own entry in the hub's name is still refused, with one on disk beside it
+    ReplicaSet(hub.replicas.folder).add_entry(entry("h2", device="hub", ts=T0 + 4))
+    forged = a.replicas.add_entry(entry("forged", device="hub", ts=T0 + 5))
+    hub.sync.apply_from_device([forged], "a")
+    assert hub.store.refused_entries() == [("forged", "hub", "a")]
+    assert set(hub.sqlite()) == {"a1", "h1", "a2", "h2"}
+
+
 def test_a_lost_log_record_comes_back_from_the_hubs_catch_up(hub: Hub, tmp_path: Path) -> None:
     dev = hub.device(tmp_path, "a")
     for i in range(3):
