@@ -386,6 +386,9 @@ MESSAGES: dict[str, str] = {
     "asr.audio": "cannot transcribe this audio: {reason}",
     "asr.remote": "the transcription service at {url} failed: {reason}",
     "asr.config": "speech recognition settings (home.yaml 'asr'): {reason}",
+    "slot_lists.config": (
+        "home.yaml 'slot_lists' takes only at_start: true or false (found {found})"
+    ),
     "asr.moved": (
         "home.yaml 'asr' still has {keys}: a transcription endpoint is now the asr role of "
         "the model providers; remove them and run 'yimi brain use --home HOME --config FILE "
@@ -713,6 +716,9 @@ MESSAGES_ZH: dict[str, str] = {
     "asr.audio": "无法转写这段音频：{reason}",
     "asr.remote": "位于 {url} 的转写服务出错：{reason}",
     "asr.config": "语音识别设置（home.yaml 'asr'）：{reason}",
+    "slot_lists.config": (
+        "home.yaml 的 'slot_lists' 只接受 at_start: true 或 false（实际为 {found}）"
+    ),
     "asr.moved": (
         "home.yaml 的 'asr' 中仍有 {keys}：转写端点现在是模型提供方的 asr 角色；请删除它们，并"
         "运行 'yimi brain use --home HOME --config FILE --confirm-with OWNER_BUNDLE'，其中 role"

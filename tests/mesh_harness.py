@@ -15,6 +15,11 @@ Every home the harness makes hears with Whisper **tiny.en** (``HARNESS_ASR`` in 
 home.yaml), not the hub's multilingual default (Whisper base costs ~1-2 s per utterance on
 2 cores, tiny.en ~0.45 s): the multi-process tests speak English. A test that speaks
 Chinese sets ``mesh.configure(asr={"model": "whisper-base", "language": "auto"})``.
+
+Every home also reads its slot lists at the first request that needs them
+(``HARNESS_SLOT_LISTS``), not as the hub starts: the home and errands packages (each an MCP
+server whose SDK import costs ~0.6 s of CPU) start only in the tests that use them, not with
+every hub. ``tests/test_slots_at_start.py`` covers the default (read at start).
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ def messaging_config(smtp: SmtpWorld) -> dict[str, str]:
 
 HARNESS_ASR = {"model": "whisper-tiny.en", "language": "en"}
 """``asr:`` of every harness home (see the module doc)"""
+HARNESS_SLOT_LISTS = {"at_start": False}
+"""``slot_lists:`` of every harness home (see the module doc)"""
 BACKOFF_SCALE = "0.25"
 """Every daemon's reconnect/restart backoff, quartered (:mod:`sync.backoff`): the same doubling,
 cap and jitter, so a fault test waits seconds, not tens of seconds, for a reconnect."""
@@ -218,7 +225,7 @@ class Mesh:
             "127.0.0.1",
             check=True,
         ).stdout
-        self.configure(asr=dict(HARNESS_ASR))
+        self.configure(asr=dict(HARNESS_ASR), slot_lists=dict(HARNESS_SLOT_LISTS))
         return out
 
     def configure(self, **sections: object) -> None:

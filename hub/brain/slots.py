@@ -20,11 +20,12 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from hub.brain.errors import BrainError
 from hub.brain.intents import DEFAULT_LISTS, IntentEngine, Lang, Match, Named, SlotLists
 from hub.gateway import CallContext, Gateway, Receipt, ToolCall
 
@@ -52,6 +53,34 @@ SLOTS_TASK = "brain.slots#lookup"
 DECLARED_SHOPS = Path(__file__).resolve().parents[2] / "packages" / "errands" / "shops.json"
 """where the errands package declares its sandbox shops (read as data, never imported)"""
 """the ledger task the slot-list reads are recorded under"""
+
+
+@dataclass(frozen=True)
+class SlotSettings:
+    """``slot_lists:`` in ``home.yaml``::
+
+    slot_lists:
+      at_start: true    # read the device and shop lists as the hub starts (the home
+                        # and errands packages start then); false: at the first request
+                        # that needs them (a hub short of memory, or a test home)
+    """
+
+    at_start: bool = True
+    """read the lists (start their packages) at start, not in the owner's first such turn"""
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any] | None) -> SlotSettings:
+        """Raises BrainError ``slot_lists.config`` for anything but the one boolean key."""
+        raw = (config or {}).get("slot_lists")
+        if raw is None:
+            return cls()
+        if (
+            not isinstance(raw, Mapping)
+            or set(raw) - {"at_start"}
+            or not isinstance(raw.get("at_start", True), bool)
+        ):
+            raise BrainError("slot_lists.config", found=repr(raw)[:200])
+        return cls(at_start=raw.get("at_start", True))
 
 
 class ContactLike(Protocol):

@@ -39,6 +39,7 @@ from typing import Any
 
 from hub.brain import TaskEvent, Turn, open_brain
 from hub.brain.configured import ConfiguredBrain
+from hub.brain.slots import SlotSettings
 from hub.brain.vision import VisionDesk
 from hub.capabilities.manifest import Manifest
 from hub.gateway import Gateway, Receipt
@@ -114,6 +115,7 @@ class Turns:
         group: GroupCommit | None = None,
     ) -> None:
         self._home = home
+        self._slot_settings = SlotSettings.from_config(home.config)
         self._group = group
         """the hub's group commit: the brain's task store commits through it"""
         self.watches = watches
@@ -173,7 +175,11 @@ class Turns:
         self._tasks = TaskOwner("turns")
         for device in self._queues:
             self._tasks.spawn(self._worker(device), f"device:{device}")
-        self._tasks.spawn(self._warm_up(), "slots-warm-up")
+        if self._slot_settings.at_start:
+            self._tasks.spawn(self._warm_up(), "slots-warm-up")
+        else:
+            log.info("slot lists read at the first request that needs them (at_start: false)")
+            self.warmed.set()
         self._tasks.spawn(self._startup(), "startup")
         log.info("brain ready: %s", self.brain.kind)
         return self
