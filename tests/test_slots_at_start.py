@@ -19,6 +19,7 @@ def test_the_setting_is_read_and_anything_else_is_refused_in_both_languages() ->
     assert SlotSettings.from_config(None).at_start is True
     assert SlotSettings.from_config({"slot_lists": {}}).at_start is True
     assert SlotSettings.from_config({"slot_lists": {"at_start": False}}).at_start is False
+    bad: object
     for bad in ("no", [], {"at_start": "false"}, {"at_start": 0}, {"at_startup": False}):
         with pytest.raises(BrainError) as info:
             SlotSettings.from_config({"slot_lists": bad})
