@@ -232,7 +232,7 @@ def main() -> int:
     )
     print(
         f"fitted, unsure             {base.fallbacks} of the fitted-window transcriptions heard "
-        "again on the full window (models.asr.FIT_FALLBACK_LOGPROB)"
+        "again on the full window (models.asr.FIT_FALLBACK_LOGPROB, per language)"
     )
     print(f"load avg at end            {os.getloadavg()[0]:.2f} (2 cores shared: upper bounds)")
     print("anchor                     none published for these clips")

@@ -20,8 +20,14 @@ the phone bundle's device key, as the phone would):
   ``memory__recall`` tool call, then answers with a sentence (two chat completions, one
   gateway call — the same shape as the rule-based model's turns).
 
-The spoken requests alternate "Yimi, remember I don't eat cilantro." and "Yimi, what do you
-remember about cilantro?".
+The spoken requests (``--lang en``, the default) alternate "Yimi, remember I don't eat
+cilantro." and "Yimi, what do you remember about cilantro?". With ``--lang zh`` every request
+is Chinese: the owner's espeak-ng "Yimi," (the wake word) and then a natural Mandarin clip
+that ships in pytest-audioeval ("你好世界"; espeak-ng's Mandarin is unintelligible to Whisper,
+and no Chinese synthesiser exists here — ``tests/speech.py``). The hub hears it with its
+multilingual Whisper (language auto) and answers in Chinese: the rule-based model's honest
+"这个我还做不到…" (a greeting is no request it knows); the fake endpoint answers in Chinese
+after its recall. The bench prints how many turns the hub heard as Chinese.
 
 A turn is timed from the **end of speech** — the instant the last voiced sample of the clip
 was "spoken" on the microphone's real-time clock — to the **reply on the device** — the
@@ -84,6 +90,14 @@ from tests.fake_openai import FakeOpenAI, Reply, Request, calls, text
 from worlds import ports
 
 SENTENCES = ("Yimi, remember I don't eat cilantro.", "Yimi, what do you remember about cilantro?")
+ZH_SENTENCES = {"Yimi，你好世界": "nihao_shijie"}
+"""``--lang zh``: what is said → the natural Mandarin clip after the wake word"""
+FAKE_ANSWERS = {
+    "en": "Fake model: you told me you don't eat cilantro.",
+    "zh": "（假模型）你好！你说过你不吃香菜。",
+}
+WAKE_GAP_S = 0.3
+"""silence between the wake word and a Chinese clip (as in tests/test_understanding_mesh.py)"""
 MODELS = ("rule-based", "fake endpoint")
 STAGES = ("device", "asr", "admission", "brain", "gateway", "delivery")
 TURN_TIMEOUT_S = 60.0
@@ -112,6 +126,8 @@ class TurnTimes:
     stages: dict[str, float]
     preview: bool = False
     """the transcript was the hub's recognition of the device's preview (speculative)"""
+    language: str = ""
+    """the language the hub heard (the timeline entry's meta)"""
 
 
 @dataclass
@@ -123,12 +139,29 @@ class Results:
 
 
 # ---------------------------------------------------------------------------- the fake
-def fake_responder(req: Request) -> Reply:
-    """The main agent: recall first, then answer (each turn ends with a tool result)."""
-    last = req.messages[-1] if req.messages else {}
-    if last.get("role") == "tool":
-        return text("Fake model: you told me you don't eat cilantro.")
-    return calls(("memory__recall", {"query": "cilantro"}))
+def fake_responder(lang: str) -> Callable[[Request], Reply]:
+    """The main agent: recall first, then answer in ``lang`` (each turn ends with a tool
+    result)."""
+
+    def respond(req: Request) -> Reply:
+        last = req.messages[-1] if req.messages else {}
+        if last.get("role") == "tool":
+            return text(FAKE_ANSWERS[lang])
+        return calls(("memory__recall", {"query": "cilantro"}))
+
+    return respond
+
+
+def request_samples(sentence: str) -> np.ndarray:
+    """The samples of a request: espeak-ng in the owner's voice, or for a Chinese one the
+    owner's "Yimi," and the natural Mandarin clip (:data:`ZH_SENTENCES`)."""
+    clip = ZH_SENTENCES.get(sentence)
+    if clip is None:
+        return synthesize(sentence)
+    from tests.speech import chinese_clip
+
+    gap = np.zeros(int(WAKE_GAP_S * SAMPLE_RATE), np.int16)
+    return np.concatenate([synthesize("Yimi,"), gap, chinese_clip(clip)]).astype(np.int16)
 
 
 class FakeServer:
@@ -347,7 +380,7 @@ class World:
     # ------------------------------------------------------------------ one turn
     def turn(self, model: str, sentence: str) -> TurnTimes:
         assert self.mic is not None
-        speech = synthesize(sentence)
+        speech = request_samples(sentence)
         voiced = np.nonzero(np.abs(speech.astype(np.int32)) > VOICED)[0]
         end_index = int(LEAD_S * SAMPLE_RATE) + int(voiced[-1]) + 1
         clip = np.concatenate(
@@ -402,6 +435,7 @@ class World:
             float(chunks[0][3]) - end_ms,
             stages,
             meta.get("asr_preview") is True,
+            str(meta.get("language") or ""),
         )
 
     def _gateway_ms(self, trace: str, task_id: str, until_ms: float) -> float:
@@ -430,7 +464,7 @@ class World:
 
 
 # ---------------------------------------------------------------------------- report
-def report(results: Results) -> None:
+def report(results: Results, said: tuple[str, ...]) -> None:
     head = f"{'':<16} {'n':>3} {'p50':>8} {'p99':>8} {'first p50':>10}  " + "".join(
         f"{s:>10}" for s in STAGES
     )
@@ -458,6 +492,11 @@ def report(results: Results) -> None:
     )
     used = [t.preview for m in MODELS for t in results.of(m)]
     print(f"asr from the device's preview (speculative): {sum(used)} of {len(used)} turns")
+    heard = [t.language for m in MODELS for t in results.of(m)]
+    print(
+        "languages heard: "
+        + ", ".join(f"{la or '?'} {heard.count(la)}" for la in sorted(set(heard)))
+    )
     shares = {s: b[s] / b["total"] * 100 for s in STAGES} if b["total"] else {}
     if shares:
         print(
@@ -466,19 +505,23 @@ def report(results: Results) -> None:
         )
     print("\nreplies (first turn of each kind):")
     for model in MODELS:
-        for sentence in SENTENCES:
+        for sentence in said:
             t = next((x for x in results.of(model) if x.sentence == sentence), None)
             if t is not None:
                 print(f"  {model:<14} {sentence!r}\n  {'':<14} → {t.reply[:150]!r}")
 
 
 # ---------------------------------------------------------------------------- main
+def sentences(lang: str) -> tuple[str, ...]:
+    return tuple(ZH_SENTENCES) if lang == "zh" else SENTENCES
+
+
 def run(args: argparse.Namespace, root: Path) -> Results:
     world = World(root)
     results = Results()
     try:
         world.setup()
-        with FakeServer(fake_responder) as fake:
+        with FakeServer(fake_responder(args.lang)) as fake:
             took = world.hub.start()
             print(f"hub up in {took:.1f} s; enrolling the owner's voice …", flush=True)
             world.enrol()
@@ -493,7 +536,7 @@ def run(args: argparse.Namespace, root: Path) -> Results:
             plan = warmup + measured
             for i, model in enumerate(plan):
                 world.use(model, fake.base_url)
-                sentence = SENTENCES[i % len(SENTENCES)]
+                sentence = sentences(args.lang)[i % len(sentences(args.lang))]
                 t = world.turn(model, sentence)
                 warm = i < len(warmup)
                 if not warm:
@@ -520,6 +563,9 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=2, help="uncounted turns per brain first")
     p.add_argument("--quick", action="store_true", help="4 turns per brain (a smoke run)")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument(
+        "--lang", choices=("en", "zh"), default="en", help="the requests' language (module doc)"
+    )
     args = p.parse_args()
     if args.quick:
         args.turns, args.block, args.warmup = 4, 2, 1
@@ -533,7 +579,7 @@ def main() -> int:
     status = 0
     try:
         results = run(args, root)
-        report(results)
+        report(results, sentences(args.lang))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         status = 130

@@ -29,7 +29,7 @@ from hub.turns.admission import TurnMeta
 from hub.turns.answering import brain_turn
 from hub.voice.hearing import AsrSettings, Hearing, make_transcriber
 from models import catalog as cat
-from models.asr import WhisperTranscriber, strip_wake
+from models.asr import WhisperTranscriber, fallback_logprob, strip_wake
 from models.catalog import Builtin, Catalog, Joined, Part
 from models.errors import ModelError
 from protos import mesh_pb2
@@ -111,6 +111,21 @@ def test_the_fitted_window_hears_what_the_full_window_hears(base: WhisperTranscr
     long = concat(*[say("The weather is nice today.", OWNER)] * 17)
     assert len(long) > 26 * 16_000
     assert "weather" in base.transcribe(long).text.lower()
+
+
+def test_a_chinese_request_as_a_device_cuts_it_stays_on_the_fitted_window(
+    base: WhisperTranscriber,
+) -> None:
+    """Chinese tokens score lower than English ones for the same certainty: "你好世界" framed
+    as a device cuts a request scores about -0.53 a token on the fitted window, under the
+    English fallback line (-0.5), and the full window (five times the cost) hears it worse
+    ("你好世居"). Chinese falls back only below Whisper's own line (-1.0)."""
+    request = concat(silence(0.3), chinese_clip("nihao_shijie"), silence(0.45))
+    fallbacks = base.fallbacks
+    heard = base.transcribe(request)
+    assert (heard.language, heard.text) == ("zh", "你好世界")
+    assert base.fallbacks == fallbacks
+    assert fallback_logprob("zh") == -1.0 and fallback_logprob("en") == -0.5
 
 
 def test_language_zh_forces_chinese(base: WhisperTranscriber) -> None:
