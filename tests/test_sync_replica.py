@@ -799,6 +799,31 @@ def test_a_hub_entry_another_process_wrote_stays_the_hubs_when_a_device_update_l
     assert set(hub.sqlite()) == {"a1", "h1", "a2", "h2"}
 
 
+def test_an_update_whose_entries_cannot_be_listed_makes_its_sender_answer_for_them(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A text that starts as loro's JSON names a container (``docs.LORO_JSON_CONTAINER``):
+    the hub cannot list that update's entries from its operations, so the sender answers for
+    every unsequenced entry of the document — one in another device's name is refused, not
+    sequenced as the hub's."""
+    a = hub.device(tmp_path, "a")
+    a.replicas.add_entry(entry("a1", device="a", ts=T0 + 1))
+    catch_up(a)
+    odd = docs.make_entry(
+        entry_id="forged",
+        device="b",
+        kind="memo",
+        text=docs.LORO_JSON_CONTAINER + "hi",
+        ts_ms=T0 + 2,
+    )
+    before = a.replicas.get(TL).doc.oplog_vv
+    update = a.replicas.add_entry(odd)
+    assert docs.entries_added(a.replicas.get(TL).doc, before) is None
+    hub.sync.apply_from_device([update], "a")
+    assert hub.store.refused_entries() == [("forged", "b", "a")]
+    assert set(hub.sqlite()) == {"a1"}
+
+
 def test_a_lost_log_record_comes_back_from_the_hubs_catch_up(hub: Hub, tmp_path: Path) -> None:
     dev = hub.device(tmp_path, "a")
     for i in range(3):
