@@ -385,6 +385,7 @@ class HubReplication:
         changed: list[sync_pb2.DocUpdate] = []
         refused: list[str] = []
         introduced: set[str] = set()
+        answers_for_all = False
         scopes = self._scopes_of(sender) if self._scopes_of is not None else None
         for item in updates:
             reason = refusal(item.doc, from_hub=False)
@@ -415,28 +416,39 @@ class HubReplication:
             if result.changed:
                 changed.append(sync_pb2.DocUpdate(doc=item.doc, blob=item.blob))
                 if timeline:
-                    introduced |= self._introduced(item.doc, result)
-        seqs = self.sequence_new({u.doc for u in changed}, sender, introduced)
+                    added = self._introduced(item.doc, result)
+                    answers_for_all |= added is None
+                    introduced |= added or set()
+        seqs = self.sequence_new(
+            {u.doc for u in changed}, sender, introduced, answers_for_all=answers_for_all
+        )
         return changed + seqs, refused
 
-    def _introduced(self, doc_id: str, result: Applied) -> set[str]:
+    def _introduced(self, doc_id: str, result: Applied) -> set[str] | None:
         """The ids of the entries a device's update brought into a timeline document: those
         after the version the import started from (not what another process wrote to the
-        folder, read just before it: ``yimi memo --home``'s entries are the hub's). Where the
-        operations cannot be read so, the sender answers for every entry of the document
-        (those already sequenced are left alone)."""
-        doc = self.replicas.get(doc_id).doc
-        added = None if result.base is None else docs.entries_added(doc, result.base)
-        return {e.id for e in (docs.entries_of(doc) if added is None else added)}
+        folder, read just before it: ``yimi memo --home``'s entries are the hub's); ``None``
+        where the operations cannot be read so (the sender then answers for every entry not
+        yet sequenced)."""
+        if result.base is None:
+            return None
+        added = docs.entries_added(self.replicas.get(doc_id).doc, result.base)
+        return None if added is None else {e.id for e in added}
 
     def sequence_new(
-        self, doc_ids: set[str], sender: str, introduced: Collection[str] = ()
+        self,
+        doc_ids: set[str],
+        sender: str,
+        introduced: Collection[str] = (),
+        *,
+        answers_for_all: bool = False,
     ) -> list[sync_pb2.DocUpdate]:
         """Give every unsequenced entry of these timeline documents its ``seq``.
 
         ``sender`` is answerable for the entries in ``introduced`` (the ones its update
-        brought); other unsequenced entries were already here (the hub's own, or ones
-        written while it was down) and are sequenced as the hub's.
+        brought), or for every unsequenced entry with ``answers_for_all`` (its update's
+        entries could not be told apart); other unsequenced entries were already here (the
+        hub's own, or ones written while it was down) and are sequenced as the hub's.
 
         The first time a document is looked at, all of it is read; after that only the
         entries added since it was last found fully sequenced (reading a whole document
@@ -465,7 +477,7 @@ class HubReplication:
             seen = timeline.oplog_vv
             seqs: dict[str, int] = {}
             for who, run in itertools.groupby(  # in document order, as one sequence
-                fresh, key=lambda e: sender if e.id in introduced else HUB_SENDER
+                fresh, key=lambda e: sender if answers_for_all or e.id in introduced else HUB_SENDER
             ):
                 seqs |= self._sequence(list(run), who)
             if seqs:
