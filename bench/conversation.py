@@ -534,9 +534,10 @@ def run(args: argparse.Namespace, root: Path) -> Results:
             warmup = [m for m in MODELS for _ in range(args.warmup)]
             measured = [MODELS[(i // args.block) % 2] for i in range(args.turns * 2)]
             plan = warmup + measured
+            said = sentences(args.lang)
             for i, model in enumerate(plan):
                 world.use(model, fake.base_url)
-                sentence = sentences(args.lang)[i % len(sentences(args.lang))]
+                sentence = said[i % len(said)]
                 t = world.turn(model, sentence)
                 warm = i < len(warmup)
                 if not warm:
