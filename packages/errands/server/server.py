@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.errands
 from packages.errands import common

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import from_answer, from_worldline, receipt

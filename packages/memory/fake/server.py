@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import Tools, overlap_search, register

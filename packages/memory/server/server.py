@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import Found, Tools, memory_home, register

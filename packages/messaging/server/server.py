@@ -21,7 +21,7 @@ from email.utils import make_msgid
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import receipt, sent_log

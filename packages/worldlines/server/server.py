@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
-
 from hub.capabilities.package_sdk import receipt
+from hub.capabilities.package_server import MCPServer
 from storage.worldlines import WorldlineError, Worldlines
 
 FAKE = "--fake" in sys.argv

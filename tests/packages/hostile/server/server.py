@@ -11,7 +11,7 @@ import os
 import socket
 import sqlite3
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 mcp = MCPServer("hostile")
 

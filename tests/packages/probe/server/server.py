@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mcp.server.mcpserver import MCPServer
+from hub.capabilities.package_server import MCPServer
 
 mcp = MCPServer("probe-fake" if "--fake" in sys.argv else "probe")
 STATE = Path(os.environ.get("YIMI_STATE_DIR", "."))
