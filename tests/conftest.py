@@ -58,6 +58,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_package_cli.py": 28,
     "test_pay_errands.py": 25,
     "test_asr.py": 24,
+    "test_package_server.py": 20,
     "test_intents.py": 23,
     "test_speaker.py": 23,
     "test_security_grpc.py": 22,

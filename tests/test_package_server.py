@@ -111,11 +111,14 @@ def exchange(server: Path, messages: list[dict[str, Any]], tmp: Path, *, sdk: bo
         return answers
     finally:
         proc.stdin.close()
+        if sdk:  # how the SDK's server ends is not what is compared
+            proc.kill()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+            raise AssertionError(f"{server} did not end when its stdin closed") from None
 
 
 def same(server: Path, messages: list[dict[str, Any]], tmp: Path) -> dict:

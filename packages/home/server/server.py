@@ -133,15 +133,23 @@ class Home(Registry):
 
 
 HOME = Home()
+CANCEL_AGAIN_S = 0.5
+"""seconds the broker connection has to end after its cancellation before it is cancelled
+again (see :func:`lifespan`)"""
 
 
 @contextlib.asynccontextmanager
 async def lifespan(_: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(HOME.run())
+    task = asyncio.create_task(HOME.run(), name="home-broker")
     try:
         yield None
     finally:
-        task.cancel()
+        # cancelled again until it ends: Python 3.11's asyncio.wait_for (in aiomqtt's
+        # subscribe and publish) drops a cancellation that lands as the broker answers,
+        # and the connection would then run on and the server never end
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
