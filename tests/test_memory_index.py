@@ -6,6 +6,7 @@ import asyncio
 import shutil
 import threading
 import time
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -616,3 +617,48 @@ def test_yimi_memory_search(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert main(["memory", "search", "tea", "--home", str(home), "--k", "0"]) == 1
     assert "--k" in capsys.readouterr().err
     assert main(["memory", "search", "tea", "--home", str(tmp_path / "nowhere")]) == 1
+
+
+class HashEmbedder:
+    """A cheap stand-in embedder (a vector from the text's hash): for tests of the file, not
+    of what is found."""
+
+    dim = 384
+    model_id = "hash-test"
+
+    def embed(self, texts: list[str]) -> np.ndarray:  # type: ignore[type-arg]
+        out = np.stack(
+            [np.random.default_rng(zlib.crc32(t.encode())).standard_normal(384) for t in texts]
+        ).astype(np.float32)
+        return out / np.linalg.norm(out, axis=1, keepdims=True)
+
+
+def test_two_writers_of_one_index_file_never_fail_each_other(tmp_path: Path) -> None:
+    """The hub and the memory package write the same index file: writes from both at once all
+    land (a transaction that read first, then wrote after the other committed, once failed at
+    once with "database is locked", its memory left unsearchable)."""
+    writers = [
+        MemoryIndex.for_home(tmp_path, embedder=HashEmbedder(), clock=lambda: T0) for _ in "ab"
+    ]
+    errors: list[BaseException] = []
+
+    def write(ix: MemoryIndex, name: str) -> None:
+        try:
+            for i in range(60):
+                add(ix, f"{name}{i}", f"memory {name} number {i}")
+                add(ix, f"{name}{i}", f"memory {name} number {i}, said again")  # a replace
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [
+        threading.Thread(target=write, args=(ix, n)) for ix, n in zip(writers, "ab", strict=True)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    for ix in writers:
+        ix.close()
+    assert not errors, errors
+    with MemoryIndex.for_home(tmp_path, embedder=HashEmbedder(), clock=lambda: T0) as ix:
+        assert {e.item_id for e in ix.entries()} == {f"{n}{i}" for n in "ab" for i in range(60)}

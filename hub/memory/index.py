@@ -54,6 +54,7 @@ from hub.memory.sensitivity import Source, check_level, parse_source
 from hub.memory.vector_matrix import RecentVectors, VectorMatrix
 from protos.clock import now_ms
 from storage.private import private_dir, private_file
+from storage.sqlite import joined
 
 if TYPE_CHECKING:  # numpy is imported where vectors are made (a large import)
     import numpy as np
@@ -1041,9 +1042,13 @@ class MemoryIndex:
 
     @contextmanager
     def _writing(self) -> Iterator[None]:
-        """One transaction; if it fails the in-memory vectors are reloaded on next use."""
+        """One transaction, holding the write lock from its start (``BEGIN IMMEDIATE``: the
+        hub and the memory package write the same file, and a transaction that reads first
+        could not take the lock once the other had committed: ``database is locked`` at
+        once, the busy timeout notwithstanding); if it fails the in-memory vectors are
+        reloaded on next use."""
         try:
-            with self._conn:
+            with joined(self._conn):
                 yield
         except BaseException:
             self._matrix.invalidate()
