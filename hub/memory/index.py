@@ -379,7 +379,7 @@ class MemoryIndex:
         the first search"""
 
     def _create(self, dim: int | None) -> None:
-        with self._conn:
+        with joined(self._conn):  # the write lock first: another process may open it too
             self._conn.execute(_SCHEMA)
             self.dim, self.model_id = self._check_model(dim)
             self._conn.execute(
