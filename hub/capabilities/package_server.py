@@ -35,8 +35,11 @@ requests to both and compares every answer):
 - ``notifications/cancelled`` cancels the call it names (no answer is sent for it).
 
 Requests are handled concurrently (an ``async`` tool on the event loop, a plain one on a
-worker thread, as the SDK does); a line that is not a JSON-RPC message is answered with a
-parse error and changes nothing. The server ends when stdin closes.
+worker thread, as the SDK does). A ``lifespan`` (an async context manager factory, as the
+SDK's) runs beside the tools: the home package's broker connection. The server ends when
+stdin closes. One difference, deliberate: a line that is not a JSON-RPC request (not JSON,
+longer than :data:`MAX_LINE`, no ``jsonrpc: "2.0"``) is answered with the JSON-RPC parse or
+invalid-request error, where the SDK drops it without a word; either way nothing changes.
 """
 
 from __future__ import annotations
