@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ import pytest
 
 from hub.capabilities import package_server
 from hub.capabilities.package_server import MAX_LINE, MCPServer
+from tests.waiting import poll_sync
 
 REPO = Path(__file__).resolve().parent.parent
 PROBE = REPO / "tests" / "packages" / "probe" / "server" / "server.py"
@@ -297,45 +299,66 @@ class Lines:
     def answer(self) -> dict[str, Any]:
         return json.loads(self.out.readline())
 
-    def __exit__(self, *exc: object) -> None:
+    def rest(self) -> list[dict[str, Any]]:
+        """Close the server's stdin; every answer it writes until it ends."""
         os.close(self._w_in)
+        self._w_in = -1
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+        self._stdout.close()
+        return [json.loads(raw) for raw in self.out.read().splitlines()]
+
+    def __exit__(self, *exc: object) -> None:
+        if self._w_in >= 0:
+            os.close(self._w_in)
         self.thread.join(10)
         assert not self.thread.is_alive()
         self._stdin.close()
-        self._stdout.close()
+        if not self._stdout.closed:
+            self._stdout.close()
         self.out.close()
 
 
-def toy() -> MCPServer:
-    server = MCPServer("toy")
-    release = threading.Event()
+@dataclass
+class Toy:
+    """A lean server with tools that wait, block, fail and count, and what a test watches."""
 
-    @server.tool()
-    async def wait(seconds: float) -> dict[str, Any]:
-        """Waits."""
-        await asyncio.sleep(seconds)
-        return {"waited": seconds}
+    server: MCPServer = field(default_factory=lambda: MCPServer("toy"))
+    release: threading.Event = field(default_factory=threading.Event)
+    """lets ``blocking`` return"""
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    """set when a ``wait`` call was cancelled"""
 
-    @server.tool()
-    def blocking() -> str:
-        """Blocks its worker thread until released."""
-        release.wait(10)
-        return "released"
+    def __post_init__(self) -> None:
+        server, release, cancelled = self.server, self.release, self.cancelled
 
-    @server.tool()
-    def fail(kind: str) -> dict[str, Any]:
-        """Fails."""
-        if kind == "tool":
-            raise package_server.ToolError("the shop is closed")
-        raise RuntimeError("secret detail")
+        @server.tool()
+        async def wait(seconds: float) -> dict[str, Any]:
+            """Waits."""
+            try:
+                await asyncio.sleep(seconds)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+            return {"waited": seconds}
 
-    @server.tool()
-    def count() -> int:
-        """A number."""
-        return 3
+        @server.tool()
+        def blocking() -> str:
+            """Blocks its worker thread until released."""
+            release.wait(10)
+            return "released"
 
-    server.release = release  # type: ignore[attr-defined]
-    return server
+        @server.tool()
+        def fail(kind: str) -> dict[str, Any]:
+            """Fails."""
+            if kind == "tool":
+                raise package_server.ToolError("the shop is closed")
+            raise RuntimeError("secret detail")
+
+        @server.tool()
+        def count() -> int:
+            """A number."""
+            return 3
 
 
 def line(msg: dict[str, Any]) -> bytes:
@@ -347,7 +370,7 @@ def call(rid: int, name: str, **args: Any) -> bytes:
 
 
 def test_bad_lines_get_a_clear_error_and_the_next_request_is_answered() -> None:
-    with Lines(toy()) as s:
+    with Lines(Toy().server) as s:
         s.send(b"not json\n")
         assert s.answer()["error"] == {
             "code": -32700,
@@ -377,7 +400,7 @@ def test_bad_lines_get_a_clear_error_and_the_next_request_is_answered() -> None:
 
 
 def test_a_tool_error_keeps_its_text_and_a_crash_does_not() -> None:
-    with Lines(toy()) as s:
+    with Lines(Toy().server) as s:
         s.send(call(1, "fail", kind="tool"))
         assert s.answer()["result"]["content"][0]["text"] == (
             "Error executing tool fail: the shop is closed"
@@ -389,23 +412,20 @@ def test_a_tool_error_keeps_its_text_and_a_crash_does_not() -> None:
 
 
 def test_calls_run_concurrently_and_a_cancelled_call_is_never_answered() -> None:
-    server = toy()
-    with Lines(server) as s:
+    toy = Toy()
+    with Lines(toy.server) as s:
         s.send(call(1, "blocking"))  # holds a worker thread
         s.send(call(2, "wait", seconds=30))
         s.send(call(3, "wait", seconds=0))
         assert s.answer()["id"] == 3  # neither the thread nor the waiting call holds it up
-        started = time.monotonic()
-        s.send(
-            line(
-                {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
-            )
-        )
-        server.release.set()  # type: ignore[attr-defined]
+        cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 2}}
+        s.send(line(cancel))
+        poll_sync(toy.cancelled.is_set, 10, "the cancelled call to stop")
+        toy.release.set()
         assert s.answer()["id"] == 1
         s.send(call(4, "count"))
-        assert s.answer()["id"] == 4  # 2 was cancelled: no answer came before 4's
-        assert time.monotonic() - started < 10
+        assert s.answer()["id"] == 4
+        assert [m["id"] for m in s.rest()] == []  # 2 never answered
 
 
 def test_a_tool_the_server_cannot_describe_is_refused_when_it_is_registered() -> None:
