@@ -51,7 +51,6 @@ import inspect
 import json
 import logging
 import sys
-import threading
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -117,8 +116,10 @@ class _Tool:
         }
 
 
-@dataclass(frozen=True)
+@dataclass(eq=False)
 class _RpcError(Exception):
+    """A request refused with a JSON-RPC error (raised and caught inside this module)."""
+
     code: int
     message: str
     data: Any = None
@@ -208,7 +209,6 @@ class MCPServer:
         self._initialized = False
         """the handshake era's gate: ``initialize`` answered, or ``notifications/initialized``"""
         self._calls: dict[Any, asyncio.Task[None]] = {}
-        self._out = threading.Lock()
 
     def tool(self) -> Callable[[F], F]:
         """Serve the decorated function as a tool (named after it, described by its
@@ -246,15 +246,12 @@ class MCPServer:
                 for task in list(self._calls.values()):  # stdin closed: the client is gone
                     task.cancel()
         finally:
-            for task in list(self._calls.values()):
-                task.cancel()
             reader.shutdown(wait=False)
 
     def _send(self, message: dict[str, Any]) -> None:
         data = json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-        with self._out:  # answers come from the loop only; the lock keeps a line whole
-            self._stdout.write(data)
-            self._stdout.flush()
+        self._stdout.write(data)  # from the event loop only: one whole line at a time
+        self._stdout.flush()
 
     def _dispatch(self, tg: asyncio.TaskGroup, line: bytes) -> None:
         if len(line) > MAX_LINE:  # cut by _read_line
