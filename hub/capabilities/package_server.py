@@ -76,10 +76,6 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 UNSUPPORTED_VERSION = -32022
-HANDSHAKE_ONLY = frozenset({"ping"})
-"""methods the enveloped era does not have"""
-MODERN_ONLY = frozenset({"server/discover"})
-"""methods only the enveloped era has"""
 BEFORE_HANDSHAKE = frozenset({"ping"})
 """what a handshake-era client may ask before ``initialize``"""
 
@@ -331,10 +327,8 @@ class MCPServer:
         if method == "initialize":
             result = self._initialize(args)
             return _ready(result), False
-        handler = _HANDLERS.get(method)
-        if handler is None or (self._modern and method in HANDSHAKE_ONLY):
-            raise _RpcError(METHOD_NOT_FOUND, "Method not found", method)
-        if method in MODERN_ONLY and not self._modern:
+        handler = (_ENVELOPE_HANDLERS if self._modern else _HANDSHAKE_HANDLERS).get(method)
+        if handler is None:
             raise _RpcError(METHOD_NOT_FOUND, "Method not found", method)
         if not self._modern and not self._initialized and method not in BEFORE_HANDSHAKE:
             raise _RpcError(INVALID_PARAMS, "Invalid request parameters", "")
@@ -388,15 +382,6 @@ class MCPServer:
 
     async def _list_tools(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"tools": [t.listed() for t in self._tools.values()]}
-
-    async def _list_resources(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"resources": []}
-
-    async def _list_templates(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"resourceTemplates": []}
-
-    async def _list_prompts(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {"prompts": []}
 
     async def _call(self, params: dict[str, Any]) -> dict[str, Any]:
         name, arguments = params["name"], params.get("arguments") or {}
@@ -513,13 +498,25 @@ def _rpc_error(rid: str | int | None, code: int, message: str, data: Any = None)
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
-_HANDLERS: dict[str, Callable[[MCPServer, dict[str, Any]], Any]] = {
-    "server/discover": MCPServer._discover,
-    "ping": MCPServer._ping,
+Handler = Callable[[MCPServer, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def _empty(key: str) -> Handler:
+    """A listing this server has nothing in (resources, templates, prompts)."""
+
+    async def listing(server: MCPServer, params: dict[str, Any]) -> dict[str, Any]:
+        return {key: []}
+
+    return listing
+
+
+_HANDLERS: dict[str, Handler] = {
     "tools/list": MCPServer._list_tools,
     "tools/call": MCPServer._call,
-    "resources/list": MCPServer._list_resources,
-    "resources/templates/list": MCPServer._list_templates,
-    "prompts/list": MCPServer._list_prompts,
+    "resources/list": _empty("resources"),
+    "resources/templates/list": _empty("resourceTemplates"),
+    "prompts/list": _empty("prompts"),
 }
-"""method → handler (``initialize`` is answered before the envelope check)"""
+"""method → handler in both eras (``initialize`` is answered before the envelope check)"""
+_HANDSHAKE_HANDLERS: dict[str, Handler] = {**_HANDLERS, "ping": MCPServer._ping}
+_ENVELOPE_HANDLERS: dict[str, Handler] = {**_HANDLERS, "server/discover": MCPServer._discover}

@@ -33,6 +33,7 @@ from typing import Any
 import aiomqtt
 
 from hub.capabilities.package_server import MCPServer
+from sync.tasks import TaskOwner
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the checkout: packages.home
 from packages.home.common import (
@@ -133,25 +134,22 @@ class Home(Registry):
 
 
 HOME = Home()
-CANCEL_AGAIN_S = 0.5
-"""seconds the broker connection has to end after its cancellation before it is cancelled
-again (see :func:`lifespan`)"""
+STOP_S = 2.0
+"""seconds the broker connection has to end when the server stops (cancelled once more
+half-way: :func:`sync.tasks.stop_tasks`)"""
 
 
 @contextlib.asynccontextmanager
 async def lifespan(_: Any) -> AsyncIterator[None]:
-    task = asyncio.create_task(HOME.run(), name="home-broker")
+    # an owned task, stopped as the hub stops its own: Python 3.11's asyncio.wait_for (in
+    # aiomqtt's subscribe and publish) drops a cancellation that lands as the broker
+    # answers, and a connection cancelled only once would then run on, the server never end
+    owner = TaskOwner("home")
+    owner.spawn(HOME.run(), "broker")
     try:
         yield None
     finally:
-        # cancelled again until it ends: Python 3.11's asyncio.wait_for (in aiomqtt's
-        # subscribe and publish) drops a cancellation that lands as the broker answers,
-        # and the connection would then run on and the server never end
-        while not task.done():
-            task.cancel()
-            await asyncio.wait({task}, timeout=CANCEL_AGAIN_S)
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await owner.close(STOP_S)
 
 
 mcp = MCPServer("home", lifespan=lifespan)
