@@ -5,6 +5,7 @@ the test package ``probe`` for misbehaving servers)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -422,6 +423,29 @@ async def test_host_starts_lazily_and_reclaims_idle_servers(tmp_path: Path) -> N
         assert h.running() == [], "an idle server is reclaimed"
         out = await h.call("probe", "echo", {})
         assert out.structured and h.starts == 2
+
+
+async def test_a_server_in_use_is_not_reclaimed_and_one_left_idle_is(tmp_path: Path) -> None:
+    """Calls do not wake the idle watcher each time: it reads the last use when its own
+    deadline comes, so a server called more often than its idle time stays up."""
+    from hub.capabilities.host import PackageHost
+    from hub.capabilities.manifest import load
+    from tests.gateway_kit import PACKAGES
+
+    m = load(PACKAGES["probe"])
+    m = replace(m, runtime=replace(m.runtime, idle_reclaim_s=1))
+    async with PackageHost({"probe": m}, env_for=lambda *_: {"YIMI_STATE_DIR": str(tmp_path)}) as h:
+        await h.call("probe", "echo", {})
+        started = time.monotonic()
+        while time.monotonic() - started < 2.5:  # in use for 2.5 idle times
+            await asyncio.sleep(0.3)  # the workload's pace, not a wait for an event
+            out = await h.call("probe", "echo", {})
+            assert out.structured, out.text
+        assert h.running() == ["probe"] and h.starts == 1, "reclaimed while in use"
+        left = time.monotonic()
+        await asyncio.wait_for(h.ended("probe"), timeout=10)
+        assert time.monotonic() - left >= 0.9, "reclaimed before its idle time"
+        assert h.running() == [] and h.starts == 1
 
 
 async def test_a_changed_environment_restarts_the_server_after_its_calls(tmp_path: Path) -> None:

@@ -235,6 +235,8 @@ class PackageHost:
                 self.starts += 1
             if hold:
                 s.inflight += 1
+        if s.ready.is_set():  # the usual call: the server is up already
+            return s
         try:
             async with asyncio.timeout(START_TIMEOUT_S):
                 await s.ready.wait()
@@ -413,7 +415,8 @@ class PackageHost:
         finally:
             s.inflight -= 1
             s.last_used = time.monotonic()
-            s.activity.set()
+            if s.stopping:  # retired or died: its runner ends once no call is in flight
+                s.activity.set()
             self._check_pids(s)
         text = "".join(getattr(c, "text", "") for c in result.content)[:MAX_TEXT_CHARS]
         structured = result.structured_content
