@@ -60,6 +60,7 @@ FILE_SECONDS: dict[str, float] = {
     "test_asr.py": 24,
     "test_package_server.py": 20,
     "test_intents.py": 23,
+    "test_intent_prefilter.py": 15,
     "test_speaker.py": 23,
     "test_security_grpc.py": 22,
     "test_pay_intents.py": 22,
