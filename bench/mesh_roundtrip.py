@@ -22,7 +22,12 @@ Everything runs on loopback, in a temporary folder that is removed afterwards:
    pass loads the embedding model (about 1.3 s of CPU, once per hub), which would otherwise
    be counted in a measured block's CPU per trip. Indexing each turn after that is counted;
 5. **concurrent** — ``--devices`` devices (DeviceNodes spread over ``--procs`` worker
-   processes) each drive ``--per-device`` trips at the same time.
+   processes) each drive ``--per-device`` trips at the same time, each its next trip once
+   its last is ACKed (a closed loop). They share this machine's cores with the hub and open
+   every timeline update the hub broadcasts, as real devices do on their own hardware, so
+   the line ``closed loop`` prints what the cores allow: CPU ms per trip (everything) →
+   the throughput they can carry → the mean latency that gives by Little's law
+   (devices / throughput), against what was measured.
 
 The hub (and with it its mosquitto) is stopped on every exit path — Ctrl-C, SIGTERM, an
 error — and the bench checks that no mosquitto of its home is left. Child processes also
@@ -463,6 +468,9 @@ class Results:
     cpu_conc: str = "-"
     hub_cpu_ms: float | None = None
     """the hub's CPU ms per sequential trip"""
+    conc_cpu_ms: float = 0.0
+    """CPU ms per concurrent trip, everything on this machine: hub, mosquitto and the
+    bench's own devices"""
     drain_seconds: float = 0.0
 
 
@@ -569,6 +577,9 @@ async def run_bench(
             res.conc_queue.ms += r["queue_to_ack"]
         res.conc_seconds = max(r["end"] for r in reports) - min(r["start"] for r in reports)
         res.cpu_conc = meter.per_trip(len(res.conc.ms))
+        if res.conc.ms:
+            every = sum(v for k, v in meter.totals.items() if k != "hub-loop")  # part of hub
+            res.conc_cpu_ms = every * 1000 / len(res.conc.ms)
     finally:
         await stop_children(workers)
     return res
@@ -669,6 +680,7 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
         " hub-loop = the hub's event-loop thread, part of hub)"
     )
     print(f"                 {cfg.devices} devices: {res.cpu_conc}")
+    print_closed_loop(cfg, res)
     print_targets(cfg, res)
     expected = cfg.expected
     utterances, deliveries, rejected = check
@@ -686,6 +698,25 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
 
 def _verdict(ok: bool) -> str:
     return "met" if ok else "NOT met"
+
+
+def print_closed_loop(cfg: Config, res: Results) -> None:
+    """What the concurrent phase can reach on this machine. Each device sends its next trip
+    once the last is ACKed (a closed loop), so by Little's law the mean latency is devices
+    / throughput; and the throughput is bounded by the cores over the CPU a trip costs here,
+    the bench's own devices included (each of them opens every timeline update of every
+    other device's trips, as a real device does on its own hardware)."""
+    cores = os.cpu_count() or 1
+    if not res.conc.ms or res.conc_seconds <= 0 or res.conc_cpu_ms <= 0:
+        return
+    bound = cores * 1000 / res.conc_cpu_ms
+    rate = len(res.conc.ms) / res.conc_seconds
+    print(
+        f"closed loop      {cfg.devices} devices: {res.conc_cpu_ms:.2f} CPU ms per trip on "
+        f"{cores} cores bounds throughput at about {bound:.0f}/s, so the mean latency "
+        f"at best about {cfg.devices * 1000 / bound:.1f} ms; measured {rate:.0f}/s "
+        f"({rate / bound:.0%} of the bound), mean {statistics.fmean(res.conc.ms):.1f} ms"
+    )
 
 
 def print_targets(cfg: Config, res: Results) -> None:
