@@ -204,11 +204,15 @@ def make_home(root: Path) -> tuple[Home, Bundle, Bundle]:
 async def pay_world(
     root: Path,
     *,
-    pay_timeout: float = 1.0,
+    pay_timeout: float = 10.0,
     sweep: bool = False,
     made: tuple[Home, Bundle, Bundle] | None = None,
     shop: SandboxShop | None = None,
 ) -> AsyncIterator[PayWorld]:
+    """A gateway, payment authority and sandbox shop in ``root``. ``pay_timeout``: seconds
+    the errands package waits for the shop's answer to a payment — roomy by default (a
+    success must not turn into "unknown" on a loaded machine); the tests of a provider
+    that hangs pass a short one below the hang."""
     home, phone, glasses = made or make_home(root)
     courier = RecordingCourier()
     async with AsyncExitStack() as stack:
