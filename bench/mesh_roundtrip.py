@@ -473,6 +473,11 @@ class Results:
     bench's own devices"""
     drain_seconds: float = 0.0
 
+    @property
+    def conc_rate(self) -> float:
+        """concurrent trips per second (0 without a concurrent phase)"""
+        return len(self.conc.ms) / self.conc_seconds if self.conc_seconds > 0 else 0.0
+
 
 async def run_bench(
     cfg: Config, home: Home, hub: HubProcess, solo: Bundle, fleet: Sequence[Bundle], root: Path
@@ -670,7 +675,7 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
         )
     if res.conc_seconds > 0:
         print(
-            f"concurrent       {len(res.conc.ms) / res.conc_seconds:.0f} trips/s "
+            f"concurrent       {res.conc_rate:.0f} trips/s "
             f"({len(res.conc.ms)} trips in {res.conc_seconds:.2f} s), "
             f"p50 {percentile(res.conc.ms, 0.5):.2f} ms, p99 {percentile(res.conc.ms, 0.99):.2f} ms"
         )
@@ -706,11 +711,11 @@ def print_closed_loop(cfg: Config, res: Results) -> None:
     / throughput; and the throughput is bounded by the cores over the CPU a trip costs here,
     the bench's own devices included (each of them opens every timeline update of every
     other device's trips, as a real device does on its own hardware)."""
-    cores = os.cpu_count() or 1
-    if not res.conc.ms or res.conc_seconds <= 0 or res.conc_cpu_ms <= 0:
+    rate = res.conc_rate
+    if not rate or res.conc_cpu_ms <= 0:
         return
+    cores = os.cpu_count() or 1
     bound = cores * 1000 / res.conc_cpu_ms
-    rate = len(res.conc.ms) / res.conc_seconds
     print(
         f"closed loop      {cfg.devices} devices: {res.conc_cpu_ms:.2f} CPU ms per trip on "
         f"{cores} cores bounds throughput at about {bound:.0f}/s, so the mean latency "
@@ -733,8 +738,8 @@ def print_targets(cfg: Config, res: Results) -> None:
             f"                 hub CPU ≤ 3 ms per turn: {res.hub_cpu_ms:.2f} ms"
             f" -> {_verdict(res.hub_cpu_ms <= 3.0)}"
         )
-    if res.conc_seconds > 0 and res.conc.ms:
-        rate = len(res.conc.ms) / res.conc_seconds
+    if res.conc_rate:
+        rate = res.conc_rate
         p99 = percentile(res.conc.ms, 0.99)
         if cfg.devices >= 50:
             print(

@@ -129,6 +129,9 @@ class _Server:
     inflight: int = 0
     last_used: float = field(default_factory=time.monotonic)
     activity: asyncio.Event = field(default_factory=asyncio.Event)
+    """wakes the idle watcher to look again now (a retiring server's last call ended,
+    :meth:`PackageHost.reclaim_idle`); a call does not set it: the watcher reads
+    ``last_used`` when its own deadline comes"""
     task: asyncio.Task[None] | None = None
     stopping: bool = False
     ended: asyncio.Event = field(default_factory=asyncio.Event)
