@@ -52,12 +52,13 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
 
-from hub.brain.base import Brain, EventSink, ReplyChunk, TaskEvent, Turn, collect
-from hub.brain.errors import BrainError
-from hub.brain.rules import AddressBook, Contact, Contacts
+from hub.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
+    from hub.brain.base import Brain, EventSink, ReplyChunk, TaskEvent, Turn, collect
     from hub.brain.configured import ConfiguredBrain
+    from hub.brain.errors import BrainError
+    from hub.brain.rules import AddressBook, Contact, Contacts
     from hub.brain.vision import VisionDesk
     from hub.gateway import Gateway
     from hub.schedule.reminders import ReminderDesk
@@ -65,6 +66,24 @@ if TYPE_CHECKING:
     from hub.schedule.watches import WatchDesk
     from provisioning.home import Home
     from storage.group_commit import GroupCommit
+
+# imported on first use: ``hub.brain.when`` (a package server's date words) does not load
+# the rule brain, the intent engine and the gateway with it
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "Brain": "hub.brain.base",
+        "ReplyChunk": "hub.brain.base",
+        "TaskEvent": "hub.brain.base",
+        "Turn": "hub.brain.base",
+        "collect": "hub.brain.base",
+        "EventSink": "hub.brain.base",
+        "BrainError": "hub.brain.errors",
+        "AddressBook": "hub.brain.rules",
+        "Contact": "hub.brain.rules",
+        "Contacts": "hub.brain.rules",
+    },
+)
 
 __all__ = [
     "AddressBook",

@@ -39,23 +39,39 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from nacl.signing import SigningKey
+from hub.lazy_exports import lazy_exports
 
-from hub.capabilities.host import EnvFor, PackageHost
-from hub.capabilities.manifest import Manifest, load
-from hub.gateway.audit import AuditLog
-from hub.gateway.gateway import (
-    CallContext,
-    Courier,
-    Decision,
-    Gateway,
-    ToolCall,
-    guarded,
+if TYPE_CHECKING:
+    from nacl.signing import SigningKey
+
+    from hub.capabilities.host import EnvFor
+    from hub.capabilities.manifest import Manifest
+    from hub.gateway.gateway import (
+        CallContext,
+        Courier,
+        Decision,
+        Gateway,
+        ToolCall,
+        guarded,
+    )
+    from hub.gateway.receipts import Receipt
+
+# imported on first use: ``hub.gateway.receipts`` (what a package server builds) does not
+# load the MCP host, the manifest schema and the ledger with it
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "CallContext": "hub.gateway.gateway",
+        "Courier": "hub.gateway.gateway",
+        "Decision": "hub.gateway.gateway",
+        "Gateway": "hub.gateway.gateway",
+        "ToolCall": "hub.gateway.gateway",
+        "guarded": "hub.gateway.gateway",
+        "Receipt": "hub.gateway.receipts",
+    },
 )
-from hub.gateway.ledger import Ledger
-from hub.gateway.receipts import Receipt
-from storage.private import private_dir
 
 __all__ = [
     "CallContext",
@@ -85,6 +101,13 @@ async def open_gateway(
     """A gateway with its ledger (``state_dir/gateway.db``), audit log
     (``state_dir/audit/``) and MCP host over ``packages``; everything closes on exit.
     ``settled_by_caller``: see :attr:`Gateway.settled_by_caller` (the hub's)."""
+    from hub.capabilities.host import PackageHost
+    from hub.capabilities.manifest import load
+    from hub.gateway.audit import AuditLog
+    from hub.gateway.gateway import Gateway
+    from hub.gateway.ledger import Ledger
+    from storage.private import private_dir
+
     catalog = dict(manifests or {})
     for root in packages or []:
         m = load(root)

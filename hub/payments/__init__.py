@@ -45,15 +45,36 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hub.gateway.gateway import Gateway
-from hub.payments.authority import PaymentAuthority, VoiceOutcome
-from hub.payments.errors import PaymentError
-from hub.payments.model import Payment, PaymentRequest, VoiceEvidence, voice_evidence
-from hub.payments.options import PayOptions
-from hub.payments.phone import DeviceLookup, change_options
-from hub.payments.store import PaymentStore
-from hub.payments.sweeper import PaymentSweeper
+from hub.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from hub.gateway.gateway import Gateway
+    from hub.payments.authority import PaymentAuthority, VoiceOutcome
+    from hub.payments.errors import PaymentError
+    from hub.payments.model import Payment, PaymentRequest, VoiceEvidence, voice_evidence
+    from hub.payments.options import PayOptions
+    from hub.payments.phone import DeviceLookup, change_options
+    from hub.payments.store import PaymentStore
+
+# imported on first use: a package server that needs only ``hub.payments.money`` does not
+# load the authority, the gateway and the MCP host with it
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "PaymentAuthority": "hub.payments.authority",
+        "VoiceOutcome": "hub.payments.authority",
+        "PaymentError": "hub.payments.errors",
+        "Payment": "hub.payments.model",
+        "PaymentRequest": "hub.payments.model",
+        "VoiceEvidence": "hub.payments.model",
+        "voice_evidence": "hub.payments.model",
+        "PayOptions": "hub.payments.options",
+        "change_options": "hub.payments.phone",
+        "PaymentStore": "hub.payments.store",
+    },
+)
 
 __all__ = [
     "PayOptions",
@@ -83,6 +104,10 @@ async def open_payments(
     ``spend`` gate, cards and audit log) until the block ends. ``devices`` looks up the
     device registry (revocation is checked at every use). ``sweep=False``: no periodic
     sweep (tests call ``sweep()`` themselves); undo timers still run."""
+    from hub.payments.authority import PaymentAuthority
+    from hub.payments.store import PaymentStore
+    from hub.payments.sweeper import PaymentSweeper
+
     store = PaymentStore(state_dir / "payments.db", synchronous="FULL" if durable else "OFF")
     authority = PaymentAuthority(gateway, store, devices=devices)
     sweeper = PaymentSweeper(authority.sweep, authority.execute, authority.now, periodic=sweep)

@@ -47,16 +47,36 @@ rather than paste a sentence: ``tests/data/intents/probe_{en,zh}.yaml`` was writ
 reading the templates and measures how far they carry beyond their own examples.
 """
 
-from hub.brain.intents.engine import (
-    DEFAULT_LISTS,
-    LOCAL_CONFIDENCE,
-    IntentEngine,
-    Match,
-    Named,
-    SlotLists,
+from typing import TYPE_CHECKING
+
+from hub.lazy_exports import lazy_exports
+
+if TYPE_CHECKING:
+    from hub.brain.intents.engine import (
+        DEFAULT_LISTS,
+        LOCAL_CONFIDENCE,
+        IntentEngine,
+        Match,
+        Named,
+        SlotLists,
+    )
+    from hub.brain.intents.numerals import parse_number, zh_to_int
+    from hub.brain.intents.text import Lang, detect_language, strip_request
+
+# imported on first use: the numerals (``hub.brain.when``'s dates) do not load hassil and
+# the engine with them
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        **dict.fromkeys(
+            ("DEFAULT_LISTS", "LOCAL_CONFIDENCE", "IntentEngine", "Match", "Named", "SlotLists"),
+            "hub.brain.intents.engine",
+        ),
+        "parse_number": "hub.brain.intents.numerals",
+        "zh_to_int": "hub.brain.intents.numerals",
+        **dict.fromkeys(("Lang", "detect_language", "strip_request"), "hub.brain.intents.text"),
+    },
 )
-from hub.brain.intents.numerals import parse_number, zh_to_int
-from hub.brain.intents.text import Lang, detect_language, strip_request
 
 __all__ = [
     "DEFAULT_LISTS",
