@@ -12,6 +12,8 @@ of every decoder of untrusted bytes."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import json
 import time
@@ -679,3 +681,32 @@ async def test_with_its_broker_out_of_reach_the_package_lists_at_once(tmp_path: 
             assert time.monotonic() < deadline, "every listing waited SETTLE_S"
         took = [await timed() for _ in range(5)]
         assert max(took) < SETTLE_S / 2, took
+
+
+async def test_a_listing_begun_before_the_first_try_fails_answers_when_it_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hub reads its slot lists as the package comes up: a listing (or a lookup) that
+    began before the package's first try to reach its broker failed answers as that try
+    fails, not after SETTLE_S (60 s here, so nothing but the failure can end the wait; it
+    was 1 s of every hub start whose home broker was out of reach)."""
+    from packages.home.server import server
+    from worlds import ports
+
+    monkeypatch.setattr(server, "SETTLE_S", 60.0)
+    monkeypatch.setenv("YIMI_MQTT_HOST", "127.0.0.1")
+    monkeypatch.setenv("YIMI_MQTT_PORT", str(ports.port()))  # free: nothing listens there
+    home = server.Home()
+    listing = asyncio.create_task(home.wait_settled())
+    lookup = asyncio.create_task(home.entity("light.kitchen"))
+    await asyncio.sleep(0)  # both are waiting before the first try starts
+    assert not listing.done() and not lookup.done()
+    runner = asyncio.create_task(home.run())
+    try:
+        await asyncio.wait_for(listing, 20)
+        assert await asyncio.wait_for(lookup, 20) is None
+        assert home.unreachable
+    finally:
+        runner.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await runner

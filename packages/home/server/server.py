@@ -71,7 +71,7 @@ class Home(Registry):
 
     async def wait_settled(self) -> None:
         """Until the retained messages are in: at most ``SETTLE_S``, and not at all while
-        the broker is out of reach."""
+        the broker is out of reach (nor past the moment a try to reach it fails)."""
         if self.unreachable:
             return
         with contextlib.suppress(TimeoutError):
@@ -107,6 +107,12 @@ class Home(Registry):
                 self.client = None
                 self.connected.clear()
                 self.unreachable = True
+                # nothing more comes until a try succeeds (which clears ``settled``): a
+                # listing or lookup already waiting answers now with what is known, not
+                # after SETTLE_S (the hub's slot-list read at its start waited for that)
+                self.settled.set()
+                async with self.changed:
+                    self.changed.notify_all()
                 await asyncio.sleep(1.0)
             finally:
                 if fallback is not None:
@@ -129,7 +135,9 @@ class Home(Registry):
             async with asyncio.timeout(SETTLE_S):
                 await self.settled.wait()
                 async with self.changed:
-                    await self.changed.wait_for(lambda: entity_id in self.entities)
+                    await self.changed.wait_for(
+                        lambda: entity_id in self.entities or self.unreachable
+                    )
         return self.entities.get(entity_id)
 
 
