@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import importlib
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
-def lazy_exports(package: str, where: Mapping[str, str]) -> Callable[[str], object]:
-    """The module ``__getattr__`` of ``package``: ``name`` is imported from the module
-    ``where[name]`` on first use, and kept in the package as a plain attribute (the next
-    use does not come here). Any other name raises :class:`AttributeError`, as a missing
-    attribute does (so ``from package import submodule`` still imports the submodule)."""
+def lazy_exports(package: str, modules: Mapping[str, Iterable[str]]) -> Callable[[str], object]:
+    """The module ``__getattr__`` of ``package``, from its table of module → public names
+    (as its ``TYPE_CHECKING`` imports read): a name is imported from its module on first
+    use and kept in the package as a plain attribute (the next use does not come here).
+    Any other name raises :class:`AttributeError`, as a missing attribute does (so
+    ``from package import submodule`` still imports the submodule)."""
+    where = {name: module for module, names in modules.items() for name in names}
 
     def __getattr__(name: str) -> object:
         module = where.get(name)

@@ -72,16 +72,9 @@ if TYPE_CHECKING:
 __getattr__ = lazy_exports(
     __name__,
     {
-        "Brain": "hub.brain.base",
-        "ReplyChunk": "hub.brain.base",
-        "TaskEvent": "hub.brain.base",
-        "Turn": "hub.brain.base",
-        "collect": "hub.brain.base",
-        "EventSink": "hub.brain.base",
-        "BrainError": "hub.brain.errors",
-        "AddressBook": "hub.brain.rules",
-        "Contact": "hub.brain.rules",
-        "Contacts": "hub.brain.rules",
+        "hub.brain.base": ("Brain", "EventSink", "ReplyChunk", "TaskEvent", "Turn", "collect"),
+        "hub.brain.errors": ("BrainError",),
+        "hub.brain.rules": ("AddressBook", "Contact", "Contacts"),
     },
 )
 

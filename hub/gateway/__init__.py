@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hub.lazy_exports import lazy_exports
+from storage.private import private_dir
 
 if TYPE_CHECKING:
     from nacl.signing import SigningKey
@@ -63,13 +64,15 @@ if TYPE_CHECKING:
 __getattr__ = lazy_exports(
     __name__,
     {
-        "CallContext": "hub.gateway.gateway",
-        "Courier": "hub.gateway.gateway",
-        "Decision": "hub.gateway.gateway",
-        "Gateway": "hub.gateway.gateway",
-        "ToolCall": "hub.gateway.gateway",
-        "guarded": "hub.gateway.gateway",
-        "Receipt": "hub.gateway.receipts",
+        "hub.gateway.gateway": (
+            "CallContext",
+            "Courier",
+            "Decision",
+            "Gateway",
+            "ToolCall",
+            "guarded",
+        ),
+        "hub.gateway.receipts": ("Receipt",),
     },
 )
 
@@ -106,7 +109,6 @@ async def open_gateway(
     from hub.gateway.audit import AuditLog
     from hub.gateway.gateway import Gateway
     from hub.gateway.ledger import Ledger
-    from storage.private import private_dir
 
     catalog = dict(manifests or {})
     for root in packages or []:

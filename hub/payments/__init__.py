@@ -63,16 +63,12 @@ if TYPE_CHECKING:
 __getattr__ = lazy_exports(
     __name__,
     {
-        "PaymentAuthority": "hub.payments.authority",
-        "VoiceOutcome": "hub.payments.authority",
-        "PaymentError": "hub.payments.errors",
-        "Payment": "hub.payments.model",
-        "PaymentRequest": "hub.payments.model",
-        "VoiceEvidence": "hub.payments.model",
-        "voice_evidence": "hub.payments.model",
-        "PayOptions": "hub.payments.options",
-        "change_options": "hub.payments.phone",
-        "PaymentStore": "hub.payments.store",
+        "hub.payments.authority": ("PaymentAuthority", "VoiceOutcome"),
+        "hub.payments.errors": ("PaymentError",),
+        "hub.payments.model": ("Payment", "PaymentRequest", "VoiceEvidence", "voice_evidence"),
+        "hub.payments.options": ("PayOptions",),
+        "hub.payments.phone": ("change_options",),
+        "hub.payments.store": ("PaymentStore",),
     },
 )
 

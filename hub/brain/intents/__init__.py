@@ -68,13 +68,16 @@ if TYPE_CHECKING:
 __getattr__ = lazy_exports(
     __name__,
     {
-        **dict.fromkeys(
-            ("DEFAULT_LISTS", "LOCAL_CONFIDENCE", "IntentEngine", "Match", "Named", "SlotLists"),
-            "hub.brain.intents.engine",
+        "hub.brain.intents.engine": (
+            "DEFAULT_LISTS",
+            "LOCAL_CONFIDENCE",
+            "IntentEngine",
+            "Match",
+            "Named",
+            "SlotLists",
         ),
-        "parse_number": "hub.brain.intents.numerals",
-        "zh_to_int": "hub.brain.intents.numerals",
-        **dict.fromkeys(("Lang", "detect_language", "strip_request"), "hub.brain.intents.text"),
+        "hub.brain.intents.numerals": ("parse_number", "zh_to_int"),
+        "hub.brain.intents.text": ("Lang", "detect_language", "strip_request"),
     },
 )
 
