@@ -31,8 +31,11 @@ after its recall. The bench prints how many turns the hub heard as Chinese.
 
 A turn is timed from the **end of speech** — the instant the last voiced sample of the clip
 was "spoken" on the microphone's real-time clock — to the **reply on the device** — the
-glasses' ACK (``at_ms``, stamped by the device after showing and speaking) of the reply's
-final chunk. The stages come from what the processes recorded, never from estimates:
+glasses' first ACK (``at_ms``, stamped by the device) of the reply's final chunk: the
+glasses ACK ``RENDERED`` as they show a reply on their display, before its speech is
+synthesised, and ``PLAYED`` once it is spoken; **spoken** is timed to that second ACK (the
+reply's ``played`` delivery). The stages come from what the processes recorded, never from
+estimates:
 
 - **device** — end of speech → the request queued on the glasses (the VAD's end-of-speech
   hang-over, the speaker embedding, FLAC): the glasses' log line (ms);
@@ -46,12 +49,14 @@ final chunk. The stages come from what the processes recorded, never from estima
 - **brain** — admission → the first reply chunk made, less the gateway time:
   ``reply_chunks.created_ms``;
 - **delivery** — first chunk made → final chunk ACKed by the device (sealed ``REPLY``,
-  shown, spoken with espeak-ng into the null sink, the ACK): ``reply_chunks.acked_ms``.
+  shown, the ACK): ``reply_chunks.acked_ms``; its speech (synthesised by the English Piper
+  voice or espeak-ng into the null sink) is in **spoken**, not in the stages.
 
 The stages add up to the total exactly. p50 and p99 of the total (and of the first chunk on
-the device), the median of every stage, and the ratio fake endpoint / rule-based are
-printed. The hub and the glasses are stopped on every exit path and the bench checks that no
-mosquitto of its home is left; children get ``PR_SET_PDEATHSIG``.
+the device, and of the spoken reply), the median of every stage, and the ratio fake
+endpoint / rule-based are printed. The hub and the glasses are stopped on every exit path
+and the bench checks that no mosquitto of its home is left; children get
+``PR_SET_PDEATHSIG``.
 """
 
 from __future__ import annotations
@@ -123,6 +128,8 @@ class TurnTimes:
     total: float
     first: float
     """end of speech → first chunk ACKed"""
+    spoken: float
+    """end of speech → the reply spoken (its ``played`` delivery)"""
     stages: dict[str, float]
     preview: bool = False
     """the transcript was the hub's recognition of the device's preview (speculative)"""
@@ -407,9 +414,16 @@ class World:
                 "WHERE utterance_id = ? ORDER BY idx",
                 uid,
             )
-            return rows if rows and rows[-1][1] and all(r[3] for r in rows) else None
+            if not (rows and rows[-1][1] and all(r[3] for r in rows)):
+                return None
+            played = self.query(
+                "SELECT d.at_ms FROM deliveries d JOIN replies r ON r.id = d.reply_id "
+                "WHERE r.utterance_id = ? AND d.state = 'played'",
+                uid,
+            )
+            return [*rows, played[0]] if played else None
 
-        chunks = self.wait(done, TURN_TIMEOUT_S, "the reply's ACK")
+        *chunks, (played_ms,) = self.wait(done, TURN_TIMEOUT_S, "the reply's ACKs")
         ((received, meta_text, trace),) = self.query(
             "SELECT received_ms, meta, trace_id FROM timeline WHERE id = ?", uid
         )
@@ -433,6 +447,7 @@ class World:
             " ".join(str(c[4]) for c in chunks),
             final_acked - end_ms,
             float(chunks[0][3]) - end_ms,
+            float(played_ms) - end_ms,
             stages,
             meta.get("asr_preview") is True,
             str(meta.get("language") or ""),
@@ -465,10 +480,14 @@ class World:
 
 # ---------------------------------------------------------------------------- report
 def report(results: Results, said: tuple[str, ...]) -> None:
-    head = f"{'':<16} {'n':>3} {'p50':>8} {'p99':>8} {'first p50':>10}  " + "".join(
-        f"{s:>10}" for s in STAGES
+    head = (
+        f"{'':<16} {'n':>3} {'p50':>8} {'p99':>8} {'first p50':>10} {'spoken p50':>10}  "
+        + "".join(f"{s:>10}" for s in STAGES)
     )
-    print("\nend of speech → reply on the glasses (ms; stages are medians)")
+    print(
+        "\nend of speech → reply on the glasses, shown (ms; stages are medians; spoken: the"
+        " reply's PLAYED ACK)"
+    )
     print(head)
     med: dict[str, dict[str, float]] = {}
     for model in MODELS:
@@ -478,16 +497,18 @@ def report(results: Results, said: tuple[str, ...]) -> None:
         med[model] = {s: median([t.stages[s] for t in turns]) for s in STAGES}
         med[model]["total"] = median(totals)
         med[model]["first"] = median(firsts)
+        med[model]["spoken"] = median([t.spoken for t in turns])
         med[model]["p99"] = percentile(totals, 0.99)
         print(
             f"{model:<16} {len(turns):>3} {percentile(totals, 0.5):>8.0f} "
-            f"{percentile(totals, 0.99):>8.0f} {median(firsts):>10.0f}  "
-            + "".join(f"{med[model][s]:>10.0f}" for s in STAGES)
+            f"{percentile(totals, 0.99):>8.0f} {median(firsts):>10.0f} "
+            f"{med[model]['spoken']:>10.0f}  " + "".join(f"{med[model][s]:>10.0f}" for s in STAGES)
         )
     a, b = med["fake endpoint"], med["rule-based"]
     print(
         f"{'fake / rule':<16} {'':>3} {ratio(a['total'], b['total']):>8} "
-        f"{ratio(a['p99'], b['p99']):>8} {ratio(a['first'], b['first']):>10}  "
+        f"{ratio(a['p99'], b['p99']):>8} {ratio(a['first'], b['first']):>10} "
+        f"{ratio(a['spoken'], b['spoken']):>10}  "
         + "".join(f"{ratio(a[s], b[s]):>10}" for s in STAGES)
     )
     used = [t.preview for m in MODELS for t in results.of(m)]

@@ -1182,11 +1182,12 @@ class Demo:
 
     def _acked(self, uid: str) -> None:
         def acked() -> str | None:
+            # the glasses ACK a piece as they show it, then again once it is spoken
             chunks = self.hub_query(
                 "SELECT acked, final FROM reply_chunks WHERE utterance_id = ? ORDER BY idx", uid
             )
-            if chunks and chunks[-1][1] and all(c[0] for c in chunks):
-                return ", ".join(sorted({str(c[0]) for c in chunks}))
+            if chunks and chunks[-1][1] and all(c[0] == "played" for c in chunks):
+                return "played"
             return None
 
         state = self.watch.until(acked, "the glasses' ACK of the reply", self.step_timeout)

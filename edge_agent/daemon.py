@@ -187,6 +187,7 @@ async def run_voice(
             name=bundle.name,
             channel=profile.channel or bundle.name,
             speaks=speaks,
+            shows=profile.has("hud"),
             source=heard_from,
         )
 

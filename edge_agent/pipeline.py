@@ -35,7 +35,10 @@ ambient (``own_playback``) — the device does not wake itself.
 Replies are spoken in their own language (``hardware.tts.Speaker``: Chinese by espeak-ng
 ``cmn``, English by the neural Piper voice, espeak-ng when Piper is missing or fails) into
 the sink and ACKed ``PLAYED``; a device without the ``speaker`` role (or run without an
-audio sink) shows them and ACKs ``RENDERED``.
+audio sink) shows them and ACKs ``RENDERED``. A device with both a display (the ``hud``
+role: the glasses) and a speaker ACKs ``RENDERED`` as it shows a reply, before its speech
+is synthesised, and ``PLAYED`` once it is spoken: the hub knows the reply reached the owner
+when it did (the moment that end of speech → reply is timed to), and that it was heard.
 
 Detectors are injected through small protocols (:class:`SpeechDetector`,
 :class:`WakeSpotter`, :class:`SpeakerEmbedder`), so the state machine can be tested on
@@ -230,6 +233,9 @@ class DeviceVoice:
     speaks: bool
     """has a speaker (replies are spoken, ACK PLAYED); every reply is also printed (stdout
     stands in for a HUD)"""
+    shows: bool = False
+    """has a display (the ``hud`` role): a reply is ACKed RENDERED when shown, before it is
+    spoken"""
     source: str = ""
     """where the audio comes from (``mic``, ``-``, a file path), for the ambient log"""
 
@@ -903,7 +909,12 @@ class VoicePipeline:
     async def _deliver(self, loop: asyncio.AbstractEventLoop, reply: mesh_pb2.Reply) -> None:
         print(f"[{self.device.name}] hub: {reply.text}", flush=True)
         state = mesh_pb2.RENDERED
-        if self.device.speaks and self.sink is not None and reply.text.strip():
+        speaking = self.device.speaks and self.sink is not None and bool(reply.text.strip())
+        shown_acked = speaking and self.device.shows
+        if shown_acked:  # on the display now; spoken after its synthesis (PLAYED below)
+            await self._ack(reply, mesh_pb2.RENDERED)
+        if speaking:
+            assert self.sink is not None
             try:
                 audio = await loop.run_in_executor(None, self._speak, reply.text[:MAX_SPOKEN_CHARS])
                 self._quiet_until = 1 << 62  # until the tail below is set
@@ -914,7 +925,8 @@ class VoicePipeline:
                 state = mesh_pb2.PLAYED
             except Exception as exc:  # any sink or synthesis failure: the reply is shown
                 log.warning("reply %s not spoken: %s", reply.id, exc)
-        await self._ack(reply, state)
+        if state == mesh_pb2.PLAYED or not shown_acked:
+            await self._ack(reply, state)
         if state == mesh_pb2.PLAYED:
             self.stats.played += 1
         else:

@@ -232,6 +232,7 @@ def make(
     uplink: FakeUplink | None = None,
     sink: FakeSink | None = None,
     speaks: bool = True,
+    shows: bool = False,
     enrolled: bool = True,
     pauses: bool = False,
 ) -> tuple[VoicePipeline, FakeUplink, FakeWake]:
@@ -244,7 +245,9 @@ def make(
         voiceprint=FakeVoiceprint(enrolled),
         encode=lambda s: b"fake-flac:" + s.tobytes(),
     )
-    device = DeviceVoice("dev-1", "glasses1", "glasses", speaks=speaks, source="test.wav")
+    device = DeviceVoice(
+        "dev-1", "glasses1", "glasses", speaks=speaks, shows=shows, source="test.wav"
+    )
     p = VoicePipeline(device, ears, uplink, tmp_path, sink=sink, speak=fake_speak)
     return p, uplink, wake
 
@@ -494,8 +497,11 @@ async def test_text_only_device_acks_rendered(
     assert "[glasses1] hub: on the watch" in capsys.readouterr().out
 
 
-async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path) -> None:
-    p, uplink, _ = make(tmp_path, sink=FakeSink())
+@pytest.mark.parametrize("shows", [False, True])
+async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path, shows: bool) -> None:
+    """Without a display or with one (then the RENDERED ACK went as it was shown): the
+    reply is ACKed RENDERED once."""
+    p, uplink, _ = make(tmp_path, sink=FakeSink(), shows=shows)
 
     def broken(text: str) -> Samples:
         from hardware.errors import AudioError
@@ -508,6 +514,36 @@ async def test_failed_synthesis_falls_back_to_rendered(tmp_path: Path) -> None:
         await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
         await poll(lambda: p.settled_now())
     assert uplink.acks == [("r-3", mesh_pb2.RENDERED)]
+    assert p.stats.rendered == 1 and p.stats.played == 0
+
+
+async def test_a_device_with_a_display_acks_rendered_as_it_shows_then_played(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Glasses (a HUD and a speaker): the reply is ACKed RENDERED when it is shown, before
+    its speech is synthesised, and PLAYED once spoken; a re-sent one is ACKed PLAYED."""
+    sink = FakeSink(auto=False)
+    p, uplink, _ = make(tmp_path, sink=sink, shows=True)
+    acks_at_synthesis: list[list[tuple[str, int]]] = []
+
+    def speak(text: str) -> Samples:
+        acks_at_synthesis.append(list(uplink.acks))
+        return fake_speak(text)
+
+    p._speak = speak
+    async with p:
+        reply = mesh_pb2.Reply(id="r-5", utterance_id="u-x", text="on the hud", final=True)
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), True)
+        await sink.started.wait()
+        assert acks_at_synthesis == [[("r-5", mesh_pb2.RENDERED)]]
+        assert "[glasses1] hub: on the hud" in capsys.readouterr().out
+        assert uplink.acks == [("r-5", mesh_pb2.RENDERED)]  # still speaking
+        sink.release()
+        await poll(lambda: p.settled_now())
+        assert uplink.acks == [("r-5", mesh_pb2.RENDERED), ("r-5", mesh_pb2.PLAYED)]
+        assert p.stats.played == 1 and p.stats.rendered == 0
+        await p.on_reply(reply, opened(reply, mesh_pb2.REPLY), False)
+    assert uplink.acks[2:] == [("r-5", mesh_pb2.PLAYED)] and sink.played == [1600]
 
 
 async def test_long_request_is_cut_and_split_into_chunks(
