@@ -1,7 +1,8 @@
 """Group commit (storage/group_commit.py): commits and appends are marked, not synced; one
-flush syncs each written file once, shared by every caller waiting at the same time; a sync
-that fails fails its callers and keeps the files marked; a flush after a write always syncs
-it. Real SQLite files and real fdatasync calls."""
+flush syncs each written file once (the files of one flush at the same time), shared by
+every caller waiting at the same time; a sync that fails fails its callers and keeps the
+files marked; a flush after a write always syncs it. Real SQLite files and real fdatasync
+calls."""
 
 from __future__ import annotations
 
@@ -286,3 +287,64 @@ def test_joined_opens_its_own_transaction_or_joins_the_callers(tmp_path: Path) -
         raise RuntimeError("the caller's failure undoes the step too")
     assert [r[0] for r in conn.execute("SELECT v FROM t")] == [1]
     conn.close()
+
+
+async def test_the_files_of_one_flush_are_synced_at_the_same_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two databases written before one flush: their syncs run together (each waits at a
+    barrier only the other can pass, so one after the other could not finish)."""
+    together = threading.Barrier(2, timeout=10)
+    real = os.fdatasync
+
+    def meeting(fd: int) -> None:
+        together.wait()
+        real(fd)
+
+    async with GroupCommit() as group:
+        a = open_db(tmp_path / "a.db", SCHEMA, group=group)
+        b = open_db(tmp_path / "b.db", SCHEMA, group=group)
+        await group.flush()
+        synced = group.files_synced
+        _insert(a)
+        _insert(b)
+        monkeypatch.setattr(gc.os, "fdatasync", meeting)
+        await group.flush()
+        assert group.files_synced == synced + 2 and group.pending == 0
+        assert not together.broken
+        a.close()
+        b.close()
+
+
+async def test_one_failed_sync_among_several_fails_the_flush_and_keeps_every_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Of three files synced together one fails: the flush raises once all have ended and
+    the three stay marked; the next flush syncs them."""
+    real = os.fdatasync
+    calls: list[str] = []
+
+    def one_breaks(fd: int) -> None:
+        name = os.readlink(f"/proc/self/fd/{fd}").rsplit("/", 1)[-1]
+        calls.append(name)
+        if name == "b.db-wal":
+            raise OSError(5, "Input/output error")
+        real(fd)
+
+    async with GroupCommit() as group:
+        conns = [open_db(tmp_path / f"{n}.db", SCHEMA, group=group) for n in "abc"]
+        await group.flush()
+        for c in conns:
+            _insert(c)
+        monkeypatch.setattr(gc.os, "fdatasync", one_breaks)
+        with pytest.raises(StorageError) as err:
+            await group.flush()
+        assert err.value.key == "storage.sync_failed" and "b.db-wal" in str(err.value)
+        assert sorted(calls) == ["a.db-wal", "b.db-wal", "c.db-wal"]  # every one was tried
+        assert group.pending == 3
+        monkeypatch.setattr(gc.os, "fdatasync", real)
+        await group.flush()
+        assert group.pending == 0
+        for c in conns:
+            assert c.execute("SELECT count(*) FROM t").fetchall()[0][0] == 1
+            c.close()
