@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from nacl.signing import SigningKey
 
-from hub.brain.base import Turn, collect
+from hub.brain.base import ReplyChunk, Turn, collect
 from hub.brain.cloud import Provenance, receipt_provenance
 from hub.brain.errors import BrainError
 from hub.brain.providers import (
@@ -461,3 +462,33 @@ def test_the_configuration_is_read_once_per_change_and_sees_other_processes(
     confirm(p, p.propose({"roles": {}}), phone)  # this connection's own change
     assert p.apply_pending() is not None and p.current().version == 2
     p.close()
+
+
+async def test_a_turn_closed_after_its_final_chunk_closes_the_brain_that_answered(
+    tmp_path: Path,
+) -> None:
+    """The hub stops reading a turn at its final chunk and closes it: the rule brain's
+    generator under it is closed then too, not left for the garbage collector (whose
+    finalizer would close it later, in a task of its own)."""
+    from hub.brain import open_brain
+    from provisioning.home import Home
+    from tests.brain_kit import BOOK, fake_gateway
+
+    home = Home.init(tmp_path / "home")
+    async with fake_gateway(tmp_path) as gw, open_brain(home, gw, contacts=BOOK) as brain:
+        closed: list[str] = []
+        answer = brain.rules.turn
+
+        async def watched(turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
+            try:
+                async for chunk in answer(turn):
+                    yield chunk
+            finally:
+                closed.append(turn.text)
+
+        brain.rules.turn = watched  # type: ignore[method-assign]
+        chunks = brain.turn(Turn("hello"))
+        first = await anext(chunks)
+        assert first.final and first.text.startswith("I heard: hello.")
+        await chunks.aclose()
+        assert closed == ["hello"]

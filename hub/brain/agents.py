@@ -57,7 +57,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -670,7 +670,7 @@ class PydanticBrain(Brain):
         return brain_receipt("succeeded", "task.steered", task_id, how=how)
 
     # ------------------------------------------------------------------ turns
-    async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
+    async def turn(self, turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
         turn = turn.ids()
         config = self.between_turns()
         task, fresh = self.store.create(

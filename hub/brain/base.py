@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import secrets
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -184,8 +184,9 @@ class Brain(ABC):
         """Stop background work (tasks stay persisted and resume on the next start)."""
 
     @abstractmethod
-    def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
-        """Answer one admitted turn: reply chunks, in order, the last one ``final``."""
+    def turn(self, turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
+        """Answer one admitted turn: reply chunks, in order, the last one ``final``. An async
+        generator: a caller that stops before its end closes it (``contextlib.aclosing``)."""
 
     @abstractmethod
     async def resume(self) -> list[str]:

@@ -21,7 +21,8 @@ resume or to settle. A hub that runs the rule-based brain never imports it."""
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from hub.brain.base import Brain, EventSink, ReplyChunk, Turn
@@ -138,11 +139,12 @@ class ConfiguredBrain(Brain):
             await self._llm.close()
         await self.rules.close()
 
-    async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
+    async def turn(self, turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
         self.providers.apply_pending()  # between turns
         brain = self.pick(turn)
-        async for chunk in brain.turn(turn):
-            yield chunk
+        async with aclosing(brain.turn(turn)) as chunks:  # closed with this one
+            async for chunk in chunks:
+                yield chunk
 
     async def resume(self) -> list[str]:
         resumed = await self.rules.resume()

@@ -5,7 +5,7 @@ offers the tool), so neither imports the other."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +37,7 @@ class LocalCommands:
 
     engine: Callable[[], IntentEngine]
     """the engine in use now (the rule brain rebuilds it when slot lists change)"""
-    turn: Callable[[Turn], AsyncIterator[ReplyChunk]]
+    turn: Callable[[Turn], AsyncGenerator[ReplyChunk, None]]
 
     def recognize(self, text: str, language: str = "") -> Match | None:
         """A confident match of ``text`` (``None`` below ``LOCAL_CONFIDENCE``)."""
@@ -48,6 +48,6 @@ class LocalCommands:
             return None
         return match
 
-    def run(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
+    def run(self, turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
         """Run ``turn`` on the rule brain (its steps go through the gateway)."""
         return self.turn(turn)

@@ -47,7 +47,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -276,7 +276,7 @@ class RuleBrain(Brain):
             return Intent(None)
         return Intent(match.intent, dict(match.slots))
 
-    async def turn(self, turn: Turn) -> AsyncIterator[ReplyChunk]:
+    async def turn(self, turn: Turn) -> AsyncGenerator[ReplyChunk, None]:
         turn = turn.ids()
         lang = turn.lang
         existing = self.store.get(turn.turn_id)

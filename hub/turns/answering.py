@@ -33,6 +33,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -285,19 +286,22 @@ class Turns:
         sent = 0
         made: list[Piece] = []  # chunks made together: kept and sent together (``more``)
         try:
-            async for chunk in brain.turn(turn):
-                if not made:
-                    sent = chunk.index
-                made.append(
-                    Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain, chunk.intent)
-                )
-                if chunk.more and not chunk.final:
-                    continue
-                pieces, made = made, []
-                await self.delivery.deliver(adm, rid, pieces, start=sent)
-                sent += len(pieces)
-                if chunk.final:
-                    break
+            # closed as the final chunk is sent, not left for the collector to close later
+            # (a suspended async generator costs the loop a wake-up and a task when it is)
+            async with aclosing(brain.turn(turn)) as chunks:
+                async for chunk in chunks:
+                    if not made:
+                        sent = chunk.index
+                    made.append(
+                        Piece(chunk.text, chunk.final, chunk.task_id, chunk.brain, chunk.intent)
+                    )
+                    if chunk.more and not chunk.final:
+                        continue
+                    pieces, made = made, []
+                    await self.delivery.deliver(adm, rid, pieces, start=sent)
+                    sent += len(pieces)
+                    if chunk.final:
+                        break
         except Exception as exc:
             log.exception("the brain failed on turn %s", uid)
             why = str(exc) if isinstance(exc, YimiError) else type(exc).__name__
