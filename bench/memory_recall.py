@@ -43,7 +43,8 @@ What is measured, in a temporary folder removed afterwards:
 * **Commits.** ``upsert`` one memory per transaction with the real model embedding it
   (what the assertion store does per commit); the same with the vector given (index write
   alone); and ``upsert_many`` in batches of 1,000 (a re-index). ``remove`` of one item, which
-  merges the keyword index and drops freed pages so its text is really gone.
+  takes its tokens out of the keyword index (FTS5 secure-delete) and drops freed pages so
+  its text is really gone.
 """
 
 from __future__ import annotations

@@ -221,26 +221,87 @@ def test_upsert_again_replaces_the_item(index: MemoryIndex) -> None:
     assert index._scalar("SELECT count(*) FROM items_vec") == 1
 
 
+def _matching(ix: MemoryIndex, word: str) -> int:
+    """keyword rows holding ``word``"""
+    return ix._scalar("SELECT count(*) FROM items_fts WHERE items_fts MATCH ?", (word,))
+
+
+def _segmented(ix: MemoryIndex, v: np.ndarray, secret: str) -> None:
+    """3,000 items in several transactions (the keyword index in many segments), then
+    ``secret`` as item ``t``, then 50 more, each on its own."""
+    ix.upsert_many(
+        [
+            Entry(f"m{i}", f"breakfast and dentist visit {i * 7}", "low", [], 0.5, T0)
+            for i in range(3000)
+        ],
+        vectors=v[:3000],
+    )
+    ix.upsert_many([Entry("t", secret, "low", [], 0.5, T0)], vectors=v[3000:3001])
+    for i in range(50):
+        ix.upsert_many([Entry(f"n{i}", f"later note {i}", "low", [], 0.5, T0)], vectors=v[[i]])
+
+
 def test_a_replaced_text_does_not_linger_in_the_files(tmp_path: Path) -> None:
     rng = np.random.default_rng(1)
     v = rng.normal(size=(3100, INDEX_DIM)).astype(np.float32)
     v /= np.linalg.norm(v, axis=1, keepdims=True)
     with MemoryIndex(tmp_path / "ix.db", clock=lambda: T0) as ix:
-        # enough rows, in several transactions, for the keyword index to have many segments
-        ix.upsert_many(
-            [
-                Entry(f"m{i}", f"breakfast and dentist visit {i * 7}", "low", [], 0.5, T0)
-                for i in range(3000)
-            ],
-            vectors=v[:3000],
-        )
-        ix.upsert_many([Entry("t", "女儿对花生过敏", "low", [], 0.5, T0)], vectors=v[3000:3001])
-        for i in range(50):
-            ix.upsert_many([Entry(f"n{i}", f"later note {i}", "low", [], 0.5, T0)], vectors=v[[i]])
+        _segmented(ix, v, "女儿对花生过敏")
         ix.upsert_many([Entry("t", "女儿对芒果过敏", "low", [], 0.5, T0)], vectors=v[3099:3100])
         assert ix.search_fts("花生", k=5) == [] and ix.search_fts("芒果", k=1)[0].item_id == "t"
     blobs = b"".join(p.read_bytes() for p in tmp_path.glob("ix.db*"))
     assert "花生".encode() not in blobs and v[3000].tobytes() not in blobs
+
+
+def test_a_removed_items_words_leave_the_keyword_index_without_a_merge(
+    tmp_path: Path,
+) -> None:
+    """Removing an item takes its tokens out of the keyword index's segments at once
+    (FTS5 secure-delete): "花生" is in no file afterwards, though no merge of the whole index
+    ran (the other segments are still there), and the other items are still found."""
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=(3100, INDEX_DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    with MemoryIndex(tmp_path / "ix.db", clock=lambda: T0) as ix:
+        _segmented(ix, v, "女儿对花生过敏")
+        segments = ix._scalar("SELECT count(*) FROM items_fts_idx")
+        assert segments > 1 and ix.search_fts("花生", k=1)[0].item_id == "t"
+        assert ix.remove(["t"]) == ["t"]
+        # no merge: at most the segment that held only it is gone (a merge leaves one)
+        assert ix._scalar("SELECT count(*) FROM items_fts_idx") >= segments - 1 > 1
+        assert ix.search_fts("花生", k=5) == []
+        assert ix.search_fts("visit 20993", k=1)[0].item_id == "m2999"
+        assert _matching(ix, "dentist") == 3000 and _matching(ix, "later") == 50
+    blobs = b"".join(p.read_bytes() for p in tmp_path.glob("ix.db*"))
+    assert "花生".encode() not in blobs and v[3000].tobytes() not in blobs
+
+
+def test_an_index_made_with_contentless_delete_rows_is_rebuilt_once(tmp_path: Path) -> None:
+    """An index from before secure deletes (its keyword rows ``contentless_delete``, which
+    only a merge scrubs) gets its keyword index rebuilt from ``items`` when opened: the same
+    items are found, and a removal then leaves no token behind."""
+    rng = np.random.default_rng(3)
+    v = rng.normal(size=(3100, INDEX_DIM)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    path = tmp_path / "ix.db"
+    with MemoryIndex(path, clock=lambda: T0) as ix:  # made as before: old keyword table
+        ix._conn.execute("DROP TABLE items_fts")
+        ix._conn.execute(
+            "CREATE VIRTUAL TABLE items_fts USING fts5(text, content='', "
+            "contentless_delete=1, tokenize='trigram remove_diacritics 1')"
+        )
+        _segmented(ix, v, "女儿对花生过敏")
+    with MemoryIndex(path, clock=lambda: T0) as ix:
+        ((sql,),) = ix._conn.execute("SELECT sql FROM sqlite_master WHERE name='items_fts'")
+        assert "contentless_delete" not in str(sql)
+        assert ix._scalar("SELECT v FROM items_fts_config WHERE k='secure-delete'") == 1
+        assert ix.search_fts("花生", k=1)[0].item_id == "t"
+        assert ix.search_fts("visit 20993", k=1)[0].item_id == "m2999"
+        assert ix.remove(["t"]) == ["t"] and ix.search_fts("花生", k=5) == []
+    with MemoryIndex(path, clock=lambda: T0) as ix:  # rebuilt once: now as it is
+        assert ix.count() == 3050 and _matching(ix, "later") == 50
+    blobs = b"".join(p.read_bytes() for p in tmp_path.glob("ix.db*"))
+    assert "花生".encode() not in blobs
 
 
 def test_a_removed_item_is_never_returned_and_its_vector_is_gone(
