@@ -7,7 +7,7 @@ CRDT logs under ``replicas/``), each commit of which used to wait for its own ``
 process, but not yet a power cut; an append to a log is written, not synced) and tell the
 group which files they wrote. Before the hub says anything to anyone — a reply, a sync
 broadcast, a gRPC answer, an HTTP response — it awaits :meth:`GroupCommit.flush`: every file
-written since the last flush is ``fdatasync``'d once, in the group's own thread, so:
+written since the last flush is ``fdatasync``'d once, on the group's own threads, so:
 
 - nothing is acknowledged before it is durable: whatever a message or response can tell a
   peer about happened before the flush that precedes it;
@@ -50,9 +50,9 @@ from storage.errors import StorageError
 log = logging.getLogger(__name__)
 
 CHECKPOINT_PAGES = 1000
+"""WAL pages after a commit at which the hook checkpoints (SQLite's default auto-checkpoint)"""
 SYNC_THREADS = 4
 """threads that sync the files of one flush at the same time"""
-"""WAL pages after a commit at which the hook checkpoints (SQLite's default auto-checkpoint)"""
 
 
 class GroupCommit:

@@ -584,6 +584,7 @@ class MemoryIndex:
             row = cur.execute(
                 "SELECT rid, last_access_ms, text FROM items WHERE item_id = ?", (e.item_id,)
             ).fetchone()
+            old_text: str | None = None
             sources_json = json.dumps([list(s) for s in e.sources], ensure_ascii=False)
             if row is None:
                 last_access = e.created_ms if e.last_access_ms is None else e.last_access_ms
@@ -620,7 +621,7 @@ class MemoryIndex:
                 if old_text != e.text:  # the old tokens out of the segments (secure-delete)
                     _delete_keywords(cur, rid, old_text)
                 cur.execute("DELETE FROM items_vec WHERE rowid = ?", (rid,))
-            if row is None or old_text != e.text:
+            if old_text != e.text:  # new, or its text replaced
                 cur.execute("INSERT INTO items_fts(rowid, text) VALUES(?, ?)", (rid, e.text))
             cur.execute(
                 "INSERT INTO items_vec(rowid, embedding, last_access_ms) VALUES(?, ?, ?)",
