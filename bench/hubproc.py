@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -21,6 +22,9 @@ HUB_START_TIMEOUT_S = 120.0
 """seconds: a hub loading a large home may take a while"""
 HUB_STOP_TIMEOUT_S = 15.0
 MOSQUITTO_GONE_TIMEOUT_S = 8.0
+COUNTS_ENV = "YIMI_BENCH_COUNTS"
+"""names the file of the hub's work counters (``bench/counting/sitecustomize.py``)"""
+COUNTS_TIMEOUT_S = 5.0
 PR_SET_PDEATHSIG = 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -42,6 +46,14 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
+def _lines(path: Path) -> int:
+    """complete lines in ``path`` (0 if it is not there yet)"""
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
 def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
     """User + system CPU time of a live process (0 if it is gone); with ``thread``, of that
     one thread of it (its main thread's id is ``pid``: an asyncio service's loop)."""
@@ -58,13 +70,17 @@ def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
 class HubProcess:
     """``python -m cli hub run`` in its own session; :meth:`stop` leaves nothing behind."""
 
-    def __init__(self, root: Path, home: Path, mqtt_port: int, grpc_port: int) -> None:
+    def __init__(
+        self, root: Path, home: Path, mqtt_port: int, grpc_port: int, *, counts: bool = False
+    ) -> None:
         self.root = root
         self.home = home
         self.mqtt_port = mqtt_port
         self.grpc_port = grpc_port
         self.log = root / "hub.log"
         self.popen: subprocess.Popen[bytes] | None = None
+        self.counts = root / "hub-counts.jsonl" if counts else None
+        """where the hub's work counters go (``bench/counting``), when asked for"""
 
     @property
     def target(self) -> str:
@@ -106,7 +122,7 @@ class HubProcess:
                 stdin=subprocess.DEVNULL,
                 stdout=fh,
                 stderr=subprocess.STDOUT,
-                env=child_env(),
+                env=self._env(),
                 cwd=self.root,
                 start_new_session=True,
                 preexec_fn=lambda: die_with_parent(parent),
@@ -119,6 +135,29 @@ class HubProcess:
                 raise RuntimeError(f"the hub did not come up in {HUB_START_TIMEOUT_S:g} s")
             time.sleep(0.05)
         return time.monotonic() - started
+
+    def _env(self) -> dict[str, str]:
+        env = child_env()
+        if self.counts is not None:
+            env["PYTHONPATH"] = str(REPO / "bench" / "counting") + os.pathsep + env["PYTHONPATH"]
+            env[COUNTS_ENV] = str(self.counts)
+        return env
+
+    def count_snapshot(self) -> dict[str, dict[str, int]]:
+        """The hub's work counters now (``counts`` only): asked for with ``SIGUSR1``, read
+        once the hub has written them."""
+        if self.counts is None or self.pid is None:
+            raise RuntimeError("the hub was started without counts")
+        seen = _lines(self.counts)
+        os.kill(self.pid, signal.SIGUSR1)
+        deadline = time.monotonic() + COUNTS_TIMEOUT_S
+        while (lines := _lines(self.counts)) <= seen:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the hub wrote no counts")
+            time.sleep(0.01)
+        last = self.counts.read_text(encoding="utf-8").splitlines()[lines - 1]
+        got: dict[str, dict[str, int]] = json.loads(last)
+        return got
 
     def stop(self) -> list[str]:
         """SIGTERM (then SIGKILL) the hub's process group; make sure its mosquitto is gone."""

@@ -49,6 +49,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -448,6 +449,47 @@ class CpuMeter:
         return ", ".join(f"{k} {v * 1000 / trips:.2f}" for k, v in self.totals.items())
 
 
+Counts = dict[str, dict[str, int]]
+"""the hub's work counters: ``statements`` and ``begins`` by database file, ``syncs``"""
+
+
+@dataclass
+class WorkMeter:
+    """The hub's counted work over the sequential trips (``--counts``, see
+    ``bench/counting/sitecustomize.py``): exact, so it shows what a change removed from a
+    turn however noisy the machine's timings are."""
+
+    hub: HubProcess
+    totals: dict[str, Counter[str]] = field(
+        default_factory=lambda: {k: Counter() for k in ("statements", "begins", "syncs")}
+    )
+
+    async def sample(self) -> Counts | None:
+        if self.hub.counts is None:
+            return None
+        return await asyncio.to_thread(self.hub.count_snapshot)
+
+    def add(self, before: Counts | None, after: Counts | None) -> None:
+        if before is None or after is None:
+            return
+        for kind, total in self.totals.items():
+            for key, n in after.get(kind, {}).items():
+                total[key] += n - before.get(kind, {}).get(key, 0)
+
+    def per_trip(self, trips: int) -> str:
+        statements = self.totals["statements"]
+        if trips <= 0 or not statements:
+            return "-"
+        by_db = ", ".join(
+            f"{k} {n / trips:.1f}" for k, n in statements.most_common() if n / trips >= 0.05
+        )
+        return (
+            f"SQL statements {statements.total() / trips:.1f} ({by_db}); "
+            f"transactions {self.totals['begins'].total() / trips:.1f}; "
+            f"syncs {self.totals['syncs'].total() / trips:.1f}"
+        )
+
+
 @dataclass
 class Results:
     ours: Series = field(default_factory=lambda: Series("ours: seal → reply opened → ACK sent"))
@@ -466,6 +508,8 @@ class Results:
     cpu_ours: str = "-"
     cpu_raw: str = "-"
     cpu_conc: str = "-"
+    work_ours: str = ""
+    """the hub's counted work per sequential trip (``--counts``)"""
     hub_cpu_ms: float | None = None
     """the hub's CPU ms per sequential trip"""
     conc_cpu_ms: float = 0.0
@@ -492,6 +536,7 @@ async def run_bench(
         if await read_line(echo, "the echo client", echo_log) != "ready":
             raise RuntimeError("the echo client did not start")
         cpu_ours, cpu_raw = CpuMeter(hub), CpuMeter(hub, lambda: cpu_seconds(echo.pid))
+        work = WorkMeter(hub)
         async with TripDriver(solo, hub.target) as driver, RawLoop(home, hub.mqtt_port) as raw:
             print(f"warm-up: {cfg.warmup} trips each", flush=True)
             await driver.trips(cfg.warmup, "warm-up")
@@ -507,9 +552,11 @@ async def run_bench(
                 cfg.trips // cfg.blocks + (i < cfg.trips % cfg.blocks) for i in range(cfg.blocks)
             ]
             for i, n in enumerate(sizes):
+                counted = await work.sample()
                 before = cpu_ours.sample()
                 trips = await driver.trips(n, f"block {i}")
                 cpu_ours.add(before, cpu_ours.sample())
+                work.add(counted, await work.sample())
                 before = cpu_raw.sample()
                 raw_ms = await raw.trips(n)
                 cpu_raw.add(before, cpu_raw.sample())
@@ -529,6 +576,8 @@ async def run_bench(
                     flush=True,
                 )
         res.cpu_ours = cpu_ours.per_trip(len(res.ours.ms))
+        if hub.counts is not None:
+            res.work_ours = work.per_trip(len(res.ours.ms))
         if res.ours.ms:
             res.hub_cpu_ms = cpu_ours.totals.get("hub", 0.0) * 1000 / len(res.ours.ms)
         res.cpu_raw = cpu_raw.per_trip(len(res.raw.ms))
@@ -685,6 +734,8 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
         " hub-loop = the hub's event-loop thread, part of hub)"
     )
     print(f"                 {cfg.devices} devices: {res.cpu_conc}")
+    if res.work_ours:
+        print(f"work per trip    hub, counted: {res.work_ours}")
     print_closed_loop(cfg, res)
     print_targets(cfg, res)
     expected = cfg.expected
@@ -818,7 +869,7 @@ def bench(args: argparse.Namespace) -> int:
         ]
         print(f"home {home.home_id}: {len(fleet) + 1} devices flashed", flush=True)
         allow_flood(home.path)
-        hub = HubProcess(root, home.path, mqtt_port, grpc_port)
+        hub = HubProcess(root, home.path, mqtt_port, grpc_port, counts=args.counts)
         hub.start()
         print(
             f"hub up (pid {hub.pid}, mosquitto pid {hub.mosquitto_pid()}) on "
@@ -859,6 +910,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--procs", type=int, default=2, help="worker processes for the devices")
     p.add_argument("--dir", type=Path, default=None, help="where the temporary home goes")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
+    p.add_argument(
+        "--counts",
+        action="store_true",
+        help="also count the hub's work per trip: SQL statements, transactions, syncs",
+    )
     # internal: child processes
     p.add_argument("--echo", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
