@@ -275,7 +275,9 @@ class Turns:
         if not adm.text.strip():
             await self.delivery.deliver(adm, rid, [Piece(NOT_HEARD, True, "", HUB_BRAIN)])
             return
-        task = brain.store.get(uid)
+        # a turn begun before (a restart cut it off; the device sent it again) may have a task:
+        # a fresh admission has none (the brain itself looks for one all the same)
+        task = brain.store.get(uid) if adm.duplicate else None
         if task is not None and task.finished and not str(task.result.get("report", "")).strip():
             # the brain closed it without words (an LLM turn cut off by a restart)
             await self.delivery.deliver(adm, rid, [Piece(INTERRUPTED, True, uid, HUB_BRAIN)])
