@@ -311,9 +311,13 @@ class Turns:
             await self.delivery.deliver(adm, rid, [*made, failed], start=sent)
         finally:
             late = self._turn_ended(uid)
-        log.debug(  # every turn: not at INFO on the hot path
-            "turn %s answered in %.0f ms (%s)", uid, (time.perf_counter() - t0) * 1000, brain.kind
-        )
+        if log.isEnabledFor(logging.DEBUG):  # every turn; brain.kind reads the configuration
+            log.debug(
+                "turn %s answered in %.0f ms (%s)",
+                uid,
+                (time.perf_counter() - t0) * 1000,
+                brain.kind,
+            )
         for event in late:
             await self._report(event)
 
