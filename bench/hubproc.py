@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from bench.counting.sitecustomize import OUT_ENV as COUNTS_ENV
 from cli.hub import hub_is_up, loopback_hub_args
 from hub.mesh.broker import mosquitto_pids
 
@@ -22,8 +23,6 @@ HUB_START_TIMEOUT_S = 120.0
 """seconds: a hub loading a large home may take a while"""
 HUB_STOP_TIMEOUT_S = 15.0
 MOSQUITTO_GONE_TIMEOUT_S = 8.0
-COUNTS_ENV = "YIMI_BENCH_COUNTS"
-"""names the file of the hub's work counters (``bench/counting/sitecustomize.py``)"""
 COUNTS_TIMEOUT_S = 5.0
 PR_SET_PDEATHSIG = 1
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -46,12 +45,13 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _lines(path: Path) -> int:
-    """complete lines in ``path`` (0 if it is not there yet)"""
+def _complete_lines(path: Path) -> list[str]:
+    """the lines of ``path`` written whole (none if it is not there yet)"""
     try:
-        return path.read_bytes().count(b"\n")
+        text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        return 0
+        return []
+    return text.splitlines()[: text.count("\n")]
 
 
 def cpu_seconds(pid: int | None, thread: int | None = None) -> float:
@@ -148,15 +148,14 @@ class HubProcess:
         once the hub has written them."""
         if self.counts is None or self.pid is None:
             raise RuntimeError("the hub was started without counts")
-        seen = _lines(self.counts)
+        seen = len(_complete_lines(self.counts))
         os.kill(self.pid, signal.SIGUSR1)
         deadline = time.monotonic() + COUNTS_TIMEOUT_S
-        while (lines := _lines(self.counts)) <= seen:
+        while len(lines := _complete_lines(self.counts)) <= seen:
             if time.monotonic() > deadline:
                 raise RuntimeError("the hub wrote no counts")
             time.sleep(0.01)
-        last = self.counts.read_text(encoding="utf-8").splitlines()[lines - 1]
-        got: dict[str, dict[str, int]] = json.loads(last)
+        got: dict[str, dict[str, int]] = json.loads(lines[-1])
         return got
 
     def stop(self) -> list[str]:

@@ -477,9 +477,10 @@ class WorkMeter:
                 total[key] += n - before.get(kind, {}).get(key, 0)
 
     def per_trip(self, trips: int) -> str:
+        """Empty when nothing was counted (a hub started without ``--counts``)."""
         statements = self.totals["statements"]
         if trips <= 0 or not statements:
-            return "-"
+            return ""
         by_db = ", ".join(
             f"{k} {n / trips:.1f}" for k, n in statements.most_common() if n / trips >= 0.05
         )
@@ -576,8 +577,7 @@ async def run_bench(
                     flush=True,
                 )
         res.cpu_ours = cpu_ours.per_trip(len(res.ours.ms))
-        if hub.counts is not None:
-            res.work_ours = work.per_trip(len(res.ours.ms))
+        res.work_ours = work.per_trip(len(res.ours.ms))
         if res.ours.ms:
             res.hub_cpu_ms = cpu_ours.totals.get("hub", 0.0) * 1000 / len(res.ours.ms)
         res.cpu_raw = cpu_raw.per_trip(len(res.raw.ms))

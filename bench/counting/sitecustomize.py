@@ -34,7 +34,7 @@ def _install(out: str) -> None:
     lock = threading.Lock()
     statements: collections.Counter[str] = collections.Counter()
     begins: collections.Counter[str] = collections.Counter()
-    syncs = collections.Counter[str]()
+    syncs: collections.Counter[str] = collections.Counter()
 
     def on_connection(conn: apsw.Connection) -> None:
         name = os.path.basename(conn.filename) or ":memory:"
