@@ -23,13 +23,9 @@ A failed sync raises :class:`~storage.errors.StorageError` ``storage.sync_failed
 caller of that flush (the files stay marked: the next flush tries them again), so the
 message that depended on it is not sent.
 
-SQLite's own checkpoints still sync (WAL before it is copied, the database after); with a
-WAL hook set SQLite no longer checkpoints by itself, so the hook asks for a passive
-checkpoint at :data:`CHECKPOINT_PAGES`, as SQLite's default does. In an entered group it
-runs on the group's checkpoint thread, on a connection of its own: copying a thousand pages
-and two syncs (4 ms on a fast disk, far more on an SD card) no longer stop the hub's loop in
-the middle of a commit; the writer goes on appending to the WAL meanwhile, and starts it
-again from its beginning once the checkpoint is complete.
+SQLite's own checkpoints still sync (WAL before it is copied, the database after): the group
+watches each connection with a :class:`~storage.checkpoint.Checkpointer`, which, while the
+group is entered, runs them on a thread of their own, off the hub's commits.
 """
 
 from __future__ import annotations
@@ -45,12 +41,11 @@ from types import TracebackType
 
 import apsw
 
+from storage.checkpoint import Checkpointer
 from storage.errors import StorageError
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_PAGES = 1000
-"""WAL pages after a commit at which the hook checkpoints (SQLite's default auto-checkpoint)"""
 SYNC_THREADS = 4
 """threads that sync the files of one flush at the same time"""
 
@@ -77,16 +72,13 @@ class GroupCommit:
         """fdatasync calls made"""
         self._settles: list[Callable[[], Awaitable[None]]] = []
         """other stores' "durable so far" waits, awaited by every flush (:meth:`also`)"""
-        self._checkpointer: ThreadPoolExecutor | None = None
-        self._checkpointing: set[str] = set()
-        """databases whose checkpoint is asked for or running (one at a time each)"""
-        self.checkpoints = 0
-        """checkpoints run on the checkpoint thread (for tests)"""
+        self.checkpointer = Checkpointer()
+        """checkpoints the watched databases (on its thread while the group is entered)"""
 
     async def __aenter__(self) -> GroupCommit:
         self._flushing = asyncio.Lock()
         self._pool = ThreadPoolExecutor(SYNC_THREADS, thread_name_prefix="group-commit")
-        self._checkpointer = ThreadPoolExecutor(1, thread_name_prefix="checkpoint")
+        self.checkpointer.start()
         return self
 
     async def __aexit__(
@@ -103,63 +95,12 @@ class GroupCommit:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
                 self._pool = None
-            if self._checkpointer is not None:  # one under way ends; those asked are dropped
-                self._checkpointer.shutdown(wait=True, cancel_futures=True)
-                self._checkpointer = None
+            self.checkpointer.close()
 
     # ------------------------------------------------------------------ marking
     def watch(self, conn: apsw.Connection) -> None:
         """Mark ``conn``'s WAL after each commit (and checkpoint as SQLite would)."""
-        wal, db = conn.filename_wal, conn.filename
-
-        def on_wal(c: apsw.Connection, name: str, pages: int) -> int:
-            self.wrote(wal)
-            if pages >= CHECKPOINT_PAGES:
-                self._checkpoint(c, name, db)
-            return apsw.SQLITE_OK
-
-        conn.set_wal_hook(on_wal)
-
-    def _checkpoint(self, conn: apsw.Connection, name: str, db: str) -> None:
-        """Checkpoint ``db``: on the checkpoint thread once the group is entered (unless one
-        is asked for already), else here on ``conn``."""
-        with self._guard:
-            pool = self._checkpointer
-            if pool is not None:
-                if db in self._checkpointing:
-                    return
-                self._checkpointing.add(db)
-        if pool is None:
-            try:
-                conn.wal_checkpoint(name)
-            except apsw.BusyError:  # a reader holds it: the next commit tries again
-                log.debug("checkpoint of %s deferred: busy", db)
-            return
-        try:
-            pool.submit(self._checkpoint_apart, db)
-        except RuntimeError:  # the group is closing: the next open checkpoints
-            with self._guard:
-                self._checkpointing.discard(db)
-
-    def _checkpoint_apart(self, db: str) -> None:
-        """A passive checkpoint of ``db`` on a connection of its own (never creating it: a
-        database removed meanwhile has nothing to checkpoint); a failure is left to the next
-        commit over the threshold, which asks again."""
-        conn: apsw.Connection | None = None
-        try:
-            conn = apsw.Connection(db, flags=apsw.SQLITE_OPEN_READWRITE)
-            # a read first: a connection opens the WAL only once it has read the database
-            # (before that, a checkpoint on it finds no WAL and copies nothing)
-            conn.execute("PRAGMA schema_version").fetchall()
-            conn.wal_checkpoint(mode=apsw.SQLITE_CHECKPOINT_PASSIVE)
-            self.checkpoints += 1
-        except apsw.Error as exc:  # gone, busy, or the disk failed: asked again later
-            log.debug("checkpoint of %s deferred: %s", db, exc)
-        finally:
-            if conn is not None:
-                conn.close()
-            with self._guard:
-                self._checkpointing.discard(db)
+        self.checkpointer.watch(conn, self.wrote)
 
     def wrote(self, path: str | Path) -> None:
         """``path`` was written (appended, committed) and is not synced yet."""

@@ -27,6 +27,7 @@ from hub.gateway import commit as commit_module
 from hub.gateway.audit import AuditLog, Prepared, records, verify
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import CallRow, Ledger
+from storage import checkpoint as checkpoint_module
 from storage.group_commit import GroupCommit
 from storage.sqlite import read_rows
 from tests.gateway_kit import PACKAGES
@@ -808,3 +809,45 @@ def test_a_pending_check_is_known_after_a_restart_and_cleared_by_its_check(
         assert ledger.pending_check("t1", "messaging", "send_email") == "find_sent"
     finally:
         ledger.close()
+
+
+async def test_the_ledger_is_checkpointed_on_its_own_thread_not_in_a_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A batch whose commit fills the ledger's WAL past the threshold does not copy it into
+    the database in that commit (on the event loop: 5 ms here, two syncs): the checkpoint
+    runs on the ledger's checkpoint thread, one at a time, while receipts go on being made
+    durable; then the WAL is written again from its beginning, and nothing is lost."""
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_PAGES", 8)
+    release = threading.Event()
+    ran: list[str] = []
+    async with gw_at(tmp_path) as gw:
+        apart = gw.ledger.checkpointer._checkpoint_apart
+
+        def held(db: str) -> None:
+            ran.append(threading.current_thread().name)
+            release.wait(30)
+            apart(db)
+
+        monkeypatch.setattr(gw.ledger.checkpointer, "_checkpoint_apart", held)
+        db = tmp_path / "gw" / "gateway.db"
+        try:
+            calls = await decided(gw, 40, "k")
+            await gw.commits.drain()
+            before = db.stat().st_size
+            got = await asyncio.gather(*(gw.receipt(c, CTX, d, ECHOED) for c, d in calls))
+            assert [r.status for r in got] == ["succeeded"] * 40  # answered, checkpoint held
+            await poll(lambda: ran)
+            assert len(ran) == 1 and ran[0].startswith("checkpoint")  # one, on its thread
+            assert db.stat().st_size == before  # nothing copied in a commit meanwhile
+        finally:
+            release.set()
+        await poll(lambda: gw.ledger.checkpointer.checkpoints == 1)
+        assert db.stat().st_size > before  # copied by the thread
+        wal = os.stat(f"{db}-wal").st_size
+        more = await decided(gw, 40, "m")
+        await asyncio.gather(*(gw.receipt(c, CTX, d, ECHOED) for c, d in more))
+        assert os.stat(f"{db}-wal").st_size < 1.5 * wal  # from the WAL's start again
+        await poll(lambda: gw.ledger.checkpointer.idle)
+    assert ledger_receipts(tmp_path) == {c.call_id for c, _ in calls + more}
+    assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok

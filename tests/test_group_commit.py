@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import storage.checkpoint as checkpoint
 import storage.group_commit as gc
 from storage.errors import StorageError
 from storage.group_commit import GroupCommit
@@ -128,7 +129,7 @@ def test_a_file_gone_before_its_flush_needs_no_sync(tmp_path: Path) -> None:
 def test_the_wal_hook_checkpoints_as_sqlite_would(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(gc, "CHECKPOINT_PAGES", 8)
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_PAGES", 8)
     group = GroupCommit()
     path = tmp_path / "a.db"
     conn = open_db(path, SCHEMA, group=group)
@@ -146,19 +147,19 @@ async def test_an_entered_group_checkpoints_on_its_own_thread(
     """Entered, the group checkpoints on its checkpoint thread: a commit over the threshold
     does not wait for the copy and its syncs, a database has one checkpoint at a time, and
     the WAL is copied into the database file and then reused, as SQLite's own would be."""
-    monkeypatch.setattr(gc, "CHECKPOINT_PAGES", 8)
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_PAGES", 8)
     path = tmp_path / "a.db"
     release = threading.Event()
     ran: list[str] = []
     async with GroupCommit() as group:
-        apart = group._checkpoint_apart
+        apart = group.checkpointer._checkpoint_apart
 
         def held(db: str) -> None:
             ran.append(threading.current_thread().name)
             release.wait(30)
             apart(db)
 
-        monkeypatch.setattr(group, "_checkpoint_apart", held)
+        monkeypatch.setattr(group.checkpointer, "_checkpoint_apart", held)
         conn = open_db(path, SCHEMA, group=group)
         before = path.stat().st_size
         try:
@@ -168,12 +169,12 @@ async def test_an_entered_group_checkpoints_on_its_own_thread(
             assert path.stat().st_size == before  # nothing copied while it is held
         finally:
             release.set()
-        await poll(lambda: group.checkpoints == 1)
+        await poll(lambda: group.checkpointer.checkpoints == 1)
         assert path.stat().st_size > before + 40 * 3000 // 2
         wal = os.stat(conn.filename_wal).st_size
         _insert(conn, 40, size=3000)  # written from the WAL's start again, not after it
         assert os.stat(conn.filename_wal).st_size < 1.5 * wal
-        await poll(lambda: group.checkpoints >= 2 and not group._checkpointing)
+        await poll(lambda: group.checkpointer.checkpoints >= 2 and group.checkpointer.idle)
         assert conn.execute("SELECT count(*) FROM t").fetchall()[0][0] == 80
         conn.close()
 
@@ -181,8 +182,8 @@ async def test_an_entered_group_checkpoints_on_its_own_thread(
 def test_a_checkpoint_of_a_database_gone_meanwhile_creates_nothing(tmp_path: Path) -> None:
     group = GroupCommit()
     gone = tmp_path / "gone.db"
-    group._checkpoint_apart(str(gone))
-    assert not gone.exists() and group.checkpoints == 0
+    group.checkpointer._checkpoint_apart(str(gone))
+    assert not gone.exists() and group.checkpointer.checkpoints == 0
 
 
 async def test_leaving_the_group_syncs_what_is_left(tmp_path: Path) -> None:
