@@ -352,3 +352,42 @@ async def test_areas_levels_and_volume_map_to_set_state(tmp_path: Path) -> None:
             ]
             assert got == [(e, args) for e in entities], (text, got)
             assert all(s.args.get("owner_requested") is True for s in steps)
+
+
+async def test_a_request_answered_at_once_is_one_task_transaction(tmp_path: Path) -> None:
+    """The time, help or a request not understood needs no step: its task is created
+    answered in one transaction (not created, then finished in a second), with the same
+    states, report and event; a redelivered turn is answered from the task as before."""
+    async with rule_world(tmp_path) as (brain, _gw, events):
+        begins: list[str] = []
+
+        def trace(_cursor: Any, sql: str, _bindings: Any) -> bool:
+            if sql.lstrip().upper().startswith("BEGIN"):
+                begins.append(sql)
+            return True
+
+        brain.store.db.exec_trace = trace
+        for turn_id, text, expected in (
+            ("t-poem", "write me a poem", f"I heard: write me a poem. {say('unknown', 'en')}"),
+            ("t-time", "what time is it", "It's 5:03 pm."),
+            ("t-help", "what can you do", say("help", "en")),
+            ("t-zh", "现在几点", say("time.now", "zh", time=spoken_time(NOW, "zh"))),
+        ):
+            begins.clear()
+            reply = await collect(brain.turn(Turn(text, turn_id=turn_id)))
+            assert reply == expected
+            assert len(begins) == 1, (turn_id, begins)
+            task = brain.store.require(turn_id)
+            assert task.state == "done" and task.result == {"report": reply}
+            assert brain.store.history_of_states(turn_id) == [
+                "received",
+                "admitted",
+                "thinking",
+                "verifying",
+                "done",
+            ]
+            assert [(e.state, e.text) for e in events.of(turn_id)] == [("done", reply)]
+            again = await collect(brain.turn(Turn(text, turn_id=turn_id)))
+            assert again == reply  # redelivered: answered from the task, nothing moved
+            assert len(brain.store.history_of_states(turn_id)) == 5
+            assert len(events.of(turn_id)) == 1

@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 SOURCE_TIMEOUT_S = 1.2
 MAX_FORGET = 3
 """memories one "forget …" removes at most (the best-scored recall hits)"""
+ANSWERED = ("verifying", "done")
+"""the states a task answered at once goes through after ``thinking`` (as :meth:`_finish`)"""
 TIMERS = frozenset(
     {
         "HassStartTimer",
@@ -284,6 +286,18 @@ class RuleBrain(Brain):
             intent = Intent(existing.spec.get("intent"), dict(existing.spec.get("slots", {})))
         else:
             intent = await self.recognize(turn.text, lang)
+        spec = {
+            "brain": self.kind,
+            "intent": intent.name,
+            "slots": dict(intent.slots),
+            "lang": lang,
+            **({"scheduled": True} if turn.scheduled else {}),
+            **({"text": turn.text[:500]} if intent.name == "YimiScheduleRun" else {}),
+            **({"heard": turn.text[:500]} if intent.name is None else {}),
+        }
+        # a request answered without a step (the time, help, one not understood): its task
+        # is created answered, in one transaction, rather than created and then finished
+        answer = self._answer_now(intent, spec, lang) if existing is None else None
         task, fresh = self.store.create(
             turn.turn_id,
             trace_id=turn.trace_id,
@@ -294,16 +308,9 @@ class RuleBrain(Brain):
             session_id=turn.session_id,
             device_id=turn.device_id,
             title=_title(intent),
-            spec={
-                "brain": self.kind,
-                "intent": intent.name,
-                "slots": dict(intent.slots),
-                "lang": lang,
-                **({"scheduled": True} if turn.scheduled else {}),
-                **({"text": turn.text[:500]} if intent.name == "YimiScheduleRun" else {}),
-                **({"heard": turn.text[:500]} if intent.name is None else {}),
-            },
-            then=("admitted", "thinking"),
+            spec=spec,
+            then=("admitted", "thinking", *(() if answer is None else ANSWERED)),
+            result=None if answer is None else {"report": answer},
         )
         if fresh and intent.kind in ("order", "order_same", "pay_it", "undo"):
             # where the words came from, for payments
@@ -315,7 +322,10 @@ class RuleBrain(Brain):
             self.kind,
             intent=intent.name or NOT_UNDERSTOOD,
         )
-        if not fresh and task.finished:
+        if fresh and answer is not None:
+            text = answer
+            await self.core.emit(task, text)
+        elif not fresh and task.finished:
             text = str(task.result.get("report", "")) or say("already", lang)
         else:
             async with self.core.lock(task.task_id):
@@ -351,6 +361,9 @@ class RuleBrain(Brain):
         asked = task.scope == "owner"
         s = intent.slots
         name = intent.name
+        answer = self._answer_now(intent, task.spec, lang)
+        if answer is not None:
+            return self._finish(task, answer)
         if name == "YimiRemember":
             self.store.move(task.task_id, "acting")
             fact = str(s.get("fact", ""))
@@ -392,10 +405,6 @@ class RuleBrain(Brain):
             return await self._list(task, name, s, lang)
         if name == "HassShoppingListCompleteItem":
             return await self._list(task, name, s, lang)
-        if name == "HassGetCurrentTime":
-            return self._finish(task, say("time.now", lang, time=spoken_time(self.now(), lang)))
-        if name == "HassGetCurrentDate":
-            return self._finish(task, say("date.today", lang, date=spoken_date(self.now(), lang)))
         if name in TIMERS:
             if self.timers is None:
                 return self._finish(task, say("not_yet.timer", lang))
@@ -412,10 +421,6 @@ class RuleBrain(Brain):
             if self.vision is None:
                 return self._finish(task, say("not_yet.vision", lang))
             return self._finish(task, await self._see(task, name, s, lang))
-        if name == "HassNevermind":
-            return self._finish(task, say("nevermind", lang))
-        if name == "YimiHelp":
-            return self._finish(task, say("help", lang))
         if intent.kind in PAYMENT_KINDS:
             slots = {k: str(v) for k, v in s.items()}
             if slots.get("shop"):
@@ -426,11 +431,23 @@ class RuleBrain(Brain):
             return await self.desk.pay_it(task, self.store)
         if intent.kind == "undo":
             return await self.desk.undo(task, self.store)
-        # not understood: the honest answer, never an action (with what was heard: the
-        # owner sees what reached the hub)
-        heard = " ".join(str(task.spec.get("heard", "")).split()).rstrip(".。!！?？")
-        said = say("heard", lang, heard=heard) if heard else ""
-        return self._finish(task, joined([said, say("unknown", lang)], lang))
+        return self._finish(task, _not_understood(task.spec, lang))
+
+    def _answer_now(self, intent: Intent, spec: Mapping[str, Any], lang: str) -> str | None:
+        """The answer to a request that needs no step and nothing of its task but ``spec``
+        (the time, the date, help, never mind, a request not understood), else ``None``."""
+        name = intent.name
+        if name == "HassGetCurrentTime":
+            return say("time.now", lang, time=spoken_time(self.now(), lang))
+        if name == "HassGetCurrentDate":
+            return say("date.today", lang, date=spoken_date(self.now(), lang))
+        if name == "HassNevermind":
+            return say("nevermind", lang)
+        if name == "YimiHelp":
+            return say("help", lang)
+        if name is None:
+            return _not_understood(spec, lang)
+        return None
 
     async def _see(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
         """A snapshot on the asking device, or what recent snapshots showed."""
@@ -1024,6 +1041,14 @@ def _names_notes(what: str) -> bool:
     return any(w in words for w in NOTE_WORDS) or any(
         w in what for w in NOTE_WORDS if not w.isascii()
     )
+
+
+def _not_understood(spec: Mapping[str, Any], lang: str) -> str:
+    """The honest answer to a request not understood, never an action (with what was heard:
+    the owner sees what reached the hub)."""
+    heard = " ".join(str(spec.get("heard", "")).split()).rstrip(".。!！?？")
+    said = say("heard", lang, heard=heard) if heard else ""
+    return joined([said, say("unknown", lang)], lang)
 
 
 def _title(intent: Intent) -> str:

@@ -226,10 +226,12 @@ class TaskStore:
         title: str = "",
         spec: dict[str, Any] | None = None,
         then: Sequence[str] = (),
+        result: dict[str, Any] | None = None,
     ) -> tuple[TaskRecord, bool]:
         """Create a task in ``received`` and move it on through the states ``then`` (as
-        :meth:`walk` would, in the same transaction); idempotent: an existing id returns
-        its record, as it is, and ``False``. One row and one insert of its transitions."""
+        :meth:`walk` would, in the same transaction), with ``result`` (a task answered at
+        once, ``then`` ending in a final state); idempotent: an existing id returns its
+        record, as it is, and ``False``. One row and one insert of its transitions."""
         t = now_ms()
         states = ("received", *then)
         for src, dst in itertools.pairwise(states):
@@ -249,7 +251,7 @@ class TaskStore:
             json.dumps(spec or {}, ensure_ascii=False),
             states[-1],
             "",
-            "{}",
+            json.dumps(result or {}, ensure_ascii=False),
             t,
             t,
         )
