@@ -255,6 +255,17 @@ class RuleBrain(Brain):
         self.core.add_local(lists_manifest(), ListTools(self.lists))
         self.slots = slots or LiveSlots(gateway, self.contacts)
         self.now = now or (lambda: dt.datetime.now().astimezone())
+        self._at_once: dict[str, Callable[[str], str]] = {
+            "HassGetCurrentTime": lambda lang: say(
+                "time.now", lang, time=spoken_time(self.now(), lang)
+            ),
+            "HassGetCurrentDate": lambda lang: say(
+                "date.today", lang, date=spoken_date(self.now(), lang)
+            ),
+            "HassNevermind": lambda lang: say("nevermind", lang),
+            "YimiHelp": lambda lang: say("help", lang),
+        }
+        """answers that need no step and nothing of their task, by intent, in ``lang``"""
 
     @property
     def engine(self) -> IntentEngine:
@@ -436,18 +447,10 @@ class RuleBrain(Brain):
     def _answer_now(self, intent: Intent, spec: Mapping[str, Any], lang: str) -> str | None:
         """The answer to a request that needs no step and nothing of its task but ``spec``
         (the time, the date, help, never mind, a request not understood), else ``None``."""
-        name = intent.name
-        if name == "HassGetCurrentTime":
-            return say("time.now", lang, time=spoken_time(self.now(), lang))
-        if name == "HassGetCurrentDate":
-            return say("date.today", lang, date=spoken_date(self.now(), lang))
-        if name == "HassNevermind":
-            return say("nevermind", lang)
-        if name == "YimiHelp":
-            return say("help", lang)
-        if name is None:
+        if intent.name is None:
             return _not_understood(spec, lang)
-        return None
+        answer = self._at_once.get(intent.name)
+        return None if answer is None else answer(lang)
 
     async def _see(self, task: TaskRecord, name: str, s: Mapping[str, Any], lang: str) -> str:
         """A snapshot on the asking device, or what recent snapshots showed."""
