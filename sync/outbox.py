@@ -13,6 +13,11 @@ that loses such a commit only makes an item be sent once more, which the hub ded
 An item may carry attachments (a voice utterance's encoded audio, as ``AUDIO_CHUNK``
 pieces): they are committed in the same transaction as the item, sent before it, in index
 order, on every attempt, and leave the outbox with it.
+
+The audio fills the write-ahead log quickly; it is checkpointed on a thread of its own
+(:mod:`storage.checkpoint`), not in the commit of the put that fills it: that commit is on
+the device's event loop, and copying a thousand pages with two syncs takes far longer on a
+device's flash than a put.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from pathlib import Path
 
 import apsw
 
+from storage.checkpoint import Checkpointer
 from storage.sqlite import open_db, transaction
 from sync.errors import SyncError
 
@@ -70,8 +76,13 @@ class Outbox:
         self.path = path
         self._conn: apsw.Connection = open_db(path, SCHEMA)
         self._lock_path = path.with_suffix(".lock")
+        self.checkpointer = Checkpointer()
+        """checkpoints the outbox off its commits (see the module doc)"""
+        self.checkpointer.watch(self._conn)
+        self.checkpointer.start()
 
     def close(self) -> None:
+        self.checkpointer.close()
         self._conn.close()
 
     def put(

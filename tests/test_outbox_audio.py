@@ -4,6 +4,8 @@ index order as AUDIO_CHUNK envelopes on every attempt, removed with it."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,8 +14,10 @@ from edge_agent.node import DeviceNode, NodeOptions
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
+from storage import checkpoint as checkpoint_module
 from sync.envelope import HUB, Opened, Opener, Peer, ReplayGuard
 from sync.outbox import MAX_CHUNKS, Outbox
+from tests.waiting import poll
 
 
 def test_chunks_are_committed_with_the_item_in_order(tmp_path: Path) -> None:
@@ -119,3 +123,47 @@ async def test_flush_sends_the_audio_before_its_utterance(tmp_path: Path, drop_f
         and c.trace_id == "trace-v"
         for c in chunks
     )
+
+
+async def test_the_outbox_is_checkpointed_on_its_own_thread_not_in_a_put(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Audio fills the outbox's WAL: the put whose commit passes the threshold does not
+    copy it into the database (on the device's loop, two syncs on its flash); one
+    checkpoint runs on the outbox's checkpoint thread while puts go on, then the WAL is
+    written from its beginning again; every item and its audio are still there, in order."""
+    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_PAGES", 8)
+    release = threading.Event()
+    ran: list[str] = []
+    path = tmp_path / "outbox.db"
+    box = Outbox(path)
+    apart = box.checkpointer._checkpoint_apart
+
+    def held(db: str) -> None:
+        ran.append(threading.current_thread().name)
+        release.wait(30)
+        apart(db)
+
+    monkeypatch.setattr(box.checkpointer, "_checkpoint_apart", held)
+    audio = [bytes([i]) * 20_000 for i in range(3)]
+    try:
+        before = path.stat().st_size
+        for i in range(6):  # about 15 pages each: the threshold is passed at once
+            box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
+        await poll(lambda: ran)
+        assert len(ran) == 1 and ran[0].startswith("checkpoint")
+        assert path.stat().st_size == before  # nothing copied by the puts meanwhile
+    finally:
+        release.set()
+    await poll(lambda: box.checkpointer.checkpoints == 1)
+    assert path.stat().st_size > before + 6 * 60_000 // 2
+    wal = os.stat(f"{path}-wal").st_size
+    for i in range(6, 12):
+        box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
+    assert os.stat(f"{path}-wal").st_size < 1.5 * wal  # from the WAL's start again
+    await poll(lambda: box.checkpointer.idle)
+    box.close()
+    again = Outbox(path)
+    assert [item.id for item in again.pending()] == [f"u-{i}" for i in range(12)]
+    assert all(again.chunks(f"u-{i}") == audio for i in range(12))
+    again.close()
