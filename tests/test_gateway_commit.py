@@ -27,9 +27,9 @@ from hub.gateway import commit as commit_module
 from hub.gateway.audit import AuditLog, Prepared, records, verify
 from hub.gateway.errors import GatewayError
 from hub.gateway.ledger import CallRow, Ledger
-from storage import checkpoint as checkpoint_module
 from storage.group_commit import GroupCommit
 from storage.sqlite import read_rows
+from tests.checkpoint_kit import held_checkpoints
 from tests.gateway_kit import PACKAGES
 from tests.waiting import poll
 
@@ -818,20 +818,9 @@ async def test_the_ledger_is_checkpointed_on_its_own_thread_not_in_a_batch(
     the database in that commit (on the event loop: 5 ms here, two syncs): the checkpoint
     runs on the ledger's checkpoint thread, one at a time, while receipts go on being made
     durable; then the WAL is written again from its beginning, and nothing is lost."""
-    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_PAGES", 8)
-    release = threading.Event()
-    ran: list[str] = []
     async with gw_at(tmp_path) as gw:
-        apart = gw.ledger.checkpointer._checkpoint_apart
-
-        def held(db: str) -> None:
-            ran.append(threading.current_thread().name)
-            release.wait(30)
-            apart(db)
-
-        monkeypatch.setattr(gw.ledger.checkpointer, "_checkpoint_apart", held)
         db = tmp_path / "gw" / "gateway.db"
-        try:
+        with held_checkpoints(gw.ledger.checkpointer, monkeypatch) as ran:
             calls = await decided(gw, 40, "k")
             await gw.commits.drain()
             before = db.stat().st_size
@@ -840,8 +829,6 @@ async def test_the_ledger_is_checkpointed_on_its_own_thread_not_in_a_batch(
             await poll(lambda: ran)
             assert len(ran) == 1 and ran[0].startswith("checkpoint")  # one, on its thread
             assert db.stat().st_size == before  # nothing copied in a commit meanwhile
-        finally:
-            release.set()
         await poll(lambda: gw.ledger.checkpointer.checkpoints == 1)
         assert db.stat().st_size > before  # copied by the thread
         wal = os.stat(f"{db}-wal").st_size

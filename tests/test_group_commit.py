@@ -19,6 +19,7 @@ from storage.errors import StorageError
 from storage.group_commit import GroupCommit
 from storage.sqlite import joined, open_db, transaction
 from sync.replica import Replica
+from tests.checkpoint_kit import held_checkpoints
 from tests.mesh_harness import Mesh
 from tests.waiting import poll
 
@@ -147,28 +148,15 @@ async def test_an_entered_group_checkpoints_on_its_own_thread(
     """Entered, the group checkpoints on its checkpoint thread: a commit over the threshold
     does not wait for the copy and its syncs, a database has one checkpoint at a time, and
     the WAL is copied into the database file and then reused, as SQLite's own would be."""
-    monkeypatch.setattr(checkpoint, "CHECKPOINT_PAGES", 8)
     path = tmp_path / "a.db"
-    release = threading.Event()
-    ran: list[str] = []
     async with GroupCommit() as group:
-        apart = group.checkpointer._checkpoint_apart
-
-        def held(db: str) -> None:
-            ran.append(threading.current_thread().name)
-            release.wait(30)
-            apart(db)
-
-        monkeypatch.setattr(group.checkpointer, "_checkpoint_apart", held)
-        conn = open_db(path, SCHEMA, group=group)
-        before = path.stat().st_size
-        try:
+        with held_checkpoints(group.checkpointer, monkeypatch) as ran:
+            conn = open_db(path, SCHEMA, group=group)
+            before = path.stat().st_size
             _insert(conn, 40, size=3000)  # the checkpoint it asked for is held: no wait here
             await poll(lambda: ran)
             assert len(ran) == 1 and ran[0].startswith("checkpoint")  # one at a time
             assert path.stat().st_size == before  # nothing copied while it is held
-        finally:
-            release.set()
         await poll(lambda: group.checkpointer.checkpoints == 1)
         assert path.stat().st_size > before + 40 * 3000 // 2
         wal = os.stat(conn.filename_wal).st_size

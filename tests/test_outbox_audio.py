@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
 from pathlib import Path
 
 import pytest
@@ -14,9 +13,9 @@ from edge_agent.node import DeviceNode, NodeOptions
 from protos import mesh_pb2, voice_pb2
 from provisioning.bundle import Bundle, flash
 from provisioning.home import Home
-from storage import checkpoint as checkpoint_module
 from sync.envelope import HUB, Opened, Opener, Peer, ReplayGuard
 from sync.outbox import MAX_CHUNKS, Outbox
+from tests.checkpoint_kit import held_checkpoints
 from tests.waiting import poll
 
 
@@ -132,29 +131,16 @@ async def test_the_outbox_is_checkpointed_on_its_own_thread_not_in_a_put(
     copy it into the database (on the device's loop, two syncs on its flash); one
     checkpoint runs on the outbox's checkpoint thread while puts go on, then the WAL is
     written from its beginning again; every item and its audio are still there, in order."""
-    monkeypatch.setattr(checkpoint_module, "CHECKPOINT_PAGES", 8)
-    release = threading.Event()
-    ran: list[str] = []
     path = tmp_path / "outbox.db"
     box = Outbox(path)
-    apart = box.checkpointer._checkpoint_apart
-
-    def held(db: str) -> None:
-        ran.append(threading.current_thread().name)
-        release.wait(30)
-        apart(db)
-
-    monkeypatch.setattr(box.checkpointer, "_checkpoint_apart", held)
     audio = [bytes([i]) * 20_000 for i in range(3)]
-    try:
+    with held_checkpoints(box.checkpointer, monkeypatch) as ran:
         before = path.stat().st_size
         for i in range(6):  # about 15 pages each: the threshold is passed at once
             box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
         await poll(lambda: ran)
         assert len(ran) == 1 and ran[0].startswith("checkpoint")
         assert path.stat().st_size == before  # nothing copied by the puts meanwhile
-    finally:
-        release.set()
     await poll(lambda: box.checkpointer.checkpoints == 1)
     assert path.stat().st_size > before + 6 * 60_000 // 2
     wal = os.stat(f"{path}-wal").st_size
