@@ -335,7 +335,7 @@ class RuleBrain(Brain):
         )
         if fresh and answer is not None:
             text = answer
-            await self.core.emit(task, text)
+            await self.core.emit(task, text, receipts=())  # no step: no receipt
         elif not fresh and task.finished:
             text = str(task.result.get("report", "")) or say("already", lang)
         else:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -146,7 +147,11 @@ class BrainCore:
         task = self.store.get(task_id)
         return str((task.spec if task is not None else {}).get("lang") or "en")
 
-    async def emit(self, task: TaskRecord, text: str = "") -> None:
+    async def emit(
+        self, task: TaskRecord, text: str = "", *, receipts: Sequence[Receipt] | None = None
+    ) -> None:
+        """The task's event (``receipts``: its receipts when the caller knows them, e.g. none
+        for a task answered without a step; else they are read)."""
         if self.on_event is None:
             return
         event = TaskEvent(
@@ -159,7 +164,7 @@ class BrainCore:
             session_id=task.session_id,
             device_id=task.device_id,
             owner=task.owner,
-            receipts=tuple(self.receipts(task.task_id)),
+            receipts=tuple(self.receipts(task.task_id) if receipts is None else receipts),
         )
         try:
             await self.on_event(event)
