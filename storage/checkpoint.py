@@ -55,6 +55,8 @@ class Checkpointer:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
+            with self._guard:  # none runs now, and those dropped never will
+                self._running.clear()
 
     @property
     def idle(self) -> bool:

@@ -15,6 +15,7 @@ import pytest
 
 import storage.checkpoint as checkpoint
 import storage.group_commit as gc
+from storage.checkpoint import Checkpointer
 from storage.errors import StorageError
 from storage.group_commit import GroupCommit
 from storage.sqlite import joined, open_db, transaction
@@ -337,3 +338,25 @@ async def test_one_failed_sync_among_several_fails_the_flush_and_keeps_every_fil
         for c in conns:
             assert c.execute("SELECT count(*) FROM t").fetchall()[0][0] == 1
             c.close()
+
+
+async def test_a_checkpoint_dropped_at_close_does_not_block_the_next_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Closing drops the checkpoints asked for and not begun; started again, the
+    checkpointer checkpoints that database again (it is not left marked as under way)."""
+    monkeypatch.setattr(checkpoint, "CHECKPOINT_PAGES", 8)
+    conn = open_db(tmp_path / "a.db", SCHEMA)
+    checkpointer = Checkpointer()
+    checkpointer.watch(conn)
+    checkpointer.start()
+    checkpointer._running.add(conn.filename)  # asked for, then dropped by close unbegun
+    checkpointer.close()
+    assert checkpointer.idle
+    checkpointer.start()
+    try:
+        _insert(conn, 40, size=3000)
+        await poll(lambda: checkpointer.checkpoints >= 1)
+    finally:
+        checkpointer.close()
+        conn.close()
