@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -276,6 +277,9 @@ async def test_call_time_context_wires_all_six_sources(tmp_path: Path, embedder:
     assert not any("what did I say" in line for line in recalled)  # the question itself
     assert any("penicillin" in line for line in ctx.lines if line.startswith("[health]"))
     assert ("timeline", "u-y") in ctx.sources
+    # the local time as the context is read (the source is listed per turn, read only here)
+    (local,) = [line for line in ctx.lines if line.startswith("[timezone]")]
+    assert re.search(r"Local time \d{4}-\d\d-\d\d \d\d:\d\d \(", local), local
     memory.close()
     store.close()
 

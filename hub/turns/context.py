@@ -24,7 +24,6 @@ from hub.memory.context import (
     FunctionSource,
     IndexSource,
     Snippet,
-    StaticSource,
 )
 from hub.memory.index import MemoryIndex
 from hub.memory.timeline_recall import timeline_item
@@ -108,7 +107,7 @@ class ContextSources:
             out.append(IndexSource(index, "assertions", hide={timeline_item(turn_id)}))
         out += [
             FunctionSource("timeline", lambda q: self._timeline(q, turn_id)),
-            StaticSource("timezone", [timezone()]),
+            FunctionSource("timezone", _local_time),
             FunctionSource("health", self._health),
         ]
         return out
@@ -191,6 +190,12 @@ class ContextSources:
             )
             for e in rows[-TIMELINE_SNIPPETS:]
         ]
+
+
+async def _local_time(_query: str) -> list[Snippet]:
+    """The time zone source: the local time when the context is read, not when the turn's
+    sources are listed (a rule-based turn lists them and never reads them)."""
+    return [timezone()]
 
 
 def timezone() -> Snippet:
