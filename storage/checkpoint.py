@@ -42,6 +42,14 @@ class Checkpointer:
         self.checkpoints = 0
         """checkpoints run on the checkpoint thread (for tests)"""
 
+    @classmethod
+    def watching(cls, conn: apsw.Connection) -> Checkpointer:
+        """A started checkpointer watching ``conn`` (a store's own: the ledger, the outbox)."""
+        checkpointer = cls()
+        checkpointer.watch(conn)
+        checkpointer.start()
+        return checkpointer
+
     def start(self) -> None:
         """Checkpoint on the checkpoint thread from now on."""
         with self._guard:

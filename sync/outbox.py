@@ -76,10 +76,8 @@ class Outbox:
         self.path = path
         self._conn: apsw.Connection = open_db(path, SCHEMA)
         self._lock_path = path.with_suffix(".lock")
-        self.checkpointer = Checkpointer()
+        self.checkpointer = Checkpointer.watching(self._conn)
         """checkpoints the outbox off its commits (see the module doc)"""
-        self.checkpointer.watch(self._conn)
-        self.checkpointer.start()
 
     def close(self) -> None:
         self.checkpointer.close()

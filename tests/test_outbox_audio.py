@@ -134,22 +134,26 @@ async def test_the_outbox_is_checkpointed_on_its_own_thread_not_in_a_put(
     path = tmp_path / "outbox.db"
     box = Outbox(path)
     audio = [bytes([i]) * 20_000 for i in range(3)]
-    with held_checkpoints(box.checkpointer, monkeypatch) as ran:
-        before = path.stat().st_size
-        for i in range(6):  # about 15 pages each: the threshold is passed at once
+    try:
+        with held_checkpoints(box.checkpointer, monkeypatch) as ran:
+            before = path.stat().st_size
+            for i in range(6):  # about 15 pages each: the threshold is passed at once
+                box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
+            await poll(lambda: ran)
+            assert len(ran) == 1 and ran[0].startswith("checkpoint")
+            assert path.stat().st_size == before  # nothing copied by the puts meanwhile
+        await poll(lambda: box.checkpointer.checkpoints == 1)
+        assert path.stat().st_size > before + 6 * 60_000 // 2
+        wal = os.stat(f"{path}-wal").st_size
+        for i in range(6, 12):
             box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
-        await poll(lambda: ran)
-        assert len(ran) == 1 and ran[0].startswith("checkpoint")
-        assert path.stat().st_size == before  # nothing copied by the puts meanwhile
-    await poll(lambda: box.checkpointer.checkpoints == 1)
-    assert path.stat().st_size > before + 6 * 60_000 // 2
-    wal = os.stat(f"{path}-wal").st_size
-    for i in range(6, 12):
-        box.put(f"u-{i}", mesh_pb2.UTTERANCE, b"p", "t", i, chunks=audio)
-    assert os.stat(f"{path}-wal").st_size < 1.5 * wal  # from the WAL's start again
-    await poll(lambda: box.checkpointer.idle)
-    box.close()
+        assert os.stat(f"{path}-wal").st_size < 1.5 * wal  # from the WAL's start again
+        await poll(lambda: box.checkpointer.idle)
+    finally:
+        box.close()  # its checkpoint thread too, whatever failed
     again = Outbox(path)
-    assert [item.id for item in again.pending()] == [f"u-{i}" for i in range(12)]
-    assert all(again.chunks(f"u-{i}") == audio for i in range(12))
-    again.close()
+    try:
+        assert [item.id for item in again.pending()] == [f"u-{i}" for i in range(12)]
+        assert all(again.chunks(f"u-{i}") == audio for i in range(12))
+    finally:
+        again.close()

@@ -155,11 +155,9 @@ class Ledger:
         self.path = path
         self.synchronous = synchronous.upper()
         self.db: apsw.Connection = open_db(path, SCHEMA, synchronous=synchronous)
-        self.checkpointer = Checkpointer()
+        self.checkpointer = Checkpointer.watching(self.db)
         """checkpoints the ledger on a thread of its own, not in a batch's commit on the
         event loop (copying a thousand pages and two syncs, 5 ms here)"""
-        self.checkpointer.watch(self.db)
-        self.checkpointer.start()
         self._wal_fd: int | None = None
         if self.synchronous == "FULL":
             # commits skip SQLite's own fsync; sync() does it (after each transaction() of

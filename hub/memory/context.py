@@ -11,7 +11,7 @@ of what was left out) and the structured sources it came from.
 
 A source is anything with a ``name`` and an ``async fetch(query)``; :class:`IndexSource`
 adapts the recall index, :class:`FunctionSource` any coroutine function, :class:`StaticSource`
-fixed text (time zone), :class:`FileSource` a small text file (``USER.md``).
+fixed text, :class:`FileSource` a small text file (``USER.md``).
 """
 
 from __future__ import annotations
@@ -105,7 +105,8 @@ class FunctionSource:
 
 
 class StaticSource:
-    """Fixed snippets, whatever the query (the owner's time zone and local time, say)."""
+    """Fixed snippets, whatever the query (a profile line, say; the local time is a
+    :class:`FunctionSource`: made when read)."""
 
     def __init__(self, name: str, snippets: Sequence[Snippet]) -> None:
         self.name = name
