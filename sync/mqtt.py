@@ -14,6 +14,12 @@ ACL), so they never take over the node's own session; the one a process holds by
 (:class:`SlotLease`, in the bundle's state folder) so that they do not take over each other's
 either (without a free slot or a lock folder: a random slot per connection).
 
+aiomqtt makes the connection and its subscriptions; the session reads messages from the
+connection's queue itself (not ``client.messages``, which makes a task and an
+``asyncio.wait`` per message), writes packets from the loop (:class:`WriteSoon`) and waits
+for acknowledgements itself (:class:`Acks`) — three places that reach into aiomqtt's client
+(its paho client and its ``_disconnected`` future), kept to this module.
+
 Every session speaks TLS to the broker, verified against the home CA (``tls``, a
 :class:`~sync.tls.ClientTls`; plaintext only as that allows: to loopback, when asked) —
 except the hub's own session to its own broker over a unix socket (:data:`LOCAL_PORT`).
@@ -31,7 +37,7 @@ import threading
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
 
 import aiomqtt
 import paho.mqtt.client as paho
@@ -123,8 +129,12 @@ class WriteSoon:
         """writes done by the loop (for tests)"""
         self.waited = 0
         """writes the socket could not take whole, left to aiomqtt's writer (for tests)"""
+        self._unregister_fallback = client.on_socket_unregister_write
+        self._delegated = False
+        """aiomqtt's writer is on the socket (:meth:`_wait`) until paho unregisters it"""
         if self._fallback is not None:  # (aiomqtt always sets one; without, paho writes)
             client.on_socket_register_write = self._register
+            client.on_socket_unregister_write = self._unregister
 
     def _register(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         if threading.get_ident() != self._thread:
@@ -151,7 +161,82 @@ class WriteSoon:
     def _wait(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         """aiomqtt's way: a writer on the socket, from any thread."""
         assert self._fallback is not None  # installed only with one
+        self._delegated = True
         self._fallback(client, userdata, sock)
+
+    def _unregister(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        """paho wrote everything: aiomqtt's writer comes off the socket, if it was put on
+        (a write by the loop never put one on: nothing to take off)."""
+        if self._delegated and self._unregister_fallback is not None:
+            self._delegated = False
+            self._unregister_fallback(client, userdata, sock)
+
+
+class Acks:
+    """Publishes waiting for their acknowledgement (a QoS 1 message's PUBACK; a QoS 0
+    message's write), on one connection.
+
+    aiomqtt's ``publish`` waits with an ``asyncio.Event`` under ``asyncio.wait_for`` — a task
+    and a timer for every publish — and scans every pending call twice; the hub publishes
+    about three messages per turn, so that was a few per cent of its CPU. Here a publish
+    waits on one future, found by its message id when paho reports it published (paho's
+    ``on_publish``, on the loop's thread), under ``asyncio.timeout`` (a timer, no task). When
+    the connection ends (:meth:`close`) every publish still waiting fails at once, instead
+    of after its timeout."""
+
+    def __init__(self, client: paho.Client, loop: asyncio.AbstractEventLoop) -> None:
+        self._client = client
+        self._loop = loop
+        self._waiting: dict[int, asyncio.Future[None]] = {}
+        self._fallback: Callable[..., None] | None = client.on_publish
+        """aiomqtt's (for its own publishes, if anything makes one; callback API 2)"""
+        self._closed = False
+        client.on_publish = self._published
+
+    def _published(
+        self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any
+    ) -> None:
+        waiter = self._waiting.pop(mid, None)
+        if waiter is None:
+            if self._fallback is not None:
+                self._fallback(client, userdata, mid, reason, properties)
+        elif not waiter.done():
+            waiter.set_result(None)
+
+    async def publish(
+        self, topic: str, payload: bytes, *, qos: int, retain: bool, timeout: float
+    ) -> None:
+        """Publish and return once acknowledged; raise :class:`aiomqtt.MqttError` if paho
+        refuses it, the connection ends first, or ``timeout`` (seconds) passes."""
+        if self._closed:
+            raise aiomqtt.MqttError("Disconnected")
+        info = self._client.publish(topic, payload, qos, retain)
+        if info.rc != paho.MQTT_ERR_SUCCESS:
+            raise aiomqtt.MqttCodeError(info.rc, "Could not publish message")
+        if info.is_published():
+            return
+        waiter: asyncio.Future[None] = self._loop.create_future()
+        self._waiting[info.mid] = waiter
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        except TimeoutError:
+            raise aiomqtt.MqttError("Operation timed out") from None
+        finally:
+            if self._waiting.get(info.mid) is waiter:
+                del self._waiting[info.mid]
+
+    def close(self) -> None:
+        """The connection ended: every publish waiting fails now."""
+        self._closed = True
+        waiting, self._waiting = self._waiting, {}
+        for waiter in waiting.values():
+            if not waiter.done():
+                waiter.set_exception(aiomqtt.MqttError("Disconnected while publishing"))
+
+
+PUBLISH_TIMEOUT_S = 5.0
+"""Seconds a publish waits for its acknowledgement before it fails (the broker hung)."""
 
 
 HANDSHAKE_TIMEOUT_S = 5.0
@@ -159,6 +244,19 @@ HANDSHAKE_TIMEOUT_S = 5.0
 does both blocking, in an executor thread that cancelling the session cannot stop and that a
 process waits for before it exits: a short-lived client (``yimi say --timeout 1``) sets it no
 longer than its own deadline, or a hung broker keeps it alive 5 s past that deadline."""
+
+
+def _given(inbox: asyncio.Queue[aiomqtt.Message | None]) -> type[asyncio.Queue[aiomqtt.Message]]:
+    """``inbox`` as aiomqtt's ``queue_type`` (it makes its queue by calling it).
+
+    A session reads its messages from the queue itself, not through ``client.messages``:
+    that iterator makes a task and an ``asyncio.wait`` for every message, and the session
+    needs neither — when the connection ends, ``None`` is put behind the last message."""
+
+    def made(maxsize: int = 0) -> asyncio.Queue[aiomqtt.Message | None]:
+        return inbox
+
+    return cast("type[asyncio.Queue[aiomqtt.Message]]", made)
 
 
 class MqttSession:
@@ -201,7 +299,8 @@ class MqttSession:
         self._keepalive = keepalive
         self._transient = transient
         self._lease = SlotLease(slot_locks) if transient and slot_locks is not None else None
-        self._client: aiomqtt.Client | None = None
+        self._acks: Acks | None = None
+        """the current connection's publishes (``None`` between connections)"""
         self.writes: WriteSoon | None = None
         """how the current connection's packets are written"""
         self._task: asyncio.Task[None] | None = None
@@ -238,11 +337,11 @@ class MqttSession:
     async def publish(
         self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
     ) -> None:
-        client = self._client
-        if client is None or not self.connected.is_set():
+        acks = self._acks
+        if acks is None or not self.connected.is_set():
             raise SyncError("hub.unreachable", target="broker", reason="not connected")
         try:
-            await client.publish(topic, payload, qos=qos, retain=retain)
+            await acks.publish(topic, payload, qos=qos, retain=retain, timeout=PUBLISH_TIMEOUT_S)
         except aiomqtt.MqttError as exc:
             raise SyncError("hub.unreachable", target="broker", reason=exc) from None
 
@@ -263,7 +362,7 @@ class MqttSession:
                     log.info("mqtt %s: %s", self._identifier, exc)
             finally:
                 self.connected.clear()
-                self._client = None
+                self._acks = None
             await asyncio.sleep(self._backoff.next_delay())
 
     def _refuse(self, exc: SyncError) -> None:
@@ -290,6 +389,7 @@ class MqttSession:
         self._login = login
         local = port == LOCAL_PORT
         self._where = host if local else f"{host}:{port}"
+        inbox: asyncio.Queue[aiomqtt.Message | None] = asyncio.Queue()
         client = aiomqtt.Client(
             host,
             1883 if local else port,  # paho checks the port even of a unix socket
@@ -302,15 +402,27 @@ class MqttSession:
             keepalive=self._keepalive,
             timeout=5.0,
             max_queued_outgoing_messages=10_000,
+            queue_type=_given(inbox),
             socket_options=() if local else SOCKET_OPTIONS,
             tls_context=None if local else self._tls.ssl_context(host),
         )
         client._client.connect_timeout = self._connect_timeout  # paho's, in its thread
-        self.writes = WriteSoon(client._client, asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        self.writes = WriteSoon(client._client, loop)
+        acks = Acks(client._client, loop)
         async with client:
+            ended = client._disconnected  # aiomqtt's: done when the connection ends
+
+            def end(done: asyncio.Future[None]) -> None:
+                if not done.cancelled():
+                    done.exception()  # read below; retrieved here so asyncio never warns
+                acks.close()
+                inbox.put_nowait(None)
+
+            ended.add_done_callback(end)
             for topic in self._subscriptions:
                 await client.subscribe(topic, qos=1)
-            self._client = client
+            self._acks = acks
             self.connections += 1
             self._backoff.reset()
             self.connected.set()
@@ -323,7 +435,7 @@ class MqttSession:
                 else None
             )
             try:
-                async for message in client.messages:
+                while (message := await inbox.get()) is not None:
                     try:
                         await self._on_message(message)
                     except (aiomqtt.MqttError, SyncError) as exc:  # the link dropped mid-handler
@@ -336,7 +448,8 @@ class MqttSession:
                 if hook is not None:
                     hook.cancel()
                     await asyncio.gather(hook, return_exceptions=True)
-            raise aiomqtt.MqttError("message stream ended")
+            cause = None if ended.cancelled() else ended.exception()
+            raise aiomqtt.MqttError("Disconnected during message iteration") from cause
 
     async def _guarded_on_connect(self, client: aiomqtt.Client) -> None:
         assert self._on_connect is not None

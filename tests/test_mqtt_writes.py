@@ -11,7 +11,10 @@ import signal
 from pathlib import Path
 
 import aiomqtt
+import pytest
 
+from sync import mqtt
+from sync.errors import SyncError
 from sync.mqtt import MqttSession
 from sync.tls import ClientTls
 from tests.waiting import poll
@@ -95,3 +98,53 @@ async def test_a_socket_that_cannot_take_everything_is_written_when_it_can(
             await sending
             await poll(lambda: len(got) == BIG_COUNT, WAIT_S, f"{BIG_COUNT} large messages")
     assert got == payloads
+
+
+async def test_a_publish_waiting_for_its_ack_fails_when_the_connection_ends(
+    tmp_path: Path,
+) -> None:
+    """A QoS 1 publish the broker never acknowledged fails with the connection's end, not
+    after its timeout; messages that came before the end were all handed over, and the
+    session connects again."""
+    received = Received()
+    got = received.got
+    async with Mosquitto(tmp_path / "mosq") as broker:
+        async with _session(broker, received, ["w/#"]) as session:
+            await asyncio.wait_for(session.connected.wait(), WAIT_S)
+            for i in range(3):
+                await session.publish("w/before", b"before %d" % i)
+            await poll(lambda: len(got) == 3, WAIT_S, "3 messages")
+            os.kill(broker.pid, signal.SIGSTOP)
+            try:
+                waiting = asyncio.ensure_future(session.publish("w/lost", b"never acked"))
+                await asyncio.sleep(0)  # the publish is written and waits for its PUBACK
+                assert not waiting.done()
+            finally:
+                os.kill(broker.pid, signal.SIGKILL)
+            with pytest.raises(SyncError) as err:
+                await asyncio.wait_for(waiting, mqtt.PUBLISH_TIMEOUT_S - 1)
+            assert err.value.key == "hub.unreachable"
+            assert "Disconnected" in str(err.value.fields["reason"])
+            assert session.connections == 1
+    assert got == [b"before %d" % i for i in range(3)]
+
+
+async def test_a_publish_the_broker_never_acknowledges_times_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mqtt, "PUBLISH_TIMEOUT_S", 0.3)
+    received = Received()
+    async with Mosquitto(tmp_path / "mosq") as broker:
+        async with _session(broker, received, ["w/#"]) as session:
+            await asyncio.wait_for(session.connected.wait(), WAIT_S)
+            os.kill(broker.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(SyncError) as err:
+                    await asyncio.wait_for(session.publish("w/hung", b"x"), WAIT_S)
+            finally:
+                os.kill(broker.pid, signal.SIGCONT)
+            assert "timed out" in str(err.value.fields["reason"])
+            # the broker is back: the next publish is acknowledged on the same connection
+            await asyncio.wait_for(session.publish("w/after", b"after"), WAIT_S)
+            assert session.connections == 1
+            await poll(lambda: b"after" in received.got, WAIT_S, "the message after")
