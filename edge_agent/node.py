@@ -52,7 +52,7 @@ from sync.mqtt import HANDSHAKE_TIMEOUT_S, MqttSession
 from sync.outbox import Outbox
 from sync.replicas import ReplicaSet
 from sync.replication import DeviceReplication
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 from sync.tls import ClientTls
 
 log = logging.getLogger(__name__)
@@ -405,10 +405,7 @@ class DeviceNode:
     async def _flusher(self) -> None:
         backoff = Backoff(initial=0.5, cap=15.0)
         while True:
-            try:
-                await asyncio.wait_for(self._wake.wait(), FLUSH_POLL_S)
-            except TimeoutError:
-                pass
+            await woken(self._wake, FLUSH_POLL_S)
             self._wake.clear()
             if self.mqtt is None or not self.mqtt.connected.is_set() or not self.outbox.count():
                 continue

@@ -34,7 +34,7 @@ from sync.env import positive_float
 from sync.replica import Applied
 from sync.replicas import ReplicaSet
 from sync.scopes import doc_refusal
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +209,7 @@ class DeviceReplication:
         retry = Backoff(cap=interval)
         again: float | None = None  # seconds to the retry of a failed one (None: none failed)
         while True:
-            try:
-                await asyncio.wait_for(
-                    self._wanted.wait(), jittered(interval) if again is None else again
-                )
-            except TimeoutError:
-                pass
+            await woken(self._wanted, jittered(interval) if again is None else again)
             self._wanted.clear()
             if not self._is_connected():
                 again = None  # no retries while offline: the reconnection wakes it

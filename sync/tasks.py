@@ -34,6 +34,21 @@ async def within(
         log.error("%s did not stop within %g s: abandoned", what, limit)
 
 
+async def woken(event: asyncio.Event, timeout: float | None) -> bool:
+    """Wait until ``event`` is set or ``timeout`` seconds pass (``None``: no limit); whether
+    it was set. ``asyncio.wait_for(event.wait(), timeout)`` does the same with a new task
+    for every wait (Python 3.11); a background loop woken on every turn waits here, in its
+    own task, under ``asyncio.timeout``."""
+    if event.is_set():
+        return True
+    try:
+        async with asyncio.timeout(timeout):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
 class Bounded(Generic[T]):
     """An async context manager whose exit takes at most ``limit`` seconds (see
     :func:`within`); entering is unchanged."""

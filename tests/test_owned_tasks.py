@@ -10,7 +10,7 @@ from types import TracebackType
 
 import pytest
 
-from sync.tasks import Bounded, TaskOwner, within
+from sync.tasks import Bounded, TaskOwner, within, woken
 
 
 async def _loses_one_cancel(started: asyncio.Event, lost: list[int]) -> None:
@@ -86,3 +86,29 @@ async def test_a_component_whose_exit_hangs_is_abandoned(
         await asyncio.wait_for(within("a stuck step", asyncio.Event().wait, limit=0.2), 20)
     assert "the stuck part did not stop within 0.2 s" in caplog.text
     assert "a stuck step did not stop" in caplog.text
+
+
+async def test_woken_says_whether_the_event_came_and_waits_in_the_callers_task() -> None:
+    event = asyncio.Event()
+    assert await woken(event, 0.01) is False  # nothing came: the timeout passed
+    tasks = len(asyncio.all_tasks())
+    seen: list[int] = []
+
+    async def setter() -> None:
+        seen.append(len(asyncio.all_tasks()))  # the waiter made no task of its own
+        event.set()
+
+    setting = asyncio.create_task(setter())
+    assert await woken(event, 30) is True
+    await setting
+    assert seen == [tasks + 1]  # this task and the setter's, nothing else
+    assert await woken(event, 0) is True  # already set: at once, even with no time left
+
+
+async def test_woken_leaves_a_cancellation_a_cancellation() -> None:
+    event = asyncio.Event()
+    waiting = asyncio.create_task(woken(event, 30))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting

@@ -32,7 +32,7 @@ from typing import Any
 from hub.archive import pack as fmt
 from hub.archive.archive import Archive, NewObject, WriteResult
 from hub.archive.errors import ArchiveError
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 
 log = logging.getLogger(__name__)
 
@@ -284,10 +284,7 @@ class ArchiveWriter:
         while True:
             first = self._batch.first_at
             timeout = None if first is None else max(0.0, first + self.max_delay_s - self._clock())
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await woken(self._wake, timeout)
             self._wake.clear()
             await self.poll()
 

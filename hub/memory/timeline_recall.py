@@ -22,7 +22,6 @@ candidates to items created then, and the rest of the question is what is search
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import logging
 import os
@@ -37,6 +36,7 @@ from hub.memory.period import Period, past_period
 from hub.memory.sensitivity import Source
 from hub.timeline import NOT_UNDERSTOOD, HubStore
 from storage.private import private_dir
+from sync.tasks import woken
 
 log = logging.getLogger(__name__)
 
@@ -212,8 +212,7 @@ class TimelineIndexer:
                     log.info("recall index: %d timeline entries indexed", done)
             except Exception:  # the index is behind; the next pass tries again
                 log.exception("indexing the timeline failed")
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), interval_s)
+            await woken(wake, interval_s)
 
     @staticmethod
     async def _settle(wake: asyncio.Event, settle_s: float, until: float) -> None:
@@ -221,9 +220,7 @@ class TimelineIndexer:
         loop = asyncio.get_running_loop()
         while settle_s > 0 and (left := until - loop.time()) > 0:
             wake.clear()
-            try:
-                await asyncio.wait_for(wake.wait(), min(settle_s, left))
-            except TimeoutError:
+            if not await woken(wake, min(settle_s, left)):
                 return
 
     def catch_up(self, limit: int = 10_000) -> int:

@@ -40,7 +40,7 @@ from hub.schedule.store import (
     JobStore,
     Occurrence,
 )
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +358,4 @@ class Scheduler:
             if nxt is not None:
                 timeout = min(most, max(0.0, (nxt - self.now_ms()) / 1000))
             if timeout > 0:
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout)
-                except TimeoutError:
-                    pass
+                await woken(self._wake, timeout)
