@@ -407,7 +407,7 @@ class DeviceNode:
         while True:
             await woken(self._wake, FLUSH_POLL_S)
             self._wake.clear()
-            if self.mqtt is None or not self.mqtt.connected.is_set() or not self.outbox.count():
+            if self.mqtt is None or not self.mqtt.connected.is_set() or not self.outbox.has_items():
                 continue
             try:
                 await self.flush()

@@ -111,7 +111,7 @@ class Outbox:
                     "INSERT INTO outbox_chunks (item_id, idx, data) VALUES (?,?,?)",
                     [(item_id, i, data) for i, data in enumerate(chunks)],
                 )
-            return self.count()
+            return count + len(added)  # (the transaction holds the write lock: no other put)
 
     def chunks(self, item_id: str) -> list[bytes]:
         """The attachments of a queued item, in index order (empty if none or gone)."""
@@ -123,6 +123,10 @@ class Outbox:
     def count(self) -> int:
         row = self._conn.execute("SELECT count(*) FROM outbox").fetchone()
         return int(row[0]) if row else 0
+
+    def has_items(self) -> bool:
+        """Whether any item waits (one probe: :meth:`count` reads them all)."""
+        return self._conn.execute("SELECT 1 FROM outbox LIMIT 1").fetchone() is not None
 
     def pending(self, limit: int = 1000) -> list[OutboxItem]:
         rows = self._conn.execute(

@@ -116,6 +116,7 @@ def put(box: Outbox, item_id: str, payload: bytes = b"p") -> int:
 
 def test_outbox_put_is_idempotent_and_ordered(tmp_path: Path) -> None:
     box = Outbox(tmp_path / "outbox.db")
+    assert not box.has_items() and box.count() == 0
     ids = ["c", "a", "e", "b", "d"]
     for n, item_id in enumerate(ids, 1):
         assert put(box, item_id, item_id.encode()) == n
@@ -152,6 +153,12 @@ def test_outbox_done_removes(tmp_path: Path) -> None:
     box.attempted("a")
     box.attempted("a")
     assert box.pending()[0].attempts == 2
+    for item_id in ("a", "c"):
+        assert box.has_items()
+        box.done(item_id, answered=True)
+    assert box.has_items()  # "b" still waits
+    box.done("b")
+    assert not box.has_items() and box.count() == 0
     box.close()
 
 
