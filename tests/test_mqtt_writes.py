@@ -114,11 +114,14 @@ async def test_a_publish_waiting_for_its_ack_fails_when_the_connection_ends(
             for i in range(3):
                 await session.publish("w/before", b"before %d" % i)
             await poll(lambda: len(got) == 3, WAIT_S, "3 messages")
+            writes = session.writes
+            assert writes is not None
+            written = writes.batches
             os.kill(broker.pid, signal.SIGSTOP)
             try:
                 waiting = asyncio.ensure_future(session.publish("w/lost", b"never acked"))
-                await asyncio.sleep(0)  # the publish is written and waits for its PUBACK
-                assert not waiting.done()
+                await poll(lambda: writes.batches > written, WAIT_S, "the publish written")
+                assert not waiting.done()  # written, and waiting for its PUBACK
             finally:
                 os.kill(broker.pid, signal.SIGKILL)
             with pytest.raises(SyncError) as err:

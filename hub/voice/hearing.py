@@ -77,7 +77,7 @@ from models.errors import ModelError
 from protos import mesh_pb2, voice_pb2
 from protos.errors import YimiError
 from sync.envelope import MAX_ID_CHARS, DropReason, Opened
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,7 @@ MAX_AUDIO_BYTES = 2 * 1024 * 1024
 TTL_S = 60.0
 """seconds an utterance's pieces are kept waiting for the rest (from the first piece, or
 from the utterance when it came first)"""
+
 MAX_PENDING = 64
 """utterances whose audio is being assembled, over all devices"""
 MAX_PENDING_PER_DEVICE = 8
@@ -960,10 +961,7 @@ class Hearing:
                     total=voice.audio_chunks,
                     seconds=round(self.assembler.ttl_s),
                 )
-            try:
-                await asyncio.wait_for(event.wait(), min(remaining, EXPIRE_EVERY_S))
-            except TimeoutError:
-                pass
+            await woken(event, min(remaining, EXPIRE_EVERY_S))
 
     def _voice_meta(self, opened: Opened, utt: mesh_pb2.Utterance) -> TurnMeta:
         v = utt.voice

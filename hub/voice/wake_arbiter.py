@@ -29,7 +29,7 @@ from types import TracebackType
 from protos import voice_pb2
 from protos.clock import now_ms
 from sync.envelope import MAX_ID_CHARS, DropReason, Opened
-from sync.tasks import TaskOwner
+from sync.tasks import TaskOwner, woken
 
 log = logging.getLogger(__name__)
 
@@ -255,10 +255,7 @@ class WakeArbiter:
         group = self._by_wake[(device, wake_id)]
         if group.done is None:
             group.done = asyncio.Event()
-        try:
-            await asyncio.wait_for(group.done.wait(), timeout_s)
-        except TimeoutError:
-            pass
+        await woken(group.done, timeout_s)
         return self.outcome(device, wake_id)
 
     # -------------------------------------------------------------- async shell
@@ -302,9 +299,6 @@ class WakeArbiter:
         while True:
             deadline = self.next_deadline()
             timeout = None if deadline is None else max(0.0, deadline - self._clock())
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            await woken(self._wake, timeout)
             self._wake.clear()
             await self._deliver(self.due())

@@ -65,6 +65,7 @@ from provisioning.errors import ProvisioningError
 from provisioning.pairing import PairingAuthority
 from provisioning.registry import DeviceRecord
 from sync.envelope import HUB, Opened, new_trace_id
+from sync.tasks import woken
 
 log = logging.getLogger(__name__)
 
@@ -144,10 +145,7 @@ class WebState:
         self._changed = asyncio.Event()
 
     async def changed(self, timeout: float) -> None:
-        try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-        except TimeoutError:
-            pass
+        await woken(self._changed, timeout)
 
     def revoked(self, device_ids: Sequence[str]) -> None:
         for d in device_ids:
