@@ -24,9 +24,11 @@ Everything runs in a temporary folder on this machine, removed afterwards:
    (``settled_by_caller``: an ``observe`` call's receipt returns staged, its batch is
    written with the next one, and the hub's group commit waits for it before anything
    leaves).
-   Also printed: the same followed by waiting for that fsync (a reply sent right after the
-   call), and the receipt made durable before the call returns. The four alternate in
-   blocks so machine drift hits them alike; medians, p99 and ratios are printed.
+   Also printed: the gated call's three steps (decide, the tool call, receipt) made one by
+   one and each timed, as ``Gateway.call`` makes them: where the overhead goes; the same
+   followed by waiting for that fsync (a reply sent right after the call), and the receipt
+   made durable before the call returns. The five alternate in blocks so machine drift hits
+   them alike; medians, p99 and ratios are printed.
 """
 
 from __future__ import annotations
@@ -152,6 +154,8 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
             gated: list[float] = []
             strict: list[float] = []
             settled: list[float] = []
+            steps: list[tuple[float, float, float]] = []
+            """(decide, tool call, receipt) of a gated call made step by step"""
             n = 0
             while n < calls:
                 for _ in range(block):
@@ -165,6 +169,17 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
                     t = time.perf_counter()
                     r = await gw.call(c, CTX)
                     gated.append(time.perf_counter() - t)
+                    assert r.status == "succeeded"
+                await gw.commits.settled()
+                for j in range(block):  # the same, its three steps timed one by one
+                    c = ToolCall("probe", "echo", {"text": "x"}, f"t{n + j}", f"task-t{n + j}")
+                    t = time.perf_counter()
+                    d = await gw.decide(c, CTX)
+                    t1 = time.perf_counter()
+                    out = await gw.host.call("probe", "echo", d.args, task_id=c.task_id)
+                    t2 = time.perf_counter()
+                    r = await gw.receipt(c, CTX, d, out)
+                    steps.append((t1 - t, t2 - t1, time.perf_counter() - t2))
                     assert r.status == "succeeded"
                 await gw.commits.settled()
                 for j in range(block):  # the same, then waiting for it as a reply would
@@ -215,6 +230,12 @@ async def bench(decides: int, receipts: int, calls: int, block: int) -> None:
     print(
         f"gateway overhead            p50 +{ms(g50 - d50).strip()}   "
         f"ratio gated/direct p50 {g50 / d50:.2f}x   p99 {g99 / d99:.2f}x"
+    )
+    dec, run, rec = (statistics.median(x[k] for x in steps) for k in range(3))
+    print(
+        f"  of which, step by step    n={len(steps):<6} decide p50 {ms(dec).strip()}, tool call "
+        f"p50 {ms(run).strip()}, receipt p50 {ms(rec).strip()} (overhead {ms(dec + rec).strip()}"
+        f"; the direct call's {ms(0.3 * d50).strip()} is what 1.3x allows)"
     )
     print(
         "  (as in the hub: the observe call's receipt is staged when the call returns; its"
