@@ -3,6 +3,7 @@
 Run::
 
     .venv/bin/python bench/mesh_roundtrip.py [--trips 1000] [--devices 50] [--quick]
+        [--requests bench|owner|owner-zh] [--counts]
 
 Everything runs on loopback, in a temporary folder that is removed afterwards:
 
@@ -29,6 +30,12 @@ Everything runs on loopback, in a temporary folder that is removed afterwards:
    the throughput they can carry → the mean latency that gives by Little's law
    (devices / throughput), against what was measured.
 
+What the trips say (``--requests``, :data:`REQUESTS`): by default a sentence the hub does
+not understand, the cheapest turn there is (the issue's targets were set on it); ``owner``
+(``owner-zh`` in Chinese) cycles through four requests an owner makes, each acted on — a
+timer, a shopping-list item, a memory, the time — and times the sequential trips by kind
+too. At the end the bench reads from ``hub.db`` what the replies were understood as.
+
 The hub (and with it its mosquitto) is stopped on every exit path — Ctrl-C, SIGTERM, an
 error — and the bench checks that no mosquitto of its home is left. Child processes also
 get ``PR_SET_PDEATHSIG``, so even a ``kill -9`` of the bench takes them down.
@@ -39,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import platform
@@ -49,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unicodedata
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -90,6 +99,34 @@ FLOOD_RATE = {"messages_per_s": 20_000, "burst_messages": 20_000}
 """messages per second and burst a bench device may send (see :func:`allow_flood`)"""
 RAW_PAYLOAD_BYTES = 400
 """bytes per raw message: about the size of a sealed utterance envelope"""
+REQUESTS: dict[str, tuple[tuple[str, str], ...]] = {
+    "bench": (("not understood", "bench {tag} trip {i}"),),
+    "owner": (
+        ("a timer", "set a timer for {m} minutes"),
+        ("a shopping-list item", "add {i} eggs to the shopping list"),
+        ("a memory", "remember that my locker number is {i}"),
+        ("the time", "what time is it"),
+    ),
+    "owner-zh": (
+        ("a timer", "设一个{m}分钟的计时器"),
+        ("a shopping-list item", "把{i}个鸡蛋加到购物清单"),
+        ("a memory", "记住我的柜子号码是{i}"),
+        ("the time", "现在几点"),
+    ),
+}
+"""what a trip says, by ``--requests``, in turn (``{i}``: the trip's number in its run,
+``{m}``: 1–59 from it, ``{tag}``: its run). ``bench``: a sentence the hub does not
+understand — the cheapest turn there is (recognised in about 0.06 ms, answered honestly, no
+action). ``owner``/``owner-zh``: what an owner asks, each acted on: a timer (the scheduler),
+a shopping-list item (an in-hub tool through the gateway), a memory (the ``memory`` package
+over MCP, through the gateway) and the time (the hub's clock) — each recognised in 0.2–1.7
+ms, new words every time"""
+
+
+def request_text(requests: str, tag: str, i: int) -> str:
+    """The ``i``-th trip's sentence of a run tagged ``tag`` (see :data:`REQUESTS`)."""
+    mix = REQUESTS[requests]
+    return mix[i % len(mix)][1].format(tag=tag, i=i, m=1 + i % 59)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -100,10 +137,13 @@ class Series:
 
     def row(self) -> str:
         v = self.ms
+        # padded to 44 columns as a terminal shows it: a Chinese character takes two
+        wide = sum(unicodedata.east_asian_width(c) in "WF" for c in self.label)
+        label = self.label + " " * max(0, 44 - len(self.label) - wide)
         if not v:
-            return f"{self.label:<44} {0:>6}" + "       -" * 5
+            return f"{label} {0:>6}" + "       -" * 5
         cells = [percentile(v, q) for q in (0.5, 0.9, 0.99)] + [max(v), statistics.fmean(v)]
-        return f"{self.label:<44} {len(v):>6}" + "".join(f" {c:>7.2f}" for c in cells)
+        return f"{label} {len(v):>6}" + "".join(f" {c:>7.2f}" for c in cells)
 
 
 TABLE_HEAD = f"{'':<44} {'n':>6} {'p50':>7} {'p90':>7} {'p99':>7} {'max':>7} {'mean':>7}   (ms)"
@@ -170,6 +210,8 @@ class Trip:
     sealed: float
     replied: float
     acked: float
+    kind: int = 0
+    """which of its mix's sentences it said (an index into :data:`REQUESTS`' tuple)"""
 
     @property
     def seal_to_ack_ms(self) -> float:
@@ -193,9 +235,11 @@ class TripDriver:
     acknowledged.
     """
 
-    def __init__(self, bundle: Bundle, hub: str) -> None:
+    def __init__(self, bundle: Bundle, hub: str, requests: str = "bench") -> None:
         self.bundle = bundle
         self.hub = hub
+        self.requests = requests
+        """what its trips say (:data:`REQUESTS`)"""
         self.node: DeviceNode | None = None
         self._acked: dict[str, asyncio.Future[tuple[float, float]]] = {}
         self._first: dict[str, float] = {}
@@ -271,7 +315,13 @@ class TripDriver:
         return Trip(queued, sealed, replied, acked)
 
     async def trips(self, count: int, tag: str) -> list[Trip]:
-        return [await self.trip(f"bench {tag} trip {i}") for i in range(count)]
+        kinds = len(REQUESTS[self.requests])
+        return [
+            dataclasses.replace(
+                await self.trip(request_text(self.requests, tag, i)), kind=i % kinds
+            )
+            for i in range(count)
+        ]
 
 
 # ---------------------------------------------------------------------------- raw baseline
@@ -373,11 +423,13 @@ async def echo_main(home_path: Path, port: int) -> int:
 
 
 # ---------------------------------------------------------------------------- concurrent
-async def worker_main(hub: str, bundles: Sequence[Path], trips: int, warmup: int) -> int:
+async def worker_main(
+    hub: str, bundles: Sequence[Path], trips: int, warmup: int, requests: str
+) -> int:
     """``--worker``: drive several devices at once; report latencies as one JSON line."""
     loaded = [Bundle.load(p) for p in bundles]
     async with contextlib.AsyncExitStack() as stack:
-        drivers = [await stack.enter_async_context(TripDriver(b, hub)) for b in loaded]
+        drivers = [await stack.enter_async_context(TripDriver(b, hub, requests)) for b in loaded]
         await asyncio.gather(*(d.trips(warmup, "warm-up") for d in drivers))
         print("ready", flush=True)
         go = await asyncio.to_thread(sys.stdin.readline)
@@ -413,6 +465,8 @@ class Config:
     per_device: int
     device_warmup: int
     procs: int
+    requests: str = "bench"
+    """what the trips say (:data:`REQUESTS`)"""
 
     @property
     def expected(self) -> int:
@@ -504,6 +558,8 @@ class Results:
     conc_queue: Series = field(
         default_factory=lambda: Series("  queue → ACK sent (+ outbox commit)")
     )
+    by_kind: dict[int, Series] = field(default_factory=dict)
+    """the sequential trips (seal → ACK sent) by what they said, with more than one kind"""
     block_ratios: list[tuple[float, float]] = field(default_factory=list)
     conc_seconds: float = 0.0
     cpu_ours: str = "-"
@@ -538,7 +594,10 @@ async def run_bench(
             raise RuntimeError("the echo client did not start")
         cpu_ours, cpu_raw = CpuMeter(hub), CpuMeter(hub, lambda: cpu_seconds(echo.pid))
         work = WorkMeter(hub)
-        async with TripDriver(solo, hub.target) as driver, RawLoop(home, hub.mqtt_port) as raw:
+        async with (
+            TripDriver(solo, hub.target, cfg.requests) as driver,
+            RawLoop(home, hub.mqtt_port) as raw,
+        ):
             print(f"warm-up: {cfg.warmup} trips each", flush=True)
             await driver.trips(cfg.warmup, "warm-up")
             await raw.trips(cfg.warmup)
@@ -563,6 +622,11 @@ async def run_bench(
                 cpu_raw.add(before, cpu_raw.sample())
                 ours_ms = [t.seal_to_ack_ms for t in trips]
                 res.ours.ms += ours_ms
+                for t in trips:
+                    kind = res.by_kind.setdefault(
+                        t.kind, Series(f"  of which {REQUESTS[cfg.requests][t.kind][0]}")
+                    )
+                    kind.ms.append(t.seal_to_ack_ms)
                 res.ours_reply.ms += [t.seal_to_reply_ms for t in trips]
                 res.ours_queue.ms += [t.queue_to_ack_ms for t in trips]
                 res.raw.ms += raw_ms
@@ -606,6 +670,8 @@ async def run_bench(
                     str(cfg.per_device),
                     "--device-warmup",
                     str(cfg.device_warmup),
+                    "--requests",
+                    cfg.requests,
                     *[str(b.path) for b in group],
                     log=logs[-1],
                 )
@@ -639,8 +705,22 @@ async def run_bench(
     return res
 
 
-def hub_check(home: Path) -> tuple[int, int, dict[str, int]]:
-    """(utterances on the timeline, deliveries, rejected.* counters) from hub.db."""
+@dataclass(frozen=True)
+class HubCheck:
+    """What the hub recorded, read from its ``hub.db`` after a run."""
+
+    utterances: int
+    """utterances on the timeline"""
+    deliveries: int
+    """ACKs recorded"""
+    rejected: dict[str, int]
+    """the ``rejected.*`` counters"""
+    intents: Counter[str]
+    """replies on the timeline by what they were understood as (``?``: not understood)"""
+
+
+def hub_check(home: Path) -> HubCheck:
+    """What the hub recorded (see :class:`HubCheck`), from hub.db."""
     conn = apsw.Connection(str(home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
     conn.set_busy_timeout(5000)
     try:
@@ -650,12 +730,19 @@ def hub_check(home: Path) -> tuple[int, int, dict[str, int]]:
             str(r[0]): int(r[1])
             for r in conn.execute("SELECT name, value FROM counters WHERE name LIKE 'rejected.%'")
         }
+        intents: Counter[str] = Counter(
+            str(r[0])
+            for r in conn.execute(
+                "SELECT json_extract(meta, '$.intent') FROM timeline WHERE kind='reply'"
+            )
+        )
     finally:
         conn.close()
-    return (
+    return HubCheck(
         int(utterances[0] if utterances else 0),
         int(deliveries[0] if deliveries else 0),
         rejected,
+        intents,
     )
 
 
@@ -691,21 +778,22 @@ def wait_for_hub(home: Path, expected: int, timeout: float = DRAIN_TIMEOUT_S) ->
     flight when the devices are done); returns the seconds waited."""
     start = time.monotonic()
     while time.monotonic() - start < timeout:
-        utterances, deliveries, _ = hub_check(home)
-        if utterances >= expected and deliveries >= expected:
+        check = hub_check(home)
+        if check.utterances >= expected and check.deliveries >= expected:
             break
         time.sleep(0.05)
     return time.monotonic() - start
 
 
-def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) -> None:
+def report(cfg: Config, res: Results, check: HubCheck) -> None:
     print()
     print(TABLE_HEAD)
     print(
         f"-- one device, {len(res.ours.ms)} sequential trips (after {cfg.warmup} warm-up), "
         f"interleaved with raw in {cfg.blocks} blocks"
     )
-    for s in (res.ours, res.ours_reply, res.ours_queue, res.raw):
+    kinds = [s for _, s in sorted(res.by_kind.items())] if len(res.by_kind) > 1 else []
+    for s in (res.ours, res.ours_reply, res.ours_queue, *kinds, res.raw):
         print(s.row())
     print(f"-- {cfg.devices} devices concurrently, {cfg.per_device} trips each")
     for s in (res.conc, res.conc_reply, res.conc_queue):
@@ -739,7 +827,7 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
     print_closed_loop(cfg, res)
     print_targets(cfg, res)
     expected = cfg.expected
-    utterances, deliveries, rejected = check
+    utterances, deliveries, rejected = check.utterances, check.deliveries, check.rejected
     verdict = "ok" if utterances == expected == deliveries and not rejected else "MISMATCH"
     print(
         f"hub check        {utterances} utterances on the timeline (expected {expected}), "
@@ -749,6 +837,13 @@ def report(cfg: Config, res: Results, check: tuple[int, int, dict[str, int]]) ->
             if res.drain_seconds > 0.2
             else ""
         )
+    )
+    replies = sum(check.intents.values())
+    heard = ", ".join(f"{k} {v}" for k, v in sorted(check.intents.items()) if k != "?")
+    print(
+        f"replies          {replies} on the timeline ({cfg.requests!r} requests): "
+        f"understood {replies - check.intents['?']}{f' ({heard})' if heard else ''}, "
+        f"not understood {check.intents['?']}"
     )
 
 
@@ -836,6 +931,7 @@ def bench(args: argparse.Namespace) -> int:
         per_device=args.per_device,
         device_warmup=args.device_warmup,
         procs=args.procs,
+        requests=args.requests,
     )
     signal.signal(signal.SIGTERM, _raise_interrupt)
     root = Path(tempfile.mkdtemp(prefix="yimi-bench-", dir=args.dir))
@@ -868,6 +964,8 @@ def bench(args: argparse.Namespace) -> int:
             for i in range(cfg.devices)
         ]
         print(f"home {home.home_id}: {len(fleet) + 1} devices flashed", flush=True)
+        said = " | ".join(text for _, text in REQUESTS[cfg.requests])
+        print(f"requests: {cfg.requests}: {said}", flush=True)
         allow_flood(home.path)
         hub = HubProcess(root, home.path, mqtt_port, grpc_port, counts=args.counts)
         hub.start()
@@ -908,6 +1006,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-device", type=int, default=20, help="trips per concurrent device")
     p.add_argument("--device-warmup", type=int, default=2, help="warm-up trips per device")
     p.add_argument("--procs", type=int, default=2, help="worker processes for the devices")
+    p.add_argument(
+        "--requests",
+        choices=sorted(REQUESTS),
+        default="bench",
+        help="what the trips say: bench (not understood, the default), owner or owner-zh "
+        "(a timer, a shopping-list item, a memory, the time: each acted on)",
+    )
     p.add_argument("--dir", type=Path, default=None, help="where the temporary home goes")
     p.add_argument("--keep", action="store_true", help="keep the temporary folder")
     p.add_argument(
@@ -933,7 +1038,9 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         if args.echo:
             return asyncio.run(echo_main(args.home, args.port))
-        return asyncio.run(worker_main(args.hub, args.bundles, args.per_device, args.device_warmup))
+        return asyncio.run(
+            worker_main(args.hub, args.bundles, args.per_device, args.device_warmup, args.requests)
+        )
     return bench(args)
 
 
