@@ -87,6 +87,21 @@ def audited(tmp: Path) -> set[str]:
     return {r["data"]["call_id"] for r in records(tmp / "gw" / "audit") if r["kind"] == "receipt"}
 
 
+def count_ledger_syncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors the ledger ``fdatasync``s from now on (each still synced)."""
+    from hub.gateway import ledger as ledger_module
+
+    synced: list[int] = []
+    real = ledger_module.os.fdatasync
+
+    def counting(fd: int) -> None:
+        synced.append(fd)
+        real(fd)
+
+    monkeypatch.setattr(ledger_module.os, "fdatasync", counting)
+    return synced
+
+
 async def test_concurrent_receipts_share_a_batch_and_each_returns_only_once_durable(
     tmp_path: Path,
 ) -> None:
@@ -282,6 +297,45 @@ async def test_in_the_hub_an_observe_receipt_is_made_durable_by_the_next_flush(
     assert verify(tmp_path / "gw" / "audit", VERIFY_KEY).ok
 
 
+async def test_delivered_facts_are_said_at_once_and_durable_with_the_next_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ACK of a reply that carried a receipt's facts marks them said: this gateway's
+    reads see it at once, no sync runs on the caller's loop for it (the hub handles every
+    ACK there), and the hub's flush — before anything it sends next — makes it durable."""
+
+    monkeypatch.setattr(commit_module, "LATER_S", 60.0)  # no batch unless one is awaited
+    group = GroupCommit()
+
+    def said(call_id_task: str) -> list[object]:
+        rows = read_rows(
+            tmp_path / "gw" / "gateway.db",
+            "SELECT fact_id FROM facts WHERE task_id=? AND said_ms IS NOT NULL",
+            call_id_task,
+        )
+        return [r[0] for r in rows]
+
+    async with group, gw_at(tmp_path, settled_by_caller=True) as gw:
+        group.also(gw.commits.settled)
+        ((c, d),) = await decided(gw, 1, "said")
+        r = await gw.receipt(c, CTX, d, ECHOED)
+        await group.flush()
+        assert r.new_facts and not r.said_facts and said(c.task_id) == []
+        synced = count_ledger_syncs(monkeypatch)
+        before = gw.commits.stats.batches
+        gw.delivered(c.task_id, [r])
+        assert synced == []  # nothing synced on the caller's loop
+        again = await gw.receipt(c, CTX, d, ECHOED)  # the same receipt, read back
+        assert set(again.said_facts) == set(r.new_facts) and not again.new_facts
+        assert said(c.task_id) == []  # staged: another connection does not see it yet
+        await group.flush()  # what the hub's next message, response or answer awaits
+        assert gw.commits.stats.batches == before + 1 and len(synced) == 1
+        assert sorted(map(str, said(c.task_id))) == sorted(r.new_facts)
+        gw.delivered(c.task_id, [])  # no facts: nothing staged, no batch
+        await group.flush()
+        assert gw.commits.stats.batches == before + 1
+
+
 async def test_settled_reports_a_batch_that_failed(tmp_path: Path) -> None:
     async with gw_at(tmp_path, settled_by_caller=True) as gw:
         await gw.commits.settled()  # nothing staged or written: at once
@@ -328,18 +382,10 @@ async def test_a_caller_that_gives_up_leaves_its_batch_to_the_others(tmp_path: P
 def test_a_ledger_transaction_that_changes_nothing_syncs_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hub.gateway import ledger as ledger_module
     from hub.gateway.ledger import Ledger
 
     ledger = Ledger(tmp_path / "gateway.db")
-    synced: list[int] = []
-    real = ledger_module.os.fdatasync
-
-    def counting(fd: int) -> None:
-        synced.append(fd)
-        real(fd)
-
-    monkeypatch.setattr(ledger_module.os, "fdatasync", counting)
+    synced = count_ledger_syncs(monkeypatch)
     try:
         ledger.mark_said("t-none", ["f-none"])  # no such fact: nothing written
         assert synced == []

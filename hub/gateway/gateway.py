@@ -666,8 +666,15 @@ class Gateway:
         return factsmod.check_reply(reply, receipts, voice=voice, said=said, lang=lang)
 
     def delivered(self, task_id: str, receipts: list[Receipt]) -> None:
-        """The reply carrying these receipts' facts was ACKed: they are now said."""
-        self.ledger.mark_said(task_id, list(factsmod.fact_map(receipts)))
+        """The reply carrying these receipts' facts was ACKed: they are now said (at once
+        for this gateway's reads). The marks are staged, not synced on the caller's loop:
+        they are made durable with the next batch (:meth:`ReceiptBatches.later`), before
+        anything the hub sends next. A power cut in between only has those facts said
+        once more."""
+        fact_ids = list(factsmod.fact_map(receipts))
+        if fact_ids:
+            self.ledger.mark_said(task_id, fact_ids, sync=False)
+            self.commits.later()
 
     # ------------------------------------------------------------------ one call
     async def call(self, call: ToolCall, ctx: CallContext) -> Receipt:

@@ -591,12 +591,14 @@ class Ledger:
         }
         return [f for f in fact_ids if f not in said], [f for f in fact_ids if f in said]
 
-    def mark_said(self, task_id: str, fact_ids: list[str]) -> None:
+    def mark_said(self, task_id: str, fact_ids: list[str], *, sync: bool = True) -> None:
         """Only ACKed facts count as said: call this when the reply's delivery is ACKed.
-        No facts (most replies): no transaction."""
+        No facts (most replies): no transaction. ``sync=False``: the marks join the open
+        group of writes (visible at once to this ledger's reads), durable at the next
+        :meth:`sync`."""
         if not fact_ids:
             return
-        with self.transaction():
+        with self._write(sync):
             for fact_id in fact_ids:
                 self.db.execute(
                     "UPDATE facts SET said_ms=? WHERE task_id=? AND fact_id=? AND said_ms IS NULL",
