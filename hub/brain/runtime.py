@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from hub.brain.base import BRAIN_PACKAGE, EventSink, TaskEvent, brain_manifest
-from hub.brain.tasks import TaskRecord, TaskStore
+from hub.brain.tasks import Step, TaskRecord, TaskStore
 from hub.capabilities.host import ToolOutcome
 from hub.capabilities.manifest import Manifest
 from hub.gateway import CallContext, Gateway, Receipt, ToolCall
@@ -123,10 +123,10 @@ class BrainCore:
     def waiting_steps(self, task_id: str) -> list[str]:
         """Steps waiting for the owner: a card (``waiting``) or an auto-payment inside its
         undo window (``running``, waiting for ``undo``)."""
-        return [s.step for s in self.store.steps(task_id) if waiting(s.status, s.receipt)]
+        return _waiting_steps(self.store.steps(task_id))
 
     def receipts(self, task_id: str) -> list[Receipt]:
-        return [Receipt.from_dict(s.receipt) for s in self.store.steps(task_id) if s.receipt]
+        return _receipts(self.store.steps(task_id))
 
     # ------------------------------------------------------------------ reports
     async def report(self, task_id: str, text: str, *, voice: bool = False, lang: str = "") -> str:
@@ -144,8 +144,7 @@ class BrainCore:
 
     def lang_of(self, task_id: str) -> str:
         """The language of a task's replies (its ``spec["lang"]``; ``en`` by default)."""
-        task = self.store.get(task_id)
-        return str((task.spec if task is not None else {}).get("lang") or "en")
+        return _lang(self.store.get(task_id))
 
     async def emit(
         self, task: TaskRecord, text: str = "", *, receipts: Sequence[Receipt] | None = None
@@ -179,20 +178,22 @@ class BrainCore:
         task = self.store.require(task_id)
         if task.finished:
             return task
-        waiting = self.waiting_steps(task_id)
+        lang = _lang(task)  # read once: a turn's settle is on the hub's loop
+        steps = self.store.steps(task_id)
+        waiting = _waiting_steps(steps)
         if waiting:
             task = self.store.move(task_id, "waiting_for_consent", waiting_for=",".join(waiting))
-            await self.emit(task, await self.report(task_id, text) if text else "")
+            await self.emit(task, await self.report(task_id, text, lang=lang) if text else "")
             return task
         self.store.walk(task_id, "verifying")
-        receipts = self.receipts(task_id)
+        receipts = _receipts(steps)
         # the brain's own calls (a delegation still running) do not fail the task
         last = {(r.package, r.tool, r.target): r for r in receipts if r.package != BRAIN_PACKAGE}
         bad = [r for r in last.values() if r.status in BAD]
-        fallback = _default_report(receipts, self.lang_of(task_id))
-        report = await self.report(task_id, text or fallback)
+        fallback = _default_report(receipts, lang)
+        report = await self.report(task_id, text or fallback, lang=lang)
         if not report.strip():  # the checker removed every sentence: say what receipts say
-            report = await self.report(task_id, fallback)
+            report = await self.report(task_id, fallback, lang=lang)
         task = self.store.move(
             task_id, "failed" if bad else "done", waiting_for="", result={"report": report}
         )
@@ -215,6 +216,19 @@ class BrainCore:
                 self.store.move(task.task_id, "acting", "the owner answered")
                 return await self.settle(task.task_id)
             return task
+
+
+def _lang(task: TaskRecord | None) -> str:
+    """A task's reply language (its ``spec["lang"]``; ``en`` by default)."""
+    return str((task.spec if task is not None else {}).get("lang") or "en")
+
+
+def _waiting_steps(steps: Sequence[Step]) -> list[str]:
+    return [s.step for s in steps if waiting(s.status, s.receipt)]
+
+
+def _receipts(steps: Sequence[Step]) -> list[Receipt]:
+    return [Receipt.from_dict(s.receipt) for s in steps if s.receipt]
 
 
 def waiting(status: str | None, receipt: dict[str, Any] | None) -> bool:
