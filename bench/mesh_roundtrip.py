@@ -46,7 +46,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import dataclasses
 import json
 import os
 import platform
@@ -121,12 +120,6 @@ action). ``owner``/``owner-zh``: what an owner asks, each acted on: a timer (the
 a shopping-list item (an in-hub tool through the gateway), a memory (the ``memory`` package
 over MCP, through the gateway) and the time (the hub's clock) — each recognised in 0.2–1.7
 ms, new words every time"""
-
-
-def request_text(requests: str, tag: str, i: int) -> str:
-    """The ``i``-th trip's sentence of a run tagged ``tag`` (see :data:`REQUESTS`)."""
-    mix = REQUESTS[requests]
-    return mix[i % len(mix)][1].format(tag=tag, i=i, m=1 + i % 59)
 
 
 # ---------------------------------------------------------------------------- statistics
@@ -298,7 +291,7 @@ class TripDriver:
         if fut is not None and not fut.done():
             fut.set_result((replied, acked))
 
-    async def trip(self, text: str) -> Trip:
+    async def trip(self, text: str, kind: int = 0) -> Trip:
         node = self.node
         assert node is not None
         queued = time.perf_counter()
@@ -312,16 +305,18 @@ class TripDriver:
                 replied, acked = await fut
         finally:
             self._acked.pop(utterance_id, None)
-        return Trip(queued, sealed, replied, acked)
+        return Trip(queued, sealed, replied, acked, kind)
 
     async def trips(self, count: int, tag: str) -> list[Trip]:
-        kinds = len(REQUESTS[self.requests])
-        return [
-            dataclasses.replace(
-                await self.trip(request_text(self.requests, tag, i)), kind=i % kinds
-            )
-            for i in range(count)
-        ]
+        """``count`` trips, one after the other, saying the sentences of :data:`REQUESTS`
+        in turn (the ``i``-th trip's kind is ``i`` modulo their number)."""
+        mix = REQUESTS[self.requests]
+        done = []
+        for i in range(count):
+            kind = i % len(mix)
+            text = mix[kind][1].format(tag=tag, i=i, m=1 + i % 59)
+            done.append(await self.trip(text, kind))
+        return done
 
 
 # ---------------------------------------------------------------------------- raw baseline
@@ -715,8 +710,6 @@ class HubCheck:
     """ACKs recorded"""
     rejected: dict[str, int]
     """the ``rejected.*`` counters"""
-    intents: Counter[str]
-    """replies on the timeline by what they were understood as (``?``: not understood)"""
 
 
 def hub_check(home: Path) -> HubCheck:
@@ -730,20 +723,25 @@ def hub_check(home: Path) -> HubCheck:
             str(r[0]): int(r[1])
             for r in conn.execute("SELECT name, value FROM counters WHERE name LIKE 'rejected.%'")
         }
-        intents: Counter[str] = Counter(
-            str(r[0])
-            for r in conn.execute(
-                "SELECT json_extract(meta, '$.intent') FROM timeline WHERE kind='reply'"
-            )
-        )
     finally:
         conn.close()
     return HubCheck(
         int(utterances[0] if utterances else 0),
         int(deliveries[0] if deliveries else 0),
         rejected,
-        intents,
     )
+
+
+def reply_intents(home: Path) -> Counter[str]:
+    """Replies on the timeline by what they were understood as (``?``: not understood), from
+    hub.db once the run is over (not in :func:`hub_check`, which the drain polls)."""
+    conn = apsw.Connection(str(home / "hub.db"), flags=apsw.SQLITE_OPEN_READONLY)
+    conn.set_busy_timeout(5000)
+    try:
+        sql = "SELECT json_extract(meta, '$.intent') FROM timeline WHERE kind='reply'"
+        return Counter(str(r[0]) for r in conn.execute(sql))
+    finally:
+        conn.close()
 
 
 async def recall_warm(home: Home, timeout: float = RECALL_WARM_TIMEOUT_S) -> float | None:
@@ -785,7 +783,7 @@ def wait_for_hub(home: Path, expected: int, timeout: float = DRAIN_TIMEOUT_S) ->
     return time.monotonic() - start
 
 
-def report(cfg: Config, res: Results, check: HubCheck) -> None:
+def report(cfg: Config, res: Results, check: HubCheck, intents: Counter[str]) -> None:
     print()
     print(TABLE_HEAD)
     print(
@@ -838,12 +836,12 @@ def report(cfg: Config, res: Results, check: HubCheck) -> None:
             else ""
         )
     )
-    replies = sum(check.intents.values())
-    heard = ", ".join(f"{k} {v}" for k, v in sorted(check.intents.items()) if k != "?")
+    replies = sum(intents.values())
+    heard = ", ".join(f"{k} {v}" for k, v in sorted(intents.items()) if k != "?")
     print(
         f"replies          {replies} on the timeline ({cfg.requests!r} requests): "
-        f"understood {replies - check.intents['?']}{f' ({heard})' if heard else ''}, "
-        f"not understood {check.intents['?']}"
+        f"understood {replies - intents['?']}{f' ({heard})' if heard else ''}, "
+        f"not understood {intents['?']}"
     )
 
 
@@ -977,7 +975,7 @@ def bench(args: argparse.Namespace) -> int:
         res = asyncio.run(run_bench(cfg, home, hub, solo, fleet, root))
         res.drain_seconds = wait_for_hub(home.path, cfg.expected)
         warnings = hub.stop()
-        report(cfg, res, hub_check(home.path))
+        report(cfg, res, hub_check(home.path), reply_intents(home.path))
         for w in warnings:
             print(f"warning: {w}")
     except KeyboardInterrupt:

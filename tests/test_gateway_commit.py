@@ -303,15 +303,15 @@ async def test_delivered_facts_are_said_at_once_and_durable_with_the_next_flush(
     """The ACK of a reply that carried a receipt's facts marks them said: this gateway's
     reads see it at once, no sync runs on the caller's loop for it (the hub handles every
     ACK there), and the hub's flush — before anything it sends next — makes it durable."""
-
     monkeypatch.setattr(commit_module, "LATER_S", 60.0)  # no batch unless one is awaited
     group = GroupCommit()
 
-    def said(call_id_task: str) -> list[object]:
+    def said(task_id: str) -> list[object]:
+        """Facts of ``task_id`` said, as another connection sees them (what is committed)."""
         rows = read_rows(
             tmp_path / "gw" / "gateway.db",
             "SELECT fact_id FROM facts WHERE task_id=? AND said_ms IS NOT NULL",
-            call_id_task,
+            task_id,
         )
         return [r[0] for r in rows]
 

@@ -107,8 +107,14 @@ async def test_woken_says_whether_the_event_came_and_waits_in_the_callers_task()
 
 async def test_woken_leaves_a_cancellation_a_cancellation() -> None:
     event = asyncio.Event()
-    waiting = asyncio.create_task(woken(event, 30))
-    await asyncio.sleep(0)
+    started = asyncio.Event()
+
+    async def wait() -> bool:
+        started.set()  # no yield before woken's own wait: the test resumes once it waits
+        return await woken(event, 30)
+
+    waiting = asyncio.create_task(wait())
+    await started.wait()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
